@@ -1,0 +1,3 @@
+from topo.cli import main
+
+main(prog_name="topo")

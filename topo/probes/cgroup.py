@@ -1,0 +1,73 @@
+"""The CPUs and memory nodes the process's cgroup cpuset allows (cgroup v1 and v2).
+
+The cgroup path comes from /proc/self/cgroup (v1 "cpuset" line, v2 "0::" line) or the older
+/proc/self/cpuset; the mount point from /proc/mounts. All read below one FsRoot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topo.cpuset import CpuSet
+from topo.fsroot import FsRoot
+
+
+@dataclass(frozen=True)
+class CgroupCpuset:
+    version: str  # "v1" | "v2"
+    path: str  # cgroup path, e.g. "/user.slice/job_1"
+    cpus: CpuSet | None
+    mems: CpuSet | None
+
+    def describe(self) -> str:
+        return f"cgroup {self.version} {self.path}"
+
+
+def _mounts(fs: FsRoot) -> list[tuple[str, str, list[str]]]:
+    text = fs.read("/proc/mounts") or fs.read("/proc/self/mounts") or ""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4:
+            out.append((parts[1], parts[2], parts[3].split(",")))
+    return out
+
+
+def _cgroup_paths(fs: FsRoot) -> tuple[str | None, str | None]:
+    """(v1 cpuset path, v2 unified path) of the process."""
+    v1 = v2 = None
+    for line in (fs.read("/proc/self/cgroup") or "").splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hier == "0" and controllers == "":
+            v2 = path
+        elif "cpuset" in controllers.split(","):
+            v1 = path
+    legacy = fs.read("/proc/self/cpuset")
+    if legacy:
+        v1 = v1 or legacy
+        v2 = v2 or legacy
+    return v1, v2
+
+
+def probe_cgroup(fs: FsRoot) -> CgroupCpuset | None:
+    mounts = _mounts(fs)
+    v1_path, v2_path = _cgroup_paths(fs)
+    for mountpoint, fstype, options in mounts:
+        if (fstype == "cgroup" and "cpuset" in options) or fstype == "cpuset":
+            if v1_path is None:
+                continue
+            base = mountpoint.rstrip("/") + (v1_path if v1_path != "/" else "")
+            # "noprefix" mounts and the old cpuset filesystem name the files without "cpuset."
+            cpus = fs.read_cpulist(f"{base}/cpuset.cpus") or fs.read_cpulist(f"{base}/cpus")
+            mems = fs.read_cpulist(f"{base}/cpuset.mems") or fs.read_cpulist(f"{base}/mems")
+            if cpus is not None or mems is not None:
+                return CgroupCpuset("v1", v1_path, cpus, mems)
+    for mountpoint, fstype, _ in mounts:
+        if fstype == "cgroup2" and v2_path is not None:
+            base = mountpoint.rstrip("/") + (v2_path if v2_path != "/" else "")
+            cpus = fs.read_cpulist(f"{base}/cpuset.cpus.effective")
+            mems = fs.read_cpulist(f"{base}/cpuset.mems.effective")
+            if cpus is not None or mems is not None:
+                return CgroupCpuset("v2", v2_path, cpus or None, mems or None)
+    return None
