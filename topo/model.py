@@ -116,6 +116,8 @@ class Device:
     name: str | None = None
     uuid: str | None = None
     source: str = "sysfs"
+    memory: int | None = None  # bytes of device memory, when a runtime tool reports it
+    socket_cpus: CpuSet | None = None  # NVML's SOCKET-scope affinity; None when not reported
 
 
 @dataclass(frozen=True)
@@ -338,6 +340,8 @@ class Topology:
                     "name": d.name,
                     "uuid": d.uuid,
                     "source": d.source,
+                    "memory": d.memory,
+                    "socket_cpus": None if d.socket_cpus is None else d.socket_cpus.to_list(),
                 }
                 for d in self.devices
             ],
@@ -411,6 +415,7 @@ class Topology:
                     Device(
                         d["kind"], d["vendor"], d["index"], d.get("busid"), d.get("numa_node"),
                         P(d.get("local_cpus", "")), d.get("name"), d.get("uuid"), d.get("source", "json"),
+                        d.get("memory"), None if d.get("socket_cpus") is None else P(d["socket_cpus"]),
                     )
                     for d in data.get("devices", [])
                 ),
