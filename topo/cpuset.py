@@ -11,8 +11,12 @@ from typing import Iterable, Iterator
 
 from topo.errors import ParseError
 
-_RANGE = re.compile(r"\A(\d+)(?:-(\d+))?\Z")
+# ASCII digits only: `\d` alone would also accept other scripts' digits ("١" is 1 to int()).
+_RANGE = re.compile(r"\A([0-9]+)(?:-([0-9]+))?\Z")
 _HEXWORD = re.compile(r"\A(?:0x)?[0-9a-fA-F]+\Z")
+# Far above any kernel's NR_CPUS (8192) or node count; a larger id in text is garbage, and
+# honouring "0-99999999999" would try to allocate a 12 GB bitmask.
+MAX_ID = (1 << 20) - 1
 
 
 class CpuSet:
@@ -30,6 +34,9 @@ class CpuSet:
         object.__setattr__(self, "_mask", mask)
 
     def __setattr__(self, name, value):
+        raise AttributeError("CpuSet is immutable")
+
+    def __delattr__(self, name):
         raise AttributeError("CpuSet is immutable")
 
     # ---- construction -------------------------------------------------
@@ -56,6 +63,8 @@ class CpuSet:
             hi = int(m.group(2)) if m.group(2) is not None else lo
             if hi < lo:
                 raise ParseError(f"malformed cpulist {text.strip()!r}: range {part!r} runs backwards")
+            if hi > MAX_ID:
+                raise ParseError(f"malformed cpulist {text.strip()!r}: id in {part!r} exceeds {MAX_ID}")
             mask |= ((1 << (hi - lo + 1)) - 1) << lo
         return cls.from_mask(mask)
 
