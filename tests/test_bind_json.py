@@ -1,0 +1,175 @@
+"""planners.bindjson: MindSpore's unified bind JSON, msrun's checks and the prefixes it builds."""
+
+import json
+
+import pytest
+
+from planners.bindjson import (
+    BindPlan, ProcessBinding, expand_ranges, load_bind, msrun_prefix, process_entry, validate_bind,
+)
+from topo.errors import ParseError
+
+# MS-DOC examples (anchors §1.16) -> prefix per process: scheduler, device0, device1
+DOC_EXAMPLES = [
+    ({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa", "actor_thread_fix_bind": True},
+      "bind_cpu": {"device0": {"main": "0-4", "runtime": "5-9", "pynative": "10-14", "minddata": "15-19"},
+                   "device1": {"main": "20-24", "runtime": "25-29", "pynative": "30-34", "minddata": "35-39"},
+                   "scheduler": {"main": "40-45"}},
+      "bind_memory": {"device0": 0, "device1": 1, "scheduler": 2}},
+     ["numactl --membind 2 --physcpubind 40-45", "numactl --membind 0 --physcpubind 0-4",
+      "numactl --membind 1 --physcpubind 20-24"]),
+    ({"bind_config": {"bind_cpu_mode": "numa", "bind_memory_mode": "numa"},
+      "bind_cpu": {"device0": 0, "device1": 1},
+      "bind_memory": {"device0": 0, "device1": 1, "scheduler": "2-3,4"}},
+     ["numactl --membind 2-3,4", "numactl --membind 0 --cpunodebind 0", "numactl --membind 1 --cpunodebind 1"]),
+    ({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "none", "actor_thread_fix_bind": False},
+      "bind_cpu": {"scheduler": {"main": "40-45"}, "device0": {"main": "0-4", "runtime": "5-9"},
+                   "device1": {"main": "20-24"}}},
+     ["taskset -c 40-45", "taskset -c 0-4", "taskset -c 20-24"]),
+    ({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
+      "bind_cpu": {"device0": {"main": "0-4"}, "device1": {"main": "20-24"}}},
+     ["", "taskset -c 0-4", "taskset -c 20-24"]),
+    ({"bind_config": {"bind_cpu_mode": "numa", "bind_memory_mode": "none"},
+      "bind_cpu": {"device0": 0, "device1": 1}},
+     ["", "numactl --cpunodebind 0", "numactl --cpunodebind 1"]),
+    ({"bind_config": {"bind_cpu_mode": "none", "bind_memory_mode": "numa"},
+      "bind_memory": {"device0": 0, "device1": 1}},
+     ["", "numactl --membind 0", "numactl --membind 1"]),
+    ({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "none"},
+      "bind_cpu": {"device0": {"runtime": "5-9", "minddata": "15-19"}, "device1": {"runtime": "25-29"}}},
+     ["", "", ""]),
+]
+
+
+@pytest.mark.parametrize("data,prefixes", DOC_EXAMPLES, ids=[f"doc-example-{i + 1}" for i in range(7)])
+def test_msdoc_examples_prefixes(data, prefixes):
+    assert validate_bind(data) == []
+    got = [" ".join(msrun_prefix(process_entry(data, k))) for k in ("scheduler", "device0", "device1")]
+    assert got == prefixes
+    # and through a BindPlan round trip the prefixes stay the same
+    plan = BindPlan.from_json(data)
+    again = [" ".join(msrun_prefix(process_entry(plan, k))) for k in ("scheduler", "device0", "device1")]
+    assert again == prefixes
+
+
+@pytest.mark.parametrize("data", [d for d, _ in DOC_EXAMPLES])
+def test_round_trip(data):
+    plan = BindPlan.from_json(data)
+    assert BindPlan.from_json(plan.to_json()) == plan
+    out = plan.to_json()
+    assert out["bind_config"] == data["bind_config"]
+    for section in ("bind_cpu", "bind_memory"):
+        assert out.get(section, {}) == data.get(section, {})
+
+
+def test_strings_kept_as_written_spaces_removed():
+    data = {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
+            "bind_cpu": {"device_3": {"main": " 5-6, 4 "}}, "bind_memory": {"device_3": "1, 0"}}
+    e = process_entry(data, "device3")
+    assert (e.key, e.main, e.memory) == ("device3", "5-6,4", "1,0")
+    assert msrun_prefix(e) == ["numactl", "--membind", "1,0", "--physcpubind", "5-6,4"]
+    assert list(BindPlan.from_json(data).process("device_3").cpus()) == expand_ranges("4-6")
+
+
+def test_expand_ranges_messages():
+    assert expand_ranges("0-2, 5") == [0, 1, 2, 5]
+    with pytest.raises(ParseError, match=r"^CPU range '3-1' start should not exceed end\.$"):
+        expand_ranges("3-1")
+    with pytest.raises(ParseError, match=r"^CPU range '1,,2' is invalid due to empty segment\.$"):
+        expand_ranges("1,,2")
+    with pytest.raises(ParseError, match=r"^CPU range 'a-2' is invalid\.$"):
+        expand_ranges("0,a-2")
+
+
+def test_validate_lists_every_problem_with_paths():
+    data = {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa", "bogus": 1},
+            "bind_cpu": {"dev0": {"main": "0"}, "device1": {"main": "3-1"}, "device2": {"main": "1,,2"},
+                         "device3": {"main": "0-3"}, "device4": {"main": "2-5", "gpu": "7"},
+                         "device5": "0-9"},
+            "bind_memory": {"device3": [0]}, "extra": True}
+    problems = validate_bind(data)
+    paths = [p.path for p in problems]
+    assert paths == ["extra", "bind_config.bogus", "bind_cpu.dev0", "bind_cpu.device1.main",
+                     "bind_cpu.device2.main", "bind_cpu.device4.gpu", "bind_cpu.device5",
+                     "bind_memory.device3", "bind_cpu.device4.main"]
+    assert all(p.fix for p in problems)
+    assert "overlap" in problems[-1].message
+    assert problems[6].message == ("'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for device5:0-9 "
+                                   "should be dict, but got <class 'str'>.")
+
+
+def test_validate_bad_modes():
+    problems = validate_bind({"bind_config": {"bind_cpu_mode": "CPUS", "bind_memory_mode": 3,
+                                              "actor_thread_fix_bind": "true"}})
+    assert [p.message for p in problems] == [
+        "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.",
+        "'bind_memory_mode' only supports 'numa'/'none'.",
+        "'actor_thread_fix_bind' only supports bool type True/False.",
+    ]
+    # modes are compared lower-case, as msrun does
+    assert validate_bind({"bind_config": {"bind_cpu_mode": "NONE", "bind_memory_mode": "Numa"}}) == []
+
+
+def test_duplicate_key_after_rename():
+    problems = validate_bind({"bind_config": {"bind_cpu_mode": "cpu"},
+                              "bind_cpu": {"device1": {"main": "0"}, "device_1": {"main": "1"}}})
+    assert [p.path for p in problems] == ["bind_cpu.device_1"]
+
+
+def test_from_json_rejects_bad_schema():
+    with pytest.raises(ParseError, match="bind_cpu.device0.main"):
+        BindPlan.from_json({"bind_config": {"bind_cpu_mode": "cpu"}, "bind_cpu": {"device0": {"main": "2-1"}}})
+
+
+def test_plan_is_immutable_and_hashable():
+    plan = BindPlan.build([ProcessBinding("device0", (("main", "0-3"),), memory=0, local_rank=0)],
+                          meta={"mode": "node"}, warnings=["w"])
+    with pytest.raises(AttributeError):
+        plan.cpu_mode = "numa"
+    assert hash(plan) == hash(BindPlan.from_json(plan.to_json()))
+    assert plan.to_json()["topo"] == {"mode": "node", "warnings": ["w"], "local_ranks": {"device0": 0}}
+    assert BindPlan.from_json(plan.to_json()).process("device0").local_rank == 0
+
+
+# ---- loading, msrun's argparse-time checks (anchors §1.12) -----------------------------------
+def test_load_missing_json_file(tmp_path):
+    p = tmp_path / "nope.json"
+    with pytest.raises(ParseError, match=rf"^bind_numa json file '{p}' does not exist\.$"):
+        load_bind(str(p))
+
+
+def test_load_directory(tmp_path):
+    d = tmp_path / "dir.json"
+    d.mkdir()
+    with pytest.raises(ParseError, match=r"is not a file\.$"):
+        load_bind(str(d))
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{not json", "Failed to load bind_numa json file: {p}."),
+    ("[1, 2]", "bind_numa json file '{p}' should be a json object."),
+    ('{"bind_config": 3}', "bind_config must be a json object."),
+    ('{"bind_config": {"bind_cpu_mode": "core"}}', "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'."),
+    ('{"bind_config": {"bind_memory_mode": "cpu"}}', "'bind_memory_mode' only supports 'numa'/'none'."),
+])
+def test_load_file_errors(tmp_path, text, message):
+    p = tmp_path / "bind.txt"  # any extension is read once the file exists
+    p.write_text(text)
+    with pytest.raises(ParseError) as exc:
+        load_bind(str(p))
+    assert str(exc.value) == message.format(p=p)
+
+
+def test_load_file_and_inline(tmp_path):
+    import hashlib
+    data = DOC_EXAMPLES[0][0]
+    text = json.dumps(data)
+    p = tmp_path / "bind.json"
+    p.write_text(text)
+    loaded = load_bind(str(p))
+    assert loaded.data == data and loaded.path == str(p.resolve())
+    assert loaded.sha256 == hashlib.sha256(text.encode()).hexdigest()
+    inline = load_bind(text)
+    assert inline.data == data and inline.path is None and inline.sha256 is None
+    with pytest.raises(ParseError, match="neither an existing file nor JSON"):
+        load_bind("nope")
