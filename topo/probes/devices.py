@@ -1,15 +1,29 @@
-"""Devices the planners care about (accelerators, NICs), from the PCI functions sysfs lists.
+"""Devices the planners care about (accelerators, NICs, NVMe), from sysfs and the runtimes' tools.
 
-Vendor-neutral: a device's physical index is its rank in PCI bus order among devices of its kind,
-which is what runtimes use when they have nothing better (CUDA_DEVICE_ORDER=PCI_BUS_ID).
+Two layers, as hwloc's PCI and IO phases:
+1. sysfs, vendor-neutral: every PCI function is classified by class and vendor; a device's index is
+   its rank in PCI bus order among devices of its kind, which is what runtimes fall back to
+   (CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's enumeration order).
+2. runtime probes (NVML, npu-smi), live machine only: they know the index the runtime really uses
+   (npu-smi's logical id is not bus order), UUIDs, names and links. Their devices are matched to
+   sysfs by PCI bus id; one with no match is kept at machine level (a container that hides
+   /sys/bus/pci), and once a runtime has answered for a kind, sysfs devices of that kind it did not
+   list are dropped: their bus-order index would collide with the runtime's numbering.
+
+The link matrix (`nvidia-smi topo -m`'s view) is computed for accelerators and RDMA NICs from the
+sysfs PCI tree, overlaid with what the runtimes say (NV#, HCCS).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import replace
 
+from topo.cpuset import EMPTY, CpuSet
 from topo.fsroot import FsRoot
 from topo.model import Device, PciDevice, Topology
+from topo.probes.sysfs import PCI
 
 VENDORS = {
     "10de": "nvidia",
@@ -20,29 +34,68 @@ VENDORS = {
     "15b3": "mellanox",
     "14e4": "broadcom",
     "1077": "qlogic",
+    "1fc1": "qlogic",  # QLogic/Intel TrueScale InfiniPath (qib)
+    "177d": "cavium",
+    "1924": "solarflare",
+    "1d0f": "amazon",
+    "144d": "samsung",
 }
+
+ACCELERATOR_KINDS = ("gpu", "npu", "accel")
+_KIND_ORDER = {k: i for i, k in enumerate(("gpu", "npu", "accel", "mig", "nic", "nvme"))}
+_BDF = re.compile(r"\A[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
+_HOST_BRIDGE = re.compile(r"\Apci[0-9a-f]{4,8}:[0-9a-f]{2}\Z")
+
+# Environment switch for replaying a captured machine: run NVML / npu-smi (a stand-in pynvml, a
+# fake npu-smi on PATH) against a --root that is not "/". Never needed on a real machine.
+REPLAY_ENV = "TOPO_REPLAY_DEVICE_PROBES"
 
 
 def classify(dev: PciDevice) -> str | None:
     """The device kind of a PCI function, or None for what planners ignore."""
     base, sub = dev.class_id[:2], dev.class_id[2:]
-    if base == "03" and dev.vendor_id in ("10de", "1002", "8086") and sub in ("00", "02", "80"):
-        # Intel/AMD integrated VGA (0300) is a GPU only on discrete parts; keep 3D controllers and
-        # display controllers of GPU vendors, which is what nvidia-smi / rocm-smi enumerate.
-        if dev.vendor_id == "10de" or sub == "02" or dev.vendor_id == "1002":
+    vendor = dev.vendor_id
+    if base == "03":
+        # VGA (0300) of a server's BMC (ASPEED, Matrox) or an Intel iGPU is no compute device; 3D
+        # (0302) and "other display" (0380: AMD Instinct, Intel Data Center GPU Max) are.
+        if vendor == "10de" or (vendor in ("1002", "8086") and sub in ("02", "80")):
             return "gpu"
-    if dev.class_id == "1200" or (dev.vendor_id == "19e5" and base == "12"):
-        return "npu" if dev.vendor_id == "19e5" else "accel"
-    if base == "0b" and sub == "40":
+        return None
+    if base == "12":  # processing accelerators
+        if vendor == "19e5":
+            return "npu"  # Ascend
+        if vendor == "1002":
+            return "gpu"  # AMD Instinct MI300 reports 1200
+        return "accel"  # Habana Gaudi (1da3), and others
+    if base == "0b" and sub == "40":  # co-processor (old Xeon Phi, some FPGAs)
         return "accel"
-    if base == "02" or dev.class_id == "0c06":
+    if base == "02" or dev.class_id == "0c06":  # network controllers, InfiniBand (QLogic)
         return "nic"
     if dev.class_id == "0108":
         return "nvme"
     return None
 
 
-def sysfs_devices(topology: Topology) -> list[Device]:
+def _os_names(fs: FsRoot | None, dev: PciDevice) -> tuple[list[str], list[str], list[str]]:
+    """(RDMA names, netdev names, block names) of a PCI function, from its sysfs subdirectories.
+
+    Without sysfs (a topology read from a file) the flat `names` list is all there is: a name
+    that looks like an RDMA device (mlx5_0, hfi1_0, qib0, bnxt_re0, irdma0, erdma_0) counts as one.
+    """
+    if fs is not None:
+        d = f"{PCI}/{dev.busid}"
+        rdma = sorted(fs.listdir(f"{d}/infiniband"), key=_natural)
+        net = sorted(fs.listdir(f"{d}/net"), key=_natural)
+        nvme = sorted(fs.listdir(f"{d}/nvme"), key=_natural)
+        if rdma or net or nvme:
+            return rdma, net, nvme
+    rdma = [n for n in dev.names if re.match(r"(mlx\d|hfi\d|qib|bnxt_re|irdma|erdma|efa|rxe)", n)]
+    nvme = [n for n in dev.names if re.fullmatch(r"nvme\d+", n)]
+    net = [n for n in dev.names if n not in rdma and n not in nvme and not n.startswith(("card", "render", "dma"))]
+    return rdma, net, nvme
+
+
+def sysfs_devices(topology: Topology, fs: FsRoot | None = None) -> list[Device]:
     counters: dict[str, int] = {}
     out = []
     for dev in topology.pci_devices:  # already in PCI bus order
@@ -51,7 +104,8 @@ def sysfs_devices(topology: Topology) -> list[Device]:
             continue
         index = counters.get(kind, 0)
         counters[kind] = index + 1
-        name = dev.names[0] if dev.names else None
+        rdma, net, nvme = _os_names(fs, dev)
+        name = (rdma or net or nvme or [None])[0]
         out.append(
             Device(kind, VENDORS.get(dev.vendor_id, dev.vendor_id), index, dev.busid, dev.numa_node,
                    dev.local_cpus, name, None, "sysfs")
@@ -59,7 +113,209 @@ def sysfs_devices(topology: Topology) -> list[Device]:
     return out
 
 
+def merge_runtime(devices: list[Device], found: list[Device], kind: str) -> tuple[list[Device], list[str]]:
+    """Replace the sysfs devices of `kind` with a runtime's, matched by PCI bus id.
+
+    Returns the devices and the bus ids of sysfs devices the runtime did not list.
+    """
+    if not found:
+        return devices, []
+    by_bus = {d.busid: d for d in found if d.busid}
+    matched = set()
+    out, dropped = [], []
+    for d in devices:
+        if d.kind != kind:
+            out.append(d)
+            continue
+        r = by_bus.get(d.busid)
+        if r is None:
+            dropped.append(d.busid)
+            continue
+        matched.add(d.busid)
+        out.append(replace(
+            r,
+            vendor=d.vendor,
+            # sysfs numa_node is what torch and msrun read; the runtime's only fills a -1
+            numa_node=d.numa_node if d.numa_node is not None else r.numa_node,
+            local_cpus=r.local_cpus or d.local_cpus,
+        ))
+    out.extend(r for r in found if r.busid not in matched)
+    return out, dropped
+
+
+def _numa_from_cpus(device: Device, topology: Topology) -> Device:
+    """A device sysfs gives no node (-1, or no PCI entry) gets the one node its CPUs lie in."""
+    if device.numa_node is not None or not device.local_cpus or device.local_cpus == topology.pus:
+        return device
+    nodes = [n.os_index for n in topology.numa_nodes if n.cpuset and n.cpuset.intersects(device.local_cpus)]
+    return replace(device, numa_node=nodes[0]) if len(nodes) == 1 else device
+
+
+# ---- PCI link levels ---------------------------------------------------------------------------
+
+
+def pci_chain(fs: FsRoot, busid: str) -> tuple[str, tuple[str, ...]] | None:
+    """(host bridge, bridges from the root port down) of a PCI function, from where its
+    /sys/bus/pci/devices link points: ../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0."""
+    try:
+        target = os.readlink(fs.path(f"{PCI}/{busid}"))
+    except OSError:
+        return None
+    parts = target.split("/")
+    hosts = [i for i, p in enumerate(parts) if _HOST_BRIDGE.match(p)]
+    if not hosts:
+        return None
+    start = hosts[-1]
+    chain = tuple(p for p in parts[start + 1:] if _BDF.match(p))
+    if not chain or chain[-1] != busid:
+        return None
+    return parts[start], chain[:-1]
+
+
+def pci_link_level(a: tuple[str, tuple[str, ...]], b: tuple[str, tuple[str, ...]],
+                   numa_a: int | None, numa_b: int | None) -> str:
+    """nvidia-smi's PCIe levels between two functions, from their bridge chains.
+
+    PIX: within one switch (at most one bridge below the closest common bridge on either side);
+    PXB: several bridges, no host bridge; PHB: through the host bridge; NODE: between host bridges
+    of one NUMA node; SYS: across the inter-socket link.
+    """
+    (host_a, bridges_a), (host_b, bridges_b) = a, b
+    if host_a != host_b:
+        return "NODE" if numa_a is not None and numa_a == numa_b else "SYS"
+    common = 0
+    for x, y in zip(bridges_a, bridges_b):
+        if x != y:
+            break
+        common += 1
+    if common == 0:
+        return "PHB"
+    return "PIX" if max(len(bridges_a), len(bridges_b)) - common <= 1 else "PXB"
+
+
+def link_name(device: Device) -> str:
+    if device.kind == "nic":
+        return device.name or f"NIC{device.index}"
+    return f"{device.kind.upper()}{device.index}"
+
+
+def link_matrix(devices: list[Device], chains: dict[str, tuple], overlay: dict[tuple[str, str], str]) -> dict:
+    """{name: {name: level}} for accelerators and RDMA NICs; empty without accelerators."""
+    accels = [d for d in devices if d.kind in ACCELERATOR_KINDS]
+    if not accels:
+        return {}
+    # nvidia-smi lists the NICs NCCL can use: RDMA devices, not the management Ethernet ports.
+    nics = [d for d in devices if d.kind == "nic" and _is_rdma(d)]
+    members = accels + nics
+    matrix: dict[str, dict[str, str]] = {}
+    for a in members:
+        row = {}
+        for b in members:
+            na, nb = link_name(a), link_name(b)
+            if a is b:
+                row[nb] = "X"
+                continue
+            level = overlay.get((na, nb))
+            if level is None and a.busid in chains and b.busid in chains:
+                level = pci_link_level(chains[a.busid], chains[b.busid], a.numa_node, b.numa_node)
+            if level is None:
+                level = "NODE" if a.numa_node is not None and a.numa_node == b.numa_node else "SYS"
+            row[nb] = level
+        matrix[link_name(a)] = row
+    return matrix
+
+
+def _is_rdma(device: Device) -> bool:
+    return bool(device.name and re.match(r"(mlx\d|hfi\d|qib|bnxt_re|irdma|erdma|efa|rxe)", device.name))
+
+
+def _natural(name: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+# ---- runtime probes ----------------------------------------------------------------------------
+
+
+def _nvml(topology: Topology):
+    from topo.probes import nvml
+
+    # Enough affinity words for every CPU id; gpu_affinity sizes them by os.cpu_count().
+    cpu_count = topology.complete_pus.last() + 1
+    if topology.is_this_system:
+        cpu_count = max(cpu_count, os.cpu_count() or 1)
+    report = nvml.probe_nvml(cpu_count)
+    pus = topology.pus
+    gpus = []
+    for g in report.gpus:
+        gpus.append(Device(
+            "gpu", "nvidia", g.index, g.busid, g.numa_node,
+            g.node_cpus & pus if g.node_cpus is not None else EMPTY,
+            g.name, g.uuid, "nvml", g.memory,
+            g.socket_cpus & pus if g.socket_cpus is not None else None,
+        ))
+    overlay = {}
+    busids = {g.busid for g in report.gpus}
+    for a in report.gpus:
+        for b in report.gpus:
+            if a.index != b.index:
+                label = nvml.nvlink_label(a, b, busids) or report.pcie_levels.get((a.index, b.index))
+                if label:
+                    overlay[(f"GPU{a.index}", f"GPU{b.index}")] = label
+    migs = {g.index: g.mig_uuids for g in report.gpus if g.mig_uuids}
+    return report.status, gpus, overlay, migs
+
+
+def _npusmi(topology: Topology):
+    from topo.probes import npusmi
+
+    report = npusmi.probe_npusmi()
+    pus = topology.pus
+    npus = [
+        Device("npu", "huawei", c.logical_id, c.busid, None, c.cpus & pus if c.cpus else EMPTY,
+               c.name, None, "npu-smi")
+        for c in report.chips
+    ]
+    overlay = {(f"NPU{a}", f"NPU{b}"): label for (a, b), label in report.links.items()}
+    return report.status, npus, overlay, {}
+
+
+# name -> (device kind it answers for, function)
+RUNTIME_PROBES = {"nvml": ("gpu", _nvml), "npu-smi": ("npu", _npusmi)}
+
+
 def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | None = None) -> Topology:
-    devices = sysfs_devices(topology)
+    """Classify sysfs devices, run the runtime probes that apply, and add devices and links."""
     status = dict(topology.probes)
-    return replace(topology, devices=tuple(devices), probes=status)
+    devices = sysfs_devices(topology, fs)
+    live = fs.is_this_system or os.environ.get(REPLAY_ENV) == "1"
+    overlay: dict[tuple[str, str], str] = {}
+    migs: dict[int, tuple[str, ...]] = {}
+    for name, (kind, run) in RUNTIME_PROBES.items():
+        if probes is not None and name not in probes:
+            status[name] = "off: not requested"
+            continue
+        if not live:
+            status[name] = "off: not this system"
+            continue
+        state, found, links, mig = run(topology)
+        devices, dropped = merge_runtime(devices, found, kind)
+        if dropped:
+            state += f"; not listed by {name}, dropped: {', '.join(dropped)}"
+        status[name] = state
+        overlay.update(links)
+        migs.update(mig)
+
+    devices = [_numa_from_cpus(d, topology) for d in devices]
+    for gpu in [d for d in devices if d.kind == "gpu" and d.index in migs and d.source == "nvml"]:
+        # A MIG instance sits where its GPU sits; its index is the GPU's physical id.
+        devices.extend(replace(gpu, kind="mig", name=f"MIG on GPU{gpu.index}", uuid=uuid, memory=None)
+                       for uuid in migs[gpu.index])
+    devices.sort(key=lambda d: (_KIND_ORDER.get(d.kind, 99), d.index, d.uuid or ""))
+    chains = {}
+    for d in devices:
+        if d.busid and d.busid not in chains and (d.kind in ACCELERATOR_KINDS or d.kind == "nic"):
+            chain = pci_chain(fs, d.busid)
+            if chain:
+                chains[d.busid] = chain
+    links = link_matrix(devices, chains, overlay)
+    return replace(topology, devices=tuple(devices), probes=status, links=links)

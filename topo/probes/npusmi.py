@@ -1,0 +1,239 @@
+"""Huawei Ascend NPUs through `npu-smi`, the way MindSpore's msrun reads them.
+
+The parsers take text and return data; `probe_npusmi` runs the commands. Every command gets a 10 s
+timeout (msrun's), and a failure of any kind (not installed, timeout, non-zero exit, output we
+cannot read) becomes a reason string, never an exception out of the probe.
+
+- `npu-smi info -m`: the chip map. Columns `NPU ID`, `Chip ID`, `Chip Logic ID`, `Chip Name` (A3 adds
+  `Slot ID` and `Chip Phy-ID`); `Mcu` rows are the board's management controller, not a chip. The
+  device id the runtime uses (`ASCEND_RT_VISIBLE_DEVICES`, `DEVICE_ID`) is the logical id; msrun
+  falls back to the NPU id, then the physical id, when a column is missing or not unique.
+- `npu-smi info`: the status table; its chip rows carry each chip's PCI bus id.
+- `npu-smi info -t board -i N -c M`: asked only for chips the table gave no bus id; the line is
+  `PCIe Bus Info` on some boards and `PCIeBusInfo` on others.
+- `npu-smi info -t topo`: the NPU link matrix (HCCS, PIX, SYS, ...) and a `CPU Affinity` column.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+from topo.cpuset import CpuSet
+from topo.errors import ParseError, ProbeError
+
+TIMEOUT = 10.0  # seconds, as msrun's execute_command
+_BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\Z")
+
+
+@dataclass(frozen=True)
+class NpuChip:
+    logical_id: int  # the device index: what ASCEND_RT_VISIBLE_DEVICES and DEVICE_ID count
+    npu_id: int
+    chip_id: int
+    name: str | None = None
+    busid: str | None = None  # sysfs spelling, lower case, 4-digit domain
+    cpus: CpuSet | None = None  # npu-smi's CPU Affinity
+
+
+@dataclass(frozen=True)
+class NpuReport:
+    status: str
+    chips: tuple[NpuChip, ...] = ()
+    links: dict[tuple[int, int], str] = field(default_factory=dict)  # logical ids -> HCCS, PIX, ...
+
+
+# ---- parsers (text in, data out) ---------------------------------------------------------------
+
+
+def normalize_busid(text: str) -> str:
+    m = _BUSID.match(text.strip())
+    if not m:
+        raise ParseError(f"not a PCI bus id: {text.strip()!r}")
+    dom, bus, dev, fn = m.groups()
+    return f"{int(dom, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
+
+
+def parse_chip_map(text: str) -> list[NpuChip]:
+    """`npu-smi info -m` -> one NpuChip per chip (Mcu rows skipped), logical id chosen as msrun does."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    header_at = next((i for i, line in enumerate(lines) if "NPU ID" in line and "Chip" in line), None)
+    if header_at is None:
+        raise ParseError("no 'NPU ID ... Chip Name' header in 'npu-smi info -m' output")
+    columns = [c.strip().lower() for c in re.split(r"\s{2,}", lines[header_at])]
+    for needed in ("npu id", "chip id", "chip name"):
+        if needed not in columns:
+            raise ParseError(f"'npu-smi info -m' header lacks the {needed.title()!r} column: {lines[header_at]!r}")
+    rows = []
+    for line in lines[header_at + 1:]:
+        cells = [c.strip() for c in re.split(r"\s{2,}", line)]
+        if len(cells) < len(columns):
+            continue  # a footer or a wrapped line
+        row = dict(zip(columns, cells))
+        if row["chip name"].lower() in ("mcu", "", "-"):
+            continue
+        rows.append(row)
+    if not rows:
+        raise ParseError("'npu-smi info -m' lists no NPU chip")
+
+    def unique_ints(column):
+        values = [row.get(column) for row in rows]
+        if any(v is None or not v.isdigit() for v in values):
+            return None
+        ints = [int(v) for v in values]
+        return ints if len(set(ints)) == len(ints) else None
+
+    ids = unique_ints("chip logic id") or unique_ints("npu id") or unique_ints("chip phy-id")
+    if ids is None:
+        raise ParseError("'npu-smi info -m': no column gives every chip a unique device id")
+    chips = []
+    for logical, row in zip(ids, rows):
+        try:
+            chips.append(NpuChip(logical, int(row["npu id"]), int(row["chip id"]), row["chip name"]))
+        except ValueError:
+            raise ParseError(f"'npu-smi info -m': non-numeric NPU/Chip id in row {row}") from None
+    return sorted(chips, key=lambda c: c.logical_id)
+
+
+def parse_info_table(text: str) -> list[NpuChip]:
+    """`npu-smi info` status table -> chips with their bus ids.
+
+    Each NPU has a row `| <npu id> <name> | <health> | ...` followed by one row per chip
+    `| <chip id> [<device id>] | <bus id> | ...`. The chip row's second number is the logical device
+    id when the header calls it `Device` (310P cards); with `Phy-ID` (A3) it is not, and with no
+    second number (910B: one chip per NPU) the NPU id is the device id.
+    """
+    npu_id = name = None
+    second = None  # meaning of the chip row's second number, from the header
+    chips = []
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        first = cells[0].split()
+        if first[:1] == ["Chip"]:
+            second = first[1].lower() if len(first) > 1 else None
+            continue
+        if len(cells) >= 2 and ("Process id" in cells[1] or "Process" in cells[0]):
+            break  # the process table below reuses the same layout
+        if not first or not first[0].isdigit() or len(cells) < 2:
+            continue
+        bus = cells[1].split()[0] if cells[1].split() else ""
+        if _BUSID.match(bus):
+            if npu_id is None:
+                raise ParseError(f"'npu-smi info': chip row before any NPU row: {line.strip()!r}")
+            chip_id = int(first[0])
+            if second == "device" and len(first) > 1 and first[1].isdigit():
+                logical = int(first[1])
+            else:
+                logical = npu_id if chip_id == 0 or second is None else -1
+            chips.append(NpuChip(logical, npu_id, chip_id, name, normalize_busid(bus)))
+        else:
+            npu_id = int(first[0])
+            name = " ".join(first[1:]) or None
+    return chips
+
+
+def parse_board_busid(text: str) -> str | None:
+    """`npu-smi info -t board -i N -c M` -> the chip's bus id (`PCIe Bus Info` / `PCIeBusInfo`)."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and re.sub(r"\s+", "", key).lower() == "pciebusinfo":
+            return normalize_busid(value.strip())
+    return None
+
+
+def parse_topo(text: str) -> tuple[dict[int, CpuSet], dict[tuple[int, int], str]]:
+    """`npu-smi info -t topo` -> ({logical id: CPU affinity}, {(a, b): link label})."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    header_at = next((i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].startswith("NPU")
+                      and "CPU Affinity" in line), None)
+    if header_at is None:
+        raise ParseError("no 'NPU0 ... CPU Affinity' header in 'npu-smi info -t topo' output")
+    names = lines[header_at].split("CPU Affinity")[0].split()
+    affinity: dict[int, CpuSet] = {}
+    links: dict[tuple[int, int], str] = {}
+    for line in lines[header_at + 1:]:
+        tokens = line.split()
+        if not tokens or not re.fullmatch(r"NPU\d+", tokens[0]):
+            if tokens and tokens[0].rstrip(":").lower() == "legend":
+                break
+            continue
+        me = int(tokens[0][3:])
+        cells = tokens[1:1 + len(names)]
+        if len(cells) < len(names):
+            raise ParseError(f"'npu-smi info -t topo': short row {line.strip()!r}")
+        for peer, label in zip(names, cells):
+            if peer.startswith("NPU") and peer[3:].isdigit() and label != "X":
+                links[(me, int(peer[3:]))] = label
+        rest = "".join(tokens[1 + len(names):])
+        if rest:
+            affinity[me] = CpuSet.parse(rest)
+    return affinity, links
+
+
+# ---- the probe (runs npu-smi) ------------------------------------------------------------------
+
+
+def run(args: list[str], timeout: float = TIMEOUT) -> str:
+    """npu-smi's stdout; ProbeError with msrun's kinds of message when it cannot be had."""
+    shown = " ".join(args)
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, errors="replace")
+    except FileNotFoundError:
+        raise ProbeError(f"{args[0]} not found on PATH") from None
+    except PermissionError:
+        raise ProbeError(f"permission denied to execute {args[0]}") from None
+    except subprocess.TimeoutExpired:
+        raise ProbeError(f"'{shown}' timed out after {timeout:g}s") from None
+    if done.returncode != 0:
+        err = (done.stderr or done.stdout).strip().splitlines()
+        raise ProbeError(f"'{shown}' failed (exit {done.returncode})" + (f": {err[0][:120]}" if err else ""))
+    return done.stdout
+
+
+def probe_npusmi(command: str = "npu-smi") -> NpuReport:
+    notes = []
+    table: list[NpuChip] = []
+    try:
+        table = parse_info_table(run([command, "info"]))
+    except ProbeError as exc:
+        if "not found on PATH" in str(exc):
+            return NpuReport(f"unavailable: {exc}")
+        notes.append(str(exc))
+    except ParseError as exc:
+        notes.append(f"cannot read 'npu-smi info': {exc}")
+
+    try:
+        chips = parse_chip_map(run([command, "info", "-m"]))
+    except (ProbeError, ParseError) as exc:
+        notes.append(f"'info -m': {exc}")
+        chips = [c for c in table if c.logical_id >= 0]
+        if not chips:
+            return NpuReport("error: " + "; ".join(notes))
+
+    by_chip = {(c.npu_id, c.chip_id): c.busid for c in table}
+    merged = []
+    for chip in chips:
+        busid = chip.busid or by_chip.get((chip.npu_id, chip.chip_id))
+        if busid is None:
+            try:
+                busid = parse_board_busid(run([command, "info", "-t", "board", "-i", str(chip.npu_id),
+                                               "-c", str(chip.chip_id)]))
+            except (ProbeError, ParseError) as exc:
+                notes.append(f"NPU {chip.logical_id} bus id: {exc}")
+        merged.append(NpuChip(chip.logical_id, chip.npu_id, chip.chip_id, chip.name, busid))
+
+    links: dict[tuple[int, int], str] = {}
+    try:
+        affinity, links = parse_topo(run([command, "info", "-t", "topo"]))
+        merged = [NpuChip(c.logical_id, c.npu_id, c.chip_id, c.name, c.busid, affinity.get(c.logical_id))
+                  for c in merged]
+    except (ProbeError, ParseError) as exc:
+        notes.append(f"'info -t topo': {exc}")
+
+    status = f"ok ({len(merged)} NPU{'' if len(merged) == 1 else 's'})"
+    if notes:
+        status += "; " + "; ".join(notes)
+    return NpuReport(status, tuple(merged), links)

@@ -1,0 +1,231 @@
+"""NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py` package: `topo[nvidia]`).
+
+Imported only when the probe runs, so `topo show` on a machine without NVIDIA software pays
+nothing. Failures degrade in steps (as gpustat does): no library or no driver gives a reason and no
+GPUs; an error on one GPU drops that GPU and names it; an optional field that errors is None.
+
+What we read, and why that call:
+- index: NVML's enumeration order, which is PCI bus order and what `CUDA_DEVICE_ORDER=PCI_BUS_ID`
+  and nvidia-smi number;
+- PCI bus id: NVML prints an 8-digit domain (`00000000:18:00.0`), sysfs a 4-digit one;
+- CPU affinity within NODE and SOCKET scope (nvmlDeviceGetCpuAffinityWithinScope), in 64-bit words
+  with word 0 holding CPUs 0-63, as NVIDIA's gpu_affinity reads it;
+- the CPU-side NUMA node from the NODE-scope memory affinity, which is nvidia-smi's "NUMA
+  Affinity" column (nvmlDeviceGetNumaNodeId is the GPU's *own* memory node on C2C machines, the
+  "GPU NUMA ID" column, not where its CPUs are);
+- the GPU-GPU link level (nvmlDeviceGetTopologyCommonAncestor) and NVLink counts per peer, the two
+  ingredients of `nvidia-smi topo -m`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from topo.cpuset import CpuSet
+
+# nvmlGpuTopologyLevel_t -> nvidia-smi topo -m's legend. INTERNAL (two GPUs on one board, K80 /
+# M60) goes through the board's own PCIe switch, which nvidia-smi shows as PIX.
+TOPOLOGY_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+_SCOPE_NODE = 0  # NVML_AFFINITY_SCOPE_NODE
+_SCOPE_SOCKET = 1  # NVML_AFFINITY_SCOPE_SOCKET
+_FEATURE_ENABLED = 1  # NVML_FEATURE_ENABLED, also NVML_DEVICE_MIG_ENABLE
+_MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS of drivers before Blackwell; newer modules say more
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    index: int
+    busid: str  # sysfs spelling, "0000:18:00.0"
+    uuid: str | None
+    name: str | None
+    memory: int | None  # bytes
+    numa_node: int | None  # CPU-side node (memory affinity), None when NVML does not say
+    node_cpus: CpuSet | None
+    socket_cpus: CpuSet | None
+    nvlinks: tuple[tuple[str, int], ...] = ()  # (remote PCI bus id, active links), by remote
+    mig_uuids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NvmlReport:
+    status: str  # for Topology.probes["nvml"]
+    gpus: tuple[NvmlGpu, ...] = ()
+    pcie_levels: dict[tuple[int, int], str] = field(default_factory=dict)  # (index, index) -> PIX..SYS
+
+
+def normalize_busid(busid: str | bytes) -> str:
+    """NVML's `00000000:18:00.0` (or already `0000:18:00.0`) as sysfs spells it: `0000:18:00.0`."""
+    if isinstance(busid, bytes):
+        busid = busid.decode("ascii", "replace")
+    busid = busid.strip().rstrip("\x00")
+    domain, sep, rest = busid.partition(":")
+    if not sep or not rest.count(":") == 1:
+        return busid.lower()
+    try:
+        return f"{int(domain, 16):04x}:{rest.lower()}"
+    except ValueError:
+        return busid.lower()
+
+
+def words_to_cpuset(words) -> CpuSet:
+    """An NVML affinity array (unsigned long words, word 0 = CPUs 0-63) as a CpuSet."""
+    mask = 0
+    for i, word in enumerate(words):
+        mask |= (int(word) & 0xFFFFFFFFFFFFFFFF) << (64 * i)
+    return CpuSet.from_mask(mask)
+
+
+def affinity_words(cpu_count: int) -> int:
+    """How many 64-bit words an affinity query needs to cover `cpu_count` CPU ids."""
+    return max(1, -(-cpu_count // 64))
+
+
+def nvlink_label(a: NvmlGpu, b: NvmlGpu, gpu_busids: set[str]) -> str | None:
+    """`NV#` between two GPUs: direct links between them, else the links both have into an NVSwitch
+    fabric (every remote that is not a GPU is a switch), as nvidia-smi shows NV12 / NV18 for every
+    pair on DGX A100 / H100 baseboards."""
+    direct = dict(a.nvlinks).get(b.busid, 0)
+    if direct:
+        return f"NV{direct}"
+    a_switch = sum(n for remote, n in a.nvlinks if remote not in gpu_busids)
+    b_switch = sum(n for remote, n in b.nvlinks if remote not in gpu_busids)
+    if a_switch and b_switch:
+        return f"NV{min(a_switch, b_switch)}"
+    return None
+
+
+def probe_nvml(cpu_count: int, module: str = "pynvml") -> NvmlReport:
+    """Ask NVML about every GPU; never raises for a missing library, driver or GPU."""
+    try:
+        nvml = importlib.import_module(module)
+    except ImportError:
+        return NvmlReport("unavailable: pynvml is not installed (pip install 'topo[nvidia]')")
+    error = getattr(nvml, "NVMLError", Exception)
+    try:
+        nvml.nvmlInit()
+    except error as exc:
+        return NvmlReport(f"unavailable: {_reason(exc)}")
+    except OSError as exc:  # a broken libnvidia-ml.so can fail to load below pynvml's own checks
+        return NvmlReport(f"unavailable: {exc}")
+    try:
+        return _query(nvml, error, cpu_count)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except error:
+            pass
+
+
+def _query(nvml, error, cpu_count: int) -> NvmlReport:
+    try:
+        count = nvml.nvmlDeviceGetCount()
+    except error as exc:
+        return NvmlReport(f"error: nvmlDeviceGetCount: {_reason(exc)}")
+    words = affinity_words(cpu_count)
+    gpus: list[NvmlGpu] = []
+    handles = {}
+    problems = []
+    for index in range(count):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            busid = normalize_busid(nvml.nvmlDeviceGetPciInfo(handle).busId)
+        except error as exc:
+            problems.append(f"GPU {index}: {_reason(exc)}")
+            continue
+
+        def optional(fn, *args):
+            try:
+                return fn(*args)
+            except (error, AttributeError):  # AttributeError: a pynvml too old for the call
+                return None
+
+        memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+        node_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_NODE)
+        socket_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_SOCKET)
+        if node_words is None:
+            # Drivers before the scoped call (R450) only know the NODE-like default affinity.
+            node_words = optional(nvml.nvmlDeviceGetCpuAffinity, handle, words)
+        # Node ids are small; one word of nodeset covers 64 NUMA nodes.
+        nodes = optional(nvml.nvmlDeviceGetMemoryAffinity, handle, 1, _SCOPE_NODE)
+        node_set = words_to_cpuset(nodes) if nodes is not None else CpuSet()
+        gpus.append(NvmlGpu(
+            index=index,
+            busid=busid,
+            uuid=_text(optional(nvml.nvmlDeviceGetUUID, handle)),
+            name=_text(optional(nvml.nvmlDeviceGetName, handle)),
+            memory=int(memory.total) if memory is not None else None,
+            numa_node=node_set.first() if node_set.weight() == 1 else None,
+            node_cpus=words_to_cpuset(node_words) if node_words is not None else None,
+            socket_cpus=words_to_cpuset(socket_words) if socket_words is not None else None,
+            nvlinks=_nvlinks(nvml, error, handle),
+            mig_uuids=_mig_uuids(nvml, error, handle),
+        ))
+        handles[index] = handle
+
+    levels: dict[tuple[int, int], str] = {}
+    for a in gpus:
+        for b in gpus:
+            if a.index < b.index:
+                try:
+                    level = nvml.nvmlDeviceGetTopologyCommonAncestor(handles[a.index], handles[b.index])
+                except error:
+                    continue
+                label = TOPOLOGY_LEVELS.get(int(level))
+                if label:
+                    levels[(a.index, b.index)] = levels[(b.index, a.index)] = label
+
+    status = f"ok ({len(gpus)} GPU{'' if len(gpus) == 1 else 's'})"
+    if problems:
+        status += "; skipped " + "; ".join(problems)
+    return NvmlReport(status, tuple(gpus), levels)
+
+
+def _nvlinks(nvml, error, handle) -> tuple[tuple[str, int], ...]:
+    remote_pci = getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None) or getattr(
+        nvml, "nvmlDeviceGetNvLinkRemotePciInfo", None)
+    if remote_pci is None:
+        return ()
+    counts: dict[str, int] = {}
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", _MAX_NVLINKS)):
+        try:
+            if nvml.nvmlDeviceGetNvLinkState(handle, link) != _FEATURE_ENABLED:
+                continue
+            remote = normalize_busid(remote_pci(handle, link).busId)
+        except error:
+            # NotSupported (PCIe-only GPU) or InvalidArgument (past this GPU's last link): no
+            # further link can answer either.
+            break
+        counts[remote] = counts.get(remote, 0) + 1
+    return tuple(sorted(counts.items()))
+
+
+def _mig_uuids(nvml, error, handle) -> tuple[str, ...]:
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        if current != _FEATURE_ENABLED:
+            return ()
+        slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    except (error, AttributeError):
+        return ()
+    uuids = []
+    for slot in range(slots):
+        try:
+            uuids.append(_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))))
+        except error:
+            continue  # an empty MIG slot answers NotFound
+    return tuple(u for u in uuids if u)
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value.strip() or None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__
