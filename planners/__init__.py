@@ -1,0 +1,123 @@
+"""Planners: turn a Topology and a job into a BindPlan (MindSpore's unified bind JSON).
+
+    import topo, planners
+    plan = planners.plan(topo.discover(), "exclusive")          # one process per accelerator
+    plan = planners.plan(t, "unique-contiguous", scope="socket", nproc=4)
+    json.dump(plan.to_json(), open("bind.json", "w"))
+
+Strategies are pure functions ``(Topology, Job, Options) -> BindPlan`` registered under the
+entry-point group ``topo.planners`` (ours are declared in pyproject.toml). A third party adds a mode
+by declaring ``[project.entry-points."topo.planners"] my-mode = "pkg.mod:function"``; the function
+may carry a ``summary`` attribute (one line for ``topo plan --list-modes``), or the entry point may
+name a ``planners.Planner`` directly.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from topo.errors import UsageError
+from topo.model import Topology
+
+from planners import gpu_affinity, msrun, torch
+from planners.bindjson import BindPlan, Problem, ProcessBinding, load_bind, validate_bind
+from planners.core import Job, Options, Planner
+
+ENTRY_POINT_GROUP = "topo.planners"
+
+BUILTIN: dict[str, Planner] = {p.name: p for p in (
+    Planner("msrun-auto", "msrun --bind_core=True CPU split (or --msrun-bind numa: --bind_numa=True nodes)",
+            msrun.plan_msrun_auto, "msrun"),
+    Planner("node", "torch: all allowed CPUs of the device's NUMA node", torch.plan_node, "torch"),
+    Planner("socket", "torch: all allowed CPUs of the device's socket", torch.plan_socket, "torch"),
+    Planner("exclusive", "torch: the node's physical cores split among its devices (lower ranks get the rest)",
+            torch.plan_exclusive, "torch"),
+    Planner("core-complex", "torch: one last-level-cache group (L3/CCX) of the node per device",
+            torch.plan_core_complex, "torch"),
+    Planner("all", "gpu_affinity: every core of the scope, node-local first", gpu_affinity.plan_all,
+            "gpu_affinity"),
+    Planner("single", "gpu_affinity: the first core of the scope", gpu_affinity.plan_single, "gpu_affinity"),
+    Planner("single-unique", "gpu_affinity: one core per device, never shared",
+            gpu_affinity.plan_single_unique, "gpu_affinity"),
+    Planner("unique-interleaved", "gpu_affinity: the scope's cores dealt out, every k-th core per device",
+            gpu_affinity.plan_unique_interleaved, "gpu_affinity"),
+    Planner("unique-contiguous", "gpu_affinity: the scope's cores cut into one block per device",
+            gpu_affinity.plan_unique_contiguous, "gpu_affinity"),
+)}
+
+_registry: dict[str, Planner] | None = None
+
+
+def normalize_mode(mode: str) -> str:
+    return mode.strip().lower().replace("_", "-")
+
+
+def registry() -> dict[str, Planner]:
+    """Every mode: ours, then those other packages declare under the ``topo.planners`` group."""
+    global _registry
+    if _registry is None:
+        reg = dict(BUILTIN)
+        for ep in _entry_points():
+            name = normalize_mode(ep.name)
+            if name in BUILTIN and ep.value.startswith("planners."):
+                continue  # our own declaration of a built-in
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken plug-in must not break the built-in modes
+                reg[name] = Planner(name, f"(failed to load {ep.value}: {exc})", _broken(ep.value, exc), "plugin")
+                continue
+            if isinstance(obj, Planner):
+                reg[normalize_mode(obj.name)] = obj
+            elif callable(obj):
+                summary = getattr(obj, "summary", None) or (obj.__doc__ or ep.value).strip().splitlines()[0]
+                reg[name] = Planner(name, summary, obj, "plugin")
+        _registry = reg
+    return _registry
+
+
+def _entry_points():
+    from importlib.metadata import entry_points
+
+    try:
+        return list(entry_points(group=ENTRY_POINT_GROUP))
+    except TypeError:  # Python < 3.10 API
+        return list(entry_points().get(ENTRY_POINT_GROUP, ()))
+
+
+def _broken(value, exc):
+    def strategy(topology, job, options):
+        raise UsageError(f"planner {value} failed to load: {exc}")
+    return strategy
+
+
+def modes() -> list[str]:
+    return list(registry())
+
+
+def get_planner(mode: str) -> Planner:
+    name = normalize_mode(mode)
+    reg = registry()
+    if name not in reg:
+        raise UsageError(f"unknown mode {mode!r}; choose one of {', '.join(reg)} (see `topo plan --list-modes`)")
+    return reg[name]
+
+
+def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequence[int] | None = None,
+         nproc: int | None = None, **options) -> BindPlan:
+    """Plan ``mode`` for ``topology``: one process per accelerator unless ``job``, ``devices`` (physical
+    ids, ``()`` for CPU-only) or ``nproc`` say otherwise. ``options`` are `planners.core.Options`
+    fields: scope, multithreading, balanced, min_physical_cores, max_physical_cores, memory,
+    msrun_bind, share, affinity, spread_nodes, modules, scheduler_range, scheduler_base,
+    actor_thread_fix_bind."""
+    planner = get_planner(mode)
+    opts = Options.from_kwargs(**options)
+    if job is None:
+        job = Job.for_topology(topology, devices=devices, nproc=nproc)
+    result = planner.strategy(topology, job, opts)
+    if not isinstance(result, BindPlan):
+        raise UsageError(f"planner {planner.name!r} returned {type(result).__name__}, not a BindPlan")
+    return result
+
+
+__all__ = ["plan", "modes", "registry", "get_planner", "Planner", "Job", "Options", "BindPlan",
+           "ProcessBinding", "Problem", "validate_bind", "load_bind", "ENTRY_POINT_GROUP"]

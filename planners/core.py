@@ -1,0 +1,354 @@
+"""What every strategy shares: the job, the options, and a per-topology view of allowed resources.
+
+A strategy is a pure function ``(Topology, Job, Options) -> BindPlan``: no files, no environment,
+no clock. The CLI (`planners.cli`) reads those and builds the arguments.
+
+Locality in one place (`Layout.home_of`): a device's *home* is the allowed NUMA node(s) with CPUs it
+belongs to. A device on a memory-only node (GH200/GB200 HBM) or on a node the cgroup does not allow
+is homed on the nearest allowed CPU-bearing node by the node distance matrix; a device with no NUMA
+information on the nodes its `local_cpus` touch. CPU-only ranks are homed on consecutive blocks of
+nodes, so a CPU-only job splits all allowed CPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Callable, Iterable, Sequence
+
+from topo.cpuset import CpuSet, union_all
+from topo.errors import UsageError
+from topo.model import Device, Topology
+
+from planners.bindjson import BindPlan, ProcessBinding, device_key
+
+ACCELERATOR_KINDS = ("gpu", "npu", "accel")
+
+
+# --------------------------------------------------------------------------- job
+@dataclass(frozen=True)
+class Job:
+    """Local rank r runs next to physical device ``devices[r]`` (None: a CPU-only rank)."""
+
+    devices: tuple[int | None, ...]
+
+    @property
+    def nproc(self) -> int:
+        return len(self.devices)
+
+    @property
+    def cpu_only(self) -> bool:
+        return all(d is None for d in self.devices)
+
+    def key(self, rank: int) -> str:
+        """The bind JSON key: ``device<physical id>``; a CPU-only rank uses its rank, as msrun's
+        DEVICE_ID does."""
+        d = self.devices[rank]
+        return device_key(rank if d is None else d)
+
+    @classmethod
+    def for_topology(cls, topology: Topology, *, devices: Sequence[int] | None = None,
+                     nproc: int | None = None) -> "Job":
+        """One process per accelerator by default; ``devices`` picks (and orders) physical ids,
+        ``devices=()`` asks for a CPU-only job; ``nproc`` takes the first N devices, or N CPU-only
+        processes when there are no devices."""
+        if nproc is not None and nproc < 1:
+            raise UsageError(f"--nproc-per-node must be at least 1, got {nproc}")
+        known = accelerators(topology)
+        by_id = {d.index: d for d in known}
+        if devices is None:
+            ids = [d.index for d in known]
+        else:
+            ids = [int(i) for i in devices]
+            seen = set()
+            for i in ids:
+                if i in seen:
+                    raise UsageError(f"device {i} listed twice in --devices; list each device once")
+                seen.add(i)
+                if i not in by_id:
+                    have = ",".join(str(d.index) for d in known) or "none"
+                    raise UsageError(f"device {i} is not in the topology (devices: {have}); "
+                                     "check --devices / CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES")
+        if not ids:
+            n = nproc if nproc is not None else max(1, len(_cpu_nodes(topology)))
+            return cls((None,) * n)
+        if nproc is None:
+            return cls(tuple(ids))
+        if nproc > len(ids):
+            raise UsageError(
+                f"{nproc} processes but only {len(ids)} devices ({','.join(map(str, ids))}); bind JSON "
+                "keys are per device, so use at most one process per device (or --devices none "
+                "for a CPU-only job)")
+        return cls(tuple(ids[:nproc]))
+
+
+def accelerators(topology: Topology) -> tuple[Device, ...]:
+    """The devices processes are placed next to: GPUs / NPUs / other accelerators of one kind
+    (the most numerous), by physical id."""
+    counts: dict[str, int] = {}
+    for d in topology.devices:
+        if d.kind in ACCELERATOR_KINDS:
+            counts[d.kind] = counts.get(d.kind, 0) + 1
+    if not counts:
+        return ()
+    kind = max(ACCELERATOR_KINDS, key=lambda k: (counts.get(k, 0), -ACCELERATOR_KINDS.index(k)))
+    return tuple(sorted((d for d in topology.devices if d.kind == kind), key=lambda d: d.index))
+
+
+# --------------------------------------------------------------------------- options
+SCOPES = ("node", "socket")
+MULTITHREADING = ("all-logical", "single-logical")
+MEMORY = ("numa", "none")
+MSRUN_BIND = ("core", "numa")
+SHARE = ("job", "host")
+SCHEDULER_BASES = ("free", "global", "device0")
+DEFAULT_MODULES = (("runtime", 4, 8), ("minddata", 9, 12), ("main", 13, 19))
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every knob of every mode; each mode reads the ones it documents."""
+
+    scope: str = "node"  # gpu_affinity
+    multithreading: str = "all-logical"  # gpu_affinity
+    balanced: bool = True  # gpu_affinity unique-*
+    min_physical_cores: int = 1  # gpu_affinity
+    max_physical_cores: int | None = None  # gpu_affinity (and a cap for every mode's explain)
+    memory: str = "numa"  # numa: bind memory to the process's home node; none: leave it
+    msrun_bind: str = "core"  # msrun-auto: core = --bind_core=True split, numa = --bind_numa=True
+    share: str = "job"  # msrun-auto: divide CPUs by the job's processes, or by all host devices
+    affinity: bool = True  # msrun-auto: False = msrun's no-affinity fallback (equal distribution)
+    spread_nodes: bool = False  # msrun-auto core: first move devices sharing a node to free nodes
+    modules: tuple[tuple[str, int, int], ...] | None = None  # gen_bind_json thread-module layout
+    scheduler_range: tuple[int, int] | None = None  # relative positions in the scheduler base
+    scheduler_base: str = "free"
+    actor_thread_fix_bind: bool | None = None
+
+    def __post_init__(self):
+        for name, allowed in (("scope", SCOPES), ("multithreading", MULTITHREADING), ("memory", MEMORY),
+                              ("msrun_bind", MSRUN_BIND), ("share", SHARE),
+                              ("scheduler_base", SCHEDULER_BASES)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise UsageError(f"{name.replace('_', '-')} must be one of {', '.join(allowed)}; got {value!r}")
+        if self.min_physical_cores < 1:
+            raise UsageError(f"--min-physical-cores must be at least 1, got {self.min_physical_cores}")
+        if self.max_physical_cores is not None and self.max_physical_cores < self.min_physical_cores:
+            raise UsageError(f"--max-physical-cores ({self.max_physical_cores}) is below "
+                             f"--min-physical-cores ({self.min_physical_cores})")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "Options":
+        names = {f.name for f in fields(cls)}
+        clean = {}
+        for k, v in kwargs.items():
+            key = k.replace("-", "_")
+            if key not in names:
+                raise UsageError(f"unknown planner option {k!r}; known: {', '.join(sorted(names))}")
+            if v is None and key not in ("max_physical_cores", "modules", "scheduler_range",
+                                         "actor_thread_fix_bind"):
+                continue
+            if isinstance(v, str) and key in ("scope", "multithreading", "memory"):
+                v = v.replace("_", "-").lower()
+            clean[key] = v
+        return cls(**clean)
+
+    def to_meta(self) -> dict:
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v != f.default:
+                out[f.name] = [list(m) for m in v] if f.name == "modules" else (
+                    list(v) if isinstance(v, tuple) else v)
+        return out
+
+
+# --------------------------------------------------------------------------- layout
+def _cpu_nodes(topology: Topology):
+    allowed = topology.allowed_pus & topology.pus
+    return [n for n in topology.cpu_nodes() if n.cpuset & allowed]
+
+
+class Layout:
+    """Allowed resources of one topology, precomputed once per plan (O(PUs + cores))."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.allowed = topology.allowed_pus & topology.pus
+        nodes = _cpu_nodes(topology)
+        self.node_ids: list[int] = [n.os_index for n in nodes]
+        self.node_cpus: dict[int, CpuSet] = {n.os_index: n.cpuset & self.allowed for n in nodes}
+        self.node_memory: dict[int, int] = {n.os_index: n.local_memory for n in nodes}
+        self.all_nodes = {n.os_index: n for n in topology.numa_nodes}
+        # physical cores restricted to allowed PUs, ordered by their lowest PU (torch's key)
+        cores = [c.cpuset & self.allowed for c in topology.cores]
+        self.cores: list[CpuSet] = sorted((c for c in cores if c), key=CpuSet.first)
+        self.core_of_pu: dict[int, int] = {}
+        for i, c in enumerate(self.cores):
+            for pu in c:
+                self.core_of_pu[pu] = i
+        self.packages = [p.cpuset & self.allowed for p in topology.packages if p.cpuset & self.allowed]
+        llc = [c.cpuset & self.allowed for c in topology.last_level_caches()]
+        self.llcs: list[CpuSet] = sorted({c for c in llc if c}, key=CpuSet.first)
+        self.devices = {d.index: d for d in accelerators(topology)}
+        if not self.node_ids and self.allowed:
+            # no NUMA information at all: one pseudo node 0 with every allowed CPU
+            self.node_ids = [0]
+            self.node_cpus = {0: self.allowed}
+            self.node_memory = {0: 0}
+        self.warnings: list[str] = []
+
+    # ---- locality -------------------------------------------------------
+    def home_of(self, device_id: int) -> tuple[int, ...]:
+        """The allowed CPU-bearing node(s) device ``device_id`` is local to (see module doc)."""
+        dev = self.devices.get(device_id)
+        if dev is None:
+            raise UsageError(f"device {device_id} is not in the topology")
+        node = dev.numa_node
+        if node is not None and node in self.node_cpus:
+            return (node,)
+        if node is not None and node in self.all_nodes:
+            near = self.nearest_cpu_node(node)
+            info = self.all_nodes[node]
+            if not info.memory_only and node not in self.topology.allowed_numa_nodes:
+                self.warnings.append(f"device {device_id}: its NUMA node {node} is not allowed by the cgroup; "
+                                     f"planned on the nearest allowed node {near}")
+            elif not info.memory_only and not (info.cpuset & self.allowed):
+                self.warnings.append(f"device {device_id}: no allowed CPUs on its NUMA node {node}; "
+                                     f"planned on the nearest node with allowed CPUs, {near}")
+            return (near,)
+        local = dev.local_cpus & self.allowed
+        touched = tuple(n for n in self.node_ids if self.node_cpus[n].intersects(local))
+        if touched:
+            return touched
+        self.warnings.append(f"device {device_id}: no NUMA node or local CPUs known; treated as local to "
+                             f"node {self.node_ids[0]}")
+        return (self.node_ids[0],)
+
+    def nearest_cpu_node(self, node: int) -> int:
+        """The allowed CPU-bearing node closest to ``node`` by the SLIT distances (ties: one whose
+        CPUs are in the node's locality, then the lowest id)."""
+        info = self.all_nodes.get(node)
+        dist = dict(info.distances) if info is not None else {}
+        locality = info.locality if info is not None else CpuSet()
+        if not self.node_ids:
+            raise UsageError("no allowed CPU in the topology: nothing to plan on")
+
+        def key(n):
+            return (dist.get(n, 1 << 30), 0 if self.node_cpus[n].intersects(locality) else 1, n)
+
+        return min(self.node_ids, key=key)
+
+    def homes(self, job: Job) -> list[tuple[int, ...]]:
+        """Home node(s) of each rank."""
+        if not self.node_ids:
+            raise UsageError("no allowed CPU in the topology: nothing to plan on")
+        out: list[tuple[int, ...]] = []
+        m = len(self.node_ids)
+        n = job.nproc
+        for r, dev in enumerate(job.devices):
+            if dev is not None:
+                out.append(self.home_of(dev))
+            elif n <= m:
+                out.append(tuple(self.node_ids[r * m // n:(r + 1) * m // n]))
+            else:
+                out.append((self.node_ids[r * m // n],))
+        return out
+
+    def cpus_of_nodes(self, nodes: Iterable[int]) -> CpuSet:
+        return union_all(self.node_cpus[n] for n in nodes)
+
+    def cores_in(self, cpus: CpuSet) -> list[CpuSet]:
+        """Physical cores (restricted to ``cpus``) with a PU in ``cpus``, by lowest PU."""
+        idx = sorted({self.core_of_pu[pu] for pu in cpus if pu in self.core_of_pu})
+        return [self.cores[i] & cpus for i in idx]
+
+    def package_cpus(self, cpus: CpuSet) -> CpuSet:
+        return union_all(p for p in self.packages if p.intersects(cpus))
+
+
+def node_value(nodes: Iterable[int]) -> int | str:
+    """A node set as the bind JSON writes it: an int for one node, else a cpulist string."""
+    s = CpuSet(nodes)
+    return s.first() if s.weight() == 1 else s.to_list()
+
+
+def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] | None], *, mode: str,
+               options: Options, layout: Layout, warnings: Iterable[str] = (),
+               orders: Sequence[Sequence[int]] | None = None) -> BindPlan:
+    """A cpu-mode plan from per-rank CPU sets and memory nodes (rank order).
+
+    With ``options.modules`` each rank's CPU list (``orders[r]``, else ascending) is cut into
+    thread modules at relative positions, and a scheduler entry is added (gen_bind_json's layout).
+    """
+    warnings = list(warnings)
+    procs = []
+    for r in range(job.nproc):
+        mem = memory[r]
+        mem_value = node_value(mem) if (mem and options.memory == "numa") else None
+        main = cpus[r]
+        if options.modules:
+            order = list(orders[r]) if orders is not None else list(main)
+            modules = tuple((name, CpuSet(_slice(order, lo, hi, job.key(r), name)).to_list())
+                            for name, lo, hi in options.modules)
+        else:
+            modules = (("main", main.to_list()),) if main else ()
+        procs.append(ProcessBinding(job.key(r), modules, memory=mem_value, local_rank=r))
+    if options.modules or options.scheduler_range:
+        procs.append(_scheduler(job, cpus, orders, options, layout, warnings))
+    return finish(BindPlan.build(procs, cpu_mode="cpu", memory_mode=options.memory,
+                                 actor_thread_fix_bind=options.actor_thread_fix_bind),
+                  job, mode=mode, options=options, layout=layout, warnings=warnings)
+
+
+def _slice(order: Sequence[int], lo: int, hi: int, owner: str, label: str) -> list[int]:
+    if len(order) <= hi:
+        raise UsageError(f"{owner}: cpu list length {len(order)} is less than required index {hi} for {label}; "
+                         "shrink the module ranges or use fewer processes")
+    return list(order[lo:hi + 1])
+
+
+def _scheduler(job: Job, cpus, orders, options: Options, layout: Layout, warnings: list) -> ProcessBinding:
+    lo, hi = options.scheduler_range or (20, 23)
+    everything = list(layout.allowed)
+    if options.scheduler_base == "device0":
+        base = list(orders[0]) if orders is not None else list(cpus[0])
+        if not base:
+            raise UsageError("scheduler base device0 has no CPUs; use --scheduler-base free or global")
+    elif options.scheduler_base == "global":
+        base = everything
+    else:
+        used = union_all(cpus)
+        base = [c for c in everything if c not in used]
+        if len(base) < hi + 1:
+            warnings.append("free CPU pool insufficient, using global available CPUs.")
+            base = everything
+    main = CpuSet(_slice(base, lo, hi, "scheduler", "main"))
+    return ProcessBinding("scheduler", (("main", main.to_list()),))
+
+
+def finish(plan: BindPlan, job: Job, *, mode: str, options: Options, layout: Layout,
+           warnings: Iterable[str] = ()) -> BindPlan:
+    meta = {"schema": "topo.bind/1", "mode": mode}
+    opts = options.to_meta()
+    if opts:
+        meta["options"] = opts
+    meta["topology"] = layout.topology.root
+    all_warnings = list(dict.fromkeys([*layout.warnings, *warnings, *plan.warnings]))
+    return BindPlan.build(plan.processes, cpu_mode=plan.cpu_mode, memory_mode=plan.memory_mode,
+                          actor_thread_fix_bind=plan.actor_thread_fix_bind, meta=meta,
+                          warnings=all_warnings)
+
+
+def threads(core: CpuSet, multithreading: str) -> CpuSet:
+    return core if multithreading == "all-logical" else CpuSet((core.first(),))
+
+
+Strategy = Callable[[Topology, Job, Options], BindPlan]
+
+
+@dataclass(frozen=True)
+class Planner:
+    name: str
+    summary: str
+    strategy: Strategy = field(compare=False)
+    family: str = ""

@@ -1,0 +1,96 @@
+"""PyTorch's four NUMA-binding strategies (`torch/numa/binding.py`, anchors §2.4).
+
+``node``
+    All allowed CPUs of the device's NUMA node. **Ex.:** GPUs 0 and 1 on node 3 (CPUs 48-63,
+    176-191) both get ``48-63,176-191``.
+``socket``
+    All allowed CPUs of the package(s) holding the device's node. Unlike torch, CPU-less and fully
+    disallowed nodes on that socket are skipped instead of crashing (``min()`` of an empty set).
+``exclusive``
+    The node's allowed CPUs as whole physical cores, split among the job's devices on that node in
+    device order; the lower-ranked devices get the remainder. **Ex.:** node 1 has 16 cores and
+    GPUs 2 and 3: GPU 2 gets cores 0-7 of the node, GPU 3 cores 8-15.
+``core-complex``
+    The node's last-level-cache groups (L3 / CCX), most allowed CPUs first; the i-th device of
+    the node gets group ``i % groups`` (shared, with a warning, when there are more devices).
+
+Memory (``--memory numa``) is bound to the device's home node.
+"""
+
+from __future__ import annotations
+
+from topo.cpuset import CpuSet, union_all
+from topo.errors import UsageError
+from topo.model import Topology
+
+from planners.bindjson import BindPlan
+from planners.core import Job, Layout, Options, build_plan
+
+
+def _groups(job: Job, homes) -> dict[tuple[int, ...], list[int]]:
+    """Ranks sharing a home, ordered by device id (torch: sorted GPUs of the node)."""
+    out: dict[tuple[int, ...], list[int]] = {}
+    for r, h in enumerate(homes):
+        out.setdefault(h, []).append(r)
+    for ranks in out.values():
+        ranks.sort(key=lambda r: (job.devices[r] if job.devices[r] is not None else r, r))
+    return out
+
+
+def plan_node(topology: Topology, job: Job, options: Options) -> BindPlan:
+    layout = Layout(topology)
+    homes = layout.homes(job)
+    cpus = [layout.cpus_of_nodes(h) for h in homes]
+    return build_plan(job, cpus, homes, mode="node", options=options, layout=layout)
+
+
+def plan_socket(topology: Topology, job: Job, options: Options) -> BindPlan:
+    layout = Layout(topology)
+    homes = layout.homes(job)
+    cpus = [layout.package_cpus(layout.cpus_of_nodes(h)) or layout.cpus_of_nodes(h) for h in homes]
+    return build_plan(job, cpus, homes, mode="socket", options=options, layout=layout)
+
+
+def plan_exclusive(topology: Topology, job: Job, options: Options) -> BindPlan:
+    layout = Layout(topology)
+    homes = layout.homes(job)
+    cpus: list[CpuSet] = [CpuSet()] * job.nproc
+    for home, ranks in _groups(job, homes).items():
+        cores = layout.cores_in(layout.cpus_of_nodes(home))
+        q, m = divmod(len(cores), len(ranks))
+        if q < 1:
+            what = "GPUs" if job.devices[ranks[0]] is not None else "processes"
+            raise UsageError(
+                f"There are only {len(cores)} physical cores on numa_node_index={_nodes(home)}, but there are "
+                f"{len(ranks)} {what} associated with this NUMA node; use --mode node (shared CPUs) "
+                "or fewer processes")
+        for i, r in enumerate(ranks):
+            start = i * q + min(i, m)
+            end = start + q + (1 if i < m else 0)
+            cpus[r] = union_all(cores[start:end])
+    return build_plan(job, cpus, homes, mode="exclusive", options=options, layout=layout)
+
+
+def plan_core_complex(topology: Topology, job: Job, options: Options) -> BindPlan:
+    layout = Layout(topology)
+    homes = layout.homes(job)
+    cpus: list[CpuSet] = [CpuSet()] * job.nproc
+    warnings = []
+    for home, ranks in _groups(job, homes).items():
+        node_cpus = layout.cpus_of_nodes(home)
+        groups = [c & node_cpus for c in layout.llcs if c.intersects(node_cpus)]
+        if not groups:
+            warnings.append(f"no cache information for node {_nodes(home)}: each process gets the whole node")
+            groups = [node_cpus]
+        groups.sort(key=lambda g: (-g.weight(), g.first()))
+        if len(ranks) > len(groups):
+            warnings.append(f"node {_nodes(home)} has {len(groups)} last-level cache groups for "
+                            f"{len(ranks)} processes: some processes share one (as torch does)")
+        for i, r in enumerate(ranks):
+            cpus[r] = groups[i % len(groups)]
+    return build_plan(job, cpus, homes, mode="core-complex", options=options, layout=layout,
+                      warnings=warnings)
+
+
+def _nodes(home) -> str:
+    return CpuSet(home).to_list()
