@@ -107,19 +107,64 @@ def discover(root: str | os.PathLike | None = None, *, include_disallowed: bool 
 
 
 def _node_groups(nodes: list[NumaNode], cpu_side: set[CpuSet], machine: CpuSet, pus: CpuSet):
-    """Groups for NUMA nodes whose locality matches no package/die/cache/core (hwloc adds one so
-    the node has a parent with exactly its CPUs): nodes spanning packages, sub-core nodes."""
-    seen = set()
+    """Groups as hwloc makes them: one per NUMA locality that matches no package/die/cache/core
+    (a node spanning packages, or smaller than a core), one holding CPU-less nodes that have no
+    locality, and those found by clustering the distance matrix."""
+    seen: set[CpuSet] = set()
     groups = []
     for node in nodes:
-        loc = node.locality
-        if not loc or loc == machine or loc in cpu_side or loc in seen:
+        loc = node.locality & machine
+        if loc == machine or loc in cpu_side or loc in seen:
             continue
         seen.add(loc)
-        members = tuple(n.os_index for n in nodes if n.locality == loc)
-        groups.append(Group(loc & pus, members, "numa"))
+        members = tuple(n.os_index for n in nodes if n.locality & machine == loc)
+        groups.append(Group(loc & pus, members, "numa" if loc else "cpu-less"))
+    for loc, members in _distance_groups(nodes, machine):
+        if loc == machine or loc in cpu_side or loc in seen:
+            continue
+        seen.add(loc)
+        groups.append(Group(loc & pus, members, "distance"))
     groups.sort(key=lambda g: (g.cpuset.first(), -g.cpuset.weight()))
     return tuple(groups)
+
+
+def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSet, tuple[int, ...]]]:
+    """Clusters of nodes closer to each other than to the rest (hwloc's groups by distances):
+    connect nodes whose distance is the matrix's smallest off-diagonal value; keep the result
+    only if it splits the nodes into several groups, and recurse one level up on the groups."""
+    ids = [n.os_index for n in nodes if n.distances]
+    if len(ids) <= 2:
+        return []
+    dist = {n.os_index: n.distances for n in nodes}
+    loc = {n.os_index: n.locality & machine for n in nodes}
+    members = [(i,) for i in ids]
+    out = []
+    while len(members) > 2:
+        def d(a, b):
+            return min(dist[x].get(y, 1 << 30) for x in a for y in b)
+        off = [d(a, b) for a in members for b in members if a != b]
+        best = min(off)
+        parent = list(range(len(members)))
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+        for x, a in enumerate(members):
+            for y, b in enumerate(members):
+                if x < y and d(a, b) <= best and d(b, a) <= best:
+                    parent[find(x)] = find(y)
+        clusters: dict[int, tuple[int, ...]] = {}
+        for x, a in enumerate(members):
+            clusters[find(x)] = clusters.get(find(x), ()) + a
+        if len(clusters) in (1, len(members)):
+            break
+        members = sorted(clusters.values())
+        for group in members:
+            if len(group) > 1:
+                out.append((union_all(loc[i] for i in group), tuple(sorted(group))))
+    return out
 
 
 def machine_cpus(topology: Topology) -> CpuSet:

@@ -39,8 +39,8 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Core:
-    os_index: int  # sysfs core_id: unique only within a package
-    package: int
+    os_index: int | None  # sysfs core_id: unique only within a package; None when sysfs has none
+    package: int | None  # None on machines without package information
     cpuset: CpuSet
 
 
@@ -207,16 +207,15 @@ class Topology:
             problems.append(f"PUs {self.pus - self.complete_pus} outside the complete set")
         covered = EMPTY
         for core in self.cores:
+            if core.package is None and not self.packages:
+                pass  # no package level at all
+            elif not any(p.os_index == core.package and core.cpuset <= p.cpuset for p in self.packages):
+                problems.append(f"core P#{core.os_index} not inside a package P#{core.package}")
             if not core.cpuset:
                 problems.append(f"core P#{core.os_index} of package {core.package} has no PU")
             if covered.intersects(core.cpuset):
                 problems.append(f"PUs {covered & core.cpuset} in two cores")
             covered |= core.cpuset
-            pkg = [p for p in self.packages if p.os_index == core.package]
-            if len(pkg) != 1:
-                problems.append(f"core P#{core.os_index} names unknown package {core.package}")
-            elif not core.cpuset <= pkg[0].cpuset:
-                problems.append(f"core P#{core.os_index} not inside package P#{core.package}")
         if covered != self.pus:
             problems.append(f"PUs not in exactly one core: {covered ^ self.pus}")
         seen = EMPTY

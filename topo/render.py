@@ -58,7 +58,8 @@ def _cpu_objects(t: Topology) -> list[_Node]:
         # Higher-level caches sit above lower ones with the same cpuset.
         objs.append(_Node("Cache", f"{label} L#{n} ({_fmt_size(c.size)})", c.cpuset, _RANK["Cache"] + (4 - c.level)))
     for i, c in enumerate(t.cores):
-        objs.append(_Node("Core", f"Core L#{i} (P#{c.os_index})", c.cpuset, _RANK["Core"]))
+        pindex = f" (P#{c.os_index})" if c.os_index is not None else ""
+        objs.append(_Node("Core", f"Core L#{i}{pindex}", c.cpuset, _RANK["Core"]))
     for i, pu in enumerate(t.pus):
         objs.append(_Node("PU", f"PU L#{i} (P#{pu})", CpuSet([pu]), _RANK["PU"]))
     return objs

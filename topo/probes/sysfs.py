@@ -85,12 +85,17 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         if pkg is None and core is None and not fs.exists(d):
             continue  # an online CPU without topology: hwloc ignores it as well
         topo[cpu] = {
-            "package": pkg if pkg is not None and pkg >= 0 else 0,
-            "core": core if core is not None and core >= 0 else cpu,
+            # No physical_package_id at all (PS3's Cell): no package object, as lstopo shows.
+            "package": None if pkg is None else max(pkg, 0),
+            "core": None if core is None else max(core, 0),
             "die": fs.read_int(f"{d}/die_id"),
             "cluster": fs.read_int(f"{d}/cluster_id"),
             "threads": fs.read_set(f"{d}/thread_siblings_list", f"{d}/thread_siblings")
             or fs.read_set(f"{d}/core_cpus_list", f"{d}/core_cpus"),
+            "package_cpus": fs.read_set(f"{d}/package_cpus_list", f"{d}/package_cpus")
+            or fs.read_set(f"{d}/core_siblings_list", f"{d}/core_siblings"),
+            "die_cpus": fs.read_set(f"{d}/die_cpus_list", f"{d}/die_cpus"),
+            "cluster_cpus": fs.read_set(f"{d}/cluster_cpus_list", f"{d}/cluster_cpus"),
             "dir": dirs[cpu],
         }
     online = CpuSet(topo)
@@ -103,13 +108,13 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
             )
         for cpu in online:
             topo[cpu] = {"package": 0, "core": cpu, "die": None, "cluster": None, "threads": None,
+                         "package_cpus": None, "die_cpus": None, "cluster_cpus": None,
                          "dir": dirs.get(cpu)}
 
-    # Packages: by physical_package_id, as lstopo numbers them.
-    pkg_sets: dict[int, int] = {}
-    for cpu, t in topo.items():
-        pkg_sets[t["package"]] = pkg_sets.get(t["package"], 0) | (1 << cpu)
-    packages = [Package(i, CpuSet.from_mask(m)) for i, m in pkg_sets.items()]
+    # Packages: each CPU's package_cpus (core_siblings) mask, as hwloc builds them: ia64 dumps
+    # reuse one physical_package_id for distinct sockets. Falls back to grouping by id.
+    packages = [Package(topo[c]["package"], s) for c, s in _sibling_sets(topo, "package_cpus", "package", online)
+                if topo[c]["package"] is not None]
     packages.sort(key=lambda p: p.cpuset.first())
     pkg_of = {cpu: t["package"] for cpu, t in topo.items()}
 
@@ -134,32 +139,45 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         assigned |= members.mask
         cores.append(Core(t["core"], t["package"], members))
 
-    dies = _grouped(topo, "die", packages, Die)
-    clusters = _grouped(topo, "cluster", packages, Cluster, cores=cores, dies=dies)
+    dies = [Die(topo[c]["die"], topo[c]["package"], s) for c, s in _sibling_sets(topo, "die_cpus", "die", online)]
+    if all(d.cpuset in {p.cpuset for p in packages} for d in dies):
+        dies = []  # one die per package: sysfs says nothing the package does not
+    clusters = [Cluster(topo[c]["cluster"], topo[c]["package"], s)
+                for c, s in _sibling_sets(topo, "cluster_cpus", "cluster", online)]
     caches = _caches(fs, topo, online)
     models = _cpu_models(fs, topo)
     if models:
         packages = [
             Package(p.os_index, p.cpuset, models.get(p.os_index)) for p in packages
         ]
+    # A cluster is a Group in hwloc: dropped where it repeats a core, a cache, a die or a package.
+    redundant = {o.cpuset for o in (*packages, *dies, *cores, *caches)}
+    clusters = [c for c in clusters if c.cpuset not in redundant]
     return RawCpus(complete | online, online, packages, dies, clusters, cores, caches, models)
 
 
-def _grouped(topo, key, packages, cls, cores=(), dies=()):
-    """Dies or clusters from their ids; dropped where they only repeat the package (or the core)."""
-    sets: dict[tuple[int, int], int] = {}
-    for cpu, t in topo.items():
-        ident = t[key]
-        if ident is None or ident < 0:
-            return []
-        sets[(t["package"], ident)] = sets.get((t["package"], ident), 0) | (1 << cpu)
-    pkg_sets = {p.cpuset for p in packages}
-    redundant = pkg_sets | {c.cpuset for c in cores} | {d.cpuset for d in dies}
-    objs = [cls(ident, pkg, CpuSet.from_mask(m)) for (pkg, ident), m in sets.items()]
-    if all(o.cpuset in redundant for o in objs):
-        return []
-    objs.sort(key=lambda o: o.cpuset.first())
-    return objs
+def _sibling_sets(topo: dict, mask_key: str, id_key: str, online: CpuSet) -> list[tuple[int, CpuSet]]:
+    """Distinct sets of CPUs sharing a package/die/cluster: from each CPU's sibling mask where
+    sysfs has one, else by (package, id). Returns (first CPU, set) pairs; [] when ids are absent."""
+    out = []
+    assigned = 0
+    for cpu in sorted(topo):
+        if assigned >> cpu & 1:
+            continue
+        t = topo[cpu]
+        if t[id_key] is None or t[id_key] < 0:
+            if id_key != "package":
+                return []  # no die_id / cluster_id: the kernel has no such level
+        mask = t[mask_key]
+        if mask:
+            members = (mask & online) | CpuSet([cpu])
+        else:
+            members = CpuSet(c for c, u in topo.items()
+                             if u[id_key] == t[id_key] and u["package"] == t["package"])
+        members = CpuSet.from_mask(members.mask & ~assigned)
+        assigned |= members.mask
+        out.append((cpu, members))
+    return out
 
 
 def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
@@ -280,13 +298,18 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
 
 
 def _nearest_cpus(i: int, cpus: dict[int, CpuSet], distances: dict[int, dict[int, int]]) -> CpuSet:
-    """CPUs of the CPU-bearing node(s) closest to memory-only node i (all CPUs if unknown)."""
+    """CPUs of the node(s) closest to CPU-less node i, by hwloc's rule: the nearest other nodes
+    must be strictly farther than i itself and must not be *all* the other nodes (a node
+    equidistant from everything has no locality: empty, attached to the machine)."""
     row = distances.get(i, {})
-    candidates = [(row[j], j) for j, c in cpus.items() if c and j in row]
-    if not candidates:
-        return union_all(cpus.values())
-    best = min(d for d, _ in candidates)
-    return union_all(cpus[j] for d, j in candidates if d == best)
+    others = [(row[j], j) for j in cpus if j != i and j in row]
+    if not others:
+        return EMPTY
+    best = min(d for d, _ in others)
+    nearest = [j for d, j in others if d == best]
+    if best <= row.get(i, 0) or len(nearest) == len(cpus) - 1:
+        return EMPTY
+    return union_all(cpus[j] for j in nearest)
 
 
 def _node_subtype(fs: FsRoot, i: int) -> str | None:
