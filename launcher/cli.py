@@ -1,0 +1,100 @@
+"""`topo launch` and `topo bind`: flags in, library call, exit code out."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+_SCRIPT_CONTEXT = {
+    # SCRIPT and everything after it belong to the script, options included (msrun's REMAINDER)
+    "allow_interspersed_args": False,
+    "help_option_names": ["-h", "--help"],
+}
+
+
+def _msrun_option(name: str, **kwargs):
+    """An msrun flag under its own spelling (--worker_num) and the dashed one (--worker-num)."""
+    dashed = name.replace("_", "-")
+    names = [f"--{name}"] + ([f"--{dashed}"] if dashed != name else [])
+    return click.option(*names, name, show_default=True, **kwargs)
+
+
+@click.command(context_settings=_SCRIPT_CONTEXT)
+@_msrun_option("worker_num", type=int, default=8, help="Workers in the whole job.")
+@_msrun_option("local_worker_num", type=int, default=8, help="Workers started on this node.")
+@_msrun_option("master_addr", default="127.0.0.1", help="Address of the scheduler (MindSpore) / rank 0 store (PyTorch).")
+@_msrun_option("master_port", type=int, default=8118, help="Port of the scheduler / store.")
+@_msrun_option("node_rank", type=int, default=-1, help="This node's index; -1 lets MindSpore assign ranks.")
+@_msrun_option("log_dir", default="", help="Directory for scheduler.log and worker_<rank>.log [default: cwd].")
+@_msrun_option("join", default="False", metavar="True|False",
+               help="Wait for the job, show its logs, stop it all when one worker fails.")
+@_msrun_option("cluster_time_out", type=int, default=600, help="MS_TOPO_TIMEOUT in seconds.")
+@_msrun_option("bind_core", default="False", metavar="True|False|JSON",
+               help="Pin CPUs: True (automatic) or '{\"device0\": [\"0-9\"], \"scheduler\": [...]}'.")
+@_msrun_option("bind_numa", default="False", metavar="True|False|JSON|FILE",
+               help="Bind NUMA nodes: True, a JSON table of node ids, or a unified bind JSON (file or inline).")
+@_msrun_option("sim_level", type=click.IntRange(-1, 3), default=-1, help="MindSpore simulation level (no scheduler).")
+@_msrun_option("sim_rank_id", type=int, default=-1, help="Simulate this one rank.")
+@_msrun_option("rank_table_file", default="", help="Exported as RANK_TABLE_FILE.")
+@_msrun_option("worker_log_name", default="", help="Worker log base name; {ip} and {hostname} are filled in.")
+@_msrun_option("tail_worker_log", default="-1", help="Ranks whose logs --join shows (comma list), -1 for all.")
+@click.option("--scheduler/--no-scheduler", default=None,
+              help="Force the MindSpore scheduler process on or off [default: on when master_addr is this "
+                   "machine and node_rank is 0 or -1]. PyTorch jobs need none.")
+@click.option("--dry-run", "--dry_run", "dry_run", is_flag=True,
+              help="Print each process's argv, binding and environment additions; start nothing.")
+@click.option("--grace-period", "--grace_period", "grace_period", type=float, default=5.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL when stopping the job.")
+@click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
+              help="If a binding is refused or does not take, run that process unbound instead of failing.")
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="Interpreter put before SCRIPT [default: the one running topo; msrun uses `python`].")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def launch(script, script_args, **flags):
+    """Start a distributed job's processes next to their CPUs, like msrun (and torchrun).
+
+    Every msrun flag works with msrun's names, defaults and values (--join=True, _ or - spellings).
+    SCRIPT runs as `python SCRIPT ARGS...` in a scheduler process (MindSpore, MS_ROLE=MS_SCHED) and
+    in each worker, with msrun's and torchrun's environment variables, logging to
+    LOG_DIR/scheduler.log and LOG_DIR/worker_<rank>.log.
+
+    \b
+    Examples:
+      topo launch --worker_num=8 --local_worker_num=8 --join=True --log_dir=logs net.py
+      topo launch --worker_num=2 --local_worker_num=2 --join=True --no-scheduler train.py  # PyTorch
+      topo plan --mode exclusive -o bind.json && topo launch --bind_numa=bind.json --dry-run net.py
+    """
+    from launcher.config import LaunchConfig
+    from launcher.run import launch as run_launch
+
+    if flags["python"] is None:
+        del flags["python"]
+    config = LaunchConfig(script=script, script_args=script_args, **flags)
+    result = run_launch(config)
+    sys.exit(result.exit_code)
+
+
+@click.command(context_settings=_SCRIPT_CONTEXT)
+@click.option("--bind-file", "bind_file", default=None, metavar="FILE",
+              help="Bind JSON (a path, or inline JSON) [default: $TOPO_BIND_FILE, then $MSRUN_BIND_FILE].")
+@click.option("--local-rank", "local_rank", type=int, default=None,
+              help="[default: $LOCAL_RANK, $SLURM_LOCALID, $OMPI_COMM_WORLD_LOCAL_RANK or $MPI_LOCALRANKID]")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def bind(bind_file, local_rank, command):
+    """Apply one process's binding from a bind JSON, then exec COMMAND in its place.
+
+    The process is the bind JSON's `device<N>` entry for this local rank (N is the physical device
+    it drives: CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES map it, else N = local rank). CPUs
+    are set with sched_setaffinity; memory binding execs through numactl, exactly as msrun would.
+
+    \b
+    Examples:
+      torchrun --nproc-per-node=8 --no-python topo bind --bind-file bind.json -- python train.py
+      srun --ntasks-per-node=8 topo bind --bind-file bind.json -- python train.py
+      mpirun -np 8 topo bind --bind-file bind.json -- ./app
+    """
+    from launcher.bindcmd import bind_and_exec
+
+    bind_and_exec(command, bind_file=bind_file, local_rank=local_rank)

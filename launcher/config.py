@@ -1,0 +1,108 @@
+"""LaunchConfig: msrun's flags (names, defaults, meaning) plus ours, validated on construction."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from topo.errors import UsageError
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One `topo launch` / `msrun` invocation.
+
+    Args (msrun's, same names and defaults as msrun 2.10):
+        script: the training script; `python` is put in front unless it is python/python3/pytest.
+        script_args: passed to the script untouched.
+        worker_num: workers in the whole job (MS_WORKER_NUM, RANK_SIZE, WORLD_SIZE).
+        local_worker_num: workers started on this node.
+        master_addr / master_port: the scheduler's address (MS_SCHED_HOST/PORT, MASTER_ADDR/PORT).
+        node_rank: this node's index; ranks are node_rank * local_worker_num + i; -1 = let the
+            cluster assign them (MindSpore only).
+        log_dir: where scheduler.log and worker_<rank>.log go ("" = the current directory).
+        join: wait for the job, tail its logs and report failures (msrun's default is False).
+        cluster_time_out: MS_TOPO_TIMEOUT in seconds.
+        bind_core / bind_numa: False, True (automatic), a table {"deviceX": ["0-9"]}, or for
+            bind_numa a unified bind JSON (file path or inline); strings are parsed as msrun does.
+        sim_level / sim_rank_id: MindSpore's dry-run simulation (no scheduler).
+        rank_table_file: exported as RANK_TABLE_FILE.
+        worker_log_name: base name instead of "worker"; {ip} and {hostname} are substituted.
+        tail_worker_log: ranks whose logs --join prints, "-1" (default) for all.
+
+    Ours:
+        scheduler: True/False forces starting the MindSpore scheduler process; None starts it
+            when the master address is this machine and node_rank is 0 or -1.
+        dry_run: plan and print, start nothing.
+        grace_period: seconds between SIGTERM and SIGKILL when the job is stopped.
+        bind_fallback: when a binding is refused or does not take, run the process unbound
+            instead of failing.
+        python: the interpreter put in front of the script; msrun uses the literal `python`
+            (whatever PATH finds), we default to the interpreter running topo.
+    """
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    worker_num: int = 8
+    local_worker_num: int = 8
+    master_addr: str = "127.0.0.1"
+    master_port: int = 8118
+    node_rank: int = -1
+    log_dir: str = ""
+    join: Any = False
+    cluster_time_out: int = 600
+    bind_core: Any = False
+    bind_numa: Any = False
+    sim_level: int = -1
+    sim_rank_id: int = -1
+    rank_table_file: str = ""
+    worker_log_name: str = ""
+    tail_worker_log: Any = "-1"
+    scheduler: bool | None = None
+    dry_run: bool = False
+    grace_period: float = 5.0
+    bind_fallback: bool = False
+    python: str = field(default_factory=lambda: sys.executable or "python")
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "script_args", tuple(self.script_args))
+        set_(self, "join", parse_literal_bool(self.join, "--join"))
+        set_(self, "bind_core", parse_bind_core(self.bind_core))
+        set_(self, "bind_numa", parse_bind_numa(self.bind_numa))
+        if not isinstance(self.tail_worker_log, tuple) and self.tail_worker_log is not None:
+            set_(self, "tail_worker_log", parse_tail_worker_log(self.tail_worker_log))
+        if self.worker_num <= 0:
+            raise UsageError(f"--worker_num must be greater than 0, got {self.worker_num}")
+        if self.local_worker_num <= 0:
+            raise UsageError(f"--local_worker_num must be greater than 0, got {self.local_worker_num}")
+        if self.local_worker_num > self.worker_num:
+            raise UsageError(
+                f"--local_worker_num={self.local_worker_num} exceeds --worker_num={self.worker_num}: "
+                "a node cannot start more workers than the whole job has"
+            )
+        if not 1 <= self.master_port <= 65535:
+            raise UsageError(f"--master_port={self.master_port} is outside 1-65535")
+        if self.node_rank < -1:
+            raise UsageError(f"--node_rank={self.node_rank}: give a node index >= 0, or -1")
+        if self.multi_node and self.node_rank >= 0:
+            last = (self.node_rank + 1) * self.local_worker_num - 1
+            if last >= self.worker_num:
+                raise UsageError(
+                    f"--node_rank={self.node_rank} with --local_worker_num={self.local_worker_num} gives ranks up to "
+                    f"{last}, beyond --worker_num={self.worker_num}; lower --node_rank or raise --worker_num"
+                )
+        if self.sim_level not in (-1, 0, 1, 2, 3):
+            raise UsageError(f"--sim_level={self.sim_level}: choose from 0, 1, 2, 3")
+        if self.grace_period < 0:
+            raise UsageError(f"--grace-period={self.grace_period} must not be negative")
+
+    @property
+    def multi_node(self) -> bool:
+        return self.local_worker_num < self.worker_num
+
+    @property
+    def simulation(self) -> bool:
+        return self.sim_level != -1

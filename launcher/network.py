@@ -1,0 +1,59 @@
+"""The master address as msrun treats it (spec/anchors.md §1.2, §1.4): resolved to an IP, "local"
+when one of this machine's interfaces carries it, and the source IP used to reach it ({ip})."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import socket
+
+from topo.errors import UsageError
+
+
+def resolve_master(addr: str) -> str:
+    """The IP for --master_addr: a literal as-is (brackets of "[::1]" dropped), else DNS."""
+    text = addr.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(text, None, socket.AF_UNSPEC, socket.SOCK_STREAM)[0][4][0]
+    except (OSError, IndexError) as exc:
+        raise UsageError(f"--master_addr={addr!r} does not resolve ({exc}); give an IP or a resolvable host name") from None
+
+
+def is_local(ip: str) -> bool:
+    """True when an interface of this machine carries `ip` (msrun reads `ip -j addr`; psutil gives
+    the same list without a child process), or when the route to it leaves from that same address."""
+    target = ipaddress.ip_address(ip)
+    import psutil
+
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                if ipaddress.ip_address(a.address.split("%")[0]) == target:
+                    return True
+            except ValueError:
+                continue
+    try:
+        return ipaddress.ip_address(local_ip(ip)) == target
+    except UsageError:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def local_ip(master_ip: str) -> str:
+    """The source address this machine uses towards `master_ip` (msrun's `{ip}` in
+    --worker_log_name): a UDP "connect" picks the route without sending anything."""
+    family = socket.AF_INET6 if ":" in master_ip else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((master_ip, 8117))
+            return s.getsockname()[0]
+    except OSError as exc:
+        raise UsageError(f"cannot find a route to --master_addr={master_ip} ({exc}); give an address this machine reaches") from None

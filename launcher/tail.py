@@ -1,0 +1,90 @@
+"""Copy the workers' log files to the console as they grow, each line prefixed with its process.
+
+msrun runs one `tail -f` per worker and kills them when the workers end, so the last lines can be
+lost (spec/launchers-observed.md §1.5). Here the launcher reads the files itself and drains them
+once more after every process has exited.
+
+A line without its newline yet is held back for one poll, then written as it is: pdb's "(Pdb) "
+prompt never gets a newline and must still reach the console.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence, TextIO
+
+_CHUNK = 1 << 16
+
+
+class _Follower:
+    def __init__(self, prefix: str, path: str):
+        self.prefix = prefix
+        self.path = path
+        self.fd: int | None = None
+        self.pending = b""  # a partial line waiting for its newline
+        self.pending_polls = 0
+        self.at_line_start = True
+
+    def read(self) -> bytes:
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return b""
+        chunks = []
+        while True:
+            chunk = os.read(self.fd, _CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class LogTailer:
+    def __init__(self, sources: Sequence[tuple[str, str]], out: TextIO):
+        """`sources`: (prefix, log path) pairs; text goes to `out`."""
+        self.followers = [_Follower(prefix, path) for prefix, path in sources]
+        self.out = out
+
+    def pump(self, final: bool = False) -> None:
+        """Write what the files gained since the last call; `final` also flushes partial lines
+        and closes the files."""
+        wrote = False
+        for f in self.followers:
+            data = f.read()
+            if data:
+                f.pending += data
+                f.pending_polls = 0
+            elif f.pending:
+                f.pending_polls += 1
+            if not f.pending:
+                continue
+            complete, newline, rest = f.pending.rpartition(b"\n")
+            text = complete + newline
+            if rest and (final or f.pending_polls >= 1):
+                text, rest = text + rest, b""
+            if text:
+                self._write(f, text)
+                wrote = True
+            f.pending = rest
+        if wrote:
+            self.out.flush()
+        if final:
+            for f in self.followers:
+                f.close()
+
+    def _write(self, f: _Follower, data: bytes) -> None:
+        text = data.decode("utf-8", errors="replace")
+        pieces = []
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            last = i == len(lines) - 1
+            if last and not line:
+                break  # text ended with a newline
+            pieces.append((f.prefix if f.at_line_start else "") + line + ("" if last else "\n"))
+            f.at_line_start = not last
+        self.out.write("".join(pieces))

@@ -1,0 +1,113 @@
+"""Check a started process's binding in /proc instead of assuming numactl / taskset did their job.
+
+- `/proc/<pid>/status` `Cpus_allowed_list`: the CPU affinity (taskset, --physcpubind, --cpunodebind).
+- `/proc/<pid>/numa_maps`: each mapping's memory policy; a mapping without its own policy shows
+  the task's (fs/proc/task_mmu.c falls back to it), so `bind:0` on the first line is what
+  `numactl --membind 0` set. `Mems_allowed_list` is the cgroup's cpuset.mems and does not change
+  with --membind (observed, spec/launchers-observed.md §1.7).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from launcher.binding import Binding
+from topo.cpuset import CpuSet
+from topo.errors import ParseError
+
+# numactl's words when the kernel (a container without CAP_SYS_NICE, a seccomp profile) refuses it.
+REFUSALS = ("Operation not permitted", "Permission denied")
+
+
+@dataclass(frozen=True)
+class Observed:
+    cpus: CpuSet  # Cpus_allowed_list
+    mems_allowed: CpuSet  # Mems_allowed_list
+    policy: str  # "default", "bind", "interleave", "prefer", ... ("" if unreadable)
+    policy_nodes: CpuSet  # nodes of the policy (empty for default)
+
+    def describe(self) -> str:
+        if self.policy == "bind":
+            memory = f"memory {'node' if self.policy_nodes.weight() == 1 else 'nodes'} {self.policy_nodes}"
+        elif self.policy in ("default", ""):
+            memory = f"memory {'node' if self.mems_allowed.weight() == 1 else 'nodes'} {self.mems_allowed}"
+        else:
+            memory = f"memory {self.policy} {self.policy_nodes}"
+        return f"CPUs {self.cpus}, {memory}"
+
+
+def read_observed(pid: int, proc: str = "/proc") -> Observed | None:
+    """What the kernel says about `pid`'s CPUs and memory policy; None if it is gone."""
+    try:
+        with open(f"{proc}/{pid}/status") as fh:
+            status = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    if "Cpus_allowed_list" not in fields:
+        return None  # a zombie has no mm and no affinity lines worth reading
+    try:
+        cpus = CpuSet.parse(fields["Cpus_allowed_list"])
+        mems = CpuSet.parse(fields.get("Mems_allowed_list", ""))
+    except ParseError:
+        return None
+    policy, nodes = "", CpuSet()
+    try:
+        with open(f"{proc}/{pid}/numa_maps") as fh:
+            first = fh.readline().split()
+        if len(first) >= 2:
+            policy, _, node_text = first[1].partition(":")
+            # "bind:0-1", "interleave:0,2", "prefer:1", "default", "prefer (many):..." is not split further
+            try:
+                nodes = CpuSet.parse(node_text) if node_text else CpuSet()
+            except ParseError:
+                nodes = CpuSet()
+    except OSError:  # no NUMA support compiled in, or the process went away meanwhile
+        pass
+    return Observed(cpus, mems, policy, nodes)
+
+
+def wait_for_exec(pid: int, command: tuple[str, ...], timeout: float, proc: str = "/proc") -> bool:
+    """Wait until `pid` runs `command` itself, i.e. numactl / taskset have applied the binding and
+    exec'd. False if it did not get there (it exited, or the timeout passed)."""
+    want = "\0".join(command).encode()
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while True:
+        try:
+            with open(f"{proc}/{pid}/cmdline", "rb") as fh:
+                got = fh.read().rstrip(b"\0")
+        except OSError:
+            return False
+        if got == want or got.startswith(want + b"\0"):
+            return True
+        if not got:  # a zombie: it exited before (or instead of) running the command
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
+
+
+def mismatch(binding: Binding, observed: Observed) -> str | None:
+    """What differs between the binding asked for and what the kernel shows; None if it matches."""
+    problems = []
+    if binding.cpus is not None and observed.cpus != binding.cpus:
+        problems.append(f"asked for CPUs {binding.cpus}, runs on CPUs {observed.cpus}")
+    if binding.memory is not None and (observed.policy != "bind" or observed.policy_nodes != binding.memory):
+        shown = f"{observed.policy}:{observed.policy_nodes}" if observed.policy_nodes else observed.policy
+        problems.append(f"asked for memory bound to nodes {binding.memory}, memory policy is {shown or 'unreadable'}")
+    return "; ".join(problems) or None
+
+
+def refusal_in(log_text: str) -> str | None:
+    """The line where numactl / taskset says the kernel refused the binding, if any."""
+    for line in log_text.splitlines():
+        if any(word in line for word in REFUSALS) and any(
+                call in line for call in ("set_mempolicy", "mbind", "sched_setaffinity", "numactl", "taskset")):
+            return line.strip()
+    return None
