@@ -82,15 +82,15 @@ class Job:
 
 
 def accelerators(topology: Topology) -> tuple[Device, ...]:
-    """The devices processes are placed next to: GPUs / NPUs / other accelerators of one kind
-    (the most numerous), by physical id."""
+    """The devices processes are placed next to: the GPUs, else the NPUs, else other
+    accelerators, by physical id."""
     counts: dict[str, int] = {}
     for d in topology.devices:
         if d.kind in ACCELERATOR_KINDS:
             counts[d.kind] = counts.get(d.kind, 0) + 1
     if not counts:
         return ()
-    kind = max(ACCELERATOR_KINDS, key=lambda k: (counts.get(k, 0), -ACCELERATOR_KINDS.index(k)))
+    kind = next(k for k in ACCELERATOR_KINDS if counts.get(k))  # GPUs, else NPUs (topo.visible's order)
     return tuple(sorted((d for d in topology.devices if d.kind == kind), key=lambda d: d.index))
 
 

@@ -197,4 +197,33 @@ def _emit(layout: Layout, job: Job, options: Options, lists: list[list[int]], me
                       layout=layout, warnings=warnings, orders=lists)
 
 
-__all__ = ["plan_msrun_auto", "assign_nodes", "node_value"]
+def parse_range(name: str, value: str) -> tuple[int, int]:
+    """gen_bind_json's strict ``start-end`` relative range, with its messages."""
+    text = value.strip()
+    lo, dash, hi = text.partition("-")
+    if not dash or not lo.strip().isdigit() or not hi.strip().isdigit():
+        raise UsageError(f"{name} must be in 'start-end' format, got '{value}'.")
+    a, b = int(lo), int(hi)
+    if a > b:
+        raise UsageError(f"{name} start must be <= end, got '{value}'.")
+    return a, b
+
+
+def parse_modules(text: str) -> tuple[tuple[str, int, int], ...]:
+    """``runtime=4-8,minddata=9-12,main=13-19`` -> (("runtime", 4, 8), ...), in the order given."""
+    from planners.bindjson import MODULES
+
+    out = []
+    for item in text.split(","):
+        name, eq, rng = item.strip().partition("=")
+        name = name.strip()
+        if not eq or name not in MODULES:
+            raise UsageError(f"bad module {item.strip()!r} in --modules {text!r}: write NAME=START-END "
+                             f"with NAME one of {', '.join(MODULES)}")
+        if any(name == m for m, _, _ in out):
+            raise UsageError(f"module {name!r} given twice in --modules {text!r}")
+        out.append((name, *parse_range(f"--modules {name}", rng)))
+    return tuple(out)
+
+
+__all__ = ["plan_msrun_auto", "assign_nodes", "node_value", "parse_range", "parse_modules"]

@@ -18,6 +18,8 @@ from topo.errors import TopoError
 # name -> "module:attribute"; a command appears here only once it works.
 SUBCOMMANDS: dict[str, str] = {
     "show": "topo.cli:show",
+    "plan": "planners.cli:plan",
+    "validate": "planners.cli:validate",
     "launch": "launcher.cli:launch",
     "bind": "launcher.cli:bind",
 }

@@ -1,0 +1,219 @@
+"""`topo plan` and `topo validate`: read the topology and environment, call the library, render.
+
+Everything impure (files, the environment, the live machine) happens here; the strategies only see
+a Topology, a Job and Options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from topo.errors import ParseError, UsageError
+
+MODE_HELP = ("msrun-auto, node, socket, exclusive, core-complex, all, single, single-unique, "
+             "unique-interleaved, unique-contiguous ('_' or '-'); see --list-modes")
+
+
+def load_topology(root: str | None, topology_file: str | None):
+    """--topology FILE (our JSON, or hwloc XML when topo can read it), else discover --root / live."""
+    if root and topology_file:
+        raise UsageError("give either --root or --topology, not both")
+    if topology_file:
+        import topo
+
+        loader = getattr(topo, "load_topology", None)
+        if loader is not None:
+            return loader(topology_file)
+        from topo.model import Topology
+
+        try:
+            with open(topology_file, encoding="utf-8") as f:
+                data = json.load(f)
+        except OSError as exc:
+            raise UsageError(f"cannot read topology file {topology_file}: {exc.strerror}") from exc
+        except ValueError as exc:
+            raise ParseError(f"topology file {topology_file} is not JSON ({exc}); "
+                             "write one with `topo show --json`") from exc
+        return Topology.from_dict(data)
+    from topo.discover import discover
+
+    return discover(root)
+
+
+def parse_devices(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    t = text.strip().lower()
+    if t in ("", "none", "cpu"):
+        return ()
+    out = []
+    for item in t.split(","):
+        item = item.strip()
+        if not item.isdigit():
+            raise UsageError(f"--devices takes physical device ids such as 0,1,3 (or 'none'), got {text!r}")
+        out.append(int(item))
+    return tuple(out)
+
+
+def visible_device_ids(topology) -> tuple[int, ...] | None:
+    """Physical ids of the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible,
+    in local-rank order (topo.visible); None when nothing filters them."""
+    try:
+        from topo.visible import visible_devices
+    except ImportError:
+        return None
+    if not topology.is_this_system:
+        return None
+    names = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
+             "CUDA_DEVICE_ORDER")
+    if not any(n in os.environ for n in names):
+        return None
+    return tuple(d.index for d in visible_devices(topology))
+
+
+def _list_modes() -> str:
+    from planners import registry
+
+    reg = registry()
+    width = max(len(n) for n in reg)
+    return "\n".join(f"{name.ljust(width)}  {p.summary}" for name, p in reg.items())
+
+
+@click.command()
+@click.option("--mode", metavar="MODE", help=f"Binding strategy: {MODE_HELP}.")
+@click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
+@click.option("--root", envvar="TOPO_ROOT", type=click.Path(file_okay=False), default=None,
+              help="Plan for the machine captured below DIR (DIR/sys, DIR/proc). Env: TOPO_ROOT.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False), default=None,
+              help="Plan for a topology saved with `topo show --json`.")
+@click.option("--nproc-per-node", type=int, default=None,
+              help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
+@click.option("--devices", default=None, metavar="IDS",
+              help="Physical device ids, comma separated, in local-rank order; 'none' for a CPU-only job. "
+                   "Default: the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible.")
+@click.option("--scope", type=click.Choice(["node", "socket"]), default="node", show_default=True,
+              help="gpu_affinity modes: the CPUs a device may use, its NUMA node or its socket.")
+@click.option("--multithreading", type=click.Choice(["all-logical", "single-logical", "all_logical",
+                                                      "single_logical"]),
+              default="all-logical", show_default=True,
+              help="gpu_affinity modes: all threads of each core, or the first one.")
+@click.option("--balanced/--no-balanced", default=True, show_default=True,
+              help="unique-* modes: the same number of cores for every device.")
+@click.option("--min-physical-cores", type=int, default=1, show_default=True,
+              help="gpu_affinity modes: fail if a device gets fewer physical cores.")
+@click.option("--max-physical-cores", type=int, default=None,
+              help="gpu_affinity modes: at most this many physical cores per device.")
+@click.option("--memory", type=click.Choice(["numa", "none"]), default="numa", show_default=True,
+              help="numa: bind each process's memory to its device's NUMA node; none: leave it.")
+@click.option("--msrun-bind", type=click.Choice(["core", "numa"]), default="core", show_default=True,
+              help="msrun-auto: --bind_core=True CPU split, or --bind_numa=True node assignment.")
+@click.option("--share", type=click.Choice(["job", "host"]), default="job", show_default=True,
+              help="msrun-auto: divide CPUs among this job's devices, or among all host devices (msrun).")
+@click.option("--modules", default=None, metavar="LAYOUT",
+              help="Thread modules at relative positions of each process's CPUs, gen_bind_json style: "
+                   "runtime=4-8,minddata=9-12,main=13-19 (adds a scheduler entry).")
+@click.option("--scheduler-range", default=None, metavar="START-END",
+              help="Scheduler CPUs: relative positions in the scheduler base (default 20-23 with --modules).")
+@click.option("--scheduler-base", type=click.Choice(["free", "global", "device0"]), default="free",
+              show_default=True, help="Scheduler CPUs taken from: CPUs of no device, all, or device0's.")
+@click.option("--explain", is_flag=True,
+              help="Print a table per process (device, node, CPUs, cores, L3, memory, locality) and "
+                   "warnings instead of the JSON (the JSON still goes to -o FILE).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the bind JSON to FILE (default: stdout).")
+def plan(mode, list_modes, root, topology_file, nproc_per_node, devices, scope, multithreading, balanced,
+         min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
+         scheduler_base, explain, output):
+    """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
+
+    \b
+    Example:
+        topo plan --mode exclusive -o bind.json
+        topo plan --mode unique-contiguous --scope socket --explain
+        topo launch --bind_numa=bind.json train.py
+    """
+    import planners
+    from planners.msrun import parse_modules, parse_range
+
+    if list_modes:
+        click.echo(_list_modes())
+        return
+    if not mode:
+        raise UsageError(f"--mode is required; one of {MODE_HELP}")
+    planners.get_planner(mode)  # fail on a bad mode before reading the machine
+    topology = load_topology(root, topology_file)
+    ids = parse_devices(devices)
+    if ids is None:
+        ids = visible_device_ids(topology)
+    result = planners.plan(
+        topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
+        balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
+        memory=memory, msrun_bind=msrun_bind, share=share,
+        modules=parse_modules(modules) if modules else None,
+        scheduler_range=parse_range("--scheduler-range", scheduler_range) if scheduler_range else None,
+        scheduler_base=scheduler_base,
+    )
+    text = json.dumps(result.to_json(), indent=2) + "\n"
+    if output and output != "-":
+        _write(output, text)
+    if explain:
+        from planners.explain import explain as render
+
+        click.echo(render(topology, result))
+    elif not output or output == "-":
+        sys.stdout.write(text)
+    if not explain:
+        for w in result.warnings:
+            click.echo(f"topo: warning: {w}", err=True)
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+@click.command()
+@click.argument("file", metavar="FILE")
+@click.option("--root", envvar="TOPO_ROOT", type=click.Path(file_okay=False), default=None,
+              help="Check against the machine captured below DIR. Env: TOPO_ROOT.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False), default=None,
+              help="Check against a topology saved with `topo show --json`.")
+def validate(file, root, topology_file):
+    """Check a bind JSON against msrun's schema and a topology (default: this machine).
+
+    Lists every problem with its JSON path and a fix; exits 1 if there is any.
+
+    \b
+    Example:
+        topo validate bind.json
+        topo validate bind.json --topology other-host.json
+    """
+    from planners.bindjson import Problem, load_bind, validate_bind
+
+    try:
+        loaded = load_bind(file)
+    except ParseError as exc:
+        problems = [Problem("", str(exc), "fix the file so that it is a JSON object (see `topo plan -o`)")]
+        data = None
+    else:
+        data = loaded.data
+        topology = load_topology(root, topology_file)
+        problems = validate_bind(data, topology)
+    if problems:
+        click.echo(f"{file}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+        for p in problems:
+            click.echo(f"  {p.path or '(file)'}: {p.message}")
+            if p.fix:
+                click.echo(f"    fix: {p.fix}")
+        sys.exit(1)
+    keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
+    click.echo(f"{file}: ok ({len(keys)} processes)")

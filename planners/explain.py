@@ -1,0 +1,107 @@
+"""`topo plan --explain`: one row per process and the warnings a reader should see.
+
+Columns: rank, JSON key, device, the device's NUMA node (``2>0`` when a memory-only or disallowed
+node is planned on the nearest node with CPUs), the CPUs, physical cores (and PUs), the L3
+(last-level cache) groups touched by their logical index, the memory node, and whether the CPUs
+are local to the device (``yes`` / ``partly`` / ``no``).
+"""
+
+from __future__ import annotations
+
+from topo.cpuset import CpuSet, union_all
+from topo.model import Topology
+
+from planners.bindjson import BindPlan, ProcessBinding, _as_set
+from planners.core import Layout
+
+
+def process_cpus(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> CpuSet:
+    """The CPUs a process ends up on: main CPUs (cpu mode) or its nodes' CPUs (numa mode)."""
+    if plan.cpu_mode == "cpu":
+        return proc.cpus("main")
+    if plan.cpu_mode == "numa" and proc.cpu_nodes is not None:
+        nodes = _as_set(proc.cpu_nodes)
+        return union_all(layout.node_cpus.get(n, CpuSet()) for n in nodes)
+    return CpuSet()
+
+
+def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
+    layout = Layout(topology)
+    rows: list[dict] = []
+    warnings: list[str] = list(plan.warnings)
+    options = plan.meta.get("options", {})
+    want_max = options.get("max_physical_cores")
+    owners: dict[int, list[str]] = {}  # core index -> keys touching it
+    sets: dict[str, CpuSet] = {}
+    for proc in plan.processes:
+        cpus = process_cpus(plan, proc, layout)
+        sets[proc.key] = cpus
+        dev = proc.device if proc.device in layout.devices and not proc.is_scheduler else None
+        home = layout.home_of(dev) if dev is not None else ()
+        raw_node = layout.devices[dev].numa_node if dev is not None else None
+        if dev is None:
+            node_text = "-"
+        elif raw_node is not None and home == (raw_node,):
+            node_text = str(raw_node)
+        else:
+            node_text = f"{'?' if raw_node is None else raw_node}>{CpuSet(home)}"
+        home_cpus = layout.cpus_of_nodes(home) if home else CpuSet()
+        if dev is None or not cpus:
+            local = "-"
+        elif cpus <= home_cpus:
+            local = "yes"
+        elif cpus.intersects(home_cpus):
+            local = "partly"
+        else:
+            local = "no"
+        cores = layout.cores_in(cpus)
+        for c in cores:
+            owners.setdefault(layout.core_of_pu[c.first()], []).append(proc.key)
+        l3 = [i for i, g in enumerate(layout.llcs) if g.intersects(cpus)]
+        rows.append({
+            "rank": "-" if proc.local_rank is None else str(proc.local_rank),
+            "key": proc.key,
+            "device": "-" if dev is None else str(dev),
+            "node": node_text,
+            "cpus": cpus.to_list() or "-",
+            "cores": f"{len(cores)} ({cpus.weight()} PUs)" if cpus else "-",
+            "l3": ("L3#" + CpuSet(l3).to_list()) if l3 else "-",
+            "memory": "-" if proc.memory is None else str(proc.memory),
+            "local": local,
+        })
+        if local in ("no", "partly") and not proc.is_scheduler:
+            remote = cpus - home_cpus
+            warnings.append(f"{proc.key}: CPUs {remote} are remote from device {dev} "
+                            f"(its node {CpuSet(home)} has CPUs {home_cpus})")
+        if want_max is not None and dev is not None and len(cores) < want_max:
+            warnings.append(f"{proc.key}: {len(cores)} physical cores, fewer than the {want_max} asked "
+                            "(--max-physical-cores)")
+    for idx in sorted(owners):
+        keys = sorted(set(owners[idx]))
+        if len(keys) < 2:
+            continue
+        core = layout.cores[idx]
+        parts = [sets[k] & core for k in keys]
+        if any(p != core for p in parts):
+            warnings.append(f"SMT siblings of core {core} are split across processes "
+                            f"{', '.join(keys)}")
+    return rows, list(dict.fromkeys(warnings))
+
+
+COLUMNS = (("rank", "RANK"), ("key", "KEY"), ("device", "DEVICE"), ("node", "NODE"), ("cpus", "CPUS"),
+           ("cores", "CORES"), ("l3", "L3"), ("memory", "MEM"), ("local", "LOCAL"))
+
+
+def explain(topology: Topology, plan: BindPlan) -> str:
+    rows, warnings = analyse(topology, plan)
+    meta = plan.meta
+    head = (f"mode {meta.get('mode', '?')}: {len(plan.workers())} processes on {topology.summary()}; "
+            f"bind_cpu_mode={plan.cpu_mode}, bind_memory_mode={plan.memory_mode}")
+    widths = {k: max(len(t), *(len(r[k]) for r in rows)) if rows else len(t) for k, t in COLUMNS}
+    lines = [head, "  ".join(t.ljust(widths[k]) for k, t in COLUMNS).rstrip()]
+    for r in rows:
+        lines.append("  ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS).rstrip())
+    if warnings:
+        lines.append("")
+        lines.extend(f"warning: {w}" for w in warnings)
+    return "\n".join(lines)
