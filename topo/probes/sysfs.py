@@ -182,6 +182,9 @@ def _sibling_sets(topo: dict, mask_key: str, id_key: str, online: CpuSet) -> lis
 
 def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
     seen: dict[tuple[int, str, CpuSet], Cache] = {}
+    # (indexN, sharing set) already read: the other CPUs of a shared cache need read only
+    # their sharing map, not level/type/size again (a quarter of the reads on big machines).
+    read_already: set[tuple[str, CpuSet]] = set()
     for cpu in sorted(topo):
         d = topo[cpu]["dir"]
         if d is None:
@@ -191,16 +194,19 @@ def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
             if not _INDEX_DIR.match(name):
                 continue
             idx = f"{base}/{name}"
-            level = fs.read_int(f"{idx}/level")
-            kind = (fs.read(f"{idx}/type") or "").lower()
-            if level is None or kind not in ("data", "instruction", "unified"):
-                continue
             shared = fs.read_set(f"{idx}/shared_cpu_list", f"{idx}/shared_cpu_map")
             if not shared:
                 # Empty sharing map (ia64, some VMs): the cache is private to the core.
                 shared = topo[cpu]["threads"] or CpuSet([cpu])
             # Some kernels report caches whose sharing map forgets the CPU itself.
             shared = (shared | CpuSet([cpu])) & online
+            if (name, shared) in read_already:
+                continue
+            read_already.add((name, shared))
+            level = fs.read_int(f"{idx}/level")
+            kind = (fs.read(f"{idx}/type") or "").lower()
+            if level is None or kind not in ("data", "instruction", "unified"):
+                continue
             key = (level, kind, shared)
             if key in seen:
                 continue
