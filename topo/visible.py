@@ -1,0 +1,214 @@
+"""Which physical device a job's local rank i gets: the runtimes' visible-device variables.
+
+`visible_devices(topology)[i]` is the device local rank i runs on, as the runtime would number it:
+
+- NVIDIA (CUDA): `CUDA_DEVICE_ORDER` orders the GPUs (PCI_BUS_ID, or FASTEST_FIRST, the default,
+  which for GPUs of one model is also bus order), then `CUDA_VISIBLE_DEVICES` picks from that order:
+  indices, `GPU-` UUID prefixes, `MIG-` UUIDs (a MIG instance runs where its GPU sits), `""` for no
+  GPU. As CUDA does, an index that does not exist (`-1`, a number past the last GPU) or a repeated
+  device ends the list there; a UUID prefix that matches no GPU or several is an error, because
+  CUDA would fail the job at its first CUDA call.
+- AMD (ROCm): `ROCR_VISIBLE_DEVICES` selects first, then `HIP_VISIBLE_DEVICES` (or
+  `CUDA_VISIBLE_DEVICES`, which HIP also honours) indexes into what is left.
+- Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists logical NPU ids; msrun maps local rank i to
+  `sorted(ids)[i]`, and so do we, so our plans and msrun agree on every process's device.
+
+A pure function of the topology and an environment mapping: planners and the launcher both call it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from typing import Mapping
+
+from topo.errors import UsageError
+from topo.model import Device, Topology
+from topo.probes.devices import ACCELERATOR_KINDS
+from topo.probes.sysfs import _bus_key
+
+_INT = re.compile(r"\A[+-]?\d+\Z")
+
+
+def default_kind(topology: Topology) -> str | None:
+    """The accelerator kind a job's processes go to: GPUs, else NPUs, else other accelerators."""
+    kinds = {d.kind for d in topology.devices}
+    return next((k for k in ACCELERATOR_KINDS if k in kinds), None)
+
+
+def visible_devices(topology: Topology, kind: str | None = None,
+                    env: Mapping[str, str] | None = None) -> list[Device]:
+    """The devices local ranks 0, 1, ... get, in order.
+
+    `env` defaults to this process's environment on the live machine and to no variables for a
+    topology read from elsewhere (another root, a JSON or XML file): a captured machine's devices
+    are not filtered by this shell's CUDA_VISIBLE_DEVICES.
+    """
+    if env is None:
+        env = os.environ if topology.is_this_system else {}
+    kind = kind or default_kind(topology)
+    if kind is None:
+        return []
+    devices = [d for d in topology.devices if d.kind == kind]
+    if kind == "gpu":
+        nvidia = [d for d in devices if d.vendor == "nvidia"]
+        amd = [d for d in devices if d.vendor == "amd"]
+        if nvidia:
+            migs = [d for d in topology.devices if d.kind == "mig"]
+            return _cuda(nvidia, migs, env)
+        if amd:
+            return _rocm(amd, env)
+    if kind == "npu":
+        return _ascend(devices, env)
+    return sorted(devices, key=lambda d: d.index)
+
+
+def device_for_rank(topology: Topology, local_rank: int, kind: str | None = None,
+                    env: Mapping[str, str] | None = None) -> Device:
+    """The device of one local rank; a UsageError that counts the visible devices if there is none."""
+    devices = visible_devices(topology, kind, env)
+    if not 0 <= local_rank < len(devices):
+        what = kind or default_kind(topology) or "accelerator"
+        raise UsageError(
+            f"local rank {local_rank} has no {what.upper()}: {len(devices)} visible"
+            f"{_describe_env(env if env is not None else (os.environ if topology.is_this_system else {}))}"
+        )
+    return devices[local_rank]
+
+
+# ---- NVIDIA --------------------------------------------------------------------------------------
+
+
+def _bus_order(devices: list[Device]) -> list[Device]:
+    return sorted(devices, key=lambda d: (_bus_key(d.busid) if d.busid else (1 << 33, 0, 0, 0), d.index))
+
+
+def _cuda(gpus: list[Device], migs: list[Device], env: Mapping[str, str]) -> list[Device]:
+    order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip() or "FASTEST_FIRST"
+    if order not in ("FASTEST_FIRST", "PCI_BUS_ID"):
+        raise UsageError(f"CUDA_DEVICE_ORDER={order!r} is not a CUDA order: use PCI_BUS_ID or FASTEST_FIRST")
+    base = _bus_order(gpus)
+    if order == "FASTEST_FIRST" and len({d.name for d in base if d.name}) > 1:
+        # CUDA ranks mixed models by its own speed estimate, which we cannot reproduce.
+        warnings.warn(
+            "GPUs of different models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may number them "
+            "differently from PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID", stacklevel=3,
+        )
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return base
+    chosen: list[Device] = []
+    for token in (t.strip() for t in spec.split(",")):
+        if token == "" and spec.strip() == "":
+            break  # CUDA_VISIBLE_DEVICES="" hides every GPU
+        if _INT.match(token):
+            n = int(token)
+            if not 0 <= n < len(base) or base[n] in chosen:
+                break  # CUDA stops at the first index that is not a new, existing GPU
+            chosen.append(base[n])
+        elif token.startswith("GPU-"):
+            device = _by_uuid_prefix(base, token, "CUDA_VISIBLE_DEVICES", "GPU")
+            if device in chosen:
+                break
+            chosen.append(device)
+        elif token.startswith("MIG-"):
+            device = _mig_parent(base, migs, token)
+            chosen.append(device)  # several MIG instances of one GPU are distinct devices
+        else:
+            raise UsageError(
+                f"CUDA_VISIBLE_DEVICES entry {token!r} is neither a GPU index nor a GPU-/MIG- UUID "
+                f"(e.g. CUDA_VISIBLE_DEVICES=0,1 or GPU-<uuid>)"
+            )
+    return chosen
+
+
+def _by_uuid_prefix(devices: list[Device], prefix: str, var: str, what: str) -> Device:
+    known = [d for d in devices if d.uuid]
+    if not known:
+        raise UsageError(
+            f"{var} names {prefix!r} but the topology has no {what} UUIDs "
+            f"(they come from NVML: install 'topo[nvidia]' and the NVIDIA driver, or use indices)"
+        )
+    hits = [d for d in known if d.uuid.startswith(prefix)]
+    if len(hits) == 1:
+        return hits[0]
+    uuids = ", ".join(d.uuid for d in known)
+    if not hits:
+        raise UsageError(f"{var}: no {what} UUID starts with {prefix!r} (known: {uuids})")
+    raise UsageError(
+        f"{var}: {prefix!r} matches {len(hits)} {what}s ({', '.join(d.uuid for d in hits)}); "
+        "give more of the UUID"
+    )
+
+
+def _mig_parent(gpus: list[Device], migs: list[Device], token: str) -> Device:
+    # Old drivers name an instance MIG-GPU-<gpu uuid>/<gi>/<ci>; its GPU is in the name.
+    m = re.match(r"\AMIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+\Z", token)
+    if m:
+        return _by_uuid_prefix(gpus, m.group(1), "CUDA_VISIBLE_DEVICES", "GPU")
+    mig = _by_uuid_prefix(migs, token, "CUDA_VISIBLE_DEVICES", "MIG instance")
+    for gpu in gpus:
+        if gpu.busid == mig.busid and gpu.index == mig.index:
+            return gpu
+    raise UsageError(f"CUDA_VISIBLE_DEVICES: MIG instance {token} belongs to no listed GPU")
+
+
+# ---- AMD ---------------------------------------------------------------------------------------
+
+
+def _rocm(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
+    devices = _bus_order(gpus)
+    rocr = env.get("ROCR_VISIBLE_DEVICES")
+    if rocr is not None:
+        devices = _select(devices, rocr, "ROCR_VISIBLE_DEVICES")
+    hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in env else "CUDA_VISIBLE_DEVICES"
+    hip = env.get(hip_var)
+    if hip is not None:
+        devices = _select(devices, hip, hip_var)
+    return devices
+
+
+def _select(devices: list[Device], spec: str, var: str) -> list[Device]:
+    chosen: list[Device] = []
+    if spec.strip() == "":
+        return chosen
+    for token in (t.strip() for t in spec.split(",")):
+        if _INT.match(token):
+            n = int(token)
+            if not 0 <= n < len(devices) or devices[n] in chosen:
+                break
+            chosen.append(devices[n])
+        elif token.startswith("GPU-"):
+            chosen.append(_by_uuid_prefix(devices, token, var, "GPU"))
+        else:
+            raise UsageError(f"{var} entry {token!r} is neither a GPU index nor a GPU- UUID")
+    return chosen
+
+
+# ---- Ascend ------------------------------------------------------------------------------------
+
+
+def _ascend(npus: list[Device], env: Mapping[str, str]) -> list[Device]:
+    by_id = {d.index: d for d in npus}
+    spec = (env.get("ASCEND_RT_VISIBLE_DEVICES") or "").strip()
+    if not spec:
+        return [by_id[i] for i in sorted(by_id)]  # msrun: unset or empty = every NPU, by logical id
+    ids = []
+    for token in (t.strip() for t in spec.split(",")):
+        if not token.isdigit():
+            raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES entry {token!r} is not an NPU id (e.g. 0,1,2,3)")
+        ids.append(int(token))
+    if len(set(ids)) != len(ids):
+        raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES={spec} names an NPU twice")
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        have = ",".join(str(i) for i in sorted(by_id)) or "none"
+        raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES={spec} names NPU {missing[0]}, but this machine's NPUs are {have}")
+    return [by_id[i] for i in sorted(ids)]
+
+
+def _describe_env(env: Mapping[str, str]) -> str:
+    names = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+    shown = [f"{n}={env[n]!r}" for n in names if n in env]
+    return f" ({', '.join(shown)})" if shown else ""
