@@ -51,12 +51,19 @@ class FsRoot:
     def read(self, path: str, default: str | None = None) -> str | None:
         """The file's text, stripped; `default` when it does not exist or cannot be read.
 
-        Sysfs attributes that exist but refuse reads (EINVAL, EIO on some firmware files) count as
-        absent: hwloc treats every sysfs attribute as optional information the same way.
+        Sysfs attributes that exist but fail with EINVAL/EIO/ENODEV (some firmware files) count as
+        absent, as hwloc treats them; a permission error or a directory where a file belongs is an
+        error naming the path.
         """
         try:
             with open(self._prefix + path, "rb") as f:
                 data = f.read()
+        except (PermissionError, IsADirectoryError) as exc:
+            # Present but unreadable: silently dropping it would yield a wrong topology.
+            raise ProbeError(
+                f"cannot read {self.path(path)}: {exc.strerror} "
+                "(run topo as a user who can read it, or point --root at a readable copy)"
+            ) from None
         except OSError:
             return default
         try:
