@@ -70,8 +70,9 @@ def show(root, as_json, include_disallowed, probes):
     wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
     topology = discover(root, include_disallowed=include_disallowed, probes=wanted)
     if as_json:
-        json.dump(topology.to_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        # One write: json.dump() streams thousands of small chunks, each a syscall when stdout
+        # is unbuffered (PYTHONUNBUFFERED=1, as under many job launchers).
+        sys.stdout.write(json.dumps(topology.to_dict(), indent=2) + "\n")
     else:
         from topo.render import render_text
 
