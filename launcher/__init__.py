@@ -1,0 +1,12 @@
+"""Start a distributed job's processes next to their CPUs: `topo launch` (msrun's interface, also
+for PyTorch jobs) and `topo bind` (apply one process's binding under any other launcher).
+
+    from launcher import LaunchConfig, launch
+    result = launch(LaunchConfig("train.py", worker_num=2, local_worker_num=2, join=True, scheduler=False))
+    result.exit_code
+"""
+
+from launcher.config import LaunchConfig
+from launcher.run import LaunchError, LaunchResult, launch
+
+__all__ = ["LaunchConfig", "LaunchError", "LaunchResult", "launch"]

@@ -15,13 +15,12 @@ def msrun_auto(topology: Topology, keys: Sequence[str], kind: str) -> tuple[list
     """Per process key (`device<physical id>`, in local-rank order): the CPUs (`kind="cpu"`) or
     NUMA nodes (`kind="numa"`) msrun's automatic allocation gives it; plus the planner's warnings."""
     import planners
-    from planners.core import accelerators
+    from planners.core import Job, accelerators
 
-    devices = None
-    if accelerators(topology):
-        devices = [int(k[len("device"):]) for k in keys]
-    plan = planners.plan(topology, "msrun-auto", msrun_bind="core" if kind == "cpu" else "numa",
-                         devices=devices, nproc_per_node=len(keys), memory="none")
+    # a CPU-only machine has no devices to be next to: the planner splits the allowed CPUs
+    devices = [int(k[len("device"):]) for k in keys] if accelerators(topology) else [None] * len(keys)
+    plan = planners.plan(topology, "msrun-auto", job=Job(tuple(devices)),
+                         msrun_bind="core" if kind == "cpu" else "numa", memory="none")
     lists: list[list[int] | None] = []
     for key in keys:
         try:

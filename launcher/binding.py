@@ -241,7 +241,8 @@ def _check_ids(table, allowed: CpuSet, flag: str, label: str, topology: Topology
                     what = f"this machine allows CPUs {allowed} (see `topo show`)"
                 else:
                     what = f"the NUMA nodes with CPUs this process may use are {allowed}"
-                raise UsageError(f"{flag}: {label} {bad} of {key} is not available: {what}")
+                which = f"{label} {bad} of {key} is" if bad.weight() == 1 else f"{label}s {bad} of {key} are"
+                raise UsageError(f"{flag}: {which} not available: {what}")
 
 
 def _auto(auto_plan, topology: Topology, physical: list[int], kind: str, warnings: list[str]):
