@@ -202,7 +202,6 @@ def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
             shared = (shared | CpuSet([cpu])) & online
             if (name, shared) in read_already:
                 continue
-            read_already.add((name, shared))
             level = fs.read_int(f"{idx}/level")
             kind = (fs.read(f"{idx}/type") or "").lower()
             if level is None or kind not in ("data", "instruction", "unified"):
@@ -213,6 +212,7 @@ def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
             size = _size_bytes(fs, f"{idx}/size")
             if not size:
                 continue  # hwloc ignores zero-sized caches (some VMs, PowerPC L1i)
+            read_already.add((name, shared))
             seen[key] = Cache(
                 level, kind, size, shared,
                 fs.read_int(f"{idx}/coherency_line_size"),
