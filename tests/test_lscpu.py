@@ -1,0 +1,165 @@
+"""lscpu parsers on the captured outputs, and the discovery fallback when sysfs hides NUMA nodes."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import machines
+import topo
+from samples import sample
+from topo.cpuset import CpuSet
+from topo.errors import ParseError
+from topo.probes import lscpu
+from topo.probes.devices import REPLAY_ENV
+
+KUNPENG_NODES = {n: CpuSet.range(24 * n, 24 * n + 23) for n in range(8)}
+
+
+@pytest.mark.parametrize("path", [
+    "cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt",  # util-linux >= 2.37: "(N instances)"
+    "cpu/lscpu_kunpeng920-4s-8numa_euleros-modelarts.txt",  # older: NUMA lines before Vendor ID
+])
+def test_summary_kunpeng_both_layouts(path):
+    summary = lscpu.parse_summary(sample(path))
+    assert summary.numa_nodes == KUNPENG_NODES
+    assert summary.fields["Socket(s)"] == "4" and summary.fields["Model name"] == "Kunpeng-920"
+    assert summary.cache_totals["L3"] == 192 << 20
+
+
+def test_summary_instances_give_per_instance_size():
+    summary = lscpu.parse_summary(sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt"))
+    assert summary.cache_sizes == {"L1d": 64 << 10, "L1i": 64 << 10, "L2": 512 << 10, "L3": 24 << 20}
+    old = lscpu.parse_summary(sample("cpu/lscpu_kunpeng920-4s-8numa_euleros-modelarts.txt"))
+    assert old.cache_sizes == {}  # a total without a count: sized later from the rows' instances
+
+
+def test_summary_gh200_counts_only_nodes_with_cpus():
+    summary = lscpu.parse_summary(sample("cpu/lscpu_gh200-grace-1socket.txt"))
+    assert sorted(summary.numa_nodes) == list(range(9))
+    assert summary.cpu_nodes == {0: CpuSet.range(0, 71)}
+    assert summary.cache_sizes["L3"] == 114 << 20
+
+
+def test_old_per_instance_cache_size():
+    summary = lscpu.parse_summary("L2 cache:            1024K\nL3 cache:  32768K\nNUMA node(s): 1\nNUMA node0 CPU(s): 0-3\n")
+    assert summary.cache_sizes == {"L2": 1 << 20, "L3": 32 << 20}
+
+
+def test_table_gh200_quad_grace_large_cache_ids():
+    rows = lscpu.parse_table(sample("cpu/lscpu-e_gh200-quad-grace-288cpu.txt"))
+    built = lscpu.build_cpus(rows, lscpu.LscpuSummary(cache_sizes={"L3": 114 << 20}))
+    assert built.online == CpuSet.range(0, 287)
+    assert [n.cpuset for n in built.nodes] == [CpuSet.range(72 * s, 72 * s + 71) for s in range(4)]
+    assert len(built.packages) == 4 and len(built.cores) == 288
+    assert [c.cpuset for c in built.caches] == [CpuSet.range(72 * s, 72 * s + 71) for s in range(4)]
+
+
+def test_table_noctua2_nps4_and_ccx():
+    rows = lscpu.parse_table(sample("cpu/lscpu-e_noctua2-2x-epyc7763-nps4-8numa.txt"))
+    built = lscpu.build_cpus(rows, lscpu.LscpuSummary(cache_sizes={"L3": 32 << 20}))
+    assert [n.cpuset for n in built.nodes] == [CpuSet.range(16 * n, 16 * n + 15) for n in range(8)]
+    assert len([c for c in built.caches if c.level == 3]) == 16
+
+
+def test_table_smt_siblings_share_a_core():
+    rows = lscpu.parse_table(sample("cpu/lscpu-e_noctua2-login-1x-epyc-smt-4numa.txt"))
+    built = lscpu.build_cpus(rows)
+    assert len(built.cores) == 64 and built.cores[0].cpuset == CpuSet([0, 64])
+    assert built.caches == []  # no summary, no sizes: caches left out rather than sized 0
+
+
+PARSABLE_NEW = """\
+# The following is the parsable format, which can be fed to other
+# programs. Each different item in every column has an unique ID
+# starting usually from zero.
+# CPU,Core,Socket,Node,,L1d,L1i,L2,L3
+0,0,0,0,,0,0,0,0
+1,1,0,0,,1,1,1,0
+2,2,1,1,,2,2,2,1
+3,3,1,1,,3,3,3,1
+4,0,0,0,,0,0,0,0
+5,1,0,0,,1,1,1,0
+6,2,1,1,,2,2,2,1
+7,3,1,1,,3,3,3,1
+"""
+
+PARSABLE_OLD = """\
+# CPU,Core,Socket,Node,L1d:L1i:L2:L3
+0,0,0,,0:0:0:0
+1,1,0,,1:1:1:0
+"""
+
+
+def test_parsable_both_cache_layouts():
+    rows = lscpu.parse_parsable(PARSABLE_NEW)
+    assert rows[4] == lscpu.CpuRow(4, 0, 0, 0, (("L1d", 0), ("L1i", 0), ("L2", 0), ("L3", 0)))
+    old = lscpu.parse_parsable(PARSABLE_OLD)
+    assert old[1].node is None and dict(old[1].caches) == {"L1d": 1, "L1i": 1, "L2": 1, "L3": 0}
+
+
+def test_parse_errors_name_the_line():
+    with pytest.raises(ParseError, match="no '# CPU,Core,...' header"):
+        lscpu.parse_parsable("0,0,0,0\n")
+    with pytest.raises(ParseError, match="cannot read line 'x,0,0,0'"):
+        lscpu.parse_parsable("# CPU,Core,Socket,Node\nx,0,0,0\n")
+    with pytest.raises(ParseError, match="'CPU ...' header"):
+        lscpu.parse_table("NODE SOCKET\n0 0\n")
+
+
+def test_generated_kunpeng_matches_its_lscpu():
+    """The Atlas 800 generator agrees with the host's captured lscpu (cross-check of tests/machines.py)."""
+    m = machines.kunpeng_ascend(machines.ATLAS800_910B3_BUSIDS, "x")
+    nodes = {}
+    for c in range(m.ncpus):
+        nodes.setdefault(m.cpu(c)[2], []).append(c)
+    summary = lscpu.parse_summary(sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt"))
+    assert {n: CpuSet(cs) for n, cs in nodes.items()} == summary.cpu_nodes
+
+
+@pytest.fixture
+def hidden_numa_root(tmp_path):
+    """The generated Atlas 800 host as a container sees it: no /sys/devices/system/node."""
+    root = machines.build(machines.kunpeng_ascend(machines.ATLAS800_910B3_BUSIDS, "c"), tmp_path / "c")
+    shutil.rmtree(root / "sys/devices/system/node")
+    return root
+
+
+def test_discovery_falls_back_to_lscpu(hidden_numa_root, monkeypatch):
+    parsable = "# CPU,Core,Socket,Node,,L1d,L1i,L2,L3\n" + "".join(
+        f"{c},{c},{c // 48},{c // 24},,{c},{c},{c},{c // 24}\n" for c in range(192))
+    outputs = {tuple(lscpu.PARSABLE_ARGS): parsable,
+               ("lscpu",): sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt")}
+    monkeypatch.setattr(lscpu, "run", lambda args, timeout=lscpu.TIMEOUT: outputs[tuple(args)])
+    monkeypatch.setenv(REPLAY_ENV, "1")
+    t = topo.discover(hidden_numa_root, probes=())
+    assert [n.cpuset for n in t.numa_nodes] == list(KUNPENG_NODES.values())
+    assert t.probes["lscpu"] == "ok (8 NUMA nodes)"
+    # the NPUs' sysfs numa_node now names a real node
+    assert {d.numa_node for d in t.devices if d.kind == "npu"} == {0, 2, 4, 6}
+    t.check()
+
+
+def test_no_lscpu_fallback_on_a_captured_root(hidden_numa_root):
+    t = topo.discover(hidden_numa_root, probes=())
+    assert len(t.numa_nodes) == 1 and t.probes["lscpu"] == "off: not this system"
+
+
+def test_lscpu_failure_keeps_sysfs_view(hidden_numa_root, monkeypatch):
+    def broken(args, timeout=lscpu.TIMEOUT):
+        raise topo.ProbeError("'lscpu -p=CPU,CORE,SOCKET,NODE,CACHE' timed out after 10s")
+
+    monkeypatch.setattr(lscpu, "run", broken)
+    monkeypatch.setenv(REPLAY_ENV, "1")
+    t = topo.discover(hidden_numa_root, probes=())
+    assert len(t.numa_nodes) == 1
+    assert t.probes["lscpu"] == "unavailable: 'lscpu -p=CPU,CORE,SOCKET,NODE,CACHE' timed out after 10s"
+
+
+def test_live_lscpu_runs():
+    """The real lscpu of this machine parses (util-linux is installed in CI)."""
+    if shutil.which("lscpu") is None:
+        pytest.skip("no lscpu")
+    built = lscpu.probe_lscpu()
+    assert built.online and built.cores

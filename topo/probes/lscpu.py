@@ -1,0 +1,309 @@
+"""`lscpu`: the CPU side of the topology when sysfs does not give it.
+
+Some containers hide /sys/devices/system/node (and sometimes the per-CPU topology directories);
+msrun reads NUMA nodes from `lscpu` alone. We fall back to `lscpu -p=CPU,CORE,SOCKET,NODE,CACHE`
+for packages, cores, NUMA nodes and cache sharing, and to plain `lscpu` for cache sizes.
+
+Three text formats, three pure parsers:
+- `lscpu -p=...` (parsable): `# CPU,Core,Socket,Node,,L1d,L1i,L2,L3` then `0,0,0,0,,0,0,0,0`
+  (util-linux 2.38); older versions put the caches in one `L1d:L1i:L2:L3` field. Empty = unknown.
+- `lscpu -e` (table): a header of column names (`CPU NODE SOCKET CORE L1d:L1i:L2:L3 ONLINE ...`) in
+  any order and subset; `-` = unknown.
+- `lscpu` (summary): `Key: value` lines. Two layouts exist: util-linux >= 2.37 prints a cache's
+  total with `(N instances)`; 2.34-2.36 the total alone; older ones the per-instance size as
+  `32768K`. `NUMA nodeN CPU(s):` may be empty: GH200 lists its GPU-memory nodes that way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field, replace
+
+from topo.cpuset import CpuSet
+from topo.errors import ParseError, ProbeError
+from topo.fsroot import FsRoot
+from topo.model import Cache, Core, NumaNode, Package
+from topo.probes.sysfs import RawCpus, RawNodes
+
+TIMEOUT = 10.0
+PARSABLE_ARGS = ["lscpu", "-p=CPU,CORE,SOCKET,NODE,CACHE"]
+_CACHE_NAME = re.compile(r"\AL(\d)([di]?)\Z", re.I)
+_SIZE = re.compile(r"\A([\d.]+)\s*([KMGT]?)(i?B)?\Z", re.I)
+
+
+@dataclass(frozen=True)
+class CpuRow:
+    cpu: int
+    core: int | None
+    socket: int | None
+    node: int | None
+    caches: tuple[tuple[str, int], ...] = ()  # (("L1d", 0), ("L3", 1), ...)
+    online: bool = True
+
+
+@dataclass
+class LscpuSummary:
+    fields: dict[str, str] = field(default_factory=dict)
+    numa_nodes: dict[int, CpuSet] = field(default_factory=dict)  # every listed node, CPU-less too
+    cache_sizes: dict[str, int] = field(default_factory=dict)  # "L3" -> bytes per instance (if known)
+    cache_totals: dict[str, int] = field(default_factory=dict)  # "L3" -> bytes, all instances
+
+    @property
+    def cpu_nodes(self) -> dict[int, CpuSet]:
+        return {n: c for n, c in self.numa_nodes.items() if c}
+
+
+def _opt_int(text: str) -> int | None:
+    text = text.strip()
+    if text in ("", "-"):
+        return None
+    if not text.isdigit():
+        raise ParseError(f"expected a number or '-', found {text!r}")
+    return int(text)
+
+
+def parse_parsable(text: str) -> list[CpuRow]:
+    """`lscpu -p=CPU,CORE,SOCKET,NODE,CACHE` (either cache layout)."""
+    columns = None
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            header = line[1:].strip()
+            if header.upper().startswith("CPU,"):
+                columns = [c.strip() for c in header.split(",")]
+            continue
+        if not line.strip():
+            continue
+        if columns is None:
+            raise ParseError("lscpu -p output has no '# CPU,Core,...' header line")
+        values = line.split(",")
+        row = dict(zip(columns, values))
+        caches = []
+        for name, value in row.items():
+            if ":" in name:  # old layout: one L1d:L1i:L2:L3 field
+                for sub, v in zip(name.split(":"), value.split(":")):
+                    if _opt_int(v) is not None:
+                        caches.append((sub, int(v)))
+            elif _CACHE_NAME.match(name) and _opt_int(value) is not None:
+                caches.append((name, int(value)))
+        try:
+            rows.append(CpuRow(int(row["CPU"]), _opt_int(row.get("Core", "")), _opt_int(row.get("Socket", "")),
+                               _opt_int(row.get("Node", "")), tuple(caches)))
+        except (KeyError, ValueError, ParseError) as exc:
+            raise ParseError(f"lscpu -p: cannot read line {line.strip()!r}: {exc}") from None
+    if not rows:
+        raise ParseError("lscpu -p output lists no CPU")
+    return rows
+
+
+def parse_table(text: str) -> list[CpuRow]:
+    """`lscpu -e[=...]`: columns by their header names, `-` for unknown."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].split() or lines[0].split()[0] != "CPU":
+        raise ParseError("lscpu -e output does not start with a 'CPU ...' header")
+    columns = lines[0].split()
+    rows = []
+    for line in lines[1:]:
+        values = line.split()
+        if len(values) < len(columns):
+            # MAXMHZ/MINMHZ/MHZ may be absent on some rows; the key columns come first
+            values += [""] * (len(columns) - len(values))
+        row = dict(zip(columns, values))
+        caches = []
+        for name, value in row.items():
+            if ":" in name:
+                for sub, v in zip(name.split(":"), value.split(":")):
+                    if _opt_int(v) is not None:
+                        caches.append((sub, int(v)))
+        try:
+            rows.append(CpuRow(
+                int(row["CPU"]), _opt_int(row.get("CORE", "")), _opt_int(row.get("SOCKET", "")),
+                _opt_int(row.get("NODE", "")), tuple(caches), row.get("ONLINE", "yes") != "no",
+            ))
+        except (ValueError, ParseError) as exc:
+            raise ParseError(f"lscpu -e: cannot read line {line.strip()!r}: {exc}") from None
+    return rows
+
+
+def _bytes(text: str) -> int | None:
+    m = _SIZE.match(text.strip())
+    if not m:
+        return None
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2).upper()]
+    return round(float(m.group(1)) * scale)
+
+
+def parse_summary(text: str) -> LscpuSummary:
+    """Plain `lscpu`, both layouts."""
+    out = LscpuSummary()
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        out.fields.setdefault(key, value)
+        m = re.fullmatch(r"NUMA node(\d+) CPU\(s\)", key)
+        if m:
+            try:
+                out.numa_nodes[int(m.group(1))] = CpuSet.parse(value)
+            except ParseError as exc:
+                raise ParseError(f"lscpu: {key}: {exc}") from None
+            continue
+        m = re.fullmatch(r"(L\d[di]?) cache", key)
+        if m:
+            name = m.group(1)
+            inst = re.fullmatch(r"(.+?)\s*\((\d+) instances?\)", value)
+            if inst:
+                total = _bytes(inst.group(1))
+                if total is not None:
+                    out.cache_totals[name] = total
+                    out.cache_sizes[name] = total // int(inst.group(2))
+            elif re.fullmatch(r"\d+K", value):
+                out.cache_sizes[name] = _bytes(value)  # util-linux < 2.34: per instance
+            elif _bytes(value) is not None:
+                out.cache_totals[name] = _bytes(value)  # 2.34-2.36: total, count unknown here
+    count = out.fields.get("NUMA node(s)")
+    if count and count.isdigit():
+        for n in range(int(count)):
+            out.numa_nodes.setdefault(n, CpuSet())
+    return out
+
+
+# ---- building the CPU side -------------------------------------------------------------------
+
+
+@dataclass
+class LscpuCpus:
+    online: CpuSet
+    packages: list[Package]
+    cores: list[Core]
+    caches: list[Cache]
+    nodes: list[NumaNode]
+
+
+def build_cpus(rows: list[CpuRow], summary: LscpuSummary | None = None) -> LscpuCpus:
+    """Packages, cores, caches and NUMA nodes from lscpu rows (online CPUs only).
+
+    Cache sizes come from the summary: per instance when it says so, else its total divided by the
+    number of instances the rows show. Without a size a cache is left out, as hwloc drops
+    zero-sized caches. NUMA nodes are the rows' NODE ids; CPU-less nodes are not built: lscpu says
+    neither their memory nor their distances.
+    """
+    rows = [r for r in rows if r.online]
+    online = CpuSet(r.cpu for r in rows)
+
+    def grouped(key) -> dict:
+        groups: dict = {}
+        for r in rows:
+            k = key(r)
+            if k is not None:
+                groups[k] = groups.get(k, CpuSet()) | CpuSet([r.cpu])
+        return groups
+
+    packages = [Package(s, c) for s, c in grouped(lambda r: r.socket if r.socket is not None else 0).items()]
+    packages.sort(key=lambda p: p.cpuset.first())
+    cores = [Core(core, sock, c) for (sock, core), c in grouped(
+        lambda r: (r.socket if r.socket is not None else 0, r.core if r.core is not None else r.cpu)).items()]
+    cores.sort(key=lambda c: c.cpuset.first())
+
+    caches = []
+    names = sorted({name for r in rows for name, _ in r.caches})
+    for name in names:
+        m = _CACHE_NAME.match(name)
+        if not m:
+            continue
+        level, suffix = int(m.group(1)), m.group(2).lower()
+        kind = {"d": "data", "i": "instruction", "": "unified"}[suffix]
+        sets = grouped(lambda r, name=name: dict(r.caches).get(name))
+        size = None
+        if summary is not None:
+            size = summary.cache_sizes.get(name)
+            if size is None and name in summary.cache_totals and sets:
+                size = summary.cache_totals[name] // len(sets)
+        if size:
+            caches.extend(Cache(level, kind, size, c) for c in sets.values())
+    caches.sort(key=lambda c: (c.level, c.type != "data", c.cpuset.first()))
+
+    node_sets = grouped(lambda r: r.node)
+    if not node_sets and summary is not None:
+        node_sets = summary.cpu_nodes
+    nodes = [NumaNode(n, c & online, 0, False, c & online, {}) for n, c in sorted(node_sets.items()) if c & online]
+    return LscpuCpus(online, packages, cores, caches, nodes)
+
+
+# ---- the probe ---------------------------------------------------------------------------------
+
+
+def run(args: list[str], timeout: float = TIMEOUT) -> str:
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, errors="replace",
+                              env=dict(os.environ, LC_ALL="C"))  # English keys, '.' decimals
+    except FileNotFoundError:
+        raise ProbeError("lscpu not found (install util-linux)") from None
+    except subprocess.TimeoutExpired:
+        raise ProbeError(f"'{' '.join(args)}' timed out after {timeout:g}s") from None
+    if done.returncode != 0:
+        raise ProbeError(f"'{' '.join(args)}' failed (exit {done.returncode}): {done.stderr.strip()[:120]}")
+    return done.stdout
+
+
+def sysfs_lacks_cpu_topology(fs: FsRoot) -> bool:
+    """True when no CPU has a sysfs topology directory (the sysfs probe then assumed one core per PU)."""
+    base = "/sys/devices/system/cpu"
+    return not any(fs.exists(f"{base}/{name}/topology") for name in fs.listdir(base)
+                   if re.fullmatch(r"cpu\d+", name))
+
+
+def probe_lscpu(runner=None) -> LscpuCpus:
+    """Run lscpu (parsable, then the summary for cache sizes) and build the CPU side."""
+    runner = runner or run
+    rows = parse_parsable(runner(PARSABLE_ARGS))
+    try:
+        summary = parse_summary(runner(["lscpu"]))
+    except (ProbeError, ParseError):
+        summary = None  # sizes are a bonus; the layout stands without them
+    return build_cpus(rows, summary)
+
+
+def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None) -> tuple[RawCpus, RawNodes, str | None]:
+    """Discovery's hook: where sysfs had no NUMA nodes or no CPU topology, take lscpu's.
+
+    Returns the (possibly replaced) CPU side and NUMA nodes, and a status for
+    `Topology.probes["lscpu"]` (None when sysfs had everything and lscpu was not asked).
+    lscpu runs on this machine only: on a captured root it would describe the wrong one.
+    """
+    need_nodes = not nodes.from_sysfs
+    need_cpus = sysfs_lacks_cpu_topology(fs)
+    if not (need_nodes or need_cpus):
+        return cpus, nodes, None
+    from topo.probes.devices import REPLAY_ENV
+
+    if not (fs.is_this_system or os.environ.get(REPLAY_ENV) == "1"):
+        return cpus, nodes, "off: not this system"
+    try:
+        found = probe_lscpu(runner)
+    except (ProbeError, ParseError) as exc:
+        return cpus, nodes, f"unavailable: {exc}"
+    online = cpus.online
+    used = []
+    if need_cpus:
+        def restrict(objs):
+            return [replace(o, cpuset=o.cpuset & online) for o in objs if o.cpuset & online]
+
+        cpus = replace(cpus, packages=restrict(found.packages), cores=restrict(found.cores),
+                       caches=restrict(found.caches) or cpus.caches, dies=[], clusters=[])
+        used.append(f"{len(cpus.packages)} packages, {len(cpus.cores)} cores")
+    if need_nodes and found.nodes:
+        kept = [replace(n, cpuset=n.cpuset & online, locality=n.locality & online)
+                for n in found.nodes if n.cpuset & online]
+        covered = CpuSet()
+        for n in kept:
+            covered |= n.cpuset
+        if covered == online:
+            nodes = RawNodes(kept, [], False)
+            used.append(f"{len(kept)} NUMA node{'' if len(kept) == 1 else 's'}")
+        else:
+            return cpus, nodes, f"ignored: lscpu's NUMA nodes miss CPUs {online - covered}"
+    return cpus, nodes, "ok (" + ", ".join(used) + ")" if used else "ok (nothing new)"
