@@ -357,11 +357,26 @@ def test_unreadable_optional_attribute_counts_as_absent(tmp_path):
     assert len(got["caches"]) == len(expected["caches"])  # cpu0's L3 is read again from cpu1
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_file_without_read_permission_counts_as_absent(tmp_path):
-    root = build(tmp_path, Machine(**TWO_SOCKETS))
-    (root / "sys/devices/system/node/node1/distance").chmod(0)
-    assert discover(root).numa_node(1).distances == {}
+@pytest.mark.parametrize("how", ["directory", "no-permission"])
+@pytest.mark.parametrize("rel", ["sys/devices/system/node/node1/distance",
+                                 "sys/fs/cgroup/job/cpuset.cpus.effective"])
+def test_file_that_refuses_to_be_read_is_an_error_naming_it(tmp_path, rel, how):
+    # Present but unreadable for a reason that is not the kernel's (EACCES, EISDIR): dropping it
+    # would give a wrong topology (an unreadable cgroup cpuset would allow every CPU).
+    root = build(tmp_path, Machine(**TWO_SOCKETS, cgroup=Cgroup(2, cpus="0-7", mems="0")))
+    target = root / rel
+    if how == "directory":
+        target.unlink()
+        target.mkdir()
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root reads files whatever their mode")
+        target.chmod(0)
+    with pytest.raises(ProbeError) as err:
+        topo.discover(root)
+    assert str(target) in str(err.value)
+    result = show(root)
+    assert result.exit_code == 1 and str(target) in result.stderr
 
 
 def test_unlistable_directory_is_an_error_naming_it(tmp_path):

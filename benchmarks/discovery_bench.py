@@ -1,0 +1,125 @@
+"""Discovery speed against hwloc's lstopo on the largest captured machines (issue 2 §7).
+
+For each fixture root, measured in the same run (best of N wall-clock times):
+  lstopo   whole process: HWLOC_FSROOT=R HWLOC_COMPONENTS=linux,stop lstopo-no-graphics --of xml -
+  discover in-process topo.discover(R), modules already imported
+  show     whole process: topo show --json --root R
+
+Targets: discover <= 1.0x lstopo, show <= 2.0x lstopo. For reference, `python` is the bare
+interpreter start (`python -c pass`, site included), the floor under any Python command.
+
+Child Pythons run with bytecode caching on (PYTHONDONTWRITEBYTECODE dropped, the cache in a temp
+dir via PYTHONPYCACHEPREFIX) as an installed `topo` does; pass --no-pyc to keep the caller's setting.
+
+    python benchmarks/discovery_bench.py [-n 15] [FIXTURE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SYSFS = REPO / "tests" / "fixtures" / "sysfs"
+LARGEST = ["128arm-2pa2n8cluster4co", "128ia64-17n4s2c", "96em64t-4no4pa3ca2co"]
+TARGETS = {"discover": 1.0, "show": 2.0}
+
+
+def extract(name: str, dest: Path) -> Path:
+    """The root of fixture `name`: the single folder inside its tarball (named as it likes)."""
+    out = dest / name
+    out.mkdir()
+    with tarfile.open(SYSFS / f"{name}.tar.bz2") as tar:
+        tar.extractall(out, filter="tar")
+    (inner,) = [p for p in out.iterdir() if p.is_dir()]
+    return inner
+
+
+def best_of(n: int, fn) -> float:
+    best = float("inf")
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run_quiet(argv: list[str], env: dict[str, str]) -> None:
+    result = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+
+
+def topo_command() -> list[str]:
+    script = shutil.which("topo")
+    return [script] if script else [sys.executable, "-m", "topo"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("fixtures", nargs="*", default=LARGEST)
+    ap.add_argument("-n", "--repeat", type=int, default=15, help="runs per measurement (best is kept)")
+    ap.add_argument("--no-pyc", action="store_true", help="keep the environment's bytecode settings")
+    args = ap.parse_args()
+
+    lstopo = shutil.which("lstopo-no-graphics")
+    if not lstopo:
+        print("lstopo-no-graphics not found: apt-get install hwloc", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(REPO))
+    import topo  # noqa: E402  (imported before timing: in-process means warm modules)
+
+    base_env = {k: v for k, v in os.environ.items() if k not in ("TOPO_ROOT", "HWLOC_FSROOT")}
+    show_cmd = topo_command()
+    version = subprocess.run([lstopo, "--version"], capture_output=True, text=True).stdout.strip()
+    misses = []
+    with tempfile.TemporaryDirectory(prefix="topo-bench-") as tmp:
+        if not args.no_pyc:
+            base_env.pop("PYTHONDONTWRITEBYTECODE", None)
+            base_env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        bare = [sys.executable, "-c", "pass"]
+        run_quiet(bare, base_env)
+        t_python = best_of(args.repeat, lambda: run_quiet(bare, base_env))
+        pyc = "off (environment)" if args.no_pyc and "PYTHONDONTWRITEBYTECODE" in base_env else "cached"
+        print(f"{version}; topo: {' '.join(show_cmd)}; python {sys.version.split()[0]} (bytecode {pyc}); "
+              f"best of {args.repeat}")
+        print()
+        header = (f"{'fixture':<26} {'PUs':>4} {'lstopo ms':>9} {'discover ms':>11} {'ratio':>6} "
+                  f"{'show ms':>8} {'ratio':>6} {'python ms':>9}")
+        print(header)
+        print("-" * len(header))
+        for name in args.fixtures:
+            root = extract(name, Path(tmp))
+            hw_env = {**base_env, "HWLOC_FSROOT": str(root), "HWLOC_COMPONENTS": "linux,stop"}
+            lstopo_argv = [lstopo, "--of", "xml", "-"]
+            show_argv = [*show_cmd, "show", "--json", "--root", str(root)]
+            # warm the page cache and check that every command works before timing
+            run_quiet(lstopo_argv, hw_env)
+            run_quiet(show_argv, base_env)
+            pus = topo.discover(root).pus.weight()
+
+            t_lstopo = best_of(args.repeat, lambda: run_quiet(lstopo_argv, hw_env))
+            t_discover = best_of(args.repeat, lambda: topo.discover(root))
+            t_show = best_of(args.repeat, lambda: run_quiet(show_argv, base_env))
+            r_discover, r_show = t_discover / t_lstopo, t_show / t_lstopo
+            print(f"{name:<26} {pus:>4} {t_lstopo * 1e3:>9.1f} {t_discover * 1e3:>11.1f} {r_discover:>5.2f}x "
+                  f"{t_show * 1e3:>8.1f} {r_show:>5.2f}x {t_python * 1e3:>9.1f}")
+            if r_discover > TARGETS["discover"]:
+                misses.append(f"{name}: discover {r_discover:.2f}x > {TARGETS['discover']}x")
+            if r_show > TARGETS["show"]:
+                misses.append(f"{name}: show --json {r_show:.2f}x > {TARGETS['show']}x")
+    print()
+    print(f"targets: discover <= {TARGETS['discover']}x lstopo, show --json <= {TARGETS['show']}x lstopo")
+    print("all targets met" if not misses else "over target: " + "; ".join(misses))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
