@@ -63,12 +63,24 @@ root_option = click.option(
               help="Also show CPUs and NUMA nodes the cgroup cpuset / affinity does not allow.")
 @click.option("--probes", default=None, metavar="LIST",
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
-def show(root, as_json, include_disallowed, probes):
+@click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
+              help="Read the topology from FILE instead of probing: an hwloc XML export "
+                   "(lstopo --of xml FILE) or the output of topo show --json.")
+@click.pass_context
+def show(ctx, root, as_json, include_disallowed, probes, from_file):
     """Show the topology: packages, NUMA nodes, caches, cores, PUs and devices."""
-    from topo.discover import discover
+    if from_file is not None:
+        from topo.errors import UsageError
+        from topo.loader import load_topology
 
-    wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
-    topology = discover(root, include_disallowed=include_disallowed, probes=wanted)
+        if ctx.get_parameter_source("root") == click.core.ParameterSource.COMMANDLINE:
+            raise UsageError("--from FILE and --root DIR both name a machine: give one of them")
+        topology = load_topology(from_file)
+    else:
+        from topo.discover import discover
+
+        wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
+        topology = discover(root, include_disallowed=include_disallowed, probes=wanted)
     if as_json:
         # One write: json.dump() streams thousands of small chunks, each a syscall when stdout
         # is unbuffered (PYTHONUNBUFFERED=1, as under many job launchers).

@@ -143,6 +143,11 @@ def merge_runtime(devices: list[Device], found: list[Device], kind: str) -> tupl
     return out, dropped
 
 
+def sort_devices(devices: list[Device]) -> list[Device]:
+    """Accelerators first, then MIG instances, NICs, NVMe; by index within a kind."""
+    return sorted(devices, key=lambda d: (_KIND_ORDER.get(d.kind, 99), d.index, d.uuid or ""))
+
+
 def _numa_from_cpus(device: Device, topology: Topology) -> Device:
     """A device sysfs gives no node (-1, or no PCI entry) gets the one node its CPUs lie in."""
     if device.numa_node is not None or not device.local_cpus or device.local_cpus == topology.pus:
@@ -310,7 +315,7 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
         # A MIG instance sits where its GPU sits; its index is the GPU's physical id.
         devices.extend(replace(gpu, kind="mig", name=f"MIG on GPU{gpu.index}", uuid=uuid, memory=None)
                        for uuid in migs[gpu.index])
-    devices.sort(key=lambda d: (_KIND_ORDER.get(d.kind, 99), d.index, d.uuid or ""))
+    devices = sort_devices(devices)
     chains = {}
     for d in devices:
         if d.busid and d.busid not in chains and (d.kind in ACCELERATOR_KINDS or d.kind == "nic"):

@@ -1,0 +1,265 @@
+"""A Topology from an hwloc XML export (`lstopo --of xml FILE`), hwloc v2 format, v1 as well.
+
+hwloc XML is a tree of `<object type=...>` elements carrying hex bitmaps (`cpuset="0x000000ff"`,
+32-bit words most significant first, each with its own `0x`). The two formats differ where it
+matters to us:
+- v2 (`<topology version="2.0">` or later): NUMA nodes are *memory children* whose cpuset is their
+  locality; caches are `L1Cache`..`L3Cache`, `L1iCache`; distances are `<distances2>` matrices
+  indexed by OS index; the allowed sets live on the Machine.
+- v1 (`<topology>` without a version): `Socket` for Package, one `Cache` type with `depth`; NUMA
+  nodes sit in the CPU tree with their own CPUs; distances are `<distances>` by logical index,
+  as multiples of `latency_base`.
+
+hwloc does not say which CPUs a NUMA node *owns* when several share a locality (a DDR node and
+the GPU or NVM memory next to it), so we apportion: nodes with a subtype (GPUMemory, NVM, MCDRAM)
+own none, then smaller localities claim before larger ones, lower OS index first.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+
+from topo.cpuset import EMPTY, CpuSet
+from topo.errors import ParseError, ProbeError
+from topo.model import (Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, Package,
+                        PciDevice, Topology)
+
+_CACHE_TYPES = {"0": "unified", "1": "data", "2": "instruction"}
+_V2_CACHES = {"L1Cache": 1, "L2Cache": 2, "L3Cache": 3, "L4Cache": 4, "L5Cache": 5,
+              "L1iCache": 1, "L2iCache": 2, "L3iCache": 3}
+
+
+def parse_bitmap(text: str | None) -> CpuSet:
+    """hwloc's `0xffffffff,0x0000000f` (most significant word first). An infinite set's `0xf...f`
+    leading word (every higher bit set) cannot be a CpuSet; it only appears on complete sets and
+    is dropped."""
+    if not text:
+        return EMPTY
+    words = [w for w in text.strip().split(",") if "..." not in w]
+    if not words:
+        return EMPTY
+    try:
+        return CpuSet.parse_mask(",".join(words))
+    except ParseError as exc:
+        raise ParseError(f"bad hwloc bitmap {text!r}: {exc}") from None
+
+
+@dataclass
+class _Walk:
+    version: int
+    packages: list = field(default_factory=list)
+    dies: list = field(default_factory=list)
+    clusters: list = field(default_factory=list)
+    cores: list = field(default_factory=list)
+    caches: list = field(default_factory=list)
+    nodes: list = field(default_factory=list)  # (element, locality, parent cpuset)
+    memcaches: list = field(default_factory=list)
+    groups: list = field(default_factory=list)
+    pci: list = field(default_factory=list)
+    pus: list = field(default_factory=list)
+
+
+def _int(el, name: str, default=None):
+    value = el.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ParseError(f"hwloc XML: {el.get('type')} attribute {name}={value!r} is not an integer") from None
+
+
+def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet) -> None:
+    t = el.get("type")
+    cpuset = parse_bitmap(el.get("cpuset"))
+    if t in ("Package", "Socket"):
+        package = _int(el, "os_index", len(w.packages))
+        model = next((i.get("value") for i in el.findall("info") if i.get("name") == "CPUModel"), None)
+        w.packages.append(Package(package, cpuset, model))
+    elif t == "Die":
+        w.dies.append(Die(_int(el, "os_index", len(w.dies)), package or 0, cpuset))
+    elif t == "Group" and (el.get("subtype") or "").lower() == "cluster":
+        w.clusters.append(Cluster(_int(el, "os_index", len(w.clusters)), package or 0, cpuset))
+    elif t == "Group":
+        w.groups.append((el, cpuset))
+    elif t == "Core":
+        w.cores.append(Core(_int(el, "os_index", len(w.cores)), package or 0, cpuset))
+    elif t == "PU":
+        w.pus.append(_int(el, "os_index"))
+    elif t in _V2_CACHES or t == "Cache":
+        level = _V2_CACHES.get(t) or _int(el, "depth", 0)
+        kind = _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
+        if t in _V2_CACHES and "i" in t[2:]:
+            kind = "instruction"
+        size = _int(el, "cache_size", 0)
+        if size:  # hwloc keeps zero-sized caches out of lstopo's view; so do we
+            ways = _int(el, "cache_associativity")
+            w.caches.append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize"), ways))
+    elif t == "MemCache":
+        nodes = tuple(parse_bitmap(el.get("nodeset")))
+        w.memcaches.append(MemorySideCache(_int(el, "cache_size", 0), nodes, cpuset))
+    elif t == "NUMANode":
+        w.nodes.append((el, cpuset, parent_set))
+    elif t == "PCIDev":
+        w.pci.append((el, parent_set))
+    if t not in ("Bridge", "PCIDev", "OSDev", "Misc") and cpuset:
+        parent_set = cpuset
+    for child in el.findall("object"):
+        _walk(child, w, package, parent_set)
+
+
+def _pci_device(el, locality: CpuSet, node_sets: dict[int, CpuSet]) -> PciDevice:
+    busid = el.get("pci_busid", "").lower()
+    fields = (el.get("pci_type") or "").split()
+    if not busid or len(fields) < 2 or not fields[1].startswith("["):
+        raise ParseError(f"hwloc XML: PCIDev {busid or '?'} has no 'class [vendor:device]' pci_type")
+    vendor, _, device = fields[1].strip("[]").partition(":")
+    # The PCI device's NUMA node: the one node whose locality is exactly where hwloc attached it.
+    nodes = [i for i, s in node_sets.items() if s == locality]
+    names = tuple(o.get("name") for o in el.iter("object") if o.get("type") == "OSDev" and o.get("name"))
+    return PciDevice(busid, fields[0].lower(), vendor.lower(), device.lower(),
+                     nodes[0] if len(nodes) == 1 else None, locality, None, names)
+
+
+def _distances_v2(root, nodes_by_index: dict[int, int]) -> dict[int, dict[int, int]]:
+    out: dict[int, dict[int, int]] = {}
+    for d in root.iter("distances2"):
+        if d.get("type") != "NUMANode":
+            continue
+        # Long lists are split over several <indexes> / <u64values> elements of one matrix.
+        indexes = [int(x) for e in d.findall("indexes") for x in (e.text or "").split()]
+        values = [int(x) for e in d.findall("u64values") for x in (e.text or "").split()]
+        n = len(indexes)
+        if len(values) != n * n:
+            raise ParseError(f"hwloc XML: distances2 has {len(values)} values for {n} nodes")
+        if d.get("indexing") != "os":  # gp-index: ids of the objects, mapped back to OS indexes
+            indexes = [nodes_by_index.get(i, i) for i in indexes]
+        for a, i in enumerate(indexes):
+            out.setdefault(i, {}).update({j: values[a * n + b] for b, j in enumerate(indexes)})
+    return out
+
+
+def _distances_v1(root, node_order: list[int]) -> dict[int, dict[int, int]]:
+    out: dict[int, dict[int, int]] = {}
+    for d in root.iter("distances"):
+        n = _int(d, "nbobjs", 0)
+        if n != len(node_order):
+            continue
+        base = float(d.get("latency_base") or 1)
+        values = [float(l.get("value")) for l in d.findall("latency")]
+        if len(values) != n * n:
+            continue
+        for a, i in enumerate(node_order):
+            out[i] = {j: round(values[a * n + b] * base) for b, j in enumerate(node_order)}
+    return out
+
+
+def _own_cpus(nodes: list[tuple[int, CpuSet, str | None]]) -> dict[int, CpuSet]:
+    owned = EMPTY
+    own: dict[int, CpuSet] = {}
+    for os_index, locality, subtype in sorted(nodes, key=lambda n: (n[2] is not None, n[1].weight(), n[0])):
+        mine = EMPTY if subtype else locality - owned
+        own[os_index] = mine
+        owned |= mine
+    return own
+
+
+def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
+    """The Topology an hwloc XML export describes. `source` names the file in errors and `root`."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise ProbeError(f"{source}: not XML ({exc}); export one with `lstopo --of xml FILE`") from None
+    if root.tag != "topology":
+        raise ProbeError(f"{source}: not an hwloc topology (root element <{root.tag}>); "
+                         "export one with `lstopo --of xml FILE`")
+    version = 2 if root.get("version") else 1
+    machine = root.find("object")
+    if machine is None or machine.get("type") not in ("Machine", "System"):
+        raise ProbeError(f"{source}: hwloc XML without a Machine object")
+    try:
+        return _build(root, machine, version, source)
+    except ParseError as exc:
+        raise ProbeError(f"{source}: {exc}") from None
+
+
+def _build(root, machine, version: int, source: str) -> Topology:
+    w = _Walk(version)
+    machine_set = parse_bitmap(machine.get("cpuset"))
+    _walk(machine, w, None, machine_set)
+    pus = CpuSet(p for p in w.pus if p is not None) if w.pus else machine_set
+    complete = parse_bitmap(machine.get("complete_cpuset")) | pus
+    allowed = (parse_bitmap(machine.get("allowed_cpuset")) & pus) if machine.get("allowed_cpuset") else pus
+    node_ids = [_int(el, "os_index", i) for i, (el, _, _) in enumerate(w.nodes)]
+    all_nodes = CpuSet(node_ids)
+    allowed_nodes = (parse_bitmap(machine.get("allowed_nodeset")) & all_nodes
+                     if machine.get("allowed_nodeset") else all_nodes)
+
+    # Which CPUs each node owns is decided on complete sets, so a node whose CPUs the cgroup
+    # disallows is still a CPU node with nothing allowed, not a memory-only one.
+    complete_own: dict[int, CpuSet] = {}
+    localities: dict[int, CpuSet] = {}
+    if version == 1:
+        for i, (el, cpuset, parent_set) in zip(node_ids, w.nodes):
+            complete_own[i] = parse_bitmap(el.get("complete_cpuset")) | cpuset
+            localities[i] = cpuset if complete_own[i] else parent_set
+    else:
+        complete_localities = []
+        for i, (el, cpuset, _) in zip(node_ids, w.nodes):
+            localities[i] = cpuset  # a v2 memory child's cpuset is its locality
+            complete_localities.append((i, parse_bitmap(el.get("complete_cpuset")) | cpuset, el.get("subtype")))
+        complete_own = _own_cpus(complete_localities)
+    gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
+    distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
+    nodes = tuple(sorted((
+        NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0), not complete_own[i], localities[i],
+                 {j: v for j, v in distances.get(i, {}).items() if j in all_nodes}, el.get("subtype"))
+        for i, (el, _, _) in zip(node_ids, w.nodes)
+    ), key=lambda n: n.os_index))
+    if not nodes:  # hwloc always has a node; a hand-written file may not
+        nodes = (NumaNode(0, pus, 0, False, pus, {0: 10}),)
+        allowed_nodes = CpuSet([0])
+
+    groups = []
+    for el, cpuset in w.groups:
+        members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
+        groups.append(Group(cpuset, members, el.get("subtype") or "hwloc"))
+    node_localities = {n.os_index: n.locality for n in nodes}
+    pci = tuple(sorted((_pci_device(el, loc, node_localities) for el, loc in w.pci),
+                       key=lambda d: d.busid))
+    pci = tuple(d for d in pci if not d.class_id.startswith("06"))
+    info = {i.get("name"): i.get("value", "") for i in machine.findall("info") if i.get("name")}
+    packages = sorted(w.packages, key=lambda p: p.cpuset.first())
+    topology = Topology(
+        root=source,
+        pus=pus,
+        allowed_pus=allowed,
+        complete_pus=complete,
+        online_pus=pus,
+        allowed_numa_nodes=allowed_nodes,
+        packages=tuple(packages) or (Package(0, pus),),
+        numa_nodes=nodes,
+        cores=tuple(sorted(w.cores, key=lambda c: c.cpuset.first())) or tuple(Core(p, 0, CpuSet([p])) for p in pus),
+        caches=tuple(sorted(w.caches, key=lambda c: (c.level, c.type != "data", c.cpuset.first()))),
+        dies=tuple(w.dies),
+        clusters=tuple(w.clusters),
+        groups=tuple(groups),
+        memory_side_caches=tuple(w.memcaches),
+        pci_devices=pci,
+        probes={"hwloc-xml": f"ok (hwloc v{version} format)"},
+        info=info,
+    )
+    from topo.probes.devices import sort_devices, sysfs_devices
+
+    return topology.with_devices(sort_devices(sysfs_devices(topology)))
+
+
+def load_hwloc_xml(path: str) -> Topology:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ProbeError(f"cannot read {path}: {exc.strerror}") from None
+    return parse_hwloc_xml(text, path)
+
