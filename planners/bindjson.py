@@ -27,11 +27,12 @@ API
     (``bind_numa json file 'x.json' does not exist.`` ...). ``LoadedBind`` has ``data`` (dict,
     ``device_X`` keys renamed ``deviceX``), ``path`` (absolute, or None for inline text) and
     ``sha256`` of the raw text (msrun's ``MSRUN_BIND_FILE_HASH``), or None for inline text.
-``validate_bind(data, topology=None) -> list[Problem]``
+``validate_bind(data, topology=None, *, allow_overlap=None) -> list[Problem]``
     Every problem at once, each a ``Problem(path, message, fix)`` with a JSON path such as
     ``bind_cpu.device1.main``: bad keys, bad modes, bad range syntax (``3-1``, ``1,,2``), wrong
     value types, and with a topology: CPUs not present / not allowed, unknown / disallowed /
-    memory-only NUMA nodes, overlapping ``main`` sets. Messages reuse msrun's wording.
+    memory-only NUMA nodes, overlapping ``main`` sets (unless the file's ``topo`` notes declare a
+    CPU-sharing mode, ``"shared_cpus": true``). Messages reuse msrun's wording.
 ``process_entry(data_or_plan, key) -> ProcessEntry``
     What a launcher needs for one process key (``"device3"``, ``"device_3"``, ``"scheduler"``):
     ``cpu_mode``, ``memory_mode``, ``main`` (main CPU string), ``cpu_node`` (cpu node string),
@@ -243,7 +244,7 @@ class BindPlan:
     @classmethod
     def from_json(cls, data: Mapping) -> "BindPlan":
         """Read a bind JSON object; raises ParseError naming the first schema problem."""
-        problems = validate_bind(data)
+        problems = validate_bind(data, allow_overlap=True)
         if problems:
             raise ParseError(str(problems[0]))
         data = normalize_keys(data)
@@ -344,10 +345,13 @@ class Problem:
         return f"{text} Fix: {self.fix}" if self.fix else text
 
 
-def validate_bind(data: Any, topology=None) -> list[Problem]:
+def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None) -> list[Problem]:
     """Every problem of a bind JSON object, schema first; resource checks when a topology is given.
 
     The schema is msrun's (anchors §1.12); where msrun stops at the first error we keep going.
+    Overlapping ``main`` sets are a problem unless ``allow_overlap``; by default they are allowed
+    only in a file whose ``"topo"`` notes say its mode shares CPUs (``"shared_cpus": true``, written
+    by `topo plan` for node, socket, core-complex, all and single).
     """
     P: list[Problem] = []
     if not isinstance(data, Mapping):
@@ -463,7 +467,10 @@ def validate_bind(data: Any, topology=None) -> list[Problem]:
                 _check_nodes(P, f"bind_memory.{k}", k, value, "bind_memory_mode", "bind_memory",
                              nodes, allowed_nodes, None)
 
-    for i, (k1, s1) in enumerate(mains):
+    if allow_overlap is None:
+        notes = data.get("topo")
+        allow_overlap = isinstance(notes, Mapping) and notes.get("shared_cpus") is True
+    for i, (k1, s1) in enumerate([] if allow_overlap else mains):
         for k2, s2 in mains[i + 1:]:
             if s1.intersects(s2):
                 P.append(Problem(f"bind_cpu.{k2}.main",

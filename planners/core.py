@@ -101,6 +101,8 @@ MEMORY = ("numa", "none")
 MSRUN_BIND = ("core", "numa")
 SHARE = ("job", "host")
 SCHEDULER_BASES = ("free", "global", "device0")
+# modes whose processes share CPUs by design (everything else gives disjoint main sets)
+SHARED_MODES = frozenset({"node", "socket", "core-complex", "all", "single"})
 DEFAULT_MODULES = (("runtime", 4, 8), ("minddata", 9, 12), ("main", 13, 19))
 
 
@@ -163,6 +165,7 @@ class Options:
 
 
 # --------------------------------------------------------------------------- layout
+PSEUDO_NODE = -1
 def _cpu_nodes(topology: Topology):
     allowed = topology.allowed_pus & topology.pus
     return [n for n in topology.cpu_nodes() if n.cpuset & allowed]
@@ -191,10 +194,12 @@ class Layout:
         self.llcs: list[CpuSet] = sorted({c for c in llc if c}, key=CpuSet.first)
         self.devices = {d.index: d for d in accelerators(topology)}
         if not self.node_ids and self.allowed:
-            # no NUMA information at all: one pseudo node 0 with every allowed CPU
-            self.node_ids = [0]
-            self.node_cpus = {0: self.allowed}
-            self.node_memory = {0: 0}
+            # No allowed NUMA node owns CPUs (every node memory-only, e.g. CPUs in memoryless
+            # initiator nodes): one pseudo node PSEUDO_NODE with every allowed CPU, never written
+            # as a memory node.
+            self.node_ids = [PSEUDO_NODE]
+            self.node_cpus = {PSEUDO_NODE: self.allowed}
+            self.node_memory = {PSEUDO_NODE: 0}
         self.warnings: list[str] = []
 
     # ---- locality -------------------------------------------------------
@@ -266,6 +271,12 @@ class Layout:
         return union_all(p for p in self.packages if p.intersects(cpus))
 
 
+def nodes_text(nodes: Iterable[int]) -> str:
+    """Node ids for messages: ``0-1,3``; the pseudo node (no NUMA node with CPUs) as ``-``."""
+    real = [n for n in nodes if n != PSEUDO_NODE]
+    return CpuSet(real).to_list() if real else "-"
+
+
 def node_value(nodes: Iterable[int]) -> int | str:
     """A node set as the bind JSON writes it: an int for one node, else a cpulist string."""
     s = CpuSet(nodes)
@@ -283,7 +294,9 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     warnings = list(warnings)
     procs = []
     for r in range(job.nproc):
-        mem = memory[r]
+        mem = [n for n in (memory[r] or ()) if n != PSEUDO_NODE]
+        if memory[r] and not mem and options.memory == "numa":
+            warnings.append("no allowed NUMA node has CPUs: memory is left unbound")
         mem_value = node_value(mem) if (mem and options.memory == "numa") else None
         main = cpus[r]
         if options.modules:
@@ -329,6 +342,8 @@ def _scheduler(job: Job, cpus, orders, options: Options, layout: Layout, warning
 def finish(plan: BindPlan, job: Job, *, mode: str, options: Options, layout: Layout,
            warnings: Iterable[str] = ()) -> BindPlan:
     meta = {"schema": "topo.bind/1", "mode": mode}
+    if mode in SHARED_MODES:
+        meta["shared_cpus"] = True  # processes share CPUs by design: `topo validate` accepts overlap
     opts = options.to_meta()
     if opts:
         meta["options"] = opts

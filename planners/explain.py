@@ -12,7 +12,7 @@ from topo.cpuset import CpuSet, union_all
 from topo.model import Topology
 
 from planners.bindjson import BindPlan, ProcessBinding, _as_set
-from planners.core import Layout
+from planners.core import Layout, nodes_text
 
 
 def process_cpus(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> CpuSet:
@@ -44,7 +44,7 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
         elif raw_node is not None and home == (raw_node,):
             node_text = str(raw_node)
         else:
-            node_text = f"{'?' if raw_node is None else raw_node}>{CpuSet(home)}"
+            node_text = f"{'?' if raw_node is None else raw_node}>{nodes_text(home)}"
         home_cpus = layout.cpus_of_nodes(home) if home else CpuSet()
         if dev is None or not cpus:
             local = "-"
@@ -72,7 +72,7 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
         if local in ("no", "partly") and not proc.is_scheduler:
             remote = cpus - home_cpus
             warnings.append(f"{proc.key}: CPUs {remote} are remote from device {dev} "
-                            f"(its node {CpuSet(home)} has CPUs {home_cpus})")
+                            f"(its node {nodes_text(home)} has CPUs {home_cpus})")
         if want_max is not None and dev is not None and len(cores) < want_max:
             warnings.append(f"{proc.key}: {len(cores)} physical cores, fewer than the {want_max} asked "
                             "(--max-physical-cores)")

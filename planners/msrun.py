@@ -32,7 +32,7 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindjson import BindPlan, ProcessBinding
-from planners.core import Job, Layout, Options, build_plan, finish, node_value
+from planners.core import PSEUDO_NODE, Job, Layout, Options, build_plan, finish, node_value
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -93,6 +93,9 @@ def _nearest(layout: Layout, node: int, among: list[int]) -> int:
 
 
 def _available_numa(layout: Layout) -> tuple[list[int], list[str]]:
+    if layout.node_ids == [PSEUDO_NODE]:
+        raise UsageError("no allowed NUMA node has CPUs, so there is no node to bind; "
+                         "use --msrun-bind core")
     memless = [n for n in layout.node_ids if layout.node_memory.get(n, 1) == 0]
     warnings = []
     if memless and len(memless) < len(layout.node_ids):

@@ -24,7 +24,7 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindjson import BindPlan
-from planners.core import Job, Layout, Options, build_plan
+from planners.core import Job, Layout, Options, build_plan, nodes_text
 
 
 def _groups(job: Job, homes) -> dict[tuple[int, ...], list[int]]:
@@ -93,4 +93,4 @@ def plan_core_complex(topology: Topology, job: Job, options: Options) -> BindPla
 
 
 def _nodes(home) -> str:
-    return CpuSet(home).to_list()
+    return nodes_text(home)

@@ -160,3 +160,57 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
         devices=tuple(devices),
         probes={"synthetic": "ok"},
     )
+
+
+def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_per_core: int = 1,
+               gpu_nodes: list[int] = (), device_kind: str = "gpu", vendor: str = "nvidia",
+               memory_only: dict[int, int] | None = None, allowed: str | None = None,
+               caches: list[str] = ()) -> Topology:
+    """A topology with arbitrary NUMA node CPU lists, for the irregular shapes `synthetic` cannot
+    describe (a 3-core node next to a 7-core one). Cores are consecutive runs of
+    `threads_per_core` PUs; `packages` defaults to one package holding everything; `memory_only`
+    maps extra node ids to the CPU node they hang off (distance 80, others 120); `caches` are L3
+    cpulists; `gpu_nodes[g]` is accelerator g's node."""
+    memory_only = memory_only or {}
+    node_sets = [CpuSet.parse(n) for n in nodes]
+    every = union_all(node_sets)
+    pkg_sets = [CpuSet.parse(p) for p in packages] if packages else [every]
+    allowed_pus = every if allowed is None else CpuSet.parse(allowed) & every
+    pus = allowed_pus
+    cores = []
+    ids = list(every)
+    for i in range(0, len(ids), threads_per_core):
+        cs = CpuSet(ids[i:i + threads_per_core]) & pus
+        if cs:
+            pkg = next(p for p, s in enumerate(pkg_sets) if s.intersects(cs))
+            cores.append(Core(i // threads_per_core, pkg, cs))
+    all_ids = list(range(len(node_sets))) + sorted(memory_only)
+
+    def dist(a, b):
+        if a == b:
+            return 10
+        ha, hb = memory_only.get(a, a), memory_only.get(b, b)
+        if a in memory_only or b in memory_only:
+            return 80 if ha == hb else 120
+        return 20
+
+    numa = []
+    for i in all_ids:
+        d = {j: dist(i, j) for j in all_ids}
+        if i in memory_only:
+            numa.append(NumaNode(i, CpuSet(), 16 << 30, True, node_sets[memory_only[i]] & pus, d, "GPUMemory"))
+        else:
+            numa.append(NumaNode(i, node_sets[i] & pus, 16 << 30, False, node_sets[i] & pus, d))
+    devices = tuple(
+        Device(device_kind, vendor, g, f"0000:{0x10 + g:02x}:00.0", n,
+               node_sets[memory_only.get(n, n)] & pus, source="synthetic")
+        for g, n in enumerate(gpu_nodes)
+    )
+    return Topology(
+        root="synthetic:from_nodes", pus=pus, allowed_pus=allowed_pus, complete_pus=every, online_pus=every,
+        allowed_numa_nodes=CpuSet(all_ids),
+        packages=tuple(Package(i, s & pus) for i, s in enumerate(pkg_sets)),
+        numa_nodes=tuple(numa), cores=tuple(cores),
+        caches=tuple(Cache(3, "unified", 32 << 20, CpuSet.parse(c) & pus) for c in caches),
+        devices=devices, probes={"synthetic": "ok"},
+    )

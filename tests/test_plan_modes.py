@@ -1,0 +1,236 @@
+"""Every mode on synthetic machines, hwloc's captured machines and the generated accelerator servers:
+the properties each mode promises (allowed CPUs only, disjoint / balanced where promised, SMT
+siblings together, memory on allowed CPU nodes, deterministic, valid bind JSON)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import planners
+import topo
+from planners.bindjson import validate_bind
+from planners.core import PSEUDO_NODE, Layout
+from topo.cpuset import CpuSet
+from topo.errors import UsageError
+from topo.synthetic import synthetic
+
+sys.path.insert(0, str(Path(__file__).parent))
+import machines  # noqa: E402
+
+MODES = ["msrun-auto", "node", "socket", "exclusive", "core-complex", "all", "single", "single-unique",
+         "unique-interleaved", "unique-contiguous"]
+UNIQUE = {"exclusive", "single-unique", "unique-interleaved", "unique-contiguous", "msrun-auto"}
+GPU_AFFINITY = {"all", "single", "single-unique", "unique-interleaved", "unique-contiguous"}
+WHOLE_CORES = {"node", "socket", "exclusive", "core-complex", "all", "single", "single-unique",
+               "unique-interleaved", "unique-contiguous"}
+
+SYNTHETIC = {
+    "2pack-8numa-gpu-per-node": lambda: synthetic("pack:2 numa:4 l3:2 core:8 pu:2", gpus_per_numa=1),
+    "dgx-a100-like": lambda: synthetic("pack:2 numa:4 l3:4 core:4 pu:2", pu_order="scatter",
+                                       gpu_nodes=[3, 3, 1, 1, 7, 7, 5, 5]),
+    "cgroup-limited": lambda: synthetic("pack:2 numa:2 l3:2 core:6 pu:2", gpus_per_numa=2,
+                                        allowed="0-17,24-33,48-95"),
+    "gh200-quad": lambda: synthetic("pack:4 numa:1 l3:1 core:18 pu:1", gpus_per_numa=1, gpu_memory_nodes=True),
+    "ascend-like": lambda: synthetic("pack:2 numa:2 l3:1 core:12 pu:1", gpus_per_numa=2, device_kind="npu",
+                                     vendor="huawei"),
+    "cpu-only": lambda: synthetic("pack:2 numa:2 l3:2 core:4 pu:2"),
+    "3gpus-uneven": lambda: synthetic("pack:1 numa:2 l3:3 core:5 pu:2", gpu_nodes=[0, 0, 1]),
+}
+
+
+def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:
+    layout = Layout(t)
+    allowed = t.allowed_pus & t.pus
+    workers = plan.workers()
+    assert workers, "a plan has at least one process"
+    mains = {}
+    for p in workers:
+        if plan.cpu_mode == "cpu":
+            cpus = p.cpus("main")
+            assert cpus, f"{mode}: {p.key} got no CPUs"
+            assert cpus <= allowed, f"{mode}: {p.key} has disallowed CPUs {cpus - allowed}"
+            mains[p.key] = cpus
+        else:
+            assert plan.cpu_mode == "numa"
+            assert p.cpu_nodes is not None and CpuSet((p.cpu_nodes,)) <= CpuSet(layout.node_ids)
+        if opts.get("memory", "numa") == "numa" and layout.node_ids != [PSEUDO_NODE]:
+            nodes = p.memory_nodes()
+            assert nodes, f"{mode}: {p.key} has no memory node"
+            for n in nodes:
+                assert n in t.allowed_numa_nodes and n in layout.node_cpus, \
+                    f"{mode}: {p.key} memory on node {n}, not an allowed node with CPUs"
+        elif opts.get("memory") == "none":
+            assert p.memory is None
+    keys = list(mains)
+    if mode in UNIQUE and plan.cpu_mode == "cpu":
+        for i, a in enumerate(keys):
+            for b in keys[i + 1:]:
+                assert not mains[a].intersects(mains[b]), f"{mode}: {a} and {b} overlap"
+    if mode in WHOLE_CORES and (mode not in GPU_AFFINITY
+                                or opts.get("multithreading", "all-logical") == "all-logical"):
+        for k, cpus in mains.items():
+            for core in layout.cores_in(cpus):
+                full = layout.cores[layout.core_of_pu[core.first()]]
+                assert full <= cpus, f"{mode}: {k} holds part of core {full}"
+    if opts.get("multithreading") == "single-logical" and mode in GPU_AFFINITY:
+        for k, cpus in mains.items():
+            assert all(c.weight() == 1 for c in layout.cores_in(cpus)), f"{mode}: {k} has two threads of a core"
+    ncores = {k: len(layout.cores_in(v)) for k, v in mains.items()}
+    if mode in ("unique-interleaved", "unique-contiguous") and opts.get("balanced", True):
+        assert len(set(ncores.values())) == 1, f"{mode}: unbalanced {ncores}"
+    if mode == "exclusive":
+        # balance among processes sharing a home node
+        homes = {}
+        for r, p in enumerate(workers):
+            nodes = tuple(n for n in layout.node_ids if mains[p.key].intersects(layout.node_cpus[n]))
+            homes.setdefault(nodes, []).append(ncores[p.key])
+        for counts in homes.values():
+            assert max(counts) - min(counts) <= 1, f"exclusive: unbalanced {counts}"
+    if mode in ("single", "single-unique"):
+        assert all(n == 1 for n in ncores.values())
+    # the JSON is valid against the topology; only the shared modes may overlap
+    assert validate_bind(plan.to_json(), t) == []
+    problems = validate_bind(plan.to_json(), t, allow_overlap=False)
+    if mode in UNIQUE:
+        assert problems == []
+    else:
+        assert all("overlap" in p.message for p in problems), problems
+    assert planners.BindPlan.from_json(plan.to_json()).to_json() == plan.to_json()
+
+
+def plan_and_check(t, mode, **opts):
+    plan = planners.plan(t, mode, **opts)
+    again = planners.plan(t, mode, **opts)
+    assert plan == again and plan.to_json() == again.to_json(), "planning is deterministic"
+    check_plan(t, mode, plan, **opts)
+    return plan
+
+
+@pytest.mark.parametrize("name", sorted(SYNTHETIC))
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_on_synthetic(name, mode):
+    t = SYNTHETIC[name]()
+    t.check()
+    plan_and_check(t, mode)
+
+
+@pytest.mark.parametrize("mode", ["all", "single", "single-unique", "unique-interleaved", "unique-contiguous"])
+@pytest.mark.parametrize("scope", ["node", "socket"])
+@pytest.mark.parametrize("mt", ["all-logical", "single-logical"])
+@pytest.mark.parametrize("balanced", [True, False])
+def test_gpu_affinity_options(mode, scope, mt, balanced):
+    for name in ("dgx-a100-like", "3gpus-uneven", "cgroup-limited"):
+        plan_and_check(SYNTHETIC[name](), mode, scope=scope, multithreading=mt, balanced=balanced)
+
+
+@pytest.mark.parametrize("options", [
+    {"msrun_bind": "numa"}, {"msrun_bind": "core", "share": "host"}, {"affinity": False},
+    {"spread_nodes": True}, {"memory": "none"}, {"msrun_bind": "numa", "memory": "none"},
+])
+@pytest.mark.parametrize("name", sorted(SYNTHETIC))
+def test_msrun_auto_variants(name, options):
+    plan_and_check(SYNTHETIC[name](), "msrun-auto", **options)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("nproc", [1, 3, 5])
+def test_cpu_only_jobs_split_allowed_cpus(mode, nproc):
+    t = SYNTHETIC["cpu-only"]()
+    plan = plan_and_check(t, mode, nproc=nproc)
+    assert [p.key for p in plan.workers()] == [f"device{r}" for r in range(nproc)]
+    if mode in ("node", "msrun-auto") and nproc <= 4:
+        union = CpuSet()
+        for p in plan.workers():
+            union |= p.cpus()
+        assert union == t.allowed_pus  # the whole machine is used
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_partial_job_by_devices(mode):
+    t = SYNTHETIC["dgx-a100-like"]()
+    plan = plan_and_check(t, mode, devices=[5, 2, 3])
+    assert [(p.key, p.local_rank) for p in plan.workers()] == [("device5", 0), ("device2", 1), ("device3", 2)]
+
+
+# ---- hwloc's captured machines (CPU-only) and the generated GPU / NPU servers ------------------
+HWLOC_TARBALLS = sorted(p.name for p in (Path(__file__).parent / "fixtures" / "sysfs").glob("*.tar.bz2"))
+
+
+@pytest.fixture(scope="module")
+def hwloc_topologies(hwloc_roots):
+    out = {}
+    for tarball in HWLOC_TARBALLS:
+        try:
+            out[tarball] = topo.discover(hwloc_roots.root(tarball))
+        except topo.TopoError as exc:  # discovery is someone else's; a broken fixture is not ours
+            out[tarball] = exc
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_on_hwloc_fixtures(hwloc_topologies, mode):
+    planned = 0
+    for name, t in hwloc_topologies.items():
+        if isinstance(t, Exception) or not (t.allowed_pus & t.pus):
+            continue
+        plan_and_check(t, mode)
+        plan_and_check(t, mode, devices=(), nproc=min(3, len(Layout(t).cores)))
+        planned += 1
+    assert planned >= len(hwloc_topologies) // 2
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    base = tmp_path_factory.mktemp("servers")
+    return {name: topo.discover(machines.build(make(), base / name)) for name, make in machines.MACHINES.items()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_on_accelerator_servers(servers, mode):
+    for name, t in servers.items():
+        plan = plan_and_check(t, mode)
+        assert len(plan.workers()) == 8, name
+        if mode in ("node", "exclusive", "core-complex", "all", "single-unique", "unique-contiguous"):
+            # node-local modes keep every process on its device's node
+            layout = Layout(t)
+            for p in plan.workers():
+                home = layout.home_of(p.device)
+                assert p.cpus() <= layout.cpus_of_nodes(home), (name, mode, p.key)
+
+
+# ---- hypothesis: random shapes, random cgroups -------------------------------------------------
+shapes = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 6),
+                   st.integers(1, 2))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=shapes, gpus=st.integers(0, 3), mode=st.sampled_from(MODES), data=st.data(),
+       scatter=st.booleans())
+def test_random_machines(shape, gpus, mode, data, scatter):
+    pack, numa, l3, core, pu = shape
+    desc = f"pack:{pack} numa:{numa} l3:{l3} core:{core} pu:{pu}"
+    full = synthetic(desc, gpus_per_numa=gpus, pu_order="scatter" if scatter else "compact")
+    n = full.pus.weight()
+    allowed = data.draw(st.sets(st.integers(0, n - 1), min_size=1), label="allowed")
+    t = synthetic(desc, gpus_per_numa=gpus, pu_order="scatter" if scatter else "compact",
+                  allowed=CpuSet(allowed).to_list())
+    opts = data.draw(st.fixed_dictionaries({}, optional={
+        "scope": st.sampled_from(["node", "socket"]),
+        "multithreading": st.sampled_from(["all-logical", "single-logical"]),
+        "balanced": st.booleans(),
+        "memory": st.sampled_from(["numa", "none"]),
+    }), label="options")
+    try:
+        plan = planners.plan(t, mode, **opts)
+    except UsageError as exc:
+        # the only refusals: not enough cores for a unique mode, and they say so
+        assert mode in UNIQUE | {"single-unique"}, exc
+        assert "cores" in str(exc) or "CPUs" in str(exc)
+        return
+    check_plan(t, mode, plan, **opts)
+    assert planners.plan(t, mode, **opts) == plan
