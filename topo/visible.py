@@ -147,6 +147,8 @@ def _mig_parent(gpus: list[Device], migs: list[Device], token: str) -> Device:
     m = re.match(r"\AMIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+\Z", token)
     if m:
         return _by_uuid_prefix(gpus, m.group(1), "CUDA_VISIBLE_DEVICES", "GPU")
+    if not migs and any(g.uuid for g in gpus):
+        raise UsageError(f"CUDA_VISIBLE_DEVICES names MIG instance {token!r} but no GPU has MIG mode enabled")
     mig = _by_uuid_prefix(migs, token, "CUDA_VISIBLE_DEVICES", "MIG instance")
     for gpu in gpus:
         if gpu.busid == mig.busid and gpu.index == mig.index:

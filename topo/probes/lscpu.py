@@ -236,7 +236,8 @@ def build_cpus(rows: list[CpuRow], summary: LscpuSummary | None = None) -> Lscpu
 # ---- the probe ---------------------------------------------------------------------------------
 
 
-def run(args: list[str], timeout: float = TIMEOUT) -> str:
+def run(args: list[str], timeout: float | None = None) -> str:
+    timeout = TIMEOUT if timeout is None else timeout
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, errors="replace",
                               env=dict(os.environ, LC_ALL="C"))  # English keys, '.' decimals

@@ -176,9 +176,10 @@ def parse_topo(text: str) -> tuple[dict[int, CpuSet], dict[tuple[int, int], str]
 # ---- the probe (runs npu-smi) ------------------------------------------------------------------
 
 
-def run(args: list[str], timeout: float = TIMEOUT) -> str:
+def run(args: list[str], timeout: float | None = None) -> str:
     """npu-smi's stdout; ProbeError with msrun's kinds of message when it cannot be had."""
     shown = " ".join(args)
+    timeout = TIMEOUT if timeout is None else timeout
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, errors="replace")
     except FileNotFoundError:

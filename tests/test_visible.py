@@ -1,0 +1,147 @@
+"""Local rank -> physical device under the runtimes' visible-device variables."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+import pytest
+
+from topo.cpuset import CpuSet
+from topo.errors import UsageError
+from topo.model import Core, Device, NumaNode, Package, Topology
+from topo.visible import default_kind, device_for_rank, visible_devices
+
+UUIDS = ["GPU-aab1", "GPU-aac2", "GPU-bbb3", "GPU-ccc4"]
+
+
+def machine(devices, root="/captured") -> Topology:
+    pus = CpuSet.range(0, 3)
+    return Topology(
+        root=root, pus=pus, allowed_pus=pus, complete_pus=pus, online_pus=pus,
+        allowed_numa_nodes=CpuSet([0]), packages=(Package(0, pus),),
+        numa_nodes=(NumaNode(0, pus, 0, False, pus, {0: 10}),),
+        cores=tuple(Core(i, 0, CpuSet([i])) for i in range(4)), devices=tuple(devices),
+    )
+
+
+def gpus(n=4, vendor="nvidia", name="A100"):
+    # NVML numbers GPUs in bus order: index i has the i-th bus id
+    return [Device("gpu", vendor, i, f"0000:{0x10 * (i + 1):02x}:00.0", 0, CpuSet([i]), name,
+                   UUIDS[i] if vendor == "nvidia" else None, "nvml")
+            for i in range(n)]
+
+
+def ids(devices):
+    return [d.index for d in devices]
+
+
+NV = machine(gpus())
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (None, [0, 1, 2, 3]),
+    ("", []),
+    ("2,0", [2, 0]),
+    (" 3 , 1 ", [3, 1]),
+    ("1,-1,2", [1]),  # CUDA stops at the first invalid index
+    ("-1", []),
+    ("0,7,1", [0]),
+    ("1,1,2", [1]),  # a repeated device ends the list too
+    ("GPU-bbb,0", [2, 0]),
+    ("GPU-aac2", [1]),
+])
+def test_cuda_visible_devices(spec, expected):
+    env = {} if spec is None else {"CUDA_VISIBLE_DEVICES": spec}
+    assert ids(visible_devices(NV, env=env)) == expected
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("GPU-aa", "'GPU-aa' matches 2 GPUs (GPU-aab1, GPU-aac2); give more of the UUID"),
+    ("GPU-zzz", "no GPU UUID starts with 'GPU-zzz' (known: GPU-aab1, GPU-aac2, GPU-bbb3, GPU-ccc4)"),
+    ("gpu0", "entry 'gpu0' is neither a GPU index nor a GPU-/MIG- UUID"),
+    ("MIG-1234", "names MIG instance 'MIG-1234' but no GPU has MIG mode enabled"),
+])
+def test_cuda_visible_devices_errors(spec, message):
+    with pytest.raises(UsageError) as err:
+        visible_devices(NV, env={"CUDA_VISIBLE_DEVICES": spec})
+    assert message in str(err.value)
+
+
+def test_uuid_without_nvml_says_where_uuids_come_from():
+    t = machine([replace(d, uuid=None, source="sysfs") for d in gpus()])
+    with pytest.raises(UsageError, match="no GPU UUIDs .*NVML"):
+        visible_devices(t, env={"CUDA_VISIBLE_DEVICES": "GPU-aab1"})
+
+
+def test_legacy_mig_name_names_its_gpu():
+    assert ids(visible_devices(NV, env={"CUDA_VISIBLE_DEVICES": "MIG-GPU-ccc4/1/0"})) == [3]
+
+
+def test_cuda_device_order():
+    assert ids(visible_devices(NV, env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"})) == [1]
+    with pytest.raises(UsageError, match="CUDA_DEVICE_ORDER='BUS' is not a CUDA order: use PCI_BUS_ID or FASTEST_FIRST"):
+        visible_devices(NV, env={"CUDA_DEVICE_ORDER": "BUS"})
+    mixed = machine([replace(d, name="H100" if d.index else "A100") for d in gpus()])
+    with pytest.warns(UserWarning, match="CUDA_DEVICE_ORDER=PCI_BUS_ID"):
+        visible_devices(mixed, env={})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        visible_devices(mixed, env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+
+
+def test_index_is_bus_order_not_list_order():
+    shuffled = machine(list(reversed(gpus())))
+    assert ids(visible_devices(shuffled, env={"CUDA_VISIBLE_DEVICES": "0"})) == [0]
+
+
+def test_rocm_rocr_then_hip():
+    amd = machine(gpus(vendor="amd"))
+    assert ids(visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "1,2,3", "HIP_VISIBLE_DEVICES": "2,0"})) == [3, 1]
+    assert ids(visible_devices(amd, env={"CUDA_VISIBLE_DEVICES": "3"})) == [3]  # HIP honours it
+    assert ids(visible_devices(amd, env={"HIP_VISIBLE_DEVICES": ""})) == []
+    with pytest.raises(UsageError, match="HIP_VISIBLE_DEVICES entry 'x'"):
+        visible_devices(amd, env={"HIP_VISIBLE_DEVICES": "x"})
+
+
+def npus(order=(0, 1, 2, 3, 4, 5, 6, 7)):
+    return [Device("npu", "huawei", i, f"0000:{0x10 + i:02x}:00.0", 0, CpuSet([i % 4]), "910B", None, "npu-smi")
+            for i in order]
+
+
+ASCEND = machine(npus((4, 5, 6, 7, 0, 1, 2, 3)))
+
+
+def test_ascend_sorted_like_msrun():
+    assert ids(visible_devices(ASCEND, env={})) == list(range(8))
+    assert ids(visible_devices(ASCEND, env={"ASCEND_RT_VISIBLE_DEVICES": "6,2,4"})) == [2, 4, 6]
+    assert ids(visible_devices(ASCEND, env={"ASCEND_RT_VISIBLE_DEVICES": ""})) == list(range(8))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("1,x", "entry 'x' is not an NPU id"),
+    ("1,1", "names an NPU twice"),
+    ("3,9", "names NPU 9, but this machine's NPUs are 0,1,2,3,4,5,6,7"),
+])
+def test_ascend_errors(spec, message):
+    with pytest.raises(UsageError, match=message):
+        visible_devices(ASCEND, env={"ASCEND_RT_VISIBLE_DEVICES": spec})
+
+
+def test_default_kind_and_cpu_only():
+    assert default_kind(NV) == "gpu" and default_kind(ASCEND) == "npu"
+    assert visible_devices(machine([])) == []
+    nic = Device("nic", "mellanox", 0, "0000:01:00.0", 0, CpuSet([0]))
+    assert default_kind(machine([nic])) is None
+
+
+def test_env_applies_on_the_live_machine_only(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert ids(visible_devices(NV)) == [0, 1, 2, 3]  # a captured machine: this shell's variable is not its
+    assert ids(visible_devices(machine(gpus(), root="/"))) == [3]
+
+
+def test_device_for_rank():
+    assert device_for_rank(NV, 1, env={"CUDA_VISIBLE_DEVICES": "2,3"}).index == 3
+    with pytest.raises(UsageError, match=r"local rank 2 has no GPU: 2 visible \(CUDA_VISIBLE_DEVICES='2,3'\)"):
+        device_for_rank(NV, 2, env={"CUDA_VISIBLE_DEVICES": "2,3"})
