@@ -85,12 +85,23 @@ def wait_for_exec(pid: int, command: tuple[str, ...], timeout: float, proc: str 
             return False
         if got == want or got.startswith(want + b"\0"):
             return True
-        if not got:  # a zombie: it exited before (or instead of) running the command
+        # Empty: a zombie (it exited before or instead of running the command), or a process in
+        # the middle of exec, whose new mm has no arguments yet.
+        if not got and _state(pid, proc) in ("Z", "X", None):
             return False
         if time.monotonic() >= deadline:
             return False
         time.sleep(delay)
         delay = min(delay * 2, 0.01)
+
+
+def _state(pid: int, proc: str) -> str | None:
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:][:1].decode()
 
 
 def mismatch(binding: Binding, observed: Observed) -> str | None:

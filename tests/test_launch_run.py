@@ -1,0 +1,329 @@
+"""topo launch with real processes: msrun's environment contract, verified bindings, failures,
+signals and orphans. This machine: CPUs 0-1, NUMA node 0, numactl and taskset installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+ENVDUMP = str(SCRIPTS / "envdump.py")
+JOB = str(SCRIPTS / "job.py")
+GRACE = 1.0
+
+needs_two_cpus = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
+needs_numactl = pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed")
+
+
+# The environment the launcher is started with; `added` compares the children's with it.
+BASE_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
+def topo_launch(args, *, cwd, timeout=60, input=None, env=None):
+    return subprocess.run([sys.executable, "-m", "topo", "launch", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, input=input, env=env or BASE_ENV)
+
+
+def start_launch(args, *, cwd, env=None):
+    return subprocess.Popen([sys.executable, "-m", "topo", "launch", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env or BASE_ENV)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def job_pids(log_dir: Path, out_dir: Path) -> list[int]:
+    """Every pid the job had: its processes (launch.json) and the grandchildren they reported."""
+    pids = [p["pid"] for p in json.loads((log_dir / "launch.json").read_text())["processes"]]
+    for f in out_dir.glob("*child_*"):
+        pids.append(int(f.read_text()))
+    for f in out_dir.glob("daemon_*"):
+        pids.append(int(f.read_text()))
+    return pids
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    return tmp_path, out, tmp_path / "logs"
+
+
+def dumps(out: Path) -> dict:
+    return {f.stem: json.loads(f.read_text()) for f in out.glob("*.json")}
+
+
+def added(record: dict) -> dict:
+    """The variables the launcher added or changed, compared with the test's own environment."""
+    return {k: v for k, v in record["env"].items() if BASE_ENV.get(k) != v}
+
+
+# ------------------------------------------------------------------ msrun's environment contract
+def test_single_node_env_contract(dirs):
+    cwd, out, logs = dirs
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--master_port=29611", "--join=True",
+                     "--cluster_time_out=30", f"--log_dir={logs}", ENVDUMP, str(out), "--foo", "bar"], cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    d = dumps(out)
+    assert set(d) == {"scheduler", "worker_0", "worker_1"}
+    cluster = {"MS_SCHED_HOST": "127.0.0.1", "MS_SCHED_PORT": "29611", "MS_TOPO_TIMEOUT": "30",
+               "MS_WORKER_NUM": "2", "RANK_SIZE": "2"}
+    threads = {} if "OMP_NUM_THREADS" in BASE_ENV else {"OMP_NUM_THREADS": "1"}
+    unbuffered = {} if "PYTHONUNBUFFERED" in BASE_ENV else {"PYTHONUNBUFFERED": "1"}
+    assert added(d["scheduler"]) == {**cluster, **threads, "MS_ROLE": "MS_SCHED", "RANK_ID": "0"}
+    for i in (0, 1):
+        assert added(d[f"worker_{i}"]) == {
+            **cluster, **threads, **unbuffered, "MS_ROLE": "MS_WORKER", "RANK_ID": str(i), "MS_NODE_ID": str(i),
+            "DEVICE_ID": str(i), "RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29611"}
+    for record in d.values():
+        assert record["argv"] == [str(out), "--foo", "bar"]
+        assert record["orig_argv"] == [sys.executable, ENVDUMP, str(out), "--foo", "bar"]
+        assert record["sid"] == record["pid"]  # own session: killpg reaches everything it starts
+    assert sorted(p.name for p in logs.iterdir()) == ["launch.json", "scheduler.log", "worker_0.log", "worker_1.log"]
+    assert oct(logs.stat().st_mode & 0o777) == "0o700"
+    assert "[envdump] worker_1" in (logs / "worker_1.log").read_text()
+    assert "[rank 0] [envdump] worker_0" in r.stdout and "[rank 1] [envdump] worker_1" in r.stdout
+    assert "scheduler" not in r.stdout  # the scheduler's log is never tailed, as msrun
+
+
+def test_second_of_two_nodes_env_contract(dirs):
+    cwd, out, logs = dirs
+    r = topo_launch(["--worker_num=4", "--local_worker_num=2", "--node_rank=1", "--join=True",
+                     f"--log_dir={logs}", ENVDUMP, str(out)], cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    d = dumps(out)
+    assert set(d) == {"worker_2", "worker_3"}  # node 1 starts no scheduler
+    for rank, local in ((2, 0), (3, 1)):
+        env = added(d[f"worker_{rank}"])
+        assert {k: env[k] for k in ("MS_ROLE", "RANK_ID", "MS_NODE_ID", "DEVICE_ID", "RANK", "LOCAL_RANK",
+                                    "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                                    "MS_WORKER_NUM", "RANK_SIZE")} == {
+            "MS_ROLE": "MS_WORKER", "RANK_ID": str(rank), "MS_NODE_ID": str(rank), "DEVICE_ID": str(local),
+            "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MS_WORKER_NUM": "4", "RANK_SIZE": "4"}
+    assert sorted(p.name for p in logs.glob("*.log")) == ["worker_2.log", "worker_3.log"]
+
+
+def test_children_do_not_inherit_each_others_variables(dirs):
+    cwd, out, logs = dirs
+    env = {**BASE_ENV, "RANK_ID": "9", "MSRUN_CPU_LIST": "[5]", "LOCAL_RANK": "4"}
+    r = topo_launch(["--worker_num=2", "--local_worker_num=1", "--join=True", f"--log_dir={logs}",
+                     ENVDUMP, str(out)], cwd=cwd, env=env)
+    assert r.returncode == 0, r.stderr
+    worker = dumps(out)["worker_0"]["env"]  # named by LOCAL_RANK: no rank is known without --node_rank
+    assert "RANK_ID" not in worker and "MSRUN_CPU_LIST" not in worker and "RANK" not in worker
+    assert worker["LOCAL_RANK"] == "0"
+
+
+# ------------------------------------------------------------------ bindings, checked in /proc
+@needs_two_cpus
+@needs_numactl
+def test_unified_json_bindings_are_verified(dirs):
+    cwd, out, logs = dirs
+    bind = cwd / "bind.json"
+    bind.write_text(json.dumps({
+        "bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
+        "bind_cpu": {"scheduler": {"main": "0"}, "device0": {"main": "1"}, "device1": {"main": "0"}},
+        "bind_memory": {"device0": 0, "device1": 0}}))
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", f"--log_dir={logs}",
+                     f"--bind_numa={bind}", ENVDUMP, str(out)], cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    d = dumps(out)
+    assert (d["scheduler"]["affinity"], d["scheduler"]["memory_policy"]) == ([0], "default")
+    assert (d["worker_0"]["affinity"], d["worker_0"]["memory_policy"]) == ([1], "bind:0")
+    assert (d["worker_1"]["affinity"], d["worker_1"]["memory_policy"]) == ([0], "bind:0")
+    assert "scheduler: CPUs 0, memory node 0 (verified)" in r.stderr
+    assert "rank 0: CPUs 1, memory node 0 (verified)" in r.stderr
+    assert "rank 1: CPUs 0, memory node 0 (verified)" in r.stderr
+    launched = json.loads((logs / "launch.json").read_text())["processes"]
+    assert launched[1]["argv"][:5] == ["numactl", "--membind", "0", "--physcpubind", "1"]
+    assert launched[1]["observed"] == {"cpus": "1", "mems_allowed": "0", "memory_policy": "bind",
+                                       "policy_nodes": "0"}
+    assert d["worker_1"]["env"]["MSRUN_BIND_FILE"] == str(bind)
+
+
+@needs_two_cpus
+def test_bind_core_true_splits_cpus(dirs):
+    cwd, out, logs = dirs
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", "--no-scheduler",
+                     f"--log_dir={logs}", "--bind_core=True", ENVDUMP, str(out)], cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    d = dumps(out)
+    assert [d[f"worker_{i}"]["affinity"] for i in (0, 1)] == [[0], [1]]
+    assert [d[f"worker_{i}"]["env"]["MSRUN_CPU_LIST"] for i in (0, 1)] == ["[0]", "[1]"]
+    assert "rank 1: CPUs 1, memory node 0 (verified)" in r.stderr
+
+
+@needs_numactl
+def test_refused_memory_binding_is_reported_with_the_fix(dirs, tmp_path):
+    """A container without CAP_SYS_NICE: numactl fails in set_mempolicy (simulated by a numactl
+    that says so and exits 1)."""
+    cwd, out, logs = dirs
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "numactl").write_text("#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
+    (fake / "numactl").chmod(0o755)
+    env = {**BASE_ENV, "PATH": f"{fake}:{os.environ['PATH']}"}
+    args = ["--worker_num=1", "--local_worker_num=1", "--join=True", "--no-scheduler", f"--log_dir={logs}",
+            '--bind_numa={"device0": ["0"]}', ENVDUMP, str(out)]
+    r = topo_launch(args, cwd=cwd, env=env)
+    assert r.returncode == 1
+    assert "rank 0: numactl refused the binding (set_mempolicy: Operation not permitted)" in r.stderr
+    assert "drop the memory binding" in r.stderr and "--bind-fallback" in r.stderr
+    assert not list(out.iterdir())  # the job never ran
+
+    r = topo_launch(["--bind-fallback", *args], cwd=cwd, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "rank 0: CPUs 0-1, memory node 0 (unbound (--bind-fallback))" in r.stderr
+    assert dumps(out)["worker_0"]["memory_policy"] == "default"
+
+
+def test_validation_errors_start_nothing(dirs):
+    cwd, out, logs = dirs
+    for args, message in (
+        (['--bind_core={"device0": ["999"]}'], "--bind_core: CPU 999 of device0 is not available"),
+        (["--master_port=70000"], "--master_port=70000 is outside 1-65535"),
+        (["--worker_num=2", "--local_worker_num=3"], "--local_worker_num=3 exceeds --worker_num=2"),
+        (["--join=yes"], "--join='yes': expected True or False"),
+        (["--tail_worker_log=abc"], "'abc' is not a rank"),
+    ):
+        r = topo_launch([f"--log_dir={logs}", "--worker_num=1", "--local_worker_num=1", *args, ENVDUMP, str(out)],
+                        cwd=cwd)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    r = topo_launch([f"--log_dir={logs}", "missing.py"], cwd=cwd)
+    assert (r.returncode, r.stderr.strip()) == (2, f"topo: error: script 'missing.py' does not exist (relative to {cwd})")
+    assert not logs.exists()
+
+
+# ------------------------------------------------------------------ failures, signals, orphans
+def test_worker_failure_stops_the_job(dirs):
+    cwd, out, logs = dirs
+    start = time.monotonic()
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", f"--log_dir={logs}",
+                     f"--grace-period={GRACE}", JOB, str(out), "sleep=60@0", "sleep=60@sched",
+                     "print=last words of rank 1@1", "sleep=0.3@1", "exit=3@1"], cwd=cwd, timeout=30)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 3, r.stderr
+    assert elapsed < 0.3 + GRACE + 2, elapsed  # the sleepers die on SIGTERM, no waiting for them
+    assert "rank 1 (pid" in r.stderr and "exited with exit code 3" in r.stderr
+    assert "last lines of" in r.stderr and "last words of rank 1" in r.stderr
+    assert not any(alive(pid) for pid in job_pids(logs, out))
+
+
+def test_sigterm_is_followed_by_sigkill_after_the_grace_period(dirs):
+    cwd, out, logs = dirs
+    start = time.monotonic()
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", "--no-scheduler",
+                     f"--log_dir={logs}", f"--grace-period={GRACE}", JOB, str(out), "ignore-term@0", "sleep=60@0",
+                     "sleep=0.3@1", "kill=9@1"], cwd=cwd, timeout=30)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 128 + 9, r.stderr  # killed by signal 9
+    assert "exited with signal 9 (SIGKILL)" in r.stderr
+    assert "rank 0 still running after 1 s; sending SIGKILL" in r.stderr
+    assert GRACE <= elapsed < 0.3 + GRACE + 2, elapsed
+    assert not any(alive(pid) for pid in job_pids(logs, out))
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signals_to_the_launcher_are_forwarded(dirs, sig, code):
+    cwd, out, logs = dirs
+    p = start_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", f"--log_dir={logs}",
+                      f"--grace-period={GRACE}", JOB, str(out), "grandchild", "daemon", "ready", "sleep=60"],
+                     cwd=cwd)
+    try:
+        assert wait_for(lambda: len(list(out.glob("ready_*"))) == 3), "job did not start"
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=GRACE + 5)
+    finally:
+        p.kill()
+    assert p.returncode == code, err
+    assert f"received {signal.Signals(sig).name}; forwarding it to every process" in err
+    assert not any(alive(pid) for pid in job_pids(logs, out))
+
+
+def test_no_orphans_after_a_successful_job(dirs):
+    """Grandchildren in the worker's group and daemons in their own session are gone too."""
+    cwd, out, logs = dirs
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", f"--log_dir={logs}",
+                     f"--grace-period={GRACE}", JOB, str(out), "grandchild", "daemon"], cwd=cwd, timeout=30)
+    assert r.returncode == 0, r.stderr
+    pids = job_pids(logs, out)
+    assert len(pids) == 3 + 6
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_join_false_returns_at_once_and_writes_launch_json(dirs):
+    cwd, out, logs = dirs
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--no-scheduler", f"--log_dir={logs}",
+                     JOB, str(out), "sleep=30"], cwd=cwd, timeout=20)
+    record = json.loads((logs / "launch.json").read_text())
+    pids = [p["pid"] for p in record["processes"]]
+    try:
+        assert r.returncode == 0, r.stderr
+        assert record["join"] is False and [p["name"] for p in record["processes"]] == ["rank 0", "rank 1"]
+        assert record["processes"][1]["log"] == str(logs / "worker_1.log")
+        assert all(alive(pid) for pid in pids)  # msrun's meaning: the job outlives the launcher
+    finally:
+        for pid in pids:
+            os.killpg(pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------ console, stdin
+def test_tail_shows_partial_lines_and_selected_ranks(dirs):
+    cwd, out, logs = dirs
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", "--no-scheduler",
+                     "--tail_worker_log=1", f"--log_dir={logs}", JOB, str(out), "print=hello", "prompt"], cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "[rank 1] hello\n[rank 1] (Pdb) "
+    assert "hello" in (logs / "worker_0.log").read_text()
+
+
+def test_workers_read_the_launchers_stdin(dirs):
+    """What pdb needs under --join=True (msrun guide, 'Multi-Card Parallel Debugging')."""
+    cwd, out, logs = dirs
+    r = topo_launch(["--worker_num=1", "--local_worker_num=1", "--join=True", "--no-scheduler",
+                     f"--log_dir={logs}", JOB, str(out), "readline"], cwd=cwd, input="continue\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "[rank 0] got: continue\n"
+
+
+def test_dry_run_prints_msrun_argv_and_starts_nothing(dirs):
+    cwd, out, logs = dirs
+    bind = cwd / "bind.json"
+    bind.write_text(json.dumps({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
+                                "bind_cpu": {"device0": {"main": "1"}, "device1": {"main": "0"}},
+                                "bind_memory": {"device0": 0, "device1": 0}}))
+    r = topo_launch(["--worker-num=2", "--local-worker-num=2", "--dry-run", "--python", "python",
+                     f"--log-dir={logs}", f"--bind-numa={bind}", JOB, str(out), "-x"], cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert f"rank 0, DEVICE_ID=0: numactl --membind 0 --physcpubind 1 python {JOB} {out} -x" in lines
+    assert f"rank 1, DEVICE_ID=1: numactl --membind 0 --physcpubind 0 python {JOB} {out} -x" in lines
+    assert f"scheduler: python {JOB} {out} -x" in lines
+    assert "  binding: CPUs 1, memory node 0" in lines
+    assert any(line.startswith("  env: DEVICE_ID=1 GROUP_RANK=0") and "MSRUN_BIND_FILE=" in line for line in lines)
+    assert not logs.exists() and not list(out.iterdir())
