@@ -212,14 +212,20 @@ def test_cpuless_memory_node_with_distances(tmp_path):
     assert text.splitlines()[-2] == "2 packages, 3 NUMA nodes, 4 cores, 4 PUs"
 
 
-@pytest.mark.xfail(strict=True, reason="sysfs._nearest_cpus gives an empty locality to a CPU-less node "
-                   "equidistant from every CPU node; contracts §1 says the CPUs of the closest node(s)")
-def test_cpuless_node_equidistant_to_two_nodes_is_local_to_both(tmp_path):
-    # hwloc attaches such a node to the Machine, whose cpuset is all CPUs: "0-3" either way.
+def test_cpuless_node_equidistant_to_every_node_has_no_locality(tmp_path):
+    # hwloc's rule (fixup_cpuless_node_locality_from_distances): when the nearest nodes are all
+    # the other nodes, the distances say nothing about where the memory is; lstopo then reports
+    # the node with an empty cpuset in a Group of its own (fixture 128ia64-17n4s2c, node 16).
     nodes = [Node("0-1", 1 << 30, [10, 20, 25]), Node("2-3", 1 << 30, [20, 10, 25]),
              Node("", 1 << 30, [25, 25, 10])]
     t = discover(build(tmp_path, Machine(packages=2, cores=2, nodes=nodes)))
-    assert t.numa_node(2).locality.to_list() == "0-3"
+    assert t.numa_node(2).memory_only
+    assert t.numa_node(2).locality.to_list() == ""
+    assert [(g.cpuset.to_list(), g.numa_nodes) for g in t.groups] == [("", (2,))]
+    # One node strictly nearer than the rest is the locality.
+    nodes[2] = Node("", 1 << 30, [25, 30, 10])
+    t = discover(build(tmp_path / "nearer", Machine(packages=2, cores=2, nodes=nodes)))
+    assert t.numa_node(2).locality.to_list() == "0-1"
 
 
 def test_cpuless_node_outside_allowed_mems_is_hidden(tmp_path):

@@ -90,12 +90,6 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
             "core": None if core is None else max(core, 0),
             "die": fs.read_int(f"{d}/die_id"),
             "cluster": fs.read_int(f"{d}/cluster_id"),
-            "threads": fs.read_set(f"{d}/thread_siblings_list", f"{d}/thread_siblings")
-            or fs.read_set(f"{d}/core_cpus_list", f"{d}/core_cpus"),
-            "package_cpus": fs.read_set(f"{d}/package_cpus_list", f"{d}/package_cpus")
-            or fs.read_set(f"{d}/core_siblings_list", f"{d}/core_siblings"),
-            "die_cpus": fs.read_set(f"{d}/die_cpus_list", f"{d}/die_cpus"),
-            "cluster_cpus": fs.read_set(f"{d}/cluster_cpus_list", f"{d}/cluster_cpus"),
             "dir": dirs[cpu],
         }
     online = CpuSet(topo)
@@ -107,13 +101,12 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
                 f"no CPU found under {fs.path(CPU)} (is --root a captured machine with sys/ and proc/?)"
             )
         for cpu in online:
-            topo[cpu] = {"package": 0, "core": cpu, "die": None, "cluster": None, "threads": None,
-                         "package_cpus": None, "die_cpus": None, "cluster_cpus": None,
-                         "dir": dirs.get(cpu)}
+            topo[cpu] = {"package": 0, "core": cpu, "die": None, "cluster": None, "dir": None}
 
     # Packages: each CPU's package_cpus (core_siblings) mask, as hwloc builds them: ia64 dumps
     # reuse one physical_package_id for distinct sockets. Falls back to grouping by id.
-    packages = [Package(topo[c]["package"], s) for c, s in _sibling_sets(topo, "package_cpus", "package", online)
+    siblings = _SiblingMasks(fs, topo)
+    packages = [Package(topo[c]["package"], s) for c, s in _sibling_sets(siblings, "package_cpus", "package", online)
                 if topo[c]["package"] is not None]
     packages.sort(key=lambda p: p.cpuset.first())
     pkg_of = {cpu: t["package"] for cpu, t in topo.items()}
@@ -126,8 +119,9 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         if assigned >> cpu & 1:
             continue
         t = topo[cpu]
-        if t["threads"]:
-            members = (t["threads"] & online) | CpuSet([cpu])
+        threads = siblings.get(cpu, "threads")
+        if threads:
+            members = (threads & online) | CpuSet([cpu])
             # siblings must agree on package; sysfs of buggy kernels sometimes disagrees
             members = CpuSet(c for c in members if pkg_of[c] == t["package"] and not assigned >> c & 1)
         else:
@@ -138,12 +132,14 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
             )
         assigned |= members.mask
         cores.append(Core(t["core"], t["package"], members))
+        for c in members:
+            topo[c]["core_cpus"] = members
 
-    dies = [Die(topo[c]["die"], topo[c]["package"], s) for c, s in _sibling_sets(topo, "die_cpus", "die", online)]
+    dies = [Die(topo[c]["die"], topo[c]["package"], s) for c, s in _sibling_sets(siblings, "die_cpus", "die", online)]
     if all(d.cpuset in {p.cpuset for p in packages} for d in dies):
         dies = []  # one die per package: sysfs says nothing the package does not
     clusters = [Cluster(topo[c]["cluster"], topo[c]["package"], s)
-                for c, s in _sibling_sets(topo, "cluster_cpus", "cluster", online)]
+                for c, s in _sibling_sets(siblings, "cluster_cpus", "cluster", online)]
     caches = _caches(fs, topo, online)
     models = _cpu_models(fs, topo)
     if models:
@@ -156,9 +152,36 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     return RawCpus(complete | online, online, packages, dies, clusters, cores, caches, models)
 
 
-def _sibling_sets(topo: dict, mask_key: str, id_key: str, online: CpuSet) -> list[tuple[int, CpuSet]]:
+class _SiblingMasks:
+    """Each CPU's sibling masks (threads, package, die, cluster), read on first use: the CPUs that
+    an earlier CPU's mask already placed are never read, which halves the reads on big machines."""
+
+    FILES = {
+        "threads": (("thread_siblings_list", "thread_siblings"), ("core_cpus_list", "core_cpus")),
+        "package_cpus": (("package_cpus_list", "package_cpus"), ("core_siblings_list", "core_siblings")),
+        "die_cpus": (("die_cpus_list", "die_cpus"),),
+        "cluster_cpus": (("cluster_cpus_list", "cluster_cpus"),),
+    }
+
+    def __init__(self, fs: FsRoot, topo: dict) -> None:
+        self.fs = fs
+        self.topo = topo
+
+    def get(self, cpu: int, key: str) -> CpuSet | None:
+        d = self.topo[cpu]["dir"]
+        if d is None:
+            return None
+        for list_name, mask_name in self.FILES[key]:
+            found = self.fs.read_set(f"{d}/topology/{list_name}", f"{d}/topology/{mask_name}")
+            if found:
+                return found
+        return None
+
+
+def _sibling_sets(siblings: _SiblingMasks, mask_key: str, id_key: str, online: CpuSet) -> list[tuple[int, CpuSet]]:
     """Distinct sets of CPUs sharing a package/die/cluster: from each CPU's sibling mask where
     sysfs has one, else by (package, id). Returns (first CPU, set) pairs; [] when ids are absent."""
+    topo = siblings.topo
     out = []
     assigned = 0
     for cpu in sorted(topo):
@@ -168,7 +191,7 @@ def _sibling_sets(topo: dict, mask_key: str, id_key: str, online: CpuSet) -> lis
         if t[id_key] is None or t[id_key] < 0:
             if id_key != "package":
                 return []  # no die_id / cluster_id: the kernel has no such level
-        mask = t[mask_key]
+        mask = siblings.get(cpu, mask_key)
         if mask:
             members = (mask & online) | CpuSet([cpu])
         else:
@@ -197,7 +220,7 @@ def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
             shared = fs.read_set(f"{idx}/shared_cpu_list", f"{idx}/shared_cpu_map")
             if not shared:
                 # Empty sharing map (ia64, some VMs): the cache is private to the core.
-                shared = topo[cpu]["threads"] or CpuSet([cpu])
+                shared = topo[cpu].get("core_cpus") or CpuSet([cpu])
             # Some kernels report caches whose sharing map forgets the CPU itself.
             shared = (shared | CpuSet([cpu])) & online
             if (name, shared) in read_already:
