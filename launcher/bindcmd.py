@@ -21,7 +21,11 @@ BIND_FILE_VARS = ("TOPO_BIND_FILE", "MSRUN_BIND_FILE")
 
 
 class CommandNotFound(TopoError):
-    exit_code = 127  # the shell's code for a command that cannot be found
+    exit_code = 127  # the shell's codes: 127 not found, 126 found but not executable
+
+
+class CommandNotExecutable(TopoError):
+    exit_code = 126
 
 
 def resolve_local_rank(local_rank: int | None, environ: Mapping[str, str]) -> int:
@@ -98,4 +102,4 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
     except FileNotFoundError:
         raise CommandNotFound(f"{argv[0]}: command not found") from None
     except PermissionError:
-        raise CommandNotFound(f"{argv[0]}: permission denied") from None
+        raise CommandNotExecutable(f"{argv[0]}: permission denied") from None

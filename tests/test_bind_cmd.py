@@ -1,0 +1,134 @@
+"""topo bind: one process's binding from a bind JSON, applied before exec (contracts §5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from launcher.bindcmd import LOCAL_RANK_VARS, plan_bind, resolve_local_rank
+from topo.errors import UsageError
+from topo.synthetic import synthetic
+
+BIG = dataclasses.replace(synthetic("pack:2 numa:2 core:8 pu:1", gpus_per_numa=1), root="/")
+# what a child prints: its CPUs and its memory policy
+PROBE = ("import os; print(sorted(os.sched_getaffinity(0)), open('/proc/self/numa_maps').readline().split()[1], "
+         "os.environ.get('MSRUN_BIND_FILE'), os.environ.get('OMP_NUM_THREADS'))")
+needs_two_cpus = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
+
+
+@pytest.fixture
+def bind_file(tmp_path):
+    path = tmp_path / "bind.json"
+    path.write_text(json.dumps({
+        "bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
+        "bind_cpu": {"device0": {"main": "1"}, "device1": {"main": "0"}, "device2": {"main": "0-1"}},
+        "bind_memory": {"device1": 0}}))
+    return str(path)
+
+
+def topo_bind(*args, env=None):
+    base = {k: v for k, v in os.environ.items() if k not in LOCAL_RANK_VARS + ("OMP_NUM_THREADS",)}
+    return subprocess.run([sys.executable, "-m", "topo", "bind", *args], capture_output=True, text=True,
+                          timeout=60, env={**base, **(env or {})})
+
+
+# ------------------------------------------------------------------ local rank
+def test_local_rank_comes_from_the_first_launcher_variable():
+    assert resolve_local_rank(None, {"SLURM_LOCALID": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "5"}) == 2
+    assert resolve_local_rank(None, {"LOCAL_RANK": "1", "SLURM_LOCALID": "2"}) == 1
+    assert resolve_local_rank(None, {"MPI_LOCALRANKID": "3"}) == 3
+    assert resolve_local_rank(4, {"LOCAL_RANK": "1"}) == 4
+
+
+def test_local_rank_errors():
+    with pytest.raises(UsageError, match="no local rank: pass --local-rank N, or run under a launcher that sets "
+                                         "LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID"):
+        resolve_local_rank(None, {})
+    with pytest.raises(UsageError, match="SLURM_LOCALID='x' is not a local rank"):
+        resolve_local_rank(None, {"SLURM_LOCALID": "x"})
+
+
+# ------------------------------------------------------------------ what it will exec
+def test_cpu_only_binding_needs_no_numactl(bind_file):
+    argv, cpus, env, binding, key = plan_bind(["app", "-v"], bind_file=bind_file, environ={"LOCAL_RANK": "0"},
+                                              topology=BIG)
+    assert (argv, str(cpus), key) == (["app", "-v"], "1", "device0")
+    assert env == {"MSRUN_BIND_FILE": bind_file, "MSRUN_BIND_FILE_HASH": env["MSRUN_BIND_FILE_HASH"],
+                   "OMP_NUM_THREADS": "1"}
+
+
+def test_memory_binding_execs_through_numactl_like_msrun(bind_file):
+    argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ={}, topology=BIG)
+    assert argv == ["numactl", "--membind", "0", "--physcpubind", "0", "app"]
+    assert cpus is None and binding.describe() == "CPUs 0, memory node 0"
+
+
+def test_visible_devices_pick_the_entry(bind_file):
+    _, cpus, _, _, key = plan_bind(["app"], bind_file=bind_file, local_rank=0,
+                                   environ={"CUDA_VISIBLE_DEVICES": "2,3"}, topology=BIG)
+    assert (key, str(cpus)) == ("device2", "0-1")
+
+
+def test_missing_entry_runs_unbound(bind_file):
+    argv, cpus, _, binding, key = plan_bind(["app"], bind_file=bind_file, local_rank=3, environ={}, topology=BIG)
+    assert (argv, cpus, binding.is_bound, key) == (["app"], None, False, "device3")
+
+
+def test_bind_file_errors(tmp_path):
+    with pytest.raises(UsageError, match="no bind JSON: pass --bind-file FILE"):
+        plan_bind(["app"], local_rank=0, environ={}, topology=BIG)
+    with pytest.raises(UsageError, match="does not exist"):
+        plan_bind(["app"], bind_file=str(tmp_path / "nope.json"), local_rank=0, environ={}, topology=BIG)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"bind_config": {"bind_cpu_mode": "cpu"}, "bind_cpu": {"device0": {"main": "99"}}}))
+    with pytest.raises(UsageError, match=r"bind_cpu\.device0\.main: CPU id 99"):
+        plan_bind(["app"], bind_file=str(bad), local_rank=0, environ={}, topology=BIG)
+
+
+def test_bind_file_from_msrun_environment(bind_file):
+    _, cpus, _, _, _ = plan_bind(["app"], local_rank=0, environ={"MSRUN_BIND_FILE": bind_file}, topology=BIG)
+    assert str(cpus) == "1"
+
+
+# ------------------------------------------------------------------ real exec
+@needs_two_cpus
+def test_binds_cpus_and_execs(bind_file):
+    r = topo_bind("--bind-file", bind_file, "--", sys.executable, "-c", PROBE, env={"SLURM_LOCALID": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"[1] default {bind_file} 1"
+
+
+@needs_two_cpus
+@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed")
+def test_binds_memory_through_numactl(bind_file):
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "1", "--", sys.executable, "-c", PROBE)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"[0] bind:0 {bind_file} 1"
+
+
+def test_cli_errors(bind_file):
+    r = topo_bind("--bind-file", bind_file, "--", sys.executable, "-c", "pass")
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "no local rank" in r.stderr
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "0", "--", "no-such-command-xyz")
+    assert (r.returncode, r.stderr.strip()) == (127, "topo: error: no-such-command-xyz: command not found")
+
+
+@needs_two_cpus
+@pytest.mark.skipif(shutil.which("torchrun") is None or shutil.which("topo") is None,
+                    reason="needs torchrun and the topo console script")
+def test_under_torchrun_no_python(bind_file, tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text("import os, sys\n"
+                      "open(os.path.join(sys.argv[1], os.environ['LOCAL_RANK']), 'w')"
+                      ".write(str(sorted(os.sched_getaffinity(0))))\n")
+    r = subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "--no-python", "topo", "bind",
+                        "--bind-file", bind_file, "--", sys.executable, str(script), str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert [(tmp_path / str(i)).read_text() for i in (0, 1)] == ["[1]", "[0]"]
