@@ -221,12 +221,18 @@ class Layout:
                 self.warnings.append(f"device {device_id}: no allowed CPUs on its NUMA node {node}; "
                                      f"planned on the nearest node with allowed CPUs, {near}")
             return (near,)
+        why = None
+        if node is not None:  # a node discovery dropped: the cgroup's cpuset.mems excludes it
+            why = f"its NUMA node {node} is not allowed by the cgroup (cpuset.mems)"
         local = dev.local_cpus & self.allowed
         touched = tuple(n for n in self.node_ids if self.node_cpus[n].intersects(local))
         if touched:
+            if why:
+                self.warnings.append(f"device {device_id}: {why}; planned on its local CPUs' "
+                                     f"node {nodes_text(touched)}")
             return touched
-        self.warnings.append(f"device {device_id}: no NUMA node or local CPUs known; treated as local to "
-                             f"node {self.node_ids[0]}")
+        self.warnings.append(f"device {device_id}: {why or 'no NUMA node or local CPUs known'}; planned on "
+                             f"node {nodes_text(self.node_ids[:1])}")
         return (self.node_ids[0],)
 
     def nearest_cpu_node(self, node: int) -> int:

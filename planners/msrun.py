@@ -160,39 +160,44 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
     else:
         homes = {d: layout.home_of(d) for d in devs}
     affinity_nodes = {x for h in homes.values() for x in h}
-    cursor = {x: list(layout.node_cpus[x]) for x in affinity_nodes}
-    pool = [c for x in layout.node_ids if x not in affinity_nodes for c in layout.node_cpus[x]]
+    cursor = {x: list(layout.node_cpus[x]) for x in layout.node_ids}
+    pool_nodes = [x for x in layout.node_ids if x not in affinity_nodes]  # msrun's "-1" pool
+
+    def take(d: int, got: list[int], nodes: list[int]) -> None:
+        for x in nodes:
+            if len(got) >= n:
+                return
+            part = cursor[x][:n - len(got)]
+            cursor[x] = cursor[x][len(part):]
+            got += part
+            if part and x not in homes[d] and d in job.devices:
+                remote.setdefault(d, []).extend(part)
+
+    remote: dict[int, list[int]] = {}
     by_dev: dict[int, list[int]] = {}
     for d in devs:
         got: list[int] = []
-        for x in homes[d]:
-            take = cursor[x][:n - len(got)]
-            cursor[x] = cursor[x][len(take):]
-            got += take
-        if len(got) < n and pool:
-            take, pool = pool[:n - len(got)], pool[n - len(got):]
-            got += take
+        take(d, got, list(homes[d]))  # the affinity pool
+        # then the non-affinity pool; nearest node first (msrun: one cursor in node order, the
+        # same order when all distances are equal)
+        take(d, got, _by_distance(layout, homes[d][0], pool_nodes))
         by_dev[d] = got
-    # Better than msrun: a device still short of n takes the free CPUs of the nearest nodes.
+    # Better than msrun: a job device still short of n takes free CPUs of the nearest other nodes
+    # instead of running with fewer.
     for d in devs:
-        short = n - len(by_dev[d])
-        if short <= 0 or d not in job.devices:
-            continue
-        home = homes[d][0]
-        info = layout.all_nodes.get(home)
-        dist = info.distances if info is not None else {}
-        for x in sorted(cursor, key=lambda x: (dist.get(x, 1 << 30), x)):
-            take = cursor[x][:short]
-            cursor[x] = cursor[x][len(take):]
-            by_dev[d] += take
-            short -= len(take)
-            if take:
-                warnings.append(f"device {d}: its node ran out of CPUs; took {CpuSet(take)} of node {x}")
-            if short <= 0:
-                break
+        if d in job.devices and len(by_dev[d]) < n:
+            take(d, by_dev[d], _by_distance(layout, homes[d][0], layout.node_ids))
+    for d, cpus_taken in remote.items():
+        warnings.append(f"device {d}: its node is used up; also given CPUs {CpuSet(cpus_taken)} of other nodes")
     lists = [by_dev[d] for d in job.devices]
     memory = [homes[d] for d in job.devices]
     return _emit(layout, job, options, lists, memory, warnings)
+
+
+def _by_distance(layout: Layout, home: int, nodes: list[int]) -> list[int]:
+    info = layout.all_nodes.get(home)
+    dist = info.distances if info is not None else {}
+    return sorted(nodes, key=lambda x: (dist.get(x, 1 << 30), x))
 
 
 def _emit(layout: Layout, job: Job, options: Options, lists: list[list[int]], memory, warnings) -> BindPlan:
