@@ -165,6 +165,17 @@ def dgx_h100() -> Machine:
                    "Intel(R) Xeon(R) Platinum 8480C", complexes)
 
 
+def amd_8gpu() -> Machine:
+    """8 AMD Instinct GPUs on 2 NUMA nodes (rocm-smi-showtoponuma_8gpu-2numa.txt: GPU0-3 node 0,
+    GPU4-7 node 1). The CPU side (2x 64-core EPYC, SMT2) and bus ids are inferred; MI300X report
+    PCI class 1200, so the generator uses it."""
+    buses = [0x05, 0x15, 0x65, 0x75, 0x85, 0x95, 0xe5, 0xf5]
+    complexes = [Complex(f"0000:{b - 2:02x}", i // 4, Switch((Endpoint(f"0000:{b:02x}:00.0", "120000", "1002", "74a1"),)))
+                 for i, b in enumerate(buses)]
+    return Machine("amd-8gpu", lambda c: ((c % 128) // 64, c % 64, (c % 128) // 64), 256, 2, _smt(128),
+                   "AMD EPYC 9534 64-Core Processor", complexes)
+
+
 def kunpeng_ascend(busids: list[str], name: str) -> Machine:
     """Atlas 800-class: 4x Kunpeng 920 (48 cores, no SMT), 8 NUMA nodes of 24 CPUs (the lscpu
     samples). On these boards a root bus's top two bits pick the socket's first node: bus 0x01 ->
@@ -301,6 +312,7 @@ MACHINES = {
     "hgx-h200-xeon": hgx_h200_xeon,
     "h200-epyc": h200_epyc,
     "dgx-h100": dgx_h100,
+    "amd-8gpu": amd_8gpu,
     "atlas800-910b3": lambda: kunpeng_ascend(ATLAS800_910B3_BUSIDS, "atlas800-910b3"),
     "kunpeng-910b1": lambda: kunpeng_ascend(KUNPENG_910B1_BUSIDS, "kunpeng-910b1"),
 }

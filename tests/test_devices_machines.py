@@ -24,10 +24,15 @@ sys.path.insert(0, str(FAKES))
 import fake_pynvml  # noqa: E402
 
 
-@pytest.fixture
-def machine_root(tmp_path):
+@pytest.fixture(scope="module")
+def machine_root(tmp_path_factory):
+    """Each generated machine is written once per module; tests only read it."""
+    built: dict[str, Path] = {}
+
     def make(name: str) -> Path:
-        return machines.build(machines.MACHINES[name](), tmp_path / name)
+        if name not in built:
+            built[name] = machines.build(machines.MACHINES[name](), tmp_path_factory.mktemp(name))
+        return built[name]
     return make
 
 
@@ -256,3 +261,38 @@ def test_kunpeng_910b1_elided_table_board_fallback_and_topo(machine_root, replay
     assert npus[5]["busid"] == "0000:41:00.0"
     assert data["links"]["NPU0"]["NPU7"] == "HCCS" and data["links"]["NPU3"]["NPU3"] == "X"
     assert data["source"]["probes"]["npu-smi"] == "ok (8 NPUs)"
+
+
+def test_amd_gpus_from_sysfs_match_rocm_smi(machine_root, monkeypatch):
+    """No AMD runtime probe: sysfs alone places the GPUs where `rocm-smi --showtoponuma` says,
+    and HIP_VISIBLE_DEVICES picks by bus order."""
+    import re
+
+    numa = {int(g): int(n) for g, n in re.findall(r"GPU\[(\d+)\]\s+: \(Topology\) Numa Node: (\d+)",
+                                                  sample("amd/rocm-smi-showtoponuma_8gpu-2numa.txt"))}
+    root = machine_root("amd-8gpu")
+    data = show(root)
+    gpus = [d for d in data["devices"] if d["kind"] == "gpu"]
+    assert {g["index"]: g["numa_node"] for g in gpus} == numa
+    assert all(g["vendor"] == "amd" and g["source"] == "sysfs" for g in gpus)
+
+    import topo
+    from topo.visible import visible_devices
+
+    picked = visible_devices(topo.discover(root), env={"ROCR_VISIBLE_DEVICES": "4,5,6,7", "HIP_VISIBLE_DEVICES": "1"})
+    assert [(d.index, d.busid, d.numa_node) for d in picked] == [(5, "0000:95:00.0", 1)]
+
+
+def test_json_roundtrip_keeps_devices_and_links(machine_root, replay, tmp_path):
+    """What `topo plan --topology FILE` reads back is what `topo show --json` wrote."""
+    import topo
+
+    path, links, model = TOPO_M["dgx-a100"]
+    nvml, _ = replay
+    nvml(nvml_from_topo_m(machines.dgx_a100(), parse_topo_m(sample(path)), links, model))
+    data = show(machine_root("dgx-a100"))
+    saved = tmp_path / "dgx.json"
+    saved.write_text(json.dumps(data))
+    again = topo.load_topology(saved)
+    assert again.to_dict() == data
+    assert again.devices[0].socket_cpus.to_list() == "0-63,128-191"
