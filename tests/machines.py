@@ -267,44 +267,46 @@ def build(machine: Machine, dest: Path) -> Path:
     bus_dir = sys_ / "bus/pci/devices"
     bus_dir.mkdir(parents=True, exist_ok=True)
     for cx in machine.complexes:
-        counter = iter(range(1, 256))
-        local = node_cpus[cx.numa_node]
-
-        def bridge_id():
-            k = next(counter)
-            return f"{cx.host}:{k >> 3:02x}.{k & 7}"
-
-        def function(path: Path, busid: str, pci_class: str, vendor: str, device: str) -> Path:
-            d = path / busid
-            _write(d / "class", f"0x{pci_class}")
-            _write(d / "vendor", f"0x{vendor}")
-            _write(d / "device", f"0x{device}")
-            _write(d / "numa_node", str(cx.numa_node))
-            _write(d / "local_cpulist", _cpulist(local))
-            _write(d / "local_cpus", _mask(local))
-            rel = os.path.relpath(d, bus_dir)
-            os.symlink(rel, bus_dir / busid)
-            return d
-
-        def place(path: Path, child) -> None:
-            if isinstance(child, Endpoint):
-                child = (child,)
-            if isinstance(child, tuple):
-                for ep in child:
-                    d = function(path, ep.busid, ep.pci_class, ep.vendor, ep.device)
-                    for name in ep.rdma:
-                        (d / "infiniband" / name).mkdir(parents=True)
-                    for name in ep.net:
-                        (d / "net" / name).mkdir(parents=True)
-                return
-            up = function(path, bridge_id(), "060400", "10b5", "c010")  # a PLX/Broadcom switch
-            for sub in child.children:
-                down = function(up, bridge_id(), "060400", "10b5", "c010")
-                place(down, sub)
-
-        root_port = function(sys_ / f"devices/pci{cx.host}", bridge_id(), "060400", "1022", "1483")
-        place(root_port, cx.child)
+        _write_complex(sys_, bus_dir, cx, node_cpus[cx.numa_node])
     return dest
+
+
+def _write_complex(sys_: Path, bus_dir: Path, cx: Complex, local: list[int]) -> None:
+    """One host bridge: its root port, switches and endpoints, each linked from /sys/bus/pci/devices."""
+    counter = iter(range(1, 256))
+
+    def bridge_id():
+        k = next(counter)
+        return f"{cx.host}:{k >> 3:02x}.{k & 7}"
+
+    def function(path: Path, busid: str, pci_class: str, vendor: str, device: str) -> Path:
+        d = path / busid
+        _write(d / "class", f"0x{pci_class}")
+        _write(d / "vendor", f"0x{vendor}")
+        _write(d / "device", f"0x{device}")
+        _write(d / "numa_node", str(cx.numa_node))
+        _write(d / "local_cpulist", _cpulist(local))
+        _write(d / "local_cpus", _mask(local))
+        os.symlink(os.path.relpath(d, bus_dir), bus_dir / busid)
+        return d
+
+    def place(path: Path, child) -> None:
+        if isinstance(child, Endpoint):
+            child = (child,)
+        if isinstance(child, tuple):
+            for ep in child:
+                d = function(path, ep.busid, ep.pci_class, ep.vendor, ep.device)
+                for name in ep.rdma:
+                    (d / "infiniband" / name).mkdir(parents=True)
+                for name in ep.net:
+                    (d / "net" / name).mkdir(parents=True)
+            return
+        up = function(path, bridge_id(), "060400", "10b5", "c010")  # a PLX/Broadcom switch
+        for sub in child.children:
+            place(function(up, bridge_id(), "060400", "10b5", "c010"), sub)
+
+    root_port = function(sys_ / f"devices/pci{cx.host}", bridge_id(), "060400", "1022", "1483")
+    place(root_port, cx.child)
 
 
 MACHINES = {

@@ -296,3 +296,13 @@ def test_json_roundtrip_keeps_devices_and_links(machine_root, replay, tmp_path):
     again = topo.load_topology(saved)
     assert again.to_dict() == data
     assert again.devices[0].socket_cpus.to_list() == "0-63,128-191"
+
+
+@pytest.mark.parametrize("name", sorted(machines.MACHINES))
+def test_generated_machines_pass_the_topology_check(machine_root, name):
+    import topo
+
+    t = topo.discover(machine_root(name))
+    t.check()
+    accelerators = [d for d in t.devices if d.kind in ("gpu", "npu")]
+    assert len(accelerators) == 8 and all(d.numa_node is not None for d in accelerators)

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import replace
 
-from topo.cpuset import EMPTY, CpuSet
+from topo.cpuset import EMPTY
 from topo.fsroot import FsRoot
 from topo.model import Device, PciDevice, Topology
 from topo.probes.sysfs import PCI

@@ -147,7 +147,7 @@ def _distances_v1(root, node_order: list[int]) -> dict[int, dict[int, int]]:
         if n != len(node_order):
             continue
         base = float(d.get("latency_base") or 1)
-        values = [float(l.get("value")) for l in d.findall("latency")]
+        values = [float(lat.get("value")) for lat in d.findall("latency")]
         if len(values) != n * n:
             continue
         for a, i in enumerate(node_order):
