@@ -1,9 +1,10 @@
 """`topo show` text output: the topology as a tree, in the manner of `lstopo -p`.
 
 The model is flat; the tree is rebuilt here from cpuset containment. Objects with equal cpusets
-nest by type (Package > Die > Cluster > L3 > L2 > L1 > Core), NUMA nodes hang as memory children of
-the highest object whose CPUs are exactly their locality (else the smallest that covers it), and
-devices hang under the NUMA node they are local to.
+nest by type (Package > Die > Group > Cluster > L3 > L2 > L1 > Core > PU), NUMA nodes hang as
+memory children of the highest object whose CPUs are exactly their locality (else the smallest
+that covers it), and devices hang under the NUMA node they are local to. Logical indices (L#) are
+given in tree order, as hwloc numbers them; OS indices (P#) come from the model.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ _RANK = {"Machine": 0, "Package": 1, "Die": 2, "Group": 3, "Cluster": 4, "Cache"
 
 @dataclass
 class _Node:
-    kind: str
-    label: str
+    kind: str  # L# counter key: "Package", "L3", "Core", "NUMANode", ...
+    detail: str  # what follows "KIND L#n": "(P#3 ...)"
     cpuset: CpuSet
     rank: int
+    os_index: int | None = None
     children: list["_Node"] = field(default_factory=list)
     memory: list["_Node"] = field(default_factory=list)
     extras: list[str] = field(default_factory=list)
+    label: str = ""
 
 
 def _fmt_size(n: int) -> str:
@@ -37,36 +40,37 @@ def _fmt_size(n: int) -> str:
     return f"{n}B"
 
 
+def _pindex(os_index: int | None, rest: str = "") -> str:
+    inner = " ".join(x for x in ((f"P#{os_index}" if os_index is not None else ""), rest) if x)
+    return f"({inner})" if inner else ""
+
+
 def _cpu_objects(t: Topology) -> list[_Node]:
     objs: list[_Node] = []
-    for i, p in enumerate(t.packages):
-        model = f' "{p.model}"' if p.model else ""
-        objs.append(_Node("Package", f"Package L#{i} (P#{p.os_index}{model})", p.cpuset, _RANK["Package"]))
-    for i, d in enumerate(t.dies):
-        objs.append(_Node("Die", f"Die L#{i} (P#{d.os_index})", d.cpuset, _RANK["Die"]))
-    for i, g in enumerate(t.groups):
-        objs.append(_Node("Group", f"Group L#{i}", g.cpuset, _RANK["Group"]))
-    for i, c in enumerate(t.clusters):
-        objs.append(_Node("Cluster", f"Cluster L#{i} (P#{c.os_index})", c.cpuset, _RANK["Cluster"]))
-    counters: dict[str, int] = {}
+    for p in t.packages:
+        objs.append(_Node("Package", _pindex(p.os_index, f'"{p.model}"' if p.model else ""), p.cpuset, _RANK["Package"]))
+    for d in t.dies:
+        objs.append(_Node("Die", _pindex(d.os_index), d.cpuset, _RANK["Die"]))
+    for g in t.groups:
+        node = _Node("Group", "", g.cpuset, _RANK["Group"])
+        node.numa_members = g.numa_nodes  # type: ignore[attr-defined]
+        objs.append(node)
+    for c in t.clusters:
+        objs.append(_Node("Cluster", _pindex(c.os_index), c.cpuset, _RANK["Cluster"]))
     for c in t.caches:
         if c.type == "instruction":
-            continue  # lstopo's default view hides instruction caches from the tree's nesting
-        label = c.label
-        n = counters.get(label, 0)
-        counters[label] = n + 1
+            continue  # instruction caches do not nest; lstopo draws them beside the L1d
         # Higher-level caches sit above lower ones with the same cpuset.
-        objs.append(_Node("Cache", f"{label} L#{n} ({_fmt_size(c.size)})", c.cpuset, _RANK["Cache"] + (4 - c.level)))
-    for i, c in enumerate(t.cores):
-        pindex = f" (P#{c.os_index})" if c.os_index is not None else ""
-        objs.append(_Node("Core", f"Core L#{i}{pindex}", c.cpuset, _RANK["Core"]))
-    for i, pu in enumerate(t.pus):
-        objs.append(_Node("PU", f"PU L#{i} (P#{pu})", CpuSet([pu]), _RANK["PU"]))
+        objs.append(_Node(c.label, f"({_fmt_size(c.size)})", c.cpuset, _RANK["Cache"] + (4 - c.level)))
+    for c in t.cores:
+        objs.append(_Node("Core", _pindex(c.os_index), c.cpuset, _RANK["Core"]))
+    for pu in t.pus:
+        objs.append(_Node("PU", _pindex(pu), CpuSet([pu]), _RANK["PU"]))
     return objs
 
 
 def build_tree(t: Topology) -> _Node:
-    machine = _Node("Machine", "Machine", t.pus, _RANK["Machine"])
+    machine = _Node("Machine", "", t.pus, _RANK["Machine"])
     objs = _cpu_objects(t)
     # Parents before children: bigger sets first, then higher types.
     objs.sort(key=lambda o: (-o.cpuset.weight(), o.rank, o.cpuset.first()))
@@ -79,24 +83,21 @@ def build_tree(t: Topology) -> _Node:
     for node in _walk(machine):
         node.children.sort(key=lambda o: (o.cpuset.first() if o.cpuset else 1 << 30, o.rank))
 
+    numa_by_index = {}
     for node in t.numa_nodes:
-        mem = f" local={_fmt_size(node.local_memory)}" if node.local_memory else ""
-        what = " memory-only" if node.memory_only else ""
-        sub = f" {node.subtype}" if node.subtype else ""
-        numa = _Node("NUMANode", f"NUMANode L#{t.numa_nodes.index(node)} (P#{node.os_index}{mem}{what}{sub})",
-                     node.locality, 0)
+        mem = f"local={_fmt_size(node.local_memory)}" if node.local_memory else ""
+        notes = " ".join(x for x in (mem, "memory-only" if node.memory_only else "", node.subtype or "") if x)
+        numa = _Node("NUMANode", _pindex(node.os_index, notes), node.locality, 0, node.os_index)
+        numa_by_index[node.os_index] = numa
         _attach_memory(machine, numa)
     for dev in t.devices:
         label = f"{dev.kind.upper()} {dev.index}"
         details = [x for x in (dev.name, dev.busid) if x]
         if details:
             label += f" ({' '.join(details)})"
-        target = None
-        for n in _walk(machine):
-            for m in n.memory:
-                if dev.numa_node is not None and m.label.split("(P#")[1].split()[0].rstrip(")") == str(dev.numa_node):
-                    target = m
+        target = numa_by_index.get(dev.numa_node) if dev.numa_node is not None else None
         (target or machine).extras.append(label)
+    _number(machine)
     return machine
 
 
@@ -105,13 +106,19 @@ def _attach_memory(machine: _Node, numa: _Node) -> None:
     if numa.cpuset:
         exact = None
         for n in _walk(machine):
-            if n.kind in ("PU",):
+            if n.kind == "PU":
                 continue
             if n.cpuset == numa.cpuset and exact is None:
                 exact = n  # walk is top-down: the first exact match is the highest
             elif numa.cpuset <= n.cpuset and n.cpuset.weight() <= best.cpuset.weight():
                 best = n
         best = exact or best
+    else:
+        # No locality: the group hwloc makes for such nodes holds them.
+        for n in machine.children:
+            if n.kind == "Group" and numa.os_index in getattr(n, "numa_members", ()):
+                best = n
+                break
     best.memory.append(numa)
 
 
@@ -119,6 +126,25 @@ def _walk(node: _Node):
     yield node
     for child in node.children:
         yield from _walk(child)
+
+
+def _number(machine: _Node) -> None:
+    """Logical indices in tree order (memory children first, as lstopo lists them)."""
+    counters: dict[str, int] = {}
+
+    def visit(node: _Node) -> None:
+        for mem in node.memory:
+            visit(mem)
+        if node.kind == "Machine":
+            node.label = "Machine"
+        else:
+            n = counters.get(node.kind, 0)
+            counters[node.kind] = n + 1
+            node.label = f"{node.kind} L#{n}" + (f" {node.detail}" if node.detail else "")
+        for child in node.children:
+            visit(child)
+
+    visit(machine)
 
 
 def render_text(t: Topology) -> str:
