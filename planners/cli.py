@@ -18,7 +18,7 @@ MODE_HELP = ("msrun-auto, node, socket, exclusive, core-complex, all, single, si
              "unique-interleaved, unique-contiguous ('_' or '-'); see --list-modes")
 
 
-def load_topology(root: str | None, topology_file: str | None):
+def load_topology(root: str | None, topology_file: str | None, *, include_disallowed: bool = False):
     """--topology FILE (our JSON, or hwloc XML when topo can read it), else discover --root / live."""
     if root and topology_file:
         raise UsageError("give either --root or --topology, not both")
@@ -41,7 +41,7 @@ def load_topology(root: str | None, topology_file: str | None):
         return Topology.from_dict(data)
     from topo.discover import discover
 
-    return discover(root)
+    return discover(root, include_disallowed=include_disallowed)
 
 
 def parse_devices(text: str | None) -> tuple[int, ...] | None:
@@ -206,7 +206,8 @@ def validate(file, root, topology_file):
         data = None
     else:
         data = loaded.data
-        topology = load_topology(root, topology_file)
+        # disallowed CPUs and nodes stay in view, so a problem can say "not allowed" vs "not present"
+        topology = load_topology(root, topology_file, include_disallowed=True)
         problems = validate_bind(data, topology)
     if problems:
         click.echo(f"{file}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")

@@ -17,7 +17,8 @@ Options:
   "scatter" numbers the first thread of every core first (core c = PUs c and c + ncores), as
   Linux does on most x86 servers.
 - `allowed` (cpulist) and `allowed_nodes` (nodelist): the cgroup cpuset; disallowed PUs are
-  dropped from the view as `discover()` does.
+  dropped from the view as `discover()` does, disallowed nodes kept but not in
+  `allowed_numa_nodes`.
 """
 
 from __future__ import annotations
@@ -126,10 +127,8 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
         return 12 if node_pack[a] == node_pack[b] else 20
 
     nodes = []
-    for i in range(nall):
-        if i not in allowed_node_set:
-            continue
-        dist = {j: distance(i, j) for j in range(nall) if j in allowed_node_set}
+    for i in range(nall):  # disallowed nodes are kept, as `discover(include_disallowed=True)` does
+        dist = {j: distance(i, j) for j in range(nall)}
         if i < nnodes:
             own = node_sets[i] & pus
             nodes.append(NumaNode(i, own, memory_per_node, False, own, dist))
