@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from planners.bindjson import LoadedBind, process_entry, validate_bind
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, UsageError
-from topo.model import Topology
+
+if TYPE_CHECKING:  # planners and the model are imported only when something is bound
+    from planners.bindjson import LoadedBind
+    from topo.model import Topology
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
     Raises UsageError, before anything starts, for CPUs or nodes that do not exist or are not
     allowed on `topology`, and for a missing numactl / taskset.
     """
+    from planners.bindjson import LoadedBind
+
     if not bind_core and not bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {})
     if topology is None:
@@ -152,6 +156,8 @@ def check_bind_json(loaded: LoadedBind, topology: Topology, what: str, warnings:
     """UsageError for the first problem that stops a binding (schema, CPUs or nodes that are not
     there or not allowed). Overlapping main CPUs only cost speed, and msrun runs such files, so
     they become warnings."""
+    from planners.bindjson import validate_bind
+
     errors = []
     for problem in validate_bind(loaded.data, topology):
         if "overlap" in problem.message:
@@ -165,6 +171,8 @@ def check_bind_json(loaded: LoadedBind, topology: Topology, what: str, warnings:
 
 def binding_for_key(data: Mapping, key: str, topology: Topology) -> Binding:
     """The binding of process `key` ("device3", "scheduler") in a unified bind JSON (§1.12 table)."""
+    from planners.bindjson import process_entry
+
     entry = process_entry(data, key)
     cpus = entry.main if entry.cpu_mode == "cpu" else None
     cpu_nodes = entry.cpu_node if entry.cpu_mode == "numa" else None

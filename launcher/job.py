@@ -11,13 +11,15 @@ import os
 import re
 import socket
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from launcher import network
-from launcher.binding import UNBOUND, Binding, JobBindings, physical_device_id, resolve_bindings
+from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.config import LaunchConfig
 from topo.errors import UsageError
-from topo.model import Topology
+
+if TYPE_CHECKING:
+    from topo.model import Topology
 
 SCHEDULER = "scheduler"
 WORKER = "worker"
@@ -247,4 +249,4 @@ def describe_plan(plan: JobPlan) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ProcessSpec", "JobPlan", "plan_job", "describe_plan", "MANAGED_VARS", "physical_device_id"]
+__all__ = ["ProcessSpec", "JobPlan", "plan_job", "describe_plan", "MANAGED_VARS"]

@@ -26,23 +26,15 @@ def resolve_master(addr: str) -> str:
 
 
 def is_local(ip: str) -> bool:
-    """True when an interface of this machine carries `ip` (msrun reads `ip -j addr`; psutil gives
-    the same list without a child process), or when the route to it leaves from that same address."""
-    target = ipaddress.ip_address(ip)
-    import psutil
-
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family not in (socket.AF_INET, socket.AF_INET6):
-                continue
-            try:
-                if ipaddress.ip_address(a.address.split("%")[0]) == target:
-                    return True
-            except ValueError:
-                continue
+    """True when `ip` belongs to this machine. msrun parses `ip -j addr`; binding a socket to the
+    address asks the kernel the same question without a child process (EADDRNOTAVAIL when no
+    interface carries it)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
     try:
-        return ipaddress.ip_address(local_ip(ip)) == target
-    except UsageError:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((ip, 0))
+        return True
+    except OSError:
         return False
 
 

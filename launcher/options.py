@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from planners.bindjson import LoadedBind, load_bind
 from topo.errors import ParseError, UsageError
+
+if TYPE_CHECKING:  # planners is imported only when a bind JSON is actually given
+    from planners.bindjson import LoadedBind
 
 _TABLE_KEY = re.compile(r"device\d+|scheduler")
 # msrun's per-item pattern: "0-9" or "1,2,3"; a mixed "0-3,5" must be written ["0-3", "5"].
@@ -23,14 +25,6 @@ _UNIFIED_KEYS = ("bind_config", "bind_cpu", "bind_memory")
 # loaded by planners.bindjson (LoadedBind: data, path, sha256).
 BindTable = Mapping[str, tuple[str, ...]]
 BindValue = "bool | BindTable | LoadedBind"
-
-
-def bind_file_env(loaded: LoadedBind) -> dict[str, str]:
-    """MSRUN_BIND_FILE / MSRUN_BIND_FILE_HASH for a bind JSON that came from a file (every process
-    gets them, so mindspore.runtime.set_cpu_affinity(bind_file=...) can check it is the same file)."""
-    if loaded.path is None:
-        return {}
-    return {"MSRUN_BIND_FILE": loaded.path, "MSRUN_BIND_FILE_HASH": loaded.sha256 or ""}
 
 
 def parse_literal_bool(text: str | bool, flag: str) -> bool:
@@ -79,6 +73,8 @@ def parse_bind_numa(value: Any) -> BindValue:
 
 
 def _load_unified(value: str) -> LoadedBind:
+    from planners.bindjson import load_bind
+
     try:
         return load_bind(value)
     except ParseError as exc:
@@ -86,8 +82,13 @@ def _load_unified(value: str) -> LoadedBind:
 
 
 def _parse_bind(value: Any, flag: str, label: str, desc: str) -> BindValue:
-    if isinstance(value, (bool, LoadedBind)):
+    if isinstance(value, bool):
         return value
+    if not isinstance(value, (str, Mapping)):
+        from planners.bindjson import LoadedBind
+
+        if isinstance(value, LoadedBind):
+            return value
     if isinstance(value, str):
         text = value.strip()
         if text.lower() in ("true", "false"):

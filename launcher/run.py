@@ -185,7 +185,7 @@ class _Job:
     def _verify(self, r: Running) -> str | None:
         """Check one process; a message naming the problem and the fix, or None when it is fine."""
         if not r.binding.is_bound:
-            r.observed = verify.read_observed(r.pid)
+            r.observed = verify.read_observed(r.pid, memory_policy=False)
             r.status = "not bound"
             return None
         command = r.spec.argv[len(r.binding.prefix):]

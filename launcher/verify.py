@@ -37,8 +37,9 @@ class Observed:
         return f"CPUs {self.cpus}, {memory}"
 
 
-def read_observed(pid: int, proc: str = "/proc") -> Observed | None:
-    """What the kernel says about `pid`'s CPUs and memory policy; None if it is gone."""
+def read_observed(pid: int, proc: str = "/proc", *, memory_policy: bool = True) -> Observed | None:
+    """What the kernel says about `pid`'s CPUs and memory policy; None if it is gone.
+    `memory_policy=False` skips numa_maps (the kernel walks every mapping to write it)."""
     try:
         with open(f"{proc}/{pid}/status") as fh:
             status = fh.read()
@@ -56,6 +57,8 @@ def read_observed(pid: int, proc: str = "/proc") -> Observed | None:
     except ParseError:
         return None
     policy, nodes = "", CpuSet()
+    if not memory_policy:
+        return Observed(cpus, mems, policy, nodes)
     try:
         with open(f"{proc}/{pid}/numa_maps") as fh:
             first = fh.readline().split()

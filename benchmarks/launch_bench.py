@@ -1,0 +1,105 @@
+"""Wall time to launch and join N trivial workers: topo launch vs. the floor (and torchrun).
+
+    python benchmarks/launch_bench.py [--ns 1,2,4,8] [--reps 10]
+
+Each measurement is the whole command, from exec to exit (time.perf_counter around
+subprocess.run, output to /dev/null), repetitions interleaved and shuffled so load drifts hit
+every launcher alike. The worker is `import sys; sys.exit(0)`.
+
+- floor: `bash -c 'for i in $(seq N); do PYTHON trivial.py & done; wait'`, the cost of starting N
+  interpreters and nothing else;
+- topo launch: `--worker_num=N --local_worker_num=N --join=True --no-scheduler` (N processes, like
+  the floor; PyTorch's shape);
+- topo launch +sched: the same with MindSpore's scheduler process (N + 1 processes, msrun's shape);
+- torchrun: `torchrun --standalone --nproc-per-node=N`, when installed.
+
+Target (issue 5): topo launch within the floor + 60 ms at every N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_MS = 60.0
+
+
+def commands(n: int, work: Path) -> dict[str, list[str]]:
+    py = sys.executable
+    trivial = str(work / "trivial.py")
+    topo = [py, "-m", "topo", "launch", f"--worker_num={n}", f"--local_worker_num={n}", "--join=True",
+            f"--log_dir={work / 'logs'}", "--master_port=29631"]
+    out = {
+        "floor": ["bash", "-c", f"for i in $(seq {n}); do {py} {trivial} & done; wait"],
+        "topo launch": [*topo, "--no-scheduler", trivial],
+        "topo launch +sched": [*topo, trivial],
+    }
+    torchrun = shutil.which("torchrun")
+    if torchrun:
+        out["torchrun"] = [torchrun, "--standalone", f"--nproc-per-node={n}", trivial]
+    return out
+
+
+def measure(cmd: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - start
+    if r.returncode != 0:
+        raise SystemExit(f"benchmark command failed (rc {r.returncode}): {' '.join(cmd)}")
+    return elapsed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ns", default="1,2,4,8", help="worker counts (default 1,2,4,8)")
+    parser.add_argument("--reps", type=int, default=10, help="repetitions per cell (default 10)")
+    parser.add_argument("--no-torchrun", action="store_true", help="skip torchrun even if installed")
+    args = parser.parse_args(argv)
+    ns = [int(x) for x in args.ns.split(",")]
+
+    with tempfile.TemporaryDirectory(prefix="topo-launch-bench-") as tmp:
+        work = Path(tmp)
+        (work / "trivial.py").write_text("import sys\nsys.exit(0)\n")
+        cells = {(n, name): cmd for n in ns for name, cmd in commands(n, work).items()
+                 if not (args.no_torchrun and name == "torchrun")}
+        for cmd in cells.values():  # warm the page cache and the interpreter's .pyc files
+            measure(cmd, work)
+        runs = [cell for cell in cells for _ in range(args.reps)]
+        random.shuffle(runs)
+        times: dict[tuple[int, str], list[float]] = {cell: [] for cell in cells}
+        for cell in runs:
+            times[cell].append(measure(cells[cell], work))
+
+    names = list(dict.fromkeys(name for _, name in cells))
+    print(f"median wall time in ms over {args.reps} runs (min-max); "
+          f"Δ = topo launch - floor, target Δ <= {TARGET_MS:.0f} ms")
+    header = ["N", *names, "Δ"]
+    rows = []
+    worst = 0.0
+    for n in ns:
+        med = {name: statistics.median(times[(n, name)]) * 1000 for name in names}
+        row = [str(n)]
+        for name in names:
+            lo, hi = min(times[(n, name)]) * 1000, max(times[(n, name)]) * 1000
+            row.append(f"{med[name]:.0f} ({lo:.0f}-{hi:.0f})")
+        delta = med["topo launch"] - med["floor"]
+        worst = max(worst, delta)
+        row.append(f"{delta:+.0f}")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    verdict = "meets" if worst <= TARGET_MS else "misses"
+    print(f"worst Δ {worst:.0f} ms: {verdict} the floor + {TARGET_MS:.0f} ms target")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
