@@ -1,0 +1,65 @@
+"""Reading a started process's binding back from /proc (a fake /proc tree here), and the log
+tailer's line handling."""
+
+from __future__ import annotations
+
+import io
+
+from launcher.binding import Binding
+from launcher.tail import LogTailer
+from launcher.verify import mismatch, read_observed, refusal_in
+from topo.cpuset import CpuSet
+
+
+def fake_proc(tmp_path, pid, *, cpus, mems="0", numa_maps="55d0c6a00000 default file=/usr/bin/python3\n"):
+    d = tmp_path / str(pid)
+    d.mkdir()
+    (d / "status").write_text(f"Name:\tpython3\nState:\tS (sleeping)\nCpus_allowed_list:\t{cpus}\n"
+                              f"Mems_allowed_list:\t{mems}\n")
+    (d / "numa_maps").write_text(numa_maps)
+    return str(tmp_path)
+
+
+def test_bound_process_matches(tmp_path):
+    proc = fake_proc(tmp_path, 10, cpus="48-63", mems="0-3", numa_maps="7f00 bind:3 anon=1 N3=1\n")
+    seen = read_observed(10, proc)
+    assert seen.describe() == "CPUs 48-63, memory node 3"
+    assert mismatch(Binding(("numactl",), CpuSet.parse("48-63"), CpuSet.parse("3")), seen) is None
+
+
+def test_cgroup_narrowed_cpus_and_default_policy_are_mismatches(tmp_path):
+    proc = fake_proc(tmp_path, 11, cpus="48-55", mems="0-3")
+    seen = read_observed(11, proc)
+    problem = mismatch(Binding(("numactl",), CpuSet.parse("48-63"), CpuSet.parse("3")), seen)
+    assert problem == ("asked for CPUs 48-63, runs on CPUs 48-55; "
+                       "asked for memory bound to nodes 3, memory policy is default")
+    assert seen.describe() == "CPUs 48-55, memory nodes 0-3"
+
+
+def test_gone_process_reads_as_none(tmp_path):
+    assert read_observed(12, str(tmp_path)) is None
+
+
+def test_refusal_lines():
+    assert refusal_in("hello\nset_mempolicy: Operation not permitted\n") == "set_mempolicy: Operation not permitted"
+    assert refusal_in("taskset: failed to set pid 5's affinity: Operation not permitted") is not None
+    assert refusal_in("PermissionError: Operation not permitted: 'out.txt'") is None
+
+
+def test_tailer_prefixes_lines_and_flushes_a_prompt(tmp_path):
+    log = tmp_path / "w.log"
+    log.write_bytes(b"")
+    out = io.StringIO()
+    tailer = LogTailer([("[rank 3] ", str(log))], out)
+    with open(log, "ab", buffering=0) as fh:
+        fh.write(b"one\ntw")
+        tailer.pump()
+        assert out.getvalue() == "[rank 3] one\n"  # "tw" may still get the rest of its line
+        fh.write(b"o\n(Pdb) ")
+        tailer.pump()
+        assert out.getvalue() == "[rank 3] one\n[rank 3] two\n"
+        tailer.pump()  # nothing new: the partial line is a prompt, show it
+        assert out.getvalue() == "[rank 3] one\n[rank 3] two\n[rank 3] (Pdb) "
+        fh.write(b"p x\nlast")
+    tailer.pump(final=True)
+    assert out.getvalue() == "[rank 3] one\n[rank 3] two\n[rank 3] (Pdb) p x\n[rank 3] last"
