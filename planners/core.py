@@ -201,6 +201,7 @@ class Layout:
             self.node_cpus = {PSEUDO_NODE: self.allowed}
             self.node_memory = {PSEUDO_NODE: 0}
         self.warnings: list[str] = []
+        self._cores_cache: dict[CpuSet, list[CpuSet]] = {}
 
     # ---- locality -------------------------------------------------------
     def home_of(self, device_id: int) -> tuple[int, ...]:
@@ -269,9 +270,12 @@ class Layout:
         return union_all(self.node_cpus[n] for n in nodes)
 
     def cores_in(self, cpus: CpuSet) -> list[CpuSet]:
-        """Physical cores (restricted to ``cpus``) with a PU in ``cpus``, by lowest PU."""
-        idx = sorted({self.core_of_pu[pu] for pu in cpus if pu in self.core_of_pu})
-        return [self.cores[i] & cpus for i in idx]
+        """Physical cores (restricted to ``cpus``) with a PU in ``cpus``, by lowest PU (a new list)."""
+        hit = self._cores_cache.get(cpus)
+        if hit is None:
+            idx = sorted({self.core_of_pu[pu] for pu in cpus if pu in self.core_of_pu})
+            hit = self._cores_cache[cpus] = [self.cores[i] & cpus for i in idx]
+        return list(hit)
 
     def package_cpus(self, cpus: CpuSet) -> CpuSet:
         return union_all(p for p in self.packages if p.intersects(cpus))
