@@ -122,16 +122,17 @@ class _Job:
             self._install_signal_handlers()
             self._become_subreaper()
         try:
-            try:
-                self._start_all()
-                self._verify_all()
-            except BaseException:
-                self._stop_everything(signal.SIGTERM, self.config.grace_period)
-                raise
+            self._start_all()
+            self._verify_all()
             self._write_launch_json()
             if not join:
                 return LaunchResult(0, self.plan, tuple(self.running))
             return self._join()
+        except BaseException:
+            # whatever went wrong in here (a refused binding, a broken console, an interrupt in a
+            # host program), nothing we started may outlive it
+            self._stop_everything(signal.SIGTERM, self.config.grace_period)
+            raise
         finally:
             if join:
                 self._restore_signal_handlers()
@@ -256,6 +257,9 @@ class _Job:
             tail = _last_lines(r.spec.log_path, 10)
             self.say(f"{r.spec.name} failed with {_describe_code(code)}; last lines of {r.spec.log_path}:"
                      + "".join(f"\n    {line}" for line in tail))
+            if r.spec.role == SCHEDULER:
+                self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
+                         "other jobs (PyTorch) need none: pass --no-scheduler")
             return LaunchResult(exit_code, self.plan, tuple(self.running),
                                 f"{r.spec.name} exited with {_describe_code(code)}")
         if self.stop_signal is not None:

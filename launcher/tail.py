@@ -49,6 +49,7 @@ class LogTailer:
         """`sources`: (prefix, log path) pairs; text goes to `out`."""
         self.followers = [_Follower(prefix, path) for prefix, path in sources]
         self.out = out
+        self.console_gone = False  # `topo launch ... | head` closed the pipe: the logs still have it all
 
     def pump(self, final: bool = False) -> None:
         """Write what the files gained since the last call; `final` also flushes partial lines
@@ -67,17 +68,19 @@ class LogTailer:
             text = complete + newline
             if rest and (final or f.pending_polls >= 1):
                 text, rest = text + rest, b""
-            if text:
-                self._write(f, text)
-                wrote = True
+            if text and not self.console_gone:
+                wrote = self._write(f, text) or wrote
             f.pending = rest
         if wrote:
-            self.out.flush()
+            try:
+                self.out.flush()
+            except (OSError, ValueError):
+                self.console_gone = True
         if final:
             for f in self.followers:
                 f.close()
 
-    def _write(self, f: _Follower, data: bytes) -> None:
+    def _write(self, f: _Follower, data: bytes) -> bool:
         text = data.decode("utf-8", errors="replace")
         pieces = []
         lines = text.split("\n")
@@ -87,4 +90,9 @@ class LogTailer:
                 break  # text ended with a newline
             pieces.append((f.prefix if f.at_line_start else "") + line + ("" if last else "\n"))
             f.at_line_start = not last
-        self.out.write("".join(pieces))
+        try:
+            self.out.write("".join(pieces))
+        except (OSError, ValueError):  # a closed pipe or stream
+            self.console_gone = True
+            return False
+        return True
