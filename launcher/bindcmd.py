@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Mapping, Sequence
 
-from launcher.binding import binding_for_key, check_bind_json, check_tools, physical_device_id
+from launcher.binding import binding_for_key, check_bind_json, check_tools, device_ids
 from topo.errors import ParseError, TopoError, UsageError
 
 # Where launchers put the local rank: torchrun, Slurm, Open MPI, MPICH / Intel MPI.
@@ -71,7 +71,7 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
 
         topology = discover()
     check_bind_json(loaded, topology, "--bind-file", [])
-    key = f"device{physical_device_id(rank, environ)}"
+    key = f"device{device_ids(topology, rank + 1, environ)[rank]}"
     binding = binding_for_key(loaded.data, key, topology)
     env = {}
     if loaded.path is not None:

@@ -79,23 +79,18 @@ def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None,
     return ["numactl", *argv] if argv else []
 
 
-def physical_device_id(local_rank: int, environ: Mapping[str, str]) -> int:
-    """The physical device a local rank drives: the bind JSON's `deviceX` is keyed by it.
+def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> list[int]:
+    """The physical device id of local ranks 0..count-1: the bind JSON's `deviceX` keys.
 
-    msrun maps through ASCEND_RT_VISIBLE_DEVICES, *sorted* (anchors §1.18.5); the planners key
-    CUDA devices by their physical index too, so CUDA_VISIBLE_DEVICES (in its own order) maps the
-    same way. Without either, or if the list is shorter or not numeric, it is the local rank.
+    The visible-device variables decide, as the runtimes do (topo.visible: CUDA_VISIBLE_DEVICES,
+    ROCR/HIP, ASCEND_RT_VISIBLE_DEVICES sorted as msrun sorts it). A rank beyond the visible
+    devices, or any rank on a machine without accelerators, is keyed by its local rank, which is
+    what msrun's DEVICE_ID is.
     """
-    for var, ordered in (("ASCEND_RT_VISIBLE_DEVICES", sorted), ("CUDA_VISIBLE_DEVICES", list)):
-        text = environ.get(var, "").strip()
-        if not text:
-            continue
-        try:
-            ids = ordered(int(x) for x in text.split(",") if x.strip())
-        except ValueError:  # GPU UUIDs / MIG names: no numeric mapping to a bind JSON key
-            return local_rank
-        return ids[local_rank] if local_rank < len(ids) else local_rank
-    return local_rank
+    from topo.visible import visible_devices
+
+    visible = [d.index for d in visible_devices(topology, env=environ)]
+    return [visible[i] if i < len(visible) else i for i in range(count)]
 
 
 # ------------------------------------------------------------------ resolving a job's bindings
@@ -124,7 +119,7 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
         raise UsageError("binding needs this machine's topology; none was given")
     if not topology.is_this_system:
         raise UsageError(f"refusing to bind from a topology read below {topology.root!r}: it is not this machine")
-    physical = [physical_device_id(i, environ) for i in range(local_worker_num)]
+    physical = device_ids(topology, local_worker_num, environ)
     warnings: list[str] = []
     if isinstance(bind_numa, LoadedBind):
         result = _from_unified(bind_numa, physical, topology, warnings)

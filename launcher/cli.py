@@ -86,7 +86,8 @@ def bind(bind_file, local_rank, command):
     """Apply one process's binding from a bind JSON, then exec COMMAND in its place.
 
     The process is the bind JSON's `device<N>` entry for this local rank (N is the physical device
-    it drives: CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES map it, else N = local rank). CPUs
+    it drives, through CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES; N = local rank on a machine
+    without accelerators). CPUs
     are set with sched_setaffinity; memory binding execs through numactl, exactly as msrun would.
 
     \b

@@ -16,6 +16,7 @@ from topo.errors import UsageError
 from topo.synthetic import synthetic
 
 BIG = dataclasses.replace(synthetic("pack:2 numa:2 core:8 pu:1", gpus_per_numa=1), root="/")
+BUS_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # the synthetic GPUs count as different models
 # what a child prints: its CPUs and its memory policy
 PROBE = ("import os; print(sorted(os.sched_getaffinity(0)), open('/proc/self/numa_maps').readline().split()[1], "
          "os.environ.get('MSRUN_BIND_FILE'), os.environ.get('OMP_NUM_THREADS'))")
@@ -56,7 +57,7 @@ def test_local_rank_errors():
 
 # ------------------------------------------------------------------ what it will exec
 def test_cpu_only_binding_needs_no_numactl(bind_file):
-    argv, cpus, env, binding, key = plan_bind(["app", "-v"], bind_file=bind_file, environ={"LOCAL_RANK": "0"},
+    argv, cpus, env, binding, key = plan_bind(["app", "-v"], bind_file=bind_file, environ={**BUS_ORDER, "LOCAL_RANK": "0"},
                                               topology=BIG)
     assert (argv, str(cpus), key) == (["app", "-v"], "1", "device0")
     assert env == {"MSRUN_BIND_FILE": bind_file, "MSRUN_BIND_FILE_HASH": env["MSRUN_BIND_FILE_HASH"],
@@ -64,35 +65,35 @@ def test_cpu_only_binding_needs_no_numactl(bind_file):
 
 
 def test_memory_binding_execs_through_numactl_like_msrun(bind_file):
-    argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ={}, topology=BIG)
+    argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=BUS_ORDER, topology=BIG)
     assert argv == ["numactl", "--membind", "0", "--physcpubind", "0", "app"]
     assert cpus is None and binding.describe() == "CPUs 0, memory node 0"
 
 
 def test_visible_devices_pick_the_entry(bind_file):
     _, cpus, _, _, key = plan_bind(["app"], bind_file=bind_file, local_rank=0,
-                                   environ={"CUDA_VISIBLE_DEVICES": "2,3"}, topology=BIG)
+                                   environ={**BUS_ORDER, "CUDA_VISIBLE_DEVICES": "2,3"}, topology=BIG)
     assert (key, str(cpus)) == ("device2", "0-1")
 
 
 def test_missing_entry_runs_unbound(bind_file):
-    argv, cpus, _, binding, key = plan_bind(["app"], bind_file=bind_file, local_rank=3, environ={}, topology=BIG)
+    argv, cpus, _, binding, key = plan_bind(["app"], bind_file=bind_file, local_rank=3, environ=BUS_ORDER, topology=BIG)
     assert (argv, cpus, binding.is_bound, key) == (["app"], None, False, "device3")
 
 
 def test_bind_file_errors(tmp_path):
     with pytest.raises(UsageError, match="no bind JSON: pass --bind-file FILE"):
-        plan_bind(["app"], local_rank=0, environ={}, topology=BIG)
+        plan_bind(["app"], local_rank=0, environ=BUS_ORDER, topology=BIG)
     with pytest.raises(UsageError, match="does not exist"):
-        plan_bind(["app"], bind_file=str(tmp_path / "nope.json"), local_rank=0, environ={}, topology=BIG)
+        plan_bind(["app"], bind_file=str(tmp_path / "nope.json"), local_rank=0, environ=BUS_ORDER, topology=BIG)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"bind_config": {"bind_cpu_mode": "cpu"}, "bind_cpu": {"device0": {"main": "99"}}}))
     with pytest.raises(UsageError, match=r"bind_cpu\.device0\.main: CPU id 99"):
-        plan_bind(["app"], bind_file=str(bad), local_rank=0, environ={}, topology=BIG)
+        plan_bind(["app"], bind_file=str(bad), local_rank=0, environ=BUS_ORDER, topology=BIG)
 
 
 def test_bind_file_from_msrun_environment(bind_file):
-    _, cpus, _, _, _ = plan_bind(["app"], local_rank=0, environ={"MSRUN_BIND_FILE": bind_file}, topology=BIG)
+    _, cpus, _, _, _ = plan_bind(["app"], local_rank=0, environ={**BUS_ORDER, "MSRUN_BIND_FILE": bind_file}, topology=BIG)
     assert str(cpus) == "1"
 
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from launcher.binding import bind_prefix, physical_device_id
+from launcher.binding import bind_prefix, device_ids
 from launcher.config import LaunchConfig
 from launcher.job import MANAGED_VARS, plan_job
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
@@ -33,11 +33,14 @@ def live(desc: str, **kw):
 
 # 2 packages x 2 NUMA nodes x 8 cores: node n owns CPUs 8n..8n+7; 4 GPUs, one per node
 BIG = live("pack:2 numa:2 core:8 pu:1", gpus_per_numa=1)
+# the synthetic GPUs have distinct names, i.e. "different models" to CUDA's FASTEST_FIRST order
+BUS_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 def plan(script, *, environ=None, topology=BIG, **kw):
     kw.setdefault("python", "python")
-    return plan_job(LaunchConfig(script=script, **kw), environ=environ or {}, topology=topology)
+    return plan_job(LaunchConfig(script=script, **kw), environ={**BUS_ORDER, **(environ or {})},
+                    topology=topology)
 
 
 def argvs(p):
@@ -274,10 +277,11 @@ def test_table_is_read_by_position_as_msrun_does(script):
 
 
 def test_visible_devices_map_local_ranks_to_device_keys(script):
-    env = {"ASCEND_RT_VISIBLE_DEVICES": "3,1"}
-    assert [physical_device_id(i, env) for i in range(2)] == [1, 3]  # sorted, as msrun
-    assert [physical_device_id(i, {"CUDA_VISIBLE_DEVICES": "2,0"}) for i in range(2)] == [2, 0]
-    assert physical_device_id(1, {"CUDA_VISIBLE_DEVICES": "GPU-abc"}) == 1
+    assert device_ids(BIG, 2, {**BUS_ORDER, "CUDA_VISIBLE_DEVICES": "2,0"}) == [2, 0]
+    assert device_ids(BIG, 6, BUS_ORDER) == [0, 1, 2, 3, 4, 5]  # ranks beyond the GPUs: keyed by local rank
+    npus = live("pack:1 numa:2 core:4 pu:1", gpus_per_numa=2, device_kind="npu", vendor="huawei")
+    assert device_ids(npus, 2, {"ASCEND_RT_VISIBLE_DEVICES": "3,1"}) == [1, 3]  # sorted, as msrun
+    assert device_ids(live("pack:1 core:2 pu:1"), 2, {"CUDA_VISIBLE_DEVICES": "1"}) == [0, 1]  # no GPUs
     p = plan(script, worker_num=1, local_worker_num=1, scheduler=False, environ={"CUDA_VISIBLE_DEVICES": "2"},
              bind_core='{"device2": ["16-23"]}')
     assert p.processes[0].argv[:3] == ("taskset", "-c", "16-23")
