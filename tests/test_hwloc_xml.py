@@ -167,3 +167,40 @@ def test_bad_files_give_one_line_errors(tmp_path, content, message):
 def test_from_and_root_are_exclusive(tmp_path):
     result = CliRunner().invoke(cli, ["show", "--from", str(SYSFS / "2i386-2c-nohugepage.xml"), "--root", str(tmp_path)])
     assert result.exit_code == 2 and "give one of them" in result.output
+
+
+def test_gpu_identity_from_hwloc_nvml_osdevs():
+    """An export made where hwloc's NVML backend ran names each GPU's NVML index, model and UUID."""
+    xml = """<topology version="2.0">
+  <object type="Machine" os_index="0" cpuset="0x00000003" complete_cpuset="0x00000003" nodeset="0x00000001">
+    <object type="Package" os_index="0" cpuset="0x00000003">
+      <object type="NUMANode" os_index="0" cpuset="0x00000003" local_memory="100"/>
+      <object type="Core" os_index="0" cpuset="0x00000003">
+        <object type="PU" os_index="0" cpuset="0x00000001"/>
+        <object type="PU" os_index="1" cpuset="0x00000002"/>
+      </object>
+      <object type="Bridge" bridge_type="0-1" depth="0" bridge_pci="0000:[00-02]">
+        <object type="PCIDev" pci_busid="0000:01:00.0" pci_type="0302 [10de:20b2] [10de:1463] a1">
+          <object type="OSDev" name="card1" osdev_type="0"/>
+          <object type="OSDev" name="nvml1" subtype="NVML" osdev_type="0">
+            <info name="GPUModel" value="NVIDIA A100-SXM4-80GB"/>
+            <info name="NVIDIAUUID" value="GPU-0d2a7f3e-0000-1111-2222-333344445555"/>
+          </object>
+        </object>
+        <object type="PCIDev" pci_busid="0000:02:00.0" pci_type="0302 [10de:20b2] [10de:1463] a1">
+          <object type="OSDev" name="nvml0" subtype="NVML" osdev_type="0">
+            <info name="NVIDIAUUID" value="GPU-99990000-0000-1111-2222-333344445555"/>
+          </object>
+        </object>
+      </object>
+    </object>
+  </object>
+</topology>"""
+    t = parse_hwloc_xml(xml, "gpus.xml")
+    assert [(d.index, d.busid, d.name, d.uuid[:8], d.numa_node, d.local_cpus.to_list()) for d in t.devices] == [
+        (0, "0000:02:00.0", None, "GPU-9999", 0, "0-1"),
+        (1, "0000:01:00.0", "NVIDIA A100-SXM4-80GB", "GPU-0d2a", 0, "0-1")]
+
+    from topo.visible import visible_devices
+
+    assert [d.index for d in visible_devices(t, env={"CUDA_VISIBLE_DEVICES": "GPU-0d2a"})] == [1]

@@ -39,6 +39,7 @@ VENDORS = {
     "1924": "solarflare",
     "1d0f": "amazon",
     "144d": "samsung",
+    "1af4": "virtio",
 }
 
 ACCELERATOR_KINDS = ("gpu", "npu", "accel")
@@ -87,6 +88,9 @@ def _os_names(fs: FsRoot | None, dev: PciDevice) -> tuple[list[str], list[str], 
         d = f"{PCI}/{dev.busid}"
         rdma = sorted(fs.listdir(f"{d}/infiniband"), key=_natural)
         net = sorted(fs.listdir(f"{d}/net"), key=_natural)
+        for child in fs.listdir(d):
+            if re.fullmatch(r"virtio\d+", child):  # virtio-net keeps its netdev one level down
+                net += sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)
         nvme = sorted(fs.listdir(f"{d}/nvme"), key=_natural)
         if rdma or net or nvme:
             return rdma, net, nvme
@@ -105,8 +109,10 @@ def sysfs_devices(topology: Topology, fs: FsRoot | None = None) -> list[Device]:
             continue
         index = counters.get(kind, 0)
         counters[kind] = index + 1
-        rdma, net, nvme = _os_names(fs, dev)
-        name = (rdma or net or nvme or [None])[0]
+        name = None
+        if kind in ("nic", "nvme"):  # an accelerator's model name comes from its runtime
+            rdma, net, nvme = _os_names(fs, dev)
+            name = (rdma or net or nvme or [None])[0]
         out.append(
             Device(kind, VENDORS.get(dev.vendor_id, dev.vendor_id), index, dev.busid, dev.numa_node,
                    dev.local_cpus, name, None, "sysfs")

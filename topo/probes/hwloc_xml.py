@@ -17,8 +17,9 @@ own none, then smaller localities claim before larger ones, lower OS index first
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from topo.cpuset import EMPTY, CpuSet
 from topo.errors import ParseError, ProbeError
@@ -252,7 +253,26 @@ def _build(root, machine, version: int, source: str) -> Topology:
     )
     from topo.probes.devices import sort_devices, sysfs_devices
 
-    return topology.with_devices(sort_devices(sysfs_devices(topology)))
+    return topology.with_devices(sort_devices(_with_nvml_identity(sysfs_devices(topology), w.pci)))
+
+
+def _with_nvml_identity(devices, pci_elements):
+    """GPUs an export made with hwloc's NVML backend carry their NVML index (`nvml3`), model and
+    UUID on an OSDev: use them, so CUDA_VISIBLE_DEVICES UUIDs resolve on a topology from a file."""
+    found = {}
+    for el, _ in pci_elements:
+        for osdev in el.iter("object"):
+            m = re.fullmatch(r"nvml(\d+)", osdev.get("name") or "")
+            if osdev.get("type") == "OSDev" and m:
+                info = {i.get("name"): i.get("value") for i in osdev.findall("info")}
+                found[el.get("pci_busid", "").lower()] = (int(m.group(1)), info.get("GPUModel"), info.get("NVIDIAUUID"))
+    out = []
+    for d in devices:
+        if d.kind == "gpu" and d.busid in found:
+            index, name, uuid = found[d.busid]
+            d = replace(d, index=index, name=name or d.name, uuid=uuid or d.uuid, source="hwloc-nvml")
+        out.append(d)
+    return out
 
 
 def load_hwloc_xml(path: str) -> Topology:
