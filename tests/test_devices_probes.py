@@ -82,7 +82,7 @@ def test_merge_takes_runtime_identity_and_keeps_sysfs_numa():
              dev("gpu", 1, "0000:0f:00.0", numa_node=3), dev("nic", 0, "0000:0c:00.0")]
     runtime = [dev("gpu", 1, "0000:07:00.0", "nvml", numa_node=1, uuid="GPU-a"),
                dev("gpu", 0, "0000:0f:00.0", "nvml", uuid="GPU-b", local_cpus=CpuSet([50]))]
-    merged, dropped = merge_runtime(sysfs, runtime, "gpu")
+    merged, dropped = merge_runtime(sysfs, runtime, "gpu", "nvidia")
     assert dropped == []
     assert [(d.kind, d.index, d.uuid, d.numa_node, d.local_cpus.to_list()) for d in merged] == [
         ("gpu", 1, "GPU-a", 3, "48"), ("gpu", 0, "GPU-b", 3, "50"), ("nic", 0, None, None, "")]
@@ -91,10 +91,12 @@ def test_merge_takes_runtime_identity_and_keeps_sysfs_numa():
 def test_merge_drops_what_the_runtime_hides_and_keeps_what_sysfs_lacks():
     """A container with NVIDIA_VISIBLE_DEVICES=3 shows all GPUs in sysfs but NVML index 0 only;
     a GPU NVML sees that sysfs does not (no /sys/bus/pci) stays, at machine level."""
-    sysfs = [dev("gpu", i, f"0000:0{i}:00.0") for i in range(4)]
+    sysfs = [dev("gpu", i, f"0000:0{i}:00.0") for i in range(4)] + [dev("gpu", 0, "0000:80:00.0", vendor="amd")]
     merged, dropped = merge_runtime(sysfs, [dev("gpu", 0, "0000:03:00.0", "nvml"),
-                                            dev("gpu", 1, "0000:99:00.0", "nvml")], "gpu")
-    assert [(d.index, d.busid) for d in merged] == [(0, "0000:03:00.0"), (1, "0000:99:00.0")]
+                                            dev("gpu", 1, "0000:99:00.0", "nvml")], "gpu", "nvidia")
+    # the AMD GPU is not NVML's to drop
+    assert [(d.vendor, d.index, d.busid) for d in merged] == [
+        ("nvidia", 0, "0000:03:00.0"), ("amd", 0, "0000:80:00.0"), ("nvidia", 1, "0000:99:00.0")]
     assert dropped == ["0000:00:00.0", "0000:01:00.0", "0000:02:00.0"]
 
 

@@ -101,27 +101,29 @@ def _os_names(fs: FsRoot | None, dev: PciDevice) -> tuple[list[str], list[str], 
 
 
 def sysfs_devices(topology: Topology, fs: FsRoot | None = None) -> list[Device]:
-    counters: dict[str, int] = {}
+    """Classified PCI functions numbered in bus order: accelerators per vendor, as each runtime
+    numbers its own (CUDA and ROCm on one machine both start at 0), NICs and NVMe per kind."""
+    counters: dict[tuple[str, str], int] = {}
     out = []
     for dev in topology.pci_devices:  # already in PCI bus order
         kind = classify(dev)
         if kind is None:
             continue
-        index = counters.get(kind, 0)
-        counters[kind] = index + 1
+        vendor = VENDORS.get(dev.vendor_id, dev.vendor_id)
+        key = (kind, vendor if kind in ACCELERATOR_KINDS else "")
+        index = counters.get(key, 0)
+        counters[key] = index + 1
         name = None
         if kind in ("nic", "nvme"):  # an accelerator's model name comes from its runtime
             rdma, net, nvme = _os_names(fs, dev)
             name = (rdma or net or nvme or [None])[0]
-        out.append(
-            Device(kind, VENDORS.get(dev.vendor_id, dev.vendor_id), index, dev.busid, dev.numa_node,
-                   dev.local_cpus, name, None, "sysfs")
-        )
+        out.append(Device(kind, vendor, index, dev.busid, dev.numa_node, dev.local_cpus, name, None, "sysfs"))
     return out
 
 
-def merge_runtime(devices: list[Device], found: list[Device], kind: str) -> tuple[list[Device], list[str]]:
-    """Replace the sysfs devices of `kind` with a runtime's, matched by PCI bus id.
+def merge_runtime(devices: list[Device], found: list[Device], kind: str,
+                  vendor: str) -> tuple[list[Device], list[str]]:
+    """Replace the sysfs devices of `kind` from `vendor` with a runtime's, matched by PCI bus id.
 
     Returns the devices and the bus ids of sysfs devices the runtime did not list.
     """
@@ -131,7 +133,7 @@ def merge_runtime(devices: list[Device], found: list[Device], kind: str) -> tupl
     matched = set()
     out, dropped = [], []
     for d in devices:
-        if d.kind != kind:
+        if d.kind != kind or d.vendor != vendor:
             out.append(d)
             continue
         r = by_bus.get(d.busid)
@@ -151,8 +153,9 @@ def merge_runtime(devices: list[Device], found: list[Device], kind: str) -> tupl
 
 
 def sort_devices(devices: list[Device]) -> list[Device]:
-    """Accelerators first, then MIG instances, NICs, NVMe; by index within a kind."""
-    return sorted(devices, key=lambda d: (_KIND_ORDER.get(d.kind, 99), d.index, d.uuid or ""))
+    """Accelerators first, then MIG instances, NICs, NVMe; by vendor and index within a kind."""
+    return sorted(devices, key=lambda d: (_KIND_ORDER.get(d.kind, 99), d.vendor if d.kind in ACCELERATOR_KINDS else "",
+                                          d.index, d.uuid or ""))
 
 
 def _numa_from_cpus(device: Device, topology: Topology) -> Device:
@@ -291,8 +294,8 @@ def _npusmi(topology: Topology):
     return report.status, npus, overlay, {}
 
 
-# name -> (device kind it answers for, function)
-RUNTIME_PROBES = {"nvml": ("gpu", _nvml), "npu-smi": ("npu", _npusmi)}
+# name -> (device kind and vendor it answers for, function)
+RUNTIME_PROBES = {"nvml": ("gpu", "nvidia", _nvml), "npu-smi": ("npu", "huawei", _npusmi)}
 
 
 def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | None = None) -> Topology:
@@ -302,7 +305,7 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
     live = fs.is_this_system or os.environ.get(REPLAY_ENV) == "1"
     overlay: dict[tuple[str, str], str] = {}
     migs: dict[int, tuple[str, ...]] = {}
-    for name, (kind, run) in RUNTIME_PROBES.items():
+    for name, (kind, vendor, run) in RUNTIME_PROBES.items():
         if probes is not None and name not in probes:
             status[name] = "off: not requested"
             continue
@@ -310,7 +313,7 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
             status[name] = "off: not this system"
             continue
         state, found, links, mig = run(topology)
-        devices, dropped = merge_runtime(devices, found, kind)
+        devices, dropped = merge_runtime(devices, found, kind, vendor)
         if dropped:
             state += f"; not listed by {name}, dropped: {', '.join(dropped)}"
         status[name] = state
