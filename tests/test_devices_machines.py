@@ -55,7 +55,7 @@ def replay(monkeypatch, tmp_path):
         for args, text in outputs.items():
             (d / args).write_text(text)
         monkeypatch.setenv("FAKE_NPU_SMI_DIR", str(d))
-        monkeypatch.setenv("PATH", f"{FAKES}:/usr/bin:/bin")
+        monkeypatch.setenv("PATH", f"{FAKES}:{Path(sys.executable).parent}:/usr/bin:/bin")  # python3 for the fake
 
     return nvml, npu_smi
 

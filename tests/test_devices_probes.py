@@ -269,7 +269,7 @@ def fake_npu_smi(tmp_path, monkeypatch):
     d = tmp_path / "outputs"
     d.mkdir()
     monkeypatch.setenv("FAKE_NPU_SMI_DIR", str(d))
-    monkeypatch.setenv("PATH", f"{FAKES}:/usr/bin:/bin")
+    monkeypatch.setenv("PATH", f"{FAKES}:{Path(sys.executable).parent}:/usr/bin:/bin")  # python3 for the fake
     return d
 
 
