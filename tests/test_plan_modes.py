@@ -172,6 +172,18 @@ def hwloc_topologies(hwloc_roots):
     return out
 
 
+def test_exclusive_plan_of_every_fixture_validates(hwloc_roots, hwloc_topologies):
+    """The issue's "done when": `topo plan --mode exclusive -o bind.json` on any fixture writes a file
+    that `topo validate` (which sees disallowed CPUs and nodes too) accepts."""
+    for name, t in hwloc_topologies.items():
+        if isinstance(t, Exception) or not (t.allowed_pus & t.pus):
+            continue
+        data = planners.plan(t, "exclusive").to_json()
+        full = topo.discover(hwloc_roots.root(name), include_disallowed=True)
+        assert validate_bind(data, full) == [], name
+        assert validate_bind(data, full, allow_overlap=False) == [], name
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mode_on_hwloc_fixtures(hwloc_topologies, mode):
     planned = 0
