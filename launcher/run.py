@@ -11,7 +11,6 @@ Process model (compare spec/launchers-observed.md §1.2, §2.3):
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -29,7 +28,7 @@ from launcher.job import SCHEDULER, JobPlan, ProcessSpec, describe_plan, plan_jo
 from launcher.tail import LogTailer
 from topo.errors import TopoError
 
-POLL_INTERVAL = 0.01  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
+POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
 EXEC_TIMEOUT = 5.0  # s for numactl / taskset to apply a binding and exec the interpreter
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
@@ -273,7 +272,10 @@ class _Job:
         """Send `sig` to every process of the job (groups, sessions, re-parented orphans), wait up
         to `grace` seconds for all of them, then SIGKILL what is left. One deadline for all."""
         deadline = time.monotonic() + grace
-        self._signal_all(sig)
+        alive = self._alive()
+        if not alive:
+            return  # the usual end of a good job: nothing left to stop
+        self._signal_all(sig, alive)
         while self._alive() and time.monotonic() < deadline and not self.force_kill:
             if tailer is not None:
                 tailer.pump()
@@ -283,7 +285,7 @@ class _Job:
             names = [r.spec.name for r in self.running if r.popen.poll() is None]
             if names:
                 self.say(f"{', '.join(names)} still running after {grace:g} s; sending SIGKILL")
-            self._signal_all(signal.SIGKILL)
+            self._signal_all(signal.SIGKILL, survivors)
         for r in self.running:
             try:
                 r.popen.wait(timeout=10)
@@ -309,13 +311,13 @@ class _Job:
         self._reap_orphans()
         return self._job_pids()
 
-    def _signal_all(self, sig: int) -> None:
+    def _signal_all(self, sig: int, pids: set[int]) -> None:
         for r in self.running:
             try:
                 os.killpg(r.pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
-        for pid in self._job_pids():
+        for pid in pids:
             try:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
@@ -354,6 +356,8 @@ class _Job:
         self._old_handlers.clear()
 
     def _become_subreaper(self) -> None:
+        import ctypes  # only --join=True needs it
+
         self._children_before = {pid for pid, ppid, _, _ in _proc_table() if ppid == os.getpid()}
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -367,6 +371,8 @@ class _Job:
 
     def _restore_subreaper(self) -> None:
         if self._old_subreaper is not None and self._old_subreaper == 0:
+            import ctypes
+
             ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         self._old_subreaper = None
 
