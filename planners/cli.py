@@ -89,7 +89,7 @@ def _list_modes() -> str:
 @click.option("--root", envvar="TOPO_ROOT", type=click.Path(file_okay=False), default=None,
               help="Plan for the machine captured below DIR (DIR/sys, DIR/proc). Env: TOPO_ROOT.")
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False), default=None,
-              help="Plan for a topology saved with `topo show --json`.")
+              help="Plan for a topology saved with `topo show --json` (or an hwloc XML export).")
 @click.option("--nproc-per-node", type=int, default=None,
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
 @click.option("--devices", default=None, metavar="IDS",

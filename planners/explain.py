@@ -95,7 +95,8 @@ COLUMNS = (("rank", "RANK"), ("key", "KEY"), ("device", "DEVICE"), ("node", "NOD
 def explain(topology: Topology, plan: BindPlan) -> str:
     rows, warnings = analyse(topology, plan)
     meta = plan.meta
-    head = (f"mode {meta.get('mode', '?')}: {len(plan.workers())} processes on {topology.summary()}; "
+    n = len(plan.workers())
+    head = (f"mode {meta.get('mode', '?')}: {n} process{'es' if n != 1 else ''} on {topology.summary()}; "
             f"bind_cpu_mode={plan.cpu_mode}, bind_memory_mode={plan.memory_mode}")
     widths = {k: max(len(t), *(len(r[k]) for r in rows)) if rows else len(t) for k, t in COLUMNS}
     lines = [head, "  ".join(t.ljust(widths[k]) for k, t in COLUMNS).rstrip()]

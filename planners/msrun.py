@@ -14,8 +14,8 @@
     gets the remainder (msrun's fallback). ``affinity=False`` is msrun's no-affinity fallback:
     device ``r`` gets slice ``r`` of the allowed CPUs.
 ``msrun-auto`` with ``msrun_bind="numa"`` (anchors §1.10)
-    Each device keeps its own node unless another device already took it, then takes the next
-    node that has no device. Where msrun raises StopIteration (no free node left) the device
+    Each device keeps its own node unless another device already took it, then takes the nearest
+    node that has no device (msrun: the lowest-numbered; the same when distances tie). Where msrun raises StopIteration (no free node left) the device
     shares its own node, with a warning; fewer nodes than processes means shared nodes and a
     warning instead of msrun's silent "no binding". Memoryless nodes are never used.
 Thread-module layout (``modules``, gen_bind_json.py, anchors §1.14)
@@ -53,8 +53,8 @@ def assign_nodes(layout: Layout, devices: list[int], *, use_affinity: bool,
                  available: list[int]) -> tuple[dict[int, int], list[str]]:
     """Device -> one NUMA node, msrun's `_assign_numa_by_affinity` (or equal distribution).
 
-    A device keeps its home node unless unavailable or already used; then it takes the next node
-    with no affine device. When none is left it keeps (shares) its home node, as gen_bind_json does,
+    A device keeps its home node unless unavailable or already used; then it takes the nearest node
+    with no affine device (msrun: the next by id). When none is left it keeps (shares) its home node, as gen_bind_json does,
     where msrun raises StopIteration.
     """
     warnings: list[str] = []
@@ -69,13 +69,16 @@ def assign_nodes(layout: Layout, devices: list[int], *, use_affinity: bool,
     for d in devices:
         home = layout.home_of(d)[0]
         affine[d] = home if home in available else _nearest(layout, home, available)
-    pool = iter(n for n in available if n not in set(affine.values()))
+    pool = [n for n in available if n not in set(affine.values())]
     used: set[int] = set()
     out = {}
     for d in devices:
         node = affine[d]
         if node in used:
-            nxt = next(pool, None)
+            # msrun takes the lowest free node; we take the nearest (the same when distances tie)
+            nxt = _nearest(layout, node, pool) if pool else None
+            if nxt is not None:
+                pool.remove(nxt)
             if nxt is None:
                 warnings.append(f"device {d}: no free NUMA node left (msrun raises StopIteration); "
                                 f"shares node {node} with another device")

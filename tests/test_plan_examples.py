@@ -287,3 +287,11 @@ def test_explain_warns_about_split_smt_siblings_and_missing_cores():
     assert "SMT siblings of core 2-3 are split across processes device0, device1" in explain(t3, plan)
     plan = planners.plan(t, "unique-contiguous", max_physical_cores=3)
     assert "2 physical cores, fewer than the 3 asked" in explain(t, plan)
+
+
+def test_msrun_bind_numa_moves_a_duplicate_to_the_nearest_free_node():
+    """msrun moves a device whose node is taken to the lowest free node, across sockets if need
+    be; we take the nearest free node (the same choice when all distances are equal)."""
+    plan = planners.plan(dgx_a100(), "msrun-auto", msrun_bind="numa", devices=[4, 5])
+    assert plan.to_json()["bind_cpu"] == {"device4": 7, "device5": 4}  # msrun: device5 -> node 0
+    assert planners.plan(atlas800(), "msrun-auto", msrun_bind="numa").to_json()["bind_cpu"]["device1"] == 1
