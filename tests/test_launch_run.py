@@ -318,12 +318,13 @@ def test_dry_run_prints_msrun_argv_and_starts_nothing(dirs):
                                 "bind_cpu": {"device0": {"main": "1"}, "device1": {"main": "0"}},
                                 "bind_memory": {"device0": 0, "device1": 0}}))
     r = topo_launch(["--worker-num=2", "--local-worker-num=2", "--dry-run", "--python", "python",
-                     f"--log-dir={logs}", f"--bind-numa={bind}", JOB, str(out), "-x"], cwd=cwd)
+                     f"--log-dir={logs}", f"--bind-numa={bind}", JOB, str(out), "--worker_num=3", "-h"], cwd=cwd)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert f"rank 0, DEVICE_ID=0: numactl --membind 0 --physcpubind 1 python {JOB} {out} -x" in lines
-    assert f"rank 1, DEVICE_ID=1: numactl --membind 0 --physcpubind 0 python {JOB} {out} -x" in lines
-    assert f"scheduler: python {JOB} {out} -x" in lines
+    # everything after SCRIPT is the script's, flags that look like ours included
+    assert f"rank 0, DEVICE_ID=0: numactl --membind 0 --physcpubind 1 python {JOB} {out} --worker_num=3 -h" in lines
+    assert f"rank 1, DEVICE_ID=1: numactl --membind 0 --physcpubind 0 python {JOB} {out} --worker_num=3 -h" in lines
+    assert f"scheduler: python {JOB} {out} --worker_num=3 -h" in lines
     assert "  binding: CPUs 1, memory node 0" in lines
     assert any(line.startswith("  env: DEVICE_ID=1 GROUP_RANK=0") and "MSRUN_BIND_FILE=" in line for line in lines)
     assert not logs.exists() and not list(out.iterdir())

@@ -63,3 +63,4 @@ def test_tailer_prefixes_lines_and_flushes_a_prompt(tmp_path):
         fh.write(b"p x\nlast")
     tailer.pump(final=True)
     assert out.getvalue() == "[rank 3] one\n[rank 3] two\n[rank 3] (Pdb) p x\n[rank 3] last"
+
