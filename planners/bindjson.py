@@ -443,9 +443,10 @@ def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None
                     P.append(Problem(mpath, f"unknown module '{module}'.",
                                      "modules are main, runtime, pynative, minddata"))
                     continue
-                if isinstance(text, bool) or not isinstance(text, (str, int)):
+                if not isinstance(text, str):  # msrun strips and expands strings only
                     P.append(Problem(mpath, f"CPU range {text!r} for {k} should be a string.",
-                                     'write a cpulist string such as "0-4,8"'))
+                                     f'write a cpulist string such as "{text}"' if isinstance(text, int)
+                                     and not isinstance(text, bool) else 'write a cpulist string such as "0-4,8"'))
                     continue
                 try:
                     cpus = _as_set(text)

@@ -173,3 +173,13 @@ def test_load_file_and_inline(tmp_path):
     assert inline.data == data and inline.path is None and inline.sha256 is None
     with pytest.raises(ParseError, match="neither an existing file nor JSON"):
         load_bind("nope")
+
+
+def test_module_values_must_be_strings():
+    problems = validate_bind({"bind_config": {"bind_cpu_mode": "cpu"},
+                              "bind_cpu": {"device0": {"main": 5, "runtime": [1]}}})
+    assert [(p.path, p.message) for p in problems] == [
+        ("bind_cpu.device0.main", "CPU range 5 for device0 should be a string."),
+        ("bind_cpu.device0.runtime", "CPU range [1] for device0 should be a string."),
+    ]
+    assert problems[0].fix == 'write a cpulist string such as "5"'
