@@ -358,10 +358,23 @@ def finish(plan: BindPlan, job: Job, *, mode: str, options: Options, layout: Lay
     if opts:
         meta["options"] = opts
     meta["topology"] = layout.topology.root
+    meta["fingerprint"] = fingerprint(layout.topology)
     all_warnings = list(dict.fromkeys([*layout.warnings, *warnings, *plan.warnings]))
     return BindPlan.build(plan.processes, cpu_mode=plan.cpu_mode, memory_mode=plan.memory_mode,
                           actor_thread_fix_bind=plan.actor_thread_fix_bind, meta=meta,
                           warnings=all_warnings)
+
+
+def fingerprint(topology: Topology) -> str:
+    """A short hash of what a plan depends on: allowed PUs and nodes, cores, NUMA nodes, devices.
+    Two machines of the same shape and cgroup share it; a plan with another one was made elsewhere."""
+    import hashlib
+
+    parts = [topology.allowed_pus.to_list(), topology.allowed_numa_nodes.to_list(),
+             ";".join(c.cpuset.to_list() for c in topology.cores),
+             ";".join(f"{n.os_index}:{n.cpuset}:{int(n.memory_only)}" for n in topology.numa_nodes),
+             ";".join(f"{d.kind}{d.index}@{d.numa_node}" for d in accelerators(topology))]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 def threads(core: CpuSet, multithreading: str) -> CpuSet:

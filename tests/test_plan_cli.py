@@ -45,6 +45,7 @@ def test_plan_exclusive_to_file_then_validate(dgx, tmp_path):
     assert data["bind_config"] == {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}
     assert data["bind_cpu"]["device0"] == {"main": "48-55,176-183"}
     assert data["topo"]["mode"] == "exclusive"
+    assert len(data["topo"]["fingerprint"]) == 16
     result = run("validate", str(out), "--topology", dgx)
     assert result.exit_code == 0
     assert result.output == f"{out}: ok (8 processes)\n"
