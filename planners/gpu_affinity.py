@@ -44,7 +44,7 @@ class _Affinity:
         self.layout = layout = Layout(topology)
         self.homes = layout.homes(job)
         self.node_aff = [layout.cpus_of_nodes(h) for h in self.homes]
-        self.socket_aff = [layout.package_cpus(n) or n for n in self.node_aff]
+        self.socket_aff = [self._socket(job.devices[r], n) for r, n in enumerate(self.node_aff)]
         self.node_cores = [layout.cores_in(a) for a in self.node_aff]
         # group by node: per socket, the cores outside all device nodes, round-robin over node cores
         assigned: dict[CpuSet, set[int]] = {}
@@ -59,6 +59,14 @@ class _Affinity:
             tuple((c, *extra.get(c.first(), ())) for c in cores) for cores in self.node_cores
         ]
         self.node_union = {c.first() for cores in self.node_cores for c in cores}
+
+    def _socket(self, device: int | None, node_aff: CpuSet) -> CpuSet:
+        """NVML's SOCKET-scope affinity when the probe recorded it, else the node's package."""
+        dev = self.layout.devices.get(device) if device is not None else None
+        nvml = getattr(dev, "socket_cpus", None) if dev is not None else None
+        if nvml is not None and nvml & self.layout.allowed:
+            return (nvml & self.layout.allowed) | node_aff
+        return self.layout.package_cpus(node_aff) or node_aff
 
     def ungroup(self, grouped: tuple[Group, ...], scope: str) -> list[CpuSet]:
         if scope == "node":

@@ -295,3 +295,14 @@ def test_msrun_bind_numa_moves_a_duplicate_to_the_nearest_free_node():
     plan = planners.plan(dgx_a100(), "msrun-auto", msrun_bind="numa", devices=[4, 5])
     assert plan.to_json()["bind_cpu"] == {"device4": 7, "device5": 4}  # msrun: device5 -> node 0
     assert planners.plan(atlas800(), "msrun-auto", msrun_bind="numa").to_json()["bind_cpu"]["device1"] == 1
+
+
+def test_gpu_affinity_uses_nvml_socket_scope_when_known():
+    import dataclasses
+
+    from topo.cpuset import CpuSet
+
+    t = from_nodes(["0-3", "4-7", "8-11"], gpu_nodes=[0])  # one package: socket = 0-11
+    assert mains(planners.plan(t, "all", scope="socket")) == {"device0": "0-11"}
+    nvml = t.with_devices([dataclasses.replace(t.devices[0], socket_cpus=CpuSet.parse("0-7"))])
+    assert mains(planners.plan(nvml, "all", scope="socket")) == {"device0": "0-7"}
