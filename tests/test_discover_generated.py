@@ -180,7 +180,8 @@ def test_offline_cpus_and_sparse_numbering(tmp_path, global_online):
     assert [n.cpuset.to_list() for n in t.numa_nodes] == ["0-1,8", "2,10-11"]
     assert all(c.cpuset <= t.pus for c in t.caches)
     text = show(root).output
-    assert "PU L#3 (P#8)" in text and "P#9)" not in text
+    # Logical indices follow the tree, as in lstopo: core 0 holds PUs 0 and 8.
+    assert "PU L#1 (P#8)" in text and "P#9)" not in text
     assert text.splitlines()[-2] == "2 packages, 2 NUMA nodes, 4 cores, 6 PUs"
     data = show_json(root)
     assert (data["pus"], data["complete_pus"]) == ("0-2,8,10-11", "0-3,8-11")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from topo.cpuset import EMPTY, CpuSet, union_all
+from topo.cpuset import CpuSet, union_all
 from topo.fsroot import FsRoot
 from topo.model import Group, NumaNode, Topology
 from topo.probes import cgroup as cgroup_probe
@@ -143,23 +143,26 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
         return []
     dist = {n.os_index: n.distances for n in nodes}
     loc = {n.os_index: n.locality & machine for n in nodes}
+
+    def apart(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+        return min(dist[x].get(y, 1 << 30) for x in a for y in b)
+
     members = [(i,) for i in ids]
     out = []
     while len(members) > 2:
-        def d(a, b):
-            return min(dist[x].get(y, 1 << 30) for x in a for y in b)
-        off = [d(a, b) for a in members for b in members if a != b]
-        best = min(off)
+        best = min(apart(a, b) for a in members for b in members if a != b)
+        # union-find over "as close as the closest pair", in both directions
         parent = list(range(len(members)))
 
-        def find(x):
+        def find(x: int, parent=parent) -> int:
             while parent[x] != x:
                 parent[x] = parent[parent[x]]
                 x = parent[x]
             return x
+
         for x, a in enumerate(members):
             for y, b in enumerate(members):
-                if x < y and d(a, b) <= best and d(b, a) <= best:
+                if x < y and apart(a, b) <= best and apart(b, a) <= best:
                     parent[find(x)] = find(y)
         clusters: dict[int, tuple[int, ...]] = {}
         for x, a in enumerate(members):
@@ -172,6 +175,3 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
                 out.append((union_all(loc[i] for i in group), tuple(sorted(group))))
     return out
 
-
-def machine_cpus(topology: Topology) -> CpuSet:
-    return union_all(p.cpuset for p in topology.packages) or EMPTY
