@@ -266,6 +266,19 @@ class Layout:
                 out.append((self.node_ids[r * m // n],))
         return out
 
+    def orphan_cpus(self) -> CpuSet:
+        """Allowed CPUs on no allowed CPU node (their node's memory is outside cpuset.mems)."""
+        return self.allowed - union_all(self.node_cpus.values())
+
+    def memory_for(self, cpus: CpuSet) -> tuple[int, ...]:
+        """Memory nodes for a process running on ``cpus``: the allowed nodes they are on, else the
+        allowed node nearest to the node that owns them."""
+        nodes = tuple(n for n in self.node_ids if self.node_cpus[n].intersects(cpus))
+        if nodes:
+            return nodes
+        owner = next((n.os_index for n in self.topology.numa_nodes if n.cpuset.intersects(cpus)), None)
+        return (self.nearest_cpu_node(owner),) if owner is not None else tuple(self.node_ids[:1])
+
     def cpus_of_nodes(self, nodes: Iterable[int]) -> CpuSet:
         return union_all(self.node_cpus[n] for n in nodes)
 

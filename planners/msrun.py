@@ -137,8 +137,7 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
                              f"{job.nproc} processes; use fewer processes")
         lists = [cpus[r * n:(r + 1) * n] for r in range(job.nproc)]
         lists[-1] = cpus[(job.nproc - 1) * n:]
-        memory = [tuple(x for x in layout.node_ids if layout.node_cpus[x].intersects(CpuSet(lst)))
-                  for lst in lists]
+        memory = [layout.memory_for(CpuSet(lst)) for lst in lists]
         return _emit(layout, job, options, lists, memory, warnings)
 
     devs = _participants(layout, job, options)
@@ -151,8 +150,7 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
         warnings.append("affinity off: average CPU distribution (device r gets slice r)")
         by_dev = {d: cpus[i * n:(i + 1) * n] for i, d in enumerate(devs)}
         lists = [by_dev[d] for d in job.devices]
-        memory = [tuple(x for x in layout.node_ids if layout.node_cpus[x].intersects(CpuSet(lst)))
-                  for lst in lists]
+        memory = [layout.memory_for(CpuSet(lst)) for lst in lists]
         return _emit(layout, job, options, lists, memory, warnings)
 
     if options.spread_nodes:
@@ -165,6 +163,10 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
     affinity_nodes = {x for h in homes.values() for x in h}
     cursor = {x: list(layout.node_cpus[x]) for x in layout.node_ids}
     pool_nodes = [x for x in layout.node_ids if x not in affinity_nodes]  # msrun's "-1" pool
+    orphans = layout.orphan_cpus()
+    if orphans:  # allowed CPUs whose node's memory is not allowed: last in the non-affinity pool
+        cursor[_ORPHANS] = list(orphans)
+        pool_nodes.append(_ORPHANS)
 
     def take(d: int, got: list[int], nodes: list[int]) -> None:
         for x in nodes:
@@ -189,12 +191,15 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
     # instead of running with fewer.
     for d in devs:
         if d in job.devices and len(by_dev[d]) < n:
-            take(d, by_dev[d], _by_distance(layout, homes[d][0], layout.node_ids))
+            take(d, by_dev[d], _by_distance(layout, homes[d][0], list(cursor)))
     for d, cpus_taken in remote.items():
         warnings.append(f"device {d}: its node is used up; also given CPUs {CpuSet(cpus_taken)} of other nodes")
     lists = [by_dev[d] for d in job.devices]
     memory = [homes[d] for d in job.devices]
     return _emit(layout, job, options, lists, memory, warnings)
+
+
+_ORPHANS = -2  # cursor key of the allowed CPUs on no allowed node
 
 
 def _by_distance(layout: Layout, home: int, nodes: list[int]) -> list[int]:

@@ -220,29 +220,39 @@ shapes = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.i
                    st.integers(1, 2))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shape=shapes, gpus=st.integers(0, 3), mode=st.sampled_from(MODES), data=st.data(),
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=shapes, gpus=st.integers(0, 3), hbm=st.booleans(), mode=st.sampled_from(MODES), data=st.data(),
        scatter=st.booleans())
-def test_random_machines(shape, gpus, mode, data, scatter):
+def test_random_machines(shape, gpus, hbm, mode, data, scatter):
+    """Random shapes, random cgroups (CPUs and memory nodes), HBM nodes, random options."""
     pack, numa, l3, core, pu = shape
     desc = f"pack:{pack} numa:{numa} l3:{l3} core:{core} pu:{pu}"
-    full = synthetic(desc, gpus_per_numa=gpus, pu_order="scatter" if scatter else "compact")
-    n = full.pus.weight()
-    allowed = data.draw(st.sets(st.integers(0, n - 1), min_size=1), label="allowed")
-    t = synthetic(desc, gpus_per_numa=gpus, pu_order="scatter" if scatter else "compact",
-                  allowed=CpuSet(allowed).to_list())
+    shape_args = {"gpus_per_numa": gpus, "gpu_memory_nodes": hbm, "pu_order": "scatter" if scatter else "compact"}
+    full = synthetic(desc, **shape_args)
+    allowed = data.draw(st.sets(st.integers(0, full.pus.weight() - 1), min_size=1), label="allowed")
+    nodes = data.draw(st.sets(st.integers(0, len(full.numa_nodes) - 1), min_size=1), label="allowed_nodes")
+    t = synthetic(desc, allowed=CpuSet(allowed).to_list(), allowed_nodes=CpuSet(nodes).to_list(), **shape_args)
     opts = data.draw(st.fixed_dictionaries({}, optional={
         "scope": st.sampled_from(["node", "socket"]),
         "multithreading": st.sampled_from(["all-logical", "single-logical"]),
         "balanced": st.booleans(),
         "memory": st.sampled_from(["numa", "none"]),
+        "msrun_bind": st.sampled_from(["core", "numa"]),
+        "share": st.sampled_from(["job", "host"]),
+        "spread_nodes": st.booleans(),
+        "affinity": st.booleans(),
+        "nproc": st.integers(1, 5),
     }), label="options")
+    if t.devices and opts.get("nproc", 0) > len(t.devices):
+        opts["nproc"] = len(t.devices)
     try:
         plan = planners.plan(t, mode, **opts)
     except UsageError as exc:
-        # the only refusals: not enough cores for a unique mode, and they say so
-        assert mode in UNIQUE | {"single-unique"}, exc
-        assert "cores" in str(exc) or "CPUs" in str(exc)
+        # the only refusals: not enough cores / CPUs / nodes for what was asked, and they say so
+        assert any(w in str(exc) for w in ("cores", "CPUs", "no allowed CPU", "NUMA node")), exc
         return
-    check_plan(t, mode, plan, **opts)
+    checked = {k: v for k, v in opts.items() if k in ("multithreading", "balanced", "memory")}
+    if opts.get("msrun_bind") == "numa" and mode == "msrun-auto":
+        assert plan.cpu_mode == "numa"
+    check_plan(t, mode, plan, **checked)
     assert planners.plan(t, mode, **opts) == plan
