@@ -357,3 +357,25 @@ def test_auto_forms_use_the_msrun_auto_planner(script):
     assert [x.argv[:5] for x in n.workers] == [("numactl", "--membind", str(i), "--cpunodebind", str(i))
                                                for i in range(4)]
     assert n.workers[3].env["MSRUN_CPU_LIST"] == str(list(range(24, 32)))
+
+
+def test_inline_unified_json_sets_no_file_variables(script):
+    inline = json.dumps({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "none"},
+                         "bind_cpu": {"device0": {"main": "0-3"}}})
+    p = plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_numa=inline)
+    assert p.processes[0].argv[:3] == ("taskset", "-c", "0-3")
+    assert "MSRUN_BIND_FILE" not in p.processes[0].env
+
+
+def test_missing_binding_tool_is_a_usage_error(script, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither numactl nor taskset
+    with pytest.raises(UsageError, match=r"binding needs `numactl`, which is not on PATH: install it"):
+        plan(script, worker_num=1, local_worker_num=1, bind_numa='{"device0": ["0"]}')
+    with pytest.raises(UsageError, match=r"binding needs `taskset`"):
+        plan(script, worker_num=1, local_worker_num=1, bind_core='{"device0": ["0"]}')
+
+
+def test_auto_binding_with_too_few_cpus_is_refused(script):
+    tiny = live("pack:1 core:2 pu:1")
+    with pytest.raises(UsageError, match="2 allowed CPUs for 4 processes"):
+        plan(script, worker_num=4, local_worker_num=4, bind_core="True", topology=tiny)

@@ -12,6 +12,7 @@ Actions (all ranks, or only RANK with @RANK):
   ready            create OUT_DIR/ready_<rank> (after the other setup actions)
   print=TEXT       print TEXT
   kill=N           send ourselves signal N
+  waitfor=NAME     wait until OUT_DIR/NAME exists (e.g. another rank's ready_0)
 """
 import os
 import signal
@@ -58,6 +59,9 @@ for spec in sys.argv[2:]:
         open(os.path.join(out_dir, f"ready_{rank}"), "w").close()
     elif name == "print":
         print(value, flush=True)
+    elif name == "waitfor":
+        while not os.path.exists(os.path.join(out_dir, value)):
+            time.sleep(0.01)
     elif name == "kill":
         os.kill(os.getpid(), int(value))
 sys.exit(exit_code)
