@@ -7,6 +7,8 @@ Each `level:N` means N children per parent, outermost first; levels are `pack`, 
 each other, e.g. `pack:1 l3:1 numa:2 ...` for an L3 shared by two nodes). No files are read: the
 result is a `Topology` ready for the planners, with the restrictions `discover()` would apply.
 
+`from_nodes(["0-2", "3-9"], gpu_nodes=[0])` builds irregular shapes from explicit node CPU lists.
+
 Options:
 - `gpus_per_numa=k`: k accelerators per CPU-bearing NUMA node, numbered in node order;
   or `gpu_nodes=[3, 3, 1, 1, ...]`: accelerator g on node gpu_nodes[g] (DGX A100's order).
