@@ -15,8 +15,8 @@ removed), as msrun does; the sets they name are checked against the topology bef
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, UsageError
@@ -103,9 +103,7 @@ class JobBindings:
 
 
 def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: Topology | None,
-                     environ: Mapping[str, str],
-                     auto_plan: Callable | None = None,
-                     ) -> JobBindings:
+                     environ: Mapping[str, str]) -> JobBindings:
     """Each process's binding for parsed --bind_core / --bind_numa values (see launcher.options).
 
     Raises UsageError, before anything starts, for CPUs or nodes that do not exist or are not
@@ -126,7 +124,7 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
         if bind_core:
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
     else:
-        result = _from_tables(bind_core, bind_numa, physical, topology, warnings, auto_plan)
+        result = _from_tables(bind_core, bind_numa, physical, topology, warnings)
     check_tools((result[0], *result[1]))
     env = {}
     if isinstance(bind_numa, LoadedBind) and bind_numa.path is not None:
@@ -174,7 +172,7 @@ def binding_for_key(data: Mapping, key: str, topology: Topology) -> Binding:
     return _binding(topology, cpus=cpus, cpu_nodes=cpu_nodes, memory=entry.memory)
 
 
-def _from_tables(bind_core, bind_numa, physical, topology, warnings, auto_plan):
+def _from_tables(bind_core, bind_numa, physical, topology, warnings):
     n = len(physical)
     cpu_strings: list[str | None] = [None] * n
     numa_strings: list[str | None] = [None] * n
@@ -182,15 +180,15 @@ def _from_tables(bind_core, bind_numa, physical, topology, warnings, auto_plan):
     sched_cpus = sched_numa = None
     if isinstance(bind_core, Mapping):
         sched_cpus, cpu_strings = _table_strings(bind_core, physical, "--bind_core", warnings)
-        _check_ids(bind_core, topology.allowed_pus, "--bind_core", "CPU", topology)
+        _check_ids(bind_core, topology.allowed_pus, "--bind_core", "CPU")
     elif bind_core is True:
-        cpu_lists = list(_auto(auto_plan, topology, physical, "cpu", warnings))
+        cpu_lists = list(_auto(topology, physical, "cpu", warnings))
         cpu_strings = [_compact(c) if c else None for c in cpu_lists]
     if isinstance(bind_numa, Mapping):
         sched_numa, numa_strings = _table_strings(bind_numa, physical, "--bind_numa", warnings)
-        _check_ids(bind_numa, CpuSet(n.os_index for n in topology.cpu_nodes()), "--bind_numa", "NUMA", topology)
+        _check_ids(bind_numa, CpuSet(n.os_index for n in topology.cpu_nodes()), "--bind_numa", "NUMA")
     elif bind_numa is True:
-        node_lists = list(_auto(auto_plan, topology, physical, "numa", warnings))
+        node_lists = list(_auto(topology, physical, "numa", warnings))
         numa_strings = [_compact(x) if x else None for x in node_lists]
         if bind_core is not True:
             # msrun exports the CPUs of the first node for mindspore.runtime.set_cpu_affinity
@@ -201,9 +199,7 @@ def _from_tables(bind_core, bind_numa, physical, topology, warnings, auto_plan):
 
     def make(cpus, numa, cpu_list=None):
         b = _binding(topology, cpus=cpus, cpu_nodes=numa if not cpus else None, memory=numa)
-        if cpu_list:
-            b = Binding(b.prefix, b.cpus, b.memory, str(list(cpu_list)))
-        return b
+        return replace(b, cpu_list_env=str(list(cpu_list))) if cpu_list else b
 
     scheduler = make(sched_cpus, sched_numa)
     workers = [make(cpu_strings[i], numa_strings[i], cpu_lists[i]) for i in range(n)]
@@ -231,7 +227,7 @@ def _table_strings(table: Mapping[str, Sequence[str]], physical: list[int], flag
     return scheduler, out
 
 
-def _check_ids(table, allowed: CpuSet, flag: str, label: str, topology: Topology) -> None:
+def _check_ids(table, allowed: CpuSet, flag: str, label: str) -> None:
     for key, items in table.items():
         for item in items:
             try:
@@ -248,10 +244,10 @@ def _check_ids(table, allowed: CpuSet, flag: str, label: str, topology: Topology
                 raise UsageError(f"{flag}: {which} not available: {what}")
 
 
-def _auto(auto_plan, topology: Topology, physical: list[int], kind: str, warnings: list[str]):
-    if auto_plan is None:
-        from launcher.autoplan import msrun_auto as auto_plan
-    lists, notes = auto_plan(topology, [f"device{d}" for d in physical], kind)
+def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str]):
+    from launcher.autoplan import msrun_auto
+
+    lists, notes = msrun_auto(topology, [f"device{d}" for d in physical], kind)
     warnings.extend(notes)
     return lists
 
