@@ -223,6 +223,7 @@ class _Job:
         tailer = LogTailer([(f"[{r.spec.name}] ", r.spec.log_path) for r in self.running if r.spec.tail], self.out)
         workers = [r for r in self.running if r.spec.role != SCHEDULER]
         failure: tuple[Running, int] | None = None
+        waiting_for_scheduler = False
         try:
             while self.stop_signal is None:
                 for r in self.running:
@@ -233,6 +234,10 @@ class _Job:
                     break
                 if all(r.popen.poll() is not None for r in self.running):
                     break
+                if not waiting_for_scheduler and all(r.popen.poll() is not None for r in workers):
+                    # as msrun: a MindSpore scheduler ends once every worker has unregistered
+                    waiting_for_scheduler = True
+                    self.say(f"all {len(workers)} workers exited successfully; waiting for the scheduler")
                 tailer.pump()
                 time.sleep(POLL_INTERVAL)
             if failure is not None:
