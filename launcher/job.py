@@ -133,7 +133,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     processes = []
     if start_scheduler:
         env = {**common, "MS_ROLE": "MS_SCHED", "RANK_ID": "0"}
-        _thread_env(env, environ, bindings.scheduler, processes_on_node, tail=False, join=config.join)
+        _thread_env(env, environ, bindings.scheduler, processes_on_node, tail=False)
         processes.append(ProcessSpec(SCHEDULER, None, None,
                                      (*bindings.scheduler.prefix, *command), env,
                                      os.path.join(log_dir, "scheduler.log"), bindings.scheduler, tail=False))
@@ -162,7 +162,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
             env["MSRUN_CPU_LIST"] = binding.cpu_list_env
         log_rank = rank if rank is not None else i
         tail = config.join and (tailed is None or log_rank in tailed)
-        _thread_env(env, environ, binding, processes_on_node, tail=tail, join=config.join)
+        _thread_env(env, environ, binding, processes_on_node, tail=tail)
         processes.append(ProcessSpec(WORKER, rank, i, (*binding.prefix, *command), env,
                                      os.path.join(log_dir, f"{base_name}_{log_rank}.log"), binding, tail))
     if config.join and tailed is not None:
@@ -184,7 +184,7 @@ def _rank(config: LaunchConfig, local_rank: int) -> int | None:
 
 
 def _thread_env(env: dict, environ: Mapping[str, str], binding: Binding, processes_on_node: int,
-                *, tail: bool, join: bool) -> None:
+                *, tail: bool) -> None:
     # torchrun's rule (and what `import mindspore` does inside msrun): several processes on one node
     # must not each start a thread per CPU. A process bound to N CPUs gets N; a preset value wins.
     if "OMP_NUM_THREADS" not in environ:
@@ -193,7 +193,7 @@ def _thread_env(env: dict, environ: Mapping[str, str], binding: Binding, process
         elif processes_on_node > 1:
             env["OMP_NUM_THREADS"] = "1"
     # A tailed log is only useful if Python writes it as it goes (torchrun runs `python -u`).
-    if tail and join and "PYTHONUNBUFFERED" not in environ:
+    if tail and "PYTHONUNBUFFERED" not in environ:
         env["PYTHONUNBUFFERED"] = "1"
 
 
