@@ -217,4 +217,4 @@ def validate(file, root, topology_file):
                 click.echo(f"    fix: {p.fix}")
         sys.exit(1)
     keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
-    click.echo(f"{file}: ok ({len(keys)} processes)")
+    click.echo(f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'})")
