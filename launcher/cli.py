@@ -17,7 +17,8 @@ def _msrun_option(name: str, **kwargs):
     """An msrun flag under its own spelling (--worker_num) and the dashed one (--worker-num)."""
     dashed = name.replace("_", "-")
     names = [f"--{name}"] + ([f"--{dashed}"] if dashed != name else [])
-    return click.option(*names, name, show_default=True, **kwargs)
+    kwargs.setdefault("show_default", True)
+    return click.option(*names, name, **kwargs)
 
 
 @click.command(context_settings=_SCRIPT_CONTEXT)
@@ -26,7 +27,8 @@ def _msrun_option(name: str, **kwargs):
 @_msrun_option("master_addr", default="127.0.0.1", help="Address of the scheduler (MindSpore) / rank 0 store (PyTorch).")
 @_msrun_option("master_port", type=int, default=8118, help="Port of the scheduler / store.")
 @_msrun_option("node_rank", type=int, default=-1, help="This node's index; -1 lets MindSpore assign ranks.")
-@_msrun_option("log_dir", default="", help="Directory for scheduler.log and worker_<rank>.log [default: cwd].")
+@_msrun_option("log_dir", default="", show_default="the current directory",
+               help="Directory for scheduler.log and worker_<rank>.log.")
 @_msrun_option("join", default="False", metavar="True|False",
                help="Wait for the job, show its logs, stop it all when one worker fails.")
 @_msrun_option("cluster_time_out", type=int, default=600, help="MS_TOPO_TIMEOUT in seconds.")
@@ -36,8 +38,9 @@ def _msrun_option(name: str, **kwargs):
                help="Bind NUMA nodes: True, a JSON table of node ids, or a unified bind JSON (file or inline).")
 @_msrun_option("sim_level", type=click.IntRange(-1, 3), default=-1, help="MindSpore simulation level (no scheduler).")
 @_msrun_option("sim_rank_id", type=int, default=-1, help="Simulate this one rank.")
-@_msrun_option("rank_table_file", default="", help="Exported as RANK_TABLE_FILE.")
-@_msrun_option("worker_log_name", default="", help="Worker log base name; {ip} and {hostname} are filled in.")
+@_msrun_option("rank_table_file", default="", show_default=False, help="Exported as RANK_TABLE_FILE.")
+@_msrun_option("worker_log_name", default="", show_default="worker",
+               help="Worker log base name; {ip} and {hostname} are filled in.")
 @_msrun_option("tail_worker_log", default="-1", help="Ranks whose logs --join shows (comma list), -1 for all.")
 @click.option("--scheduler/--no-scheduler", default=None,
               help="Force the MindSpore scheduler process on or off [default: on when master_addr is this "
@@ -80,7 +83,8 @@ def launch(script, script_args, **flags):
 @click.option("--bind-file", "bind_file", default=None, metavar="FILE",
               help="Bind JSON (a path, or inline JSON) [default: $TOPO_BIND_FILE, then $MSRUN_BIND_FILE].")
 @click.option("--local-rank", "local_rank", type=int, default=None,
-              help="[default: $LOCAL_RANK, $SLURM_LOCALID, $OMPI_COMM_WORLD_LOCAL_RANK or $MPI_LOCALRANKID]")
+              help="This process's local rank [default: $LOCAL_RANK, $SLURM_LOCALID, "
+                   "$OMPI_COMM_WORLD_LOCAL_RANK or $MPI_LOCALRANKID].")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def bind(bind_file, local_rank, command):
     """Apply one process's binding from a bind JSON, then exec COMMAND in its place.
