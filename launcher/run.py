@@ -1,8 +1,9 @@
 """launch(): start a planned job, check its bindings, follow it and clean up after it.
 
 Process model (compare spec/launchers-observed.md §1.2, §2.3):
-- every process, the scheduler included, is started with `start_new_session=True`, so one
-  `killpg` reaches it and whatever it forked that stayed in its group;
+- every process, the scheduler included, is started with `start_new_session=True`, so it and
+  whatever it forks are found by their session id (signals go to each of them, children of
+  children included, not only to the process the launcher started);
 - under --join=True the launcher is also a child subreaper (PR_SET_CHILD_SUBREAPER): grandchildren
   that daemonise out of their session are re-parented to us instead of init, and are killed too;
 - logs are written by the children themselves (stdout and stderr both on the log file); the
@@ -280,17 +281,25 @@ class _Job:
         alive = self._alive()
         if not alive:
             return  # the usual end of a good job: nothing left to stop
-        self._signal_all(sig, alive)
-        while self._alive() and time.monotonic() < deadline and not self.force_kill:
+        signaled: set[int] = set()
+        while alive and time.monotonic() < deadline and not self.force_kill:
+            # each process once; a daemon shows up only after its parent died and it was
+            # re-parented to us, a child forked meanwhile on the next scan
+            _kill_each(alive - signaled, sig)
+            signaled |= alive
             if tailer is not None:
                 tailer.pump()
             time.sleep(POLL_INTERVAL)
-        survivors = self._alive()
-        if survivors:
+            alive = self._alive()
+        if alive:
             names = [r.spec.name for r in self.running if r.popen.poll() is None]
             if names:
                 self.say(f"{', '.join(names)} still running after {grace:g} s; sending SIGKILL")
-            self._signal_all(signal.SIGKILL, survivors)
+            give_up = time.monotonic() + 10
+            while alive and time.monotonic() < give_up:
+                _kill_each(alive, signal.SIGKILL)
+                time.sleep(POLL_INTERVAL)
+                alive = self._alive()
         for r in self.running:
             try:
                 r.popen.wait(timeout=10)
@@ -315,18 +324,6 @@ class _Job:
             r.popen.poll()  # reap finished children so they stop looking alive
         self._reap_orphans()
         return self._job_pids()
-
-    def _signal_all(self, sig: int, pids: set[int]) -> None:
-        for r in self.running:
-            try:
-                os.killpg(r.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def _reap_orphans(self) -> None:
         """waitpid() the re-parented grandchildren (Popen reaps only its own)."""
@@ -424,6 +421,14 @@ def _proc_table():
             yield int(name), int(rest[1]), int(rest[3]), rest[0].decode()
         except (IndexError, ValueError):
             continue
+
+
+def _kill_each(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _exit_code(code: int) -> int:

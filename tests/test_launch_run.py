@@ -348,3 +348,17 @@ def test_library_api_without_the_cli(dirs):
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers put back
     dry = launch(LaunchConfig(JOB, (str(out),), worker_num=1, local_worker_num=1, dry_run=True), out=console)
     assert dry.exit_code == 0 and dry.processes == () and len(dry.plan.processes) == 2
+
+
+def test_daemons_of_a_failed_job_get_sigterm_too(dirs):
+    """A daemon (own session) becomes ours only when its worker dies; it must still get SIGTERM,
+    not wait out the grace period for SIGKILL."""
+    cwd, out, logs = dirs
+    start = time.monotonic()
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", "--no-scheduler",
+                     f"--log_dir={logs}", "--grace-period=5", JOB, str(out), "daemon@0", "ready@0", "sleep=60@0",
+                     "waitfor=ready_0@1", "exit=3@1"], cwd=cwd, timeout=30)
+    assert r.returncode == 3, r.stderr
+    assert time.monotonic() - start < 4, "something waited for the 5 s grace period"
+    assert "sending SIGKILL" not in r.stderr
+    assert not any(alive(pid) for pid in job_pids(logs, out))
