@@ -362,3 +362,14 @@ def test_daemons_of_a_failed_job_get_sigterm_too(dirs):
     assert time.monotonic() - start < 4, "something waited for the 5 s grace period"
     assert "sending SIGKILL" not in r.stderr
     assert not any(alive(pid) for pid in job_pids(logs, out))
+
+
+def test_pdb_breakpoint_is_driven_from_the_launchers_stdin(dirs):
+    cwd, out, logs = dirs
+    script = cwd / "debug_me.py"
+    script.write_text("import os\nx = 41\nif os.environ['RANK'] == '1':\n    breakpoint()\nprint('done', x)\n")
+    r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", "--no-scheduler",
+                     f"--log_dir={logs}", str(script)], cwd=cwd, input="p x + 1\nc\n")
+    assert r.returncode == 0, r.stderr
+    assert "[rank 1] (Pdb) 42\n" in r.stdout
+    assert "[rank 0] done 41\n" in r.stdout and "done 41\n" in (logs / "worker_1.log").read_text()
