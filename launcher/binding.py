@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from topo.cpuset import CpuSet
+from planners.bindjson import bind_prefix
 from topo.errors import ParseError, UsageError
 
 if TYPE_CHECKING:  # planners and the model are imported only when something is bound
@@ -55,28 +56,6 @@ UNBOUND = Binding()
 
 def _nodes(nodes: CpuSet) -> str:
     return f"node {nodes}" if nodes.weight() == 1 else f"nodes {nodes}"
-
-
-def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None,
-                memory: str | None = None) -> list[str]:
-    """msrun's prefix for a process bound to CPUs `cpus` or to the CPUs of nodes `cpu_nodes`, with
-    memory on nodes `memory`. Options are separate argv items, --membind first, as msrun writes them.
-
-    >>> bind_prefix(cpus="0-9", memory="0")
-    ['numactl', '--membind', '0', '--physcpubind', '0-9']
-    >>> bind_prefix(cpus="0-9")
-    ['taskset', '-c', '0-9']
-    """
-    if cpus and not memory and not cpu_nodes:
-        return ["taskset", "-c", cpus]
-    argv = []
-    if memory:
-        argv += ["--membind", memory]
-    if cpus:
-        argv += ["--physcpubind", cpus]
-    elif cpu_nodes:
-        argv += ["--cpunodebind", cpu_nodes]
-    return ["numactl", *argv] if argv else []
 
 
 def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> list[int]:
@@ -153,7 +132,7 @@ def check_bind_json(loaded: LoadedBind, topology: Topology, what: str, warnings:
 
     errors = []
     for problem in validate_bind(loaded.data, topology):
-        if "overlap" in problem.message:
+        if problem.severity == "warning":
             warnings.append(str(problem))
         else:
             errors.append(problem)

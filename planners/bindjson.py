@@ -339,6 +339,9 @@ class Problem:
     path: str  # JSON path: "bind_cpu.device1.main"
     message: str
     fix: str = ""
+    # "warning": msrun runs such a file (overlapping main sets, keys it ignores); only errors
+    # stop a launch or fail `topo validate`.
+    severity: str = "error"
 
     def __str__(self) -> str:
         text = f"{self.path}: {self.message}" if self.path else self.message
@@ -360,7 +363,8 @@ def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None
     for k in data:
         if k not in TOP_KEYS:
             P.append(Problem(str(k), f"unknown top-level key '{k}'.",
-                             "use only bind_config, bind_cpu, bind_memory (and topo for notes)"))
+                             "use only bind_config, bind_cpu, bind_memory (and topo for notes)",
+                             severity="warning"))
     config = data.get("bind_config", {})
     cpu_mode = mem_mode = "none"
     if not isinstance(config, Mapping):
@@ -370,7 +374,8 @@ def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None
     for k in config:
         if k not in CONFIG_KEYS:
             P.append(Problem(f"bind_config.{k}", f"unknown key '{k}' in bind_config.",
-                             "keys are bind_cpu_mode, bind_memory_mode, actor_thread_fix_bind"))
+                             "keys are bind_cpu_mode, bind_memory_mode, actor_thread_fix_bind",
+                             severity="warning"))
     raw = config.get("bind_cpu_mode", "none")
     if not isinstance(raw, str) or raw.lower() not in CPU_MODES:
         P.append(Problem("bind_config.bind_cpu_mode", "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.",
@@ -441,7 +446,8 @@ def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None
                 mpath = f"{path}.{module}"
                 if module not in MODULES:
                     P.append(Problem(mpath, f"unknown module '{module}'.",
-                                     "modules are main, runtime, pynative, minddata"))
+                                     "modules are main, runtime, pynative, minddata",
+                                     severity="warning"))
                     continue
                 if not isinstance(text, str):  # msrun strips and expands strings only
                     P.append(Problem(mpath, f"CPU range {text!r} for {k} should be a string.",
@@ -476,7 +482,8 @@ def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None
             if s1.intersects(s2):
                 P.append(Problem(f"bind_cpu.{k2}.main",
                                  f"main CPUs {s1 & s2} of {k2} overlap those of {k1}.",
-                                 "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)"))
+                                 "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)",
+                                 severity="warning"))
     return P
 
 
@@ -559,24 +566,31 @@ def process_entry(data: Mapping | BindPlan, key: str) -> ProcessEntry:
     return ProcessEntry(k, cpu_mode, mem_mode, main, cpu_node, memory, modules)
 
 
+def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None,
+                memory: str | None = None) -> list[str]:
+    """msrun's prefix for a process bound to CPUs `cpus` or to the CPUs of nodes `cpu_nodes`, with
+    memory on nodes `memory` (anchors §1.11/§1.12). Options are separate argv items, --membind
+    first, as msrun writes them.
+
+    >>> bind_prefix(cpus="0-9", memory="0")
+    ['numactl', '--membind', '0', '--physcpubind', '0-9']
+    >>> bind_prefix(cpus="0-9")
+    ['taskset', '-c', '0-9']
+    """
+    if cpus and not memory and not cpu_nodes:
+        return ["taskset", "-c", cpus]
+    argv = []
+    if memory:
+        argv += ["--membind", memory]
+    if cpus:
+        argv += ["--physcpubind", cpus]
+    elif cpu_nodes:
+        argv += ["--cpunodebind", cpu_nodes]
+    return ["numactl", *argv] if argv else []
+
+
 def msrun_prefix(entry: ProcessEntry) -> list[str]:
     """The command prefix msrun puts before ``python script.py`` for this entry (anchors §1.12)."""
-    if entry.cpu_mode == "cpu":
-        if entry.main and entry.memory:
-            return ["numactl", "--membind", entry.memory, "--physcpubind", entry.main]
-        if entry.main:
-            return ["taskset", "-c", entry.main]
-        if entry.memory:
-            return ["numactl", "--membind", entry.memory]
-        return []
-    if entry.cpu_mode == "numa":
-        if entry.cpu_node and entry.memory:
-            return ["numactl", "--membind", entry.memory, "--cpunodebind", entry.cpu_node]
-        if entry.cpu_node:
-            return ["numactl", "--cpunodebind", entry.cpu_node]
-        if entry.memory:
-            return ["numactl", "--membind", entry.memory]
-        return []
-    if entry.memory:
-        return ["numactl", "--membind", entry.memory]
-    return []
+    return bind_prefix(cpus=entry.main if entry.cpu_mode == "cpu" else None,
+                       cpu_nodes=entry.cpu_node if entry.cpu_mode == "numa" else None,
+                       memory=entry.memory)

@@ -209,12 +209,18 @@ def validate(file, root, topology_file):
         # disallowed CPUs and nodes stay in view, so a problem can say "not allowed" vs "not present"
         topology = load_topology(root, topology_file, include_disallowed=True)
         problems = validate_bind(data, topology)
-    if problems:
-        click.echo(f"{file}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
-        for p in problems:
-            click.echo(f"  {p.path or '(file)'}: {p.message}")
-            if p.fix:
-                click.echo(f"    fix: {p.fix}")
+    errors = [p for p in problems if p.severity != "warning"]
+    warned = len(problems) - len(errors)
+    warnings = f", {warned} warning{'s' if warned != 1 else ''}" if warned else ""
+    if errors:
+        click.echo(f"{file}: {len(errors)} problem{'s' if len(errors) != 1 else ''}{warnings}")
+    else:
+        keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
+        click.echo(f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}")
+    for p in problems:
+        tag = "warning: " if p.severity == "warning" else ""
+        click.echo(f"  {p.path or '(file)'}: {tag}{p.message}")
+        if p.fix:
+            click.echo(f"    fix: {p.fix}")
+    if errors:
         sys.exit(1)
-    keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
-    click.echo(f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'})")
