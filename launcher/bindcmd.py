@@ -67,7 +67,7 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
         raise UsageError(f"--bind-file: {exc}") from None
     rank = resolve_local_rank(local_rank, environ)
     if topology is None:
-        from topo.discover import discover
+        from topo.discovery import discover
 
         topology = discover()
     check_bind_json(loaded, topology, "--bind-file", [])

@@ -224,7 +224,7 @@ def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology
     if not config.bind_core and not config.bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * n, (), {})
     if topology is None:
-        from topo.discover import discover
+        from topo.discovery import discover
 
         topology = discover()
     elif callable(topology):

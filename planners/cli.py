@@ -39,7 +39,7 @@ def load_topology(root: str | None, topology_file: str | None, *, include_disall
             raise ParseError(f"topology file {topology_file} is not JSON ({exc}); "
                              "write one with `topo show --json`") from exc
         return Topology.from_dict(data)
-    from topo.discover import discover
+    from topo.discovery import discover
 
     return discover(root, include_disallowed=include_disallowed)
 

@@ -110,7 +110,7 @@ def main(argv=None, topology=None) -> int:
     _import_planners()
     try:
         if topology is None:
-            from topo.discover import discover
+            from topo.discovery import discover
 
             topology = discover()
         data = generate(args, topology)

@@ -77,7 +77,7 @@ def show(ctx, root, as_json, include_disallowed, probes, from_file):
             raise UsageError("--from FILE and --root DIR both name a machine: give one of them")
         topology = load_topology(from_file)
     else:
-        from topo.discover import discover
+        from topo.discovery import discover
 
         wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
         topology = discover(root, include_disallowed=include_disallowed, probes=wanted)
