@@ -50,9 +50,14 @@ class _Affinity:
         assigned: dict[CpuSet, set[int]] = {}
         for s, cores in zip(self.socket_aff, self.node_cores):
             assigned.setdefault(s, set()).update(c.first() for c in cores)
+        # A core is some rank's node core or one socket's extra, never both: socket scopes can
+        # overlap (a CPU-only rank whose home nodes span packages), and a core dealt twice would
+        # end up in two "unique" sets.
+        dealt = {c.first() for cores in self.node_cores for c in cores}
         extra: dict[int, list[CpuSet]] = {}
         for s, firsts in assigned.items():
-            unassigned = [c for c in layout.cores_in(s) if c.first() not in firsts]
+            unassigned = [c for c in layout.cores_in(s) if c.first() not in dealt]
+            dealt.update(c.first() for c in unassigned)
             for a, u in zip(cycle(sorted(firsts)), unassigned):
                 extra.setdefault(a, []).append(u)
         self.grouped: list[tuple[Group, ...]] = [

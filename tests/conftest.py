@@ -56,3 +56,13 @@ def hwloc_roots(tmp_path_factory) -> HwlocRoots:
 
 def fixture_names() -> list[str]:
     return sorted(p.stem for p in (SYSFS / "expected").glob("*.json"))
+
+
+# CI runs the same examples every time (a red build must be reproducible); locally hypothesis
+# keeps exploring. `--hypothesis-profile=thorough` digs deeper.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
