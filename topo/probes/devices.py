@@ -298,6 +298,11 @@ def _npusmi(topology: Topology):
 RUNTIME_PROBES = {"nvml": ("gpu", "nvidia", _nvml), "npu-smi": ("npu", "huawei", _npusmi)}
 
 
+def _vendor_absent(topology: Topology, vendor: str) -> bool:
+    ids = {v for v, name in VENDORS.items() if name == vendor}
+    return bool(topology.pci_devices) and not any(d.vendor_id in ids for d in topology.pci_devices)
+
+
 def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | None = None) -> Topology:
     """Classify sysfs devices, run the runtime probes that apply, and add devices and links."""
     status = dict(topology.probes)
@@ -311,6 +316,11 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
             continue
         if not live:
             status[name] = "off: not this system"
+            continue
+        if name == "nvml" and probes is None and _vendor_absent(topology, vendor):
+            # Loading libnvidia-ml to learn there is no GPU costs more than all of sysfs; where
+            # sysfs shows no PCI function at all (hidden in a container) NVML is still asked.
+            status[name] = "unavailable: no NVIDIA PCI function in sysfs (--probes nvml asks NVML anyway)"
             continue
         state, found, links, mig = run(topology)
         devices, dropped = merge_runtime(devices, found, kind, vendor)
