@@ -13,6 +13,7 @@ from topo.errors import ParseError
 
 # ASCII digits only: `\d` alone would also accept other scripts' digits ("١" is 1 to int()).
 _RANGE = re.compile(r"\A([0-9]+)(?:-([0-9]+))?\Z")
+_KERNEL_MASK = re.compile(r"\A[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*\Z")
 _HEXWORD = re.compile(r"\A(?:0x)?[0-9a-fA-F]+\Z")
 # Far above any kernel's NR_CPUS (8192) or node count; a larger id in text is garbage, and
 # honouring "0-99999999999" would try to allocate a 12 GB bitmask.
@@ -74,6 +75,10 @@ class CpuSet:
         s = text.strip()
         if not s:
             return EMPTY
+        if _KERNEL_MASK.match(s):
+            # What the kernel writes (full 32-bit words after the first): one int() of the whole
+            # string; shifting word by word is quadratic on 4096-bit masks (ia64, big servers).
+            return cls.from_mask(int(s.replace(",", ""), 16))
         mask = 0
         for word in s.split(","):
             if not _HEXWORD.match(word):

@@ -32,12 +32,13 @@ def discover(root: str | os.PathLike | None = None, *, include_disallowed: bool 
     cpus = sysfs.probe_cpus(fs)
     raw_nodes = sysfs.probe_nodes(fs, cpus.online)
     status["sysfs"] = "ok" if raw_nodes.from_sysfs else "ok (no NUMA information: one node assumed)"
-    # lscpu fallback (topo.probes.lscpu): containers that hide /sys/devices/system/node.
-    from topo.probes import lscpu as lscpu_probe
+    if not (raw_nodes.from_sysfs and cpus.has_topology):
+        # lscpu fallback: containers that hide /sys/devices/system/node or the CPU topology.
+        from topo.probes import lscpu as lscpu_probe
 
-    cpus, raw_nodes, lscpu_status = lscpu_probe.fill_gaps(fs, cpus, raw_nodes)
-    if lscpu_status:
-        status["lscpu"] = lscpu_status
+        cpus, raw_nodes, lscpu_status = lscpu_probe.fill_gaps(fs, cpus, raw_nodes)
+        if lscpu_status:
+            status["lscpu"] = lscpu_status
 
     allowed = cpus.online
     allowed_nodes = CpuSet(n.os_index for n in raw_nodes.nodes)

@@ -250,13 +250,6 @@ def run(args: list[str], timeout: float | None = None) -> str:
     return done.stdout
 
 
-def sysfs_lacks_cpu_topology(fs: FsRoot) -> bool:
-    """True when no CPU has a sysfs topology directory (the sysfs probe then assumed one core per PU)."""
-    base = "/sys/devices/system/cpu"
-    return not any(fs.exists(f"{base}/{name}/topology") for name in fs.listdir(base)
-                   if re.fullmatch(r"cpu\d+", name))
-
-
 def probe_lscpu(runner=None) -> LscpuCpus:
     """Run lscpu (parsable, then the summary for cache sizes) and build the CPU side."""
     runner = runner or run
@@ -276,7 +269,7 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None) -> tuple[
     lscpu runs on this machine only: on a captured root it would describe the wrong one.
     """
     need_nodes = not nodes.from_sysfs
-    need_cpus = sysfs_lacks_cpu_topology(fs)
+    need_cpus = not cpus.has_topology
     if not (need_nodes or need_cpus):
         return cpus, nodes, None
     from topo.probes.devices import REPLAY_ENV

@@ -35,6 +35,7 @@ class RawCpus:
     cores: list[Core]
     caches: list[Cache]
     models: dict[int, str] = field(default_factory=dict)
+    has_topology: bool = True  # False: no CPU had a topology directory, one core per PU assumed
 
 
 @dataclass
@@ -93,6 +94,7 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
             "dir": dirs[cpu],
         }
     online = CpuSet(topo)
+    has_topology = bool(online)
     if not online:
         # No per-CPU topology at all (some containers, very old kernels): one package, one core per PU.
         online = online_file & complete if complete else online_file
@@ -149,7 +151,7 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     # A cluster is a Group in hwloc: dropped where it repeats a core, a cache, a die or a package.
     redundant = {o.cpuset for o in (*packages, *dies, *cores, *caches)}
     clusters = [c for c in clusters if c.cpuset not in redundant]
-    return RawCpus(complete | online, online, packages, dies, clusters, cores, caches, models)
+    return RawCpus(complete | online, online, packages, dies, clusters, cores, caches, models, has_topology)
 
 
 class _SiblingMasks:
