@@ -19,7 +19,6 @@ from typing import Sequence
 from topo.errors import UsageError
 from topo.model import Topology
 
-from planners import gpu_affinity, msrun, torch
 from planners.bindjson import BindPlan, Problem, ProcessBinding, load_bind, validate_bind
 from planners.core import Job, Options, Planner
 
@@ -27,22 +26,22 @@ ENTRY_POINT_GROUP = "topo.planners"
 
 BUILTIN: dict[str, Planner] = {p.name: p for p in (
     Planner("msrun-auto", "msrun --bind_core=True CPU split (or --msrun-bind numa: --bind_numa=True nodes)",
-            msrun.plan_msrun_auto, "msrun"),
-    Planner("node", "torch: all allowed CPUs of the device's NUMA node", torch.plan_node, "torch"),
-    Planner("socket", "torch: all allowed CPUs of the device's socket", torch.plan_socket, "torch"),
+            "planners.msrun:plan_msrun_auto", "msrun"),
+    Planner("node", "torch: all allowed CPUs of the device's NUMA node", "planners.torch:plan_node", "torch"),
+    Planner("socket", "torch: all allowed CPUs of the device's socket", "planners.torch:plan_socket", "torch"),
     Planner("exclusive", "torch: the node's physical cores split among its devices (lower ranks get the rest)",
-            torch.plan_exclusive, "torch"),
+            "planners.torch:plan_exclusive", "torch"),
     Planner("core-complex", "torch: one last-level-cache group (L3/CCX) of the node per device",
-            torch.plan_core_complex, "torch"),
-    Planner("all", "gpu_affinity: every core of the scope, node-local first", gpu_affinity.plan_all,
+            "planners.torch:plan_core_complex", "torch"),
+    Planner("all", "gpu_affinity: every core of the scope, node-local first", "planners.gpu_affinity:plan_all",
             "gpu_affinity"),
-    Planner("single", "gpu_affinity: the first core of the scope", gpu_affinity.plan_single, "gpu_affinity"),
+    Planner("single", "gpu_affinity: the first core of the scope", "planners.gpu_affinity:plan_single", "gpu_affinity"),
     Planner("single-unique", "gpu_affinity: one core per device, never shared",
-            gpu_affinity.plan_single_unique, "gpu_affinity"),
+            "planners.gpu_affinity:plan_single_unique", "gpu_affinity"),
     Planner("unique-interleaved", "gpu_affinity: the scope's cores dealt out, every k-th core per device",
-            gpu_affinity.plan_unique_interleaved, "gpu_affinity"),
+            "planners.gpu_affinity:plan_unique_interleaved", "gpu_affinity"),
     Planner("unique-contiguous", "gpu_affinity: the scope's cores cut into one block per device",
-            gpu_affinity.plan_unique_contiguous, "gpu_affinity"),
+            "planners.gpu_affinity:plan_unique_contiguous", "gpu_affinity"),
 )}
 
 _registry: dict[str, Planner] | None = None
@@ -113,7 +112,7 @@ def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequ
     opts = Options.from_kwargs(**options)
     if job is None:
         job = Job.for_topology(topology, devices=devices, nproc=nproc)
-    result = planner.strategy(topology, job, opts)
+    result = planner.load()(topology, job, opts)
     if not isinstance(result, BindPlan):
         raise UsageError(f"planner {planner.name!r} returned {type(result).__name__}, not a BindPlan")
     return result

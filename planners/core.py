@@ -401,5 +401,15 @@ Strategy = Callable[[Topology, Job, Options], BindPlan]
 class Planner:
     name: str
     summary: str
-    strategy: Strategy = field(compare=False)
+    # the function, or "module:function" imported on first use (a launcher that only reads a
+    # bind JSON should not import every strategy)
+    strategy: Strategy | str = field(compare=False)
     family: str = ""
+
+    def load(self) -> Strategy:
+        if isinstance(self.strategy, str):
+            import importlib
+
+            module, _, attr = self.strategy.partition(":")
+            return getattr(importlib.import_module(module), attr)
+        return self.strategy

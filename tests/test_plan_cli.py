@@ -148,7 +148,7 @@ def test_our_modes_are_declared_as_entry_points():
     assert list(declared) == list(planners.BUILTIN)
     for name, target in declared.items():
         module, _, attr = target.partition(":")
-        assert getattr(__import__(module, fromlist=[attr]), attr) is planners.BUILTIN[name].strategy
+        assert getattr(__import__(module, fromlist=[attr]), attr) is planners.BUILTIN[name].load()
 
 
 def test_strategies_are_pure(monkeypatch):
