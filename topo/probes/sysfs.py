@@ -277,28 +277,25 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
         return RawNodes([node], [], False)
 
     has_memory = fs.read_cpulist(f"{NODE}/has_memory")
+    own = {i: fs.read_set(f"{NODE}/node{i}/cpulist", f"{NODE}/node{i}/cpumap") or EMPTY for i in ids}
     cpus: dict[int, CpuSet] = {}
     memory: dict[int, int] = {}
     distances: dict[int, dict[int, int]] = {}
     initiators: dict[int, CpuSet] = {}
     taken = EMPTY
-    hidden = set()
     for i in ids:
         d = f"{NODE}/node{i}"
-        c = fs.read_set(f"{d}/cpulist", f"{d}/cpumap") or EMPTY
-        mem = _meminfo_total(fs, f"{d}/meminfo")
+        c = own[i]
         if has_memory is not None and i not in has_memory and c:
             # CPU-only initiator node (no memory): hwloc does not make it a NUMA node; its
             # CPUs find their memory through the access0/1 initiators of memory targets.
-            hidden.add(i)
             continue
         if c & taken:
             # Buggy firmware: several nodes claim the same CPUs. Keep the first claim.
-            hidden.add(i)
             continue
         taken |= c
         cpus[i] = c
-        memory[i] = mem or 0
+        memory[i] = _meminfo_total(fs, f"{d}/meminfo") or 0
         dist = fs.read(f"{d}/distance")
         if dist:
             try:
@@ -310,11 +307,10 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
             names = fs.listdir(f"{d}/{access}/initiators")
             init = [int(m.group(1)) for n in names if (m := _NODE_DIR.match(n))]
             if init:
-                initiators[i] = union_all(
-                    fs.read_set(f"{NODE}/node{j}/cpulist", f"{NODE}/node{j}/cpumap") or EMPTY for j in init
-                )
+                initiators[i] = union_all(own.get(j, EMPTY) for j in init)
                 break
 
+    nvm = _dax_target_nodes(fs)
     nodes = []
     for i, c in cpus.items():
         mine = {j: v for j, v in distances.get(i, {}).items() if j in cpus}
@@ -324,7 +320,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
             locality = initiators[i]
         else:
             locality = _nearest_cpus(i, cpus, distances)
-        nodes.append(NumaNode(i, c, memory[i], not c, locality, mine, _node_subtype(fs, i)))
+        nodes.append(NumaNode(i, c, memory[i], not c, locality, mine, "NVM" if i in nvm else None))
     return RawNodes(nodes, _memory_side_caches(fs, nodes), True)
 
 
@@ -343,12 +339,10 @@ def _nearest_cpus(i: int, cpus: dict[int, CpuSet], distances: dict[int, dict[int
     return union_all(cpus[j] for j in nearest)
 
 
-def _node_subtype(fs: FsRoot, i: int) -> str | None:
-    # DAX-backed persistent memory (kmem) exposes its target node through /sys/bus/dax.
-    for dev in fs.listdir("/sys/bus/dax/devices"):
-        if fs.read_int(f"/sys/bus/dax/devices/{dev}/target_node") == i:
-            return "NVM"
-    return None
+def _dax_target_nodes(fs: FsRoot) -> set[int]:
+    """Nodes backed by DAX persistent memory (kmem): /sys/bus/dax names their target node."""
+    base = "/sys/bus/dax/devices"
+    return {n for dev in fs.listdir(base) if (n := fs.read_int(f"{base}/{dev}/target_node")) is not None}
 
 
 def _meminfo_total(fs: FsRoot, path: str) -> int | None:
