@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from topo.cpuset import CpuSet
-from planners.bindjson import bind_prefix
 from topo.errors import ParseError, UsageError
 
 if TYPE_CHECKING:  # planners and the model are imported only when something is bound
@@ -236,6 +235,8 @@ def _compact(ids: Sequence[int]) -> str:
 
 
 def _binding(topology: Topology, *, cpus: str | None, cpu_nodes: str | None, memory: str | None) -> Binding:
+    from planners.bindjson import bind_prefix  # only jobs that bind pay for importing planners
+
     prefix = bind_prefix(cpus=cpus, cpu_nodes=cpu_nodes, memory=memory)
     if not prefix:
         return UNBOUND

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from launcher.binding import bind_prefix, device_ids
+from launcher.binding import device_ids
+from planners.bindjson import bind_prefix
 from launcher.config import LaunchConfig
 from launcher.job import MANAGED_VARS, plan_job
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
