@@ -30,6 +30,7 @@ from launcher.tail import LogTailer
 from topo.errors import TopoError
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
+MAX_POLL_INTERVAL = 0.1  # s; the join loop backs off to this, so a day-long job costs no CPU
 EXEC_TIMEOUT = 5.0  # s for numactl / taskset to apply a binding and exec the interpreter
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
@@ -225,6 +226,8 @@ class _Job:
         workers = [r for r in self.running if r.spec.role != SCHEDULER]
         failure: tuple[Running, int] | None = None
         waiting_for_scheduler = False
+        delay = POLL_INTERVAL
+        started = time.monotonic()
         try:
             while self.stop_signal is None:
                 for r in self.running:
@@ -240,7 +243,9 @@ class _Job:
                     waiting_for_scheduler = True
                     self.say(f"all {len(workers)} workers exited successfully; waiting for the scheduler")
                 tailer.pump()
-                time.sleep(POLL_INTERVAL)
+                time.sleep(delay)
+                if time.monotonic() - started > 1.0:  # short jobs keep the fast poll
+                    delay = min(delay * 1.25, MAX_POLL_INTERVAL)
             if failure is not None:
                 r, code = failure
                 self.say(f"{r.spec.name} (pid {r.pid}) exited with {_describe_code(code)}; "
