@@ -309,7 +309,10 @@ def load_bind(value: str) -> LoadedBind:
                 raw = f.read()
             data = json.loads(raw)
         except (OSError, ValueError) as exc:
-            raise ParseError(f"Failed to load bind_numa json file: {value}.") from exc
+            # msrun's words first (scripts match them), then what is wrong and where
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise ParseError(f"Failed to load bind_numa json file: {value}. ({why}; fix the file or "
+                             "write a new one with `topo plan -o FILE`)") from exc
         if not isinstance(data, dict):
             raise ParseError(f"bind_numa json file '{value}' should be a json object.")
         config = data.get("bind_config", {})

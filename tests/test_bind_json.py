@@ -146,7 +146,8 @@ def test_load_directory(tmp_path):
 
 
 @pytest.mark.parametrize("text,message", [
-    ("{not json", "Failed to load bind_numa json file: {p}."),
+    ("{not json", "Failed to load bind_numa json file: {p}. (Expecting property name enclosed in double "
+                  "quotes: line 1 column 2 (char 1); fix the file or write a new one with `topo plan -o FILE`)"),
     ("[1, 2]", "bind_numa json file '{p}' should be a json object."),
     ('{"bind_config": 3}', "bind_config must be a json object."),
     ('{"bind_config": {"bind_cpu_mode": "core"}}', "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'."),
