@@ -72,7 +72,7 @@ def test_live_text_tree_and_summary(live_json):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     pus = expected_pus()
-    assert lines[0] == "Machine"
+    assert lines[0].startswith(f"Machine ({os.uname().machine} {os.uname().nodename}")
     assert sum(line.strip().startswith("PU L#") for line in lines) == pus.weight()
     for pu in pus:
         assert any(line.strip().endswith(f"(P#{pu})") and "PU L#" in line for line in lines)

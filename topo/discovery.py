@@ -106,6 +106,7 @@ def discover(root: str | os.PathLike | None = None, *, include_disallowed: bool 
         ),
         pci_devices=pci,
         probes=status,
+        info=_info(fs, cg, cpus.models),
         include_disallowed=include_disallowed,
     )
     from topo.probes import devices as device_probes
@@ -176,3 +177,16 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
                 out.append((union_all(loc[i] for i in group), tuple(sorted(group))))
     return out
 
+
+def _info(fs: FsRoot, cg, models: dict) -> dict[str, str]:
+    """What lstopo prints on the Machine line that a user wants to see: the CPU model, the cgroup
+    and, on this machine, the architecture and kernel."""
+    info = {}
+    if models:
+        info["cpu_model"] = next(iter(models.values()))
+    if cg is not None:
+        info["linux_cgroup"] = cg.path
+    if fs.is_this_system:
+        uname = os.uname()
+        info.update(architecture=uname.machine, os_release=uname.release, hostname=uname.nodename)
+    return info

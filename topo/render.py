@@ -70,7 +70,9 @@ def _cpu_objects(t: Topology) -> list[_Node]:
 
 
 def build_tree(t: Topology) -> _Node:
-    machine = _Node("Machine", "", t.pus, _RANK["Machine"])
+    about = [t.info.get("architecture", ""), t.info.get("hostname", ""),
+             f"cgroup={t.info['linux_cgroup']}" if t.info.get("linux_cgroup", "/") != "/" else ""]
+    machine = _Node("Machine", " ".join(x for x in about if x), t.pus, _RANK["Machine"])
     objs = _cpu_objects(t)
     # Parents before children: bigger sets first, then higher types.
     objs.sort(key=lambda o: (-o.cpuset.weight(), o.rank, o.cpuset.first()))
@@ -136,7 +138,7 @@ def _number(machine: _Node) -> None:
         for mem in node.memory:
             visit(mem)
         if node.kind == "Machine":
-            node.label = "Machine"
+            node.label = "Machine" + (f" ({node.detail})" if node.detail else "")
         else:
             n = counters.get(node.kind, 0)
             counters[node.kind] = n + 1
