@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
-from topo.cpuset import EMPTY, CpuSet, union_all
+from topo.cpuset import EMPTY, CpuSet
 from topo.errors import ProbeError
 
 SCHEMA = "topo.topology/1"
@@ -96,7 +96,8 @@ class PciDevice:
     numa_node: int | None
     local_cpus: CpuSet
     driver: str | None = None
-    names: tuple[str, ...] = ()  # OS devices under it: "mlx5_0", "eth0", "nvme0"
+    names: tuple[str, ...] = ()  # OS devices under it, RDMA first: "mlx5_0", "eth0", "nvme0"
+    rdma_names: tuple[str, ...] = ()  # those sysfs lists under infiniband/ (the RDMA devices)
 
     @property
     def id(self) -> str:
@@ -160,16 +161,6 @@ class Topology:
             n for n in self.numa_nodes
             if not n.memory_only and n.os_index in self.allowed_numa_nodes and n.cpuset
         )
-
-    def node_of_pu(self, pu: int) -> int | None:
-        for node in self.numa_nodes:
-            if pu in node.cpuset:
-                return node.os_index
-        return None
-
-    def cores_in(self, cpuset: CpuSet) -> tuple[Core, ...]:
-        """Cores with at least one PU in cpuset, in topology order."""
-        return tuple(c for c in self.cores if c.cpuset.intersects(cpuset))
 
     def last_level_caches(self) -> tuple[Cache, ...]:
         """The highest-level data/unified caches (L3 on most servers), the 'core complexes'."""
@@ -325,6 +316,7 @@ class Topology:
                     "local_cpus": d.local_cpus.to_list(),
                     "driver": d.driver,
                     "names": list(d.names),
+                    "rdma_names": list(d.rdma_names),
                 }
                 for d in self.pci_devices
             ],
@@ -407,6 +399,7 @@ class Topology:
                         P(d["local_cpus"]),
                         d.get("driver"),
                         tuple(d.get("names", ())),
+                        tuple(d.get("rdma_names", ())),
                     )
                     for d in data.get("pci_devices", [])
                 ),
@@ -427,6 +420,3 @@ class Topology:
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
-
-def all_cpus(objs: Iterable) -> CpuSet:
-    return union_all(o.cpuset for o in objs)

@@ -78,29 +78,25 @@ def classify(dev: PciDevice) -> str | None:
     return None
 
 
-def _os_names(fs: FsRoot | None, dev: PciDevice) -> tuple[list[str], list[str], list[str]]:
-    """(RDMA names, netdev names, block names) of a PCI function, from its sysfs subdirectories.
+# what RDMA device names look like, for topologies read from a file (sysfs says it outright)
+_RDMA_NAME = re.compile(r"(mlx\d|hfi\d|qib|bnxt_re|irdma|erdma|efa|rxe)")
 
-    Without sysfs (a topology read from a file) the flat `names` list is all there is: a name
-    that looks like an RDMA device (mlx5_0, hfi1_0, qib0, bnxt_re0, irdma0, erdma_0) counts as one.
+
+def _os_names(dev: PciDevice) -> tuple[list[str], list[str], list[str]]:
+    """(RDMA names, netdev names, block names) of a PCI function.
+
+    The sysfs probe says which names are RDMA devices; a topology read from a file has only the
+    flat `names`, where a name that looks like an RDMA device (mlx5_0, hfi1_0, qib0, bnxt_re0,
+    irdma0, erdma_0) counts as one.
     """
-    if fs is not None:
-        d = f"{PCI}/{dev.busid}"
-        rdma = sorted(fs.listdir(f"{d}/infiniband"), key=_natural)
-        net = sorted(fs.listdir(f"{d}/net"), key=_natural)
-        for child in fs.listdir(d):
-            if re.fullmatch(r"virtio\d+", child):  # virtio-net keeps its netdev one level down
-                net += sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)
-        nvme = sorted(fs.listdir(f"{d}/nvme"), key=_natural)
-        if rdma or net or nvme:
-            return rdma, net, nvme
-    rdma = [n for n in dev.names if re.match(r"(mlx\d|hfi\d|qib|bnxt_re|irdma|erdma|efa|rxe)", n)]
+    rdma = list(dev.rdma_names) or [
+        n for n in dev.names if _RDMA_NAME.match(n)]
     nvme = [n for n in dev.names if re.fullmatch(r"nvme\d+", n)]
     net = [n for n in dev.names if n not in rdma and n not in nvme and not n.startswith(("card", "render", "dma"))]
     return rdma, net, nvme
 
 
-def sysfs_devices(topology: Topology, fs: FsRoot | None = None) -> list[Device]:
+def sysfs_devices(topology: Topology) -> list[Device]:
     """Classified PCI functions numbered in bus order: accelerators per vendor, as each runtime
     numbers its own (CUDA and ROCm on one machine both start at 0), NICs and NVMe per kind."""
     counters: dict[tuple[str, str], int] = {}
@@ -115,7 +111,7 @@ def sysfs_devices(topology: Topology, fs: FsRoot | None = None) -> list[Device]:
         counters[key] = index + 1
         name = None
         if kind in ("nic", "nvme"):  # an accelerator's model name comes from its runtime
-            rdma, net, nvme = _os_names(fs, dev)
+            rdma, net, nvme = _os_names(dev)
             name = (rdma or net or nvme or [None])[0]
         out.append(Device(kind, vendor, index, dev.busid, dev.numa_node, dev.local_cpus, name, None, "sysfs"))
     return out
@@ -241,11 +237,7 @@ def link_matrix(devices: list[Device], chains: dict[str, tuple], overlay: dict[t
 
 
 def _is_rdma(device: Device) -> bool:
-    return bool(device.name and re.match(r"(mlx\d|hfi\d|qib|bnxt_re|irdma|erdma|efa|rxe)", device.name))
-
-
-def _natural(name: str):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+    return bool(device.name and _RDMA_NAME.match(device.name))
 
 
 # ---- runtime probes ----------------------------------------------------------------------------
@@ -306,7 +298,7 @@ def _vendor_absent(topology: Topology, vendor: str) -> bool:
 def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | None = None) -> Topology:
     """Classify sysfs devices, run the runtime probes that apply, and add devices and links."""
     status = dict(topology.probes)
-    devices = sysfs_devices(topology, fs)
+    devices = sysfs_devices(topology)
     live = fs.is_this_system or os.environ.get(REPLAY_ENV) == "1"
     overlay: dict[tuple[str, str], str] = {}
     migs: dict[int, tuple[str, ...]] = {}

@@ -22,6 +22,7 @@ PCI = "/sys/bus/pci/devices"
 _CPU_DIR = re.compile(r"cpu(\d+)\Z")
 _NODE_DIR = re.compile(r"node(\d+)\Z")
 _INDEX_DIR = re.compile(r"index(\d+)\Z")
+_VIRTIO_DIR = re.compile(r"virtio\d+\Z")
 _SIZE = re.compile(r"\A(\d+)\s*([KMG]?)B?\Z", re.I)
 
 
@@ -397,15 +398,30 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
         local = fs.read_set(f"{d}/local_cpulist", f"{d}/local_cpus")
         if not local:
             local = machine  # no locality information: the whole machine, as hwloc does
-        names = []
-        for sub in ("net", "infiniband", "nvme", "drm", "dma"):
-            names.extend(sorted(fs.listdir(f"{d}/{sub}")))
+        rdma, names = _os_devices(fs, d)
         driver = fs.link_name(f"{d}/driver")
         out.append(
             PciDevice(busid.lower(), class_id, vendor, device,
-                      node if node is not None and node >= 0 else None, local, driver, tuple(names))
+                      node if node is not None and node >= 0 else None, local, driver, names, rdma)
         )
     return out
+
+
+def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(RDMA names, all OS device names with RDMA first, then netdevs, block, drm, dma) of one PCI
+    function. virtio-net keeps its netdev one level down, in virtioN/net."""
+    rdma = sorted(fs.listdir(f"{d}/infiniband"), key=_natural)
+    net = sorted(fs.listdir(f"{d}/net"), key=_natural)
+    for child in fs.listdir(d):
+        if _VIRTIO_DIR.match(child):
+            net += sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)
+    rest = [n for sub in ("nvme", "drm", "dma") for n in sorted(fs.listdir(f"{d}/{sub}"), key=_natural)]
+    return tuple(rdma), tuple(rdma + net + rest)
+
+
+def _natural(name: str) -> tuple:
+    """mlx5_2 before mlx5_10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def _bus_key(busid: str):
