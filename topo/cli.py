@@ -45,7 +45,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="topo", message="topo %(version)s")
+@click.version_option(package_name="topo-affinity", message="topo %(version)s")
 def main():
     """See this machine's hardware topology and plan where each process of a job runs."""
 
