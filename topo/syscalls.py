@@ -1,0 +1,113 @@
+"""The few Linux system calls binding needs and Python's os module lacks.
+
+`set_mempolicy`/`get_mempolicy` (the calls `numactl --membind/--preferred` make) and
+`prctl(PR_SET_PDEATHSIG)`. glibc exports none of the NUMA calls (libnuma wraps them), so they go
+through `syscall(2)` with the number of this architecture. CPU affinity needs nothing here:
+`os.sched_setaffinity` covers it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+from topo.cpuset import CpuSet
+from topo.errors import TopoError
+
+# The kernel's memory policies (include/uapi/linux/mempolicy.h).
+MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL = 0, 1, 2, 3, 4
+POLICIES = {"default": MPOL_DEFAULT, "preferred": MPOL_PREFERRED, "bind": MPOL_BIND,
+            "interleave": MPOL_INTERLEAVE, "local": MPOL_LOCAL}
+POLICY_NAMES = {v: k for k, v in POLICIES.items()}
+
+# (set_mempolicy, get_mempolicy) per architecture: x86_64 has its own table, arm64 and riscv64
+# use the generic one.
+_NUMBERS = {
+    "x86_64": (238, 239), "amd64": (238, 239),
+    "aarch64": (237, 236), "arm64": (237, 236), "riscv64": (237, 236),
+    "ppc64le": (261, 260), "ppc64": (261, 260),
+    "s390x": (270, 269),
+    "i686": (276, 275), "i386": (276, 275),
+}
+PR_SET_PDEATHSIG = 1
+_MASK_BITS = 64  # one unsigned long per 64 nodes
+
+
+class SyscallError(TopoError):
+    """A binding system call the kernel refused (EPERM in a container, a node outside Mems_allowed)."""
+
+    def __init__(self, call: str, errno: int, detail: str = ""):
+        self.call, self.errno = call, errno
+        why = os.strerror(errno)
+        super().__init__(f"{call}: {why}{f' ({detail})' if detail else ''}")
+
+
+_libc = None
+
+
+def _libc_handle():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _numbers() -> tuple[int, int]:
+    machine = platform.machine().lower()
+    try:
+        return _NUMBERS[machine]
+    except KeyError:
+        raise TopoError(f"set_mempolicy: this architecture ({machine}) is not supported, "
+                        "bind memory with numactl instead") from None
+
+
+def _mask(nodes: CpuSet) -> tuple[ctypes.Array, int]:
+    words = max(1, (nodes.last() // _MASK_BITS + 1) if nodes else 1)
+    arr = (ctypes.c_ulong * words)()
+    bits = nodes.mask
+    for i in range(words):
+        arr[i] = (bits >> (i * _MASK_BITS)) & ((1 << _MASK_BITS) - 1)
+    return arr, words * _MASK_BITS + 1  # maxnode counts one past the last bit, as numactl passes it
+
+
+def set_mempolicy(policy: str, nodes: CpuSet = CpuSet()) -> None:
+    """Set this thread's memory policy (`bind`, `preferred`, `interleave`, `local`, `default`) to
+    `nodes`, as `numactl --membind/--preferred/--interleave` does before it execs. Children forked
+    afterwards inherit it. Raises SyscallError with the kernel's reason."""
+    mode = POLICIES[policy]
+    set_nr, _ = _numbers()
+    libc = _libc_handle()
+    if mode in (MPOL_DEFAULT, MPOL_LOCAL):
+        rc = libc.syscall(ctypes.c_long(set_nr), ctypes.c_int(mode), None, ctypes.c_ulong(0))
+    else:
+        if not nodes:
+            raise TopoError(f"set_mempolicy: policy {policy!r} needs at least one NUMA node")
+        mask, maxnode = _mask(nodes)
+        rc = libc.syscall(ctypes.c_long(set_nr), ctypes.c_int(mode), mask, ctypes.c_ulong(maxnode))
+    if rc != 0:
+        raise SyscallError("set_mempolicy", ctypes.get_errno(), f"{policy} {nodes}" if nodes else policy)
+
+
+def get_mempolicy() -> tuple[str, CpuSet]:
+    """This thread's memory policy and its nodes, e.g. ("bind", CpuSet("0"))."""
+    _, get_nr = _numbers()
+    libc = _libc_handle()
+    mode = ctypes.c_int(0)
+    words = 16  # 1024 nodes: the kernel's largest MAX_NUMNODES on common configurations
+    mask = (ctypes.c_ulong * words)()
+    rc = libc.syscall(ctypes.c_long(get_nr), ctypes.byref(mode), mask, ctypes.c_ulong(words * _MASK_BITS),
+                      None, ctypes.c_ulong(0))
+    if rc != 0:
+        raise SyscallError("get_mempolicy", ctypes.get_errno())
+    bits = 0
+    for i in range(words):
+        bits |= int(mask[i]) << (i * _MASK_BITS)
+    return POLICY_NAMES.get(mode.value & 0xFF, str(mode.value)), CpuSet.from_mask(bits)
+
+
+def set_pdeathsig(signum: int) -> None:
+    """Ask the kernel to send `signum` to this process when its parent thread dies. It survives
+    exec (so a numactl/taskset prefix keeps it), and is cleared by fork in the child."""
+    if _libc_handle().prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        raise SyscallError("prctl(PR_SET_PDEATHSIG)", ctypes.get_errno())
