@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import machines
 from samples import parse_smi_q, parse_topo_m, sample
-from topo.cli import main as cli
+from topo_cli import main as cli
 from topo.probes.devices import REPLAY_ENV
 
 FAKES = Path(__file__).parent / "fakes"

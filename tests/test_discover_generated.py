@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import topo
 from sysfs_builder import Cgroup, Machine, Node, Pci, build
-from topo.cli import main
+from topo_cli import main
 from topo.errors import ProbeError
 
 

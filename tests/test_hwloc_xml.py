@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import topo
 from conftest import SYSFS, parse_test_file
-from topo.cli import main as cli
+from topo_cli import main as cli
 from topo.probes.hwloc_xml import parse_bitmap, parse_hwloc_xml
 
 XML_TARGETS = sorted(p.stem for p in SYSFS.glob("*.xml"))

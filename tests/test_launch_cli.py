@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from launcher.cli import bind, launch
-from topo.cli import main
+from topo_cli.launch import bind, launch
+from topo_cli import main
 
 
 def dry_run(*args):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import planners
 from planners.bindjson import BindPlan, ProcessBinding, validate_bind
-from topo.cli import main
+from topo_cli import main
 from topo.synthetic import synthetic
 
 
@@ -100,7 +100,7 @@ def test_plan_on_captured_root(hwloc_roots, tmp_path):
     (["--mode", "bogus"], "topo: error: unknown mode 'bogus'; choose one of msrun-auto, node,"),
     ([], "topo: error: --mode is required"),
     (["--mode", "node", "--devices", "0,9"], "topo: error: device 9 is not in the topology (devices: 0,1,2,3,4,5,6,7)"),
-    (["--mode", "node", "--devices", "a"], "topo: error: --devices takes physical device ids"),
+    (["--mode", "node", "--devices", "a"], "topo: error: --devices 'a': "),
     (["--mode", "node", "--nproc-per-node", "9"], "topo: error: 9 processes but only 8 devices"),
     (["--mode", "all", "--min-physical-cores", "40"], "topo: error: Number of available physical cores for GPU 0"),
     (["--mode", "msrun-auto", "--modules", "main=5"], "topo: error: --modules main must be in 'start-end' format"),
@@ -114,7 +114,15 @@ def test_errors_are_one_line(dgx, args, message):
 
 def test_root_and_topology_exclusive(dgx, tmp_path):
     result = CliRunner().invoke(main, ["plan", "--mode", "node", "--topology", dgx, "--root", str(tmp_path)])
-    assert result.exit_code == 2 and "either --root or --topology" in result.output
+    assert result.exit_code == 2 and "--root DIR and --topology FILE both name a machine" in result.output
+
+
+def test_topology_file_wins_over_topo_root_from_the_environment(dgx, tmp_path):
+    """TOPO_ROOT set in the shell does not stop a command that names a saved topology."""
+    result = CliRunner().invoke(main, ["plan", "--mode", "node", "--topology", dgx],
+                                env={"TOPO_ROOT": str(tmp_path / "nowhere")})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["bind_cpu"]
 
 
 # ---- registry ------------------------------------------------------------------------------------
@@ -137,18 +145,6 @@ def test_third_party_planner_via_entry_point(monkeypatch):
         assert [p.cpus() for p in plan.workers()] == [p.cpus() for p in plan.workers()][:1] * 2
     finally:
         planners._registry = None
-
-
-def test_our_modes_are_declared_as_entry_points():
-    import tomllib
-    from pathlib import Path
-
-    data = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
-    declared = data["project"]["entry-points"]["topo.planners"]
-    assert list(declared) == list(planners.BUILTIN)
-    for name, target in declared.items():
-        module, _, attr = target.partition(":")
-        assert getattr(__import__(module, fromlist=[attr]), attr) is planners.BUILTIN[name].load()
 
 
 def test_strategies_are_pure(monkeypatch):

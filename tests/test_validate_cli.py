@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from planners.bindjson import validate_bind
-from topo.cli import main
+from topo_cli import main
 from topo.synthetic import synthetic
 
 

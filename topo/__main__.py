@@ -1,3 +1,3 @@
-from topo.cli import main
+from topo_cli import main
 
 main(prog_name="topo")

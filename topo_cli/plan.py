@@ -1,4 +1,4 @@
-"""`topo plan` and `topo validate`: read the topology and environment, call the library, render.
+"""`topo plan` and `topo validate`: read the machine and the environment, call the planners, render.
 
 Everything impure (files, the environment, the live machine) happens here; the strategies only see
 a Topology, a Job and Options.
@@ -13,50 +13,47 @@ import sys
 import click
 
 from topo.errors import ParseError, UsageError
+from topo_cli import CONTEXT
+from topo_cli.machine import machine_options
 
-MODE_HELP = ("msrun-auto, node, socket, exclusive, core-complex, all, single, single-unique, "
-             "unique-interleaved, unique-contiguous ('_' or '-'); see --list-modes")
+
+class _ModeOption(click.Option):
+    """--mode, whose help lists the modes of the planner registry (plug-ins included) when shown."""
+
+    def get_help_record(self, ctx):
+        import planners
+
+        self.help = f"Binding strategy: {', '.join(planners.modes())} ('_' or '-'); see --list-modes."
+        return super().get_help_record(ctx)
 
 
-def load_topology(root: str | None, topology_file: str | None, *, include_disallowed: bool = False):
-    """--topology FILE (our JSON, or hwloc XML when topo can read it), else discover --root / live."""
-    if root and topology_file:
-        raise UsageError("give either --root or --topology, not both")
-    if topology_file:
-        import topo
+class _ModeType(click.ParamType):
+    name = "mode"
 
-        loader = getattr(topo, "load_topology", None)
-        if loader is not None:
-            return loader(topology_file)
-        from topo.model import Topology
+    def convert(self, value, param, ctx):
+        import planners
 
-        try:
-            with open(topology_file, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as exc:
-            raise UsageError(f"cannot read topology file {topology_file}: {exc.strerror}") from exc
-        except ValueError as exc:
-            raise ParseError(f"topology file {topology_file} is not JSON ({exc}); "
-                             "write one with `topo show --json`") from exc
-        return Topology.from_dict(data)
-    from topo.discovery import discover
-
-    return discover(root, include_disallowed=include_disallowed)
-
+        return planners.get_planner(value).name  # its UsageError names the modes
 
 def parse_devices(text: str | None) -> tuple[int, ...] | None:
+    """--devices: physical ids in local-rank order ("3,1", "0-3"), or none/cpu for a CPU-only job."""
     if text is None:
         return None
     t = text.strip().lower()
     if t in ("", "none", "cpu"):
         return ()
-    out = []
+    from topo.cpuset import CpuSet
+
+    ids: list[int] = []
     for item in t.split(","):
-        item = item.strip()
-        if not item.isdigit():
-            raise UsageError(f"--devices takes physical device ids such as 0,1,3 (or 'none'), got {text!r}")
-        out.append(int(item))
-    return tuple(out)
+        try:
+            ids.extend(CpuSet.parse(item.strip()) if item.strip() else ())
+        except ParseError as exc:
+            raise UsageError(f"--devices {text!r}: {exc}: give physical device ids such as 0,1,3 (or 'none')") from None
+        if not item.strip():
+            raise UsageError(f"--devices {text!r} has an empty item: give physical device ids such as 0,1,3 "
+                             "(or 'none')")
+    return tuple(ids)
 
 
 def visible_device_ids(topology) -> tuple[int, ...] | None:
@@ -83,13 +80,10 @@ def _list_modes() -> str:
     return "\n".join(f"{name.ljust(width)}  {p.summary}" for name, p in reg.items())
 
 
-@click.command()
-@click.option("--mode", metavar="MODE", help=f"Binding strategy: {MODE_HELP}.")
+@click.command(context_settings=CONTEXT)
+@machine_options
+@click.option("--mode", metavar="MODE", type=_ModeType(), cls=_ModeOption)
 @click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
-@click.option("--root", envvar="TOPO_ROOT", type=click.Path(file_okay=False), default=None,
-              help="Plan for the machine captured below DIR (DIR/sys, DIR/proc). Env: TOPO_ROOT.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False), default=None,
-              help="Plan for a topology saved with `topo show --json` (or an hwloc XML export).")
 @click.option("--nproc-per-node", type=int, default=None,
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
 @click.option("--devices", default=None, metavar="IDS",
@@ -125,13 +119,13 @@ def _list_modes() -> str:
                    "warnings instead of the JSON (the JSON still goes to -o FILE).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the bind JSON to FILE (default: stdout).")
-def plan(mode, list_modes, root, topology_file, nproc_per_node, devices, scope, multithreading, balanced,
+def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced,
          min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
          scheduler_base, explain, output):
     """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
 
     \b
-    Example:
+    Examples:
         topo plan --mode exclusive -o bind.json
         topo plan --mode unique-contiguous --scope socket --explain
         topo launch --bind_numa=bind.json train.py
@@ -143,9 +137,8 @@ def plan(mode, list_modes, root, topology_file, nproc_per_node, devices, scope, 
         click.echo(_list_modes())
         return
     if not mode:
-        raise UsageError(f"--mode is required; one of {MODE_HELP}")
-    planners.get_planner(mode)  # fail on a bad mode before reading the machine
-    topology = load_topology(root, topology_file)
+        raise UsageError(f"--mode is required: one of {', '.join(planners.modes())} (see --list-modes)")
+    topology = machine.load()
     ids = parse_devices(devices)
     if ids is None:
         ids = visible_device_ids(topology)
@@ -181,19 +174,16 @@ def _write(path: str, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
 
 
-@click.command()
+@click.command(context_settings=CONTEXT)
+@machine_options
 @click.argument("file", metavar="FILE")
-@click.option("--root", envvar="TOPO_ROOT", type=click.Path(file_okay=False), default=None,
-              help="Check against the machine captured below DIR. Env: TOPO_ROOT.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False), default=None,
-              help="Check against a topology saved with `topo show --json`.")
-def validate(file, root, topology_file):
+def validate(machine, file):
     """Check a bind JSON against msrun's schema and a topology (default: this machine).
 
     Lists every problem with its JSON path and a fix; exits 1 if there is any.
 
     \b
-    Example:
+    Examples:
         topo validate bind.json
         topo validate bind.json --topology other-host.json
     """
@@ -207,7 +197,7 @@ def validate(file, root, topology_file):
     else:
         data = loaded.data
         # disallowed CPUs and nodes stay in view, so a problem can say "not allowed" vs "not present"
-        topology = load_topology(root, topology_file, include_disallowed=True)
+        topology = machine.load(include_disallowed=True)
         problems = validate_bind(data, topology)
     errors = [p for p in problems if p.severity != "warning"]
     warned = len(problems) - len(errors)

@@ -1,4 +1,4 @@
-"""`topo launch` and `topo bind`: flags in, library call, exit code out."""
+"""`topo launch` (msrun's flags) and `topo bind` (an exec wrapper): flags in, library call, exit code out."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import sys
 
 import click
 
+from topo_cli import CONTEXT
+
 _SCRIPT_CONTEXT = {
     # SCRIPT and everything after it belong to the script, options included (msrun's REMAINDER)
     "allow_interspersed_args": False,
-    "help_option_names": ["-h", "--help"],
+    **CONTEXT,
 }
 
 

@@ -1,0 +1,95 @@
+"""The `topo` command: a thin click layer over the libraries `topo`, `planners` and `launcher`.
+
+Each subcommand lives in a module of this package and is imported only when it runs, so `topo
+show` pays for neither planning nor launching. Errors are translated here, once, for every
+command: a TopoError and a click usage error both become one line `topo: error: ...` on stderr,
+exit 2 for usage and input errors, 1 for runtime failures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+# name -> "module:attribute" in this package; one line per command.
+COMMANDS: dict[str, str] = {
+    "show": "topo_cli.show:show",
+    "plan": "topo_cli.plan:plan",
+    "validate": "topo_cli.plan:validate",
+    "launch": "topo_cli.launch:launch",
+    "bind": "topo_cli.launch:bind",
+}
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, prog_name or "topo", complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo("topo: aborted", err=True)
+            sys.exit(130)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            sys.exit(_report(exc))
+        except BrokenPipeError:  # `topo show | head`: the reader is gone, nothing left to say
+            sys.stderr.close()
+            sys.exit(141)
+        sys.exit(result if isinstance(result, int) else 0)
+
+    def invoke(self, ctx):
+        from topo.errors import TopoError
+
+        try:
+            return super().invoke(ctx)
+        except TopoError as exc:
+            raise _TopoClickError(exc) from None
+        except click.UsageError as exc:
+            if exc.ctx is None:  # some parser errors carry no context: name the subcommand's help
+                exc.help_path = f"{ctx.command_path} {ctx.invoked_subcommand or ''}".strip()
+            raise
+
+
+class _TopoClickError(click.ClickException):
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.exit_code = error.exit_code
+
+
+def _report(exc: click.ClickException) -> int:
+    """One line for every error, usage errors included: `topo: error: <message>`."""
+    message = exc.format_message()
+    if isinstance(exc, click.UsageError):
+        path = exc.ctx.command_path if exc.ctx is not None else getattr(exc, "help_path", "topo")
+        message = f"{message} (see `{path} --help`)"
+    click.echo(f"topo: error: {message}", err=True)
+    return exc.exit_code
+
+
+@click.group("topo", cls=_Group, context_settings=CONTEXT)
+@click.version_option(package_name="topo-affinity", message="topo %(version)s")
+def main():
+    """See this machine's hardware topology and plan where each process of a job runs.
+
+    \b
+    Examples:
+      topo show                                  # the machine, like lstopo -p
+      topo plan --mode exclusive -o bind.json    # one process per accelerator
+      topo launch --bind_numa=bind.json --join=True net.py
+    """

@@ -1,0 +1,56 @@
+"""Where the machine comes from, declared once for every command that reads one.
+
+`--root DIR` (env `TOPO_ROOT`) reads a captured sysfs/procfs below DIR, like hwloc's
+`HWLOC_FSROOT`; `--topology FILE` (also spelled `--from`) reads a saved `topo show --json` or an
+hwloc XML export; neither means this machine. A file named on the command line wins over
+`TOPO_ROOT` from the environment, so `TOPO_ROOT=... topo plan --topology F` plans F; naming both on
+the command line is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import click
+from click.core import ParameterSource
+
+from topo.errors import UsageError
+
+
+def machine_options(func):
+    """Add --root and --topology/--from to a command; it receives `machine` (a MachineSource)."""
+
+    @click.option("--root", "root", envvar="TOPO_ROOT", default=None, metavar="DIR",
+                  help="Read DIR/sys and DIR/proc instead of /sys and /proc (like HWLOC_FSROOT). Env: TOPO_ROOT.")
+    @click.option("--topology", "--from", "topology_file", type=click.Path(dir_okay=False), default=None,
+                  metavar="FILE",
+                  help="Read the machine from FILE: the output of `topo show --json` or an hwloc XML export "
+                       "(`lstopo --of xml FILE`).")
+    @click.pass_context
+    @functools.wraps(func)
+    def wrapper(ctx, root, topology_file, **kwargs):
+        root_given = ctx.get_parameter_source("root") == ParameterSource.COMMANDLINE
+        if topology_file is not None and root is not None:
+            if root_given:
+                raise UsageError("--root DIR and --topology FILE both name a machine: give one of them")
+            root = None  # TOPO_ROOT from the environment yields to a file named on the command line
+        return func(machine=MachineSource(root, topology_file), **kwargs)
+
+    return wrapper
+
+
+class MachineSource:
+    """The machine a command works on: `root` (a directory, or None for this machine) or `file`."""
+
+    def __init__(self, root: str | None, file: str | None):
+        self.root, self.file = root, file
+
+    def load(self, *, include_disallowed: bool = False, probes=None):
+        """The Topology: read from the file, else discovered below the root (this machine by default)."""
+        if self.file is not None:
+            from topo.loader import load_topology
+
+            return load_topology(self.file)
+        from topo.discovery import discover
+
+        return discover(self.root, include_disallowed=include_disallowed, probes=probes)
