@@ -1,7 +1,21 @@
-"""CpuSet: the one immutable set type for CPUs and NUMA nodes.
+"""CpuSet: the one immutable set type for CPUs and NUMA nodes, and the one parser of range text.
 
 Backed by a Python int used as a bitmask, so union/intersection/difference are
 single big-int operations even on machines with thousands of CPUs.
+
+Every cpulist or node list topo reads (sysfs, hwloc XML, topology JSON, ``--devices``, bind JSON,
+msrun's ``--bind_core`` / ``--bind_numa`` tables) is parsed here, by ``CpuSet.parse`` (the kernel's
+cpulist format) or ``CpuSet.parse_msrun`` (msrun's ``_expand_ranges``: whitespace removed, msrun's
+messages). Both are bounded:
+
+- ids above ``MAX_ID`` (2**20 - 1) are refused. The kernel's NR_CPUS tops out at 8192 and
+  MAX_NUMNODES at 1024; a larger id in text is garbage, and honouring ``0-99999999999`` would
+  allocate a 12 GB bitmask. 2**20 bits is a 128 KiB mask, cheap to build and to intersect.
+- a number longer than ``MAX_ID`` is refused before ``int()`` converts it (conversion is quadratic in
+  the digits), and only ASCII digits count (``int()`` would also read "١", "０" or "²").
+- the mask is built from the sorted, merged runs in a byte buffer, so the time is O(k log k) for
+  k ranges plus O(MAX_ID / 8) at most, whatever the ranges overlap; nothing expands a range
+  element by element.
 """
 
 from __future__ import annotations
@@ -12,16 +26,61 @@ from typing import Iterable, Iterator
 from topo.errors import ParseError
 
 # ASCII digits only: `\d` alone would also accept other scripts' digits ("١" is 1 to int()).
-_RANGE = re.compile(r"\A([0-9]+)(?:-([0-9]+))?\Z")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _KERNEL_MASK = re.compile(r"\A[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*\Z")
 _HEXWORD = re.compile(r"\A(?:0x)?[0-9a-fA-F]+\Z")
-# Far above any kernel's NR_CPUS (8192) or node count; a larger id in text is garbage, and
-# honouring "0-99999999999" would try to allocate a 12 GB bitmask.
+_WHITESPACE = re.compile(r"\s+")
 MAX_ID = (1 << 20) - 1
+_MAX_DIGITS = len(str(MAX_ID))
+# Runs ORed straight into the int below this count; above it, a byte buffer (see _mask_of_runs).
+_DIRECT_RUNS = 32
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """Text for an error message: long inputs are cut, so a 100 MB file does not become the message."""
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} characters)"
+
+
+def _number(digits: str) -> int | None:
+    """The value of ASCII ``digits``, or None when it exceeds MAX_ID (decided before int() runs)."""
+    significant = digits.lstrip("0")
+    if len(significant) > _MAX_DIGITS:
+        return None
+    value = int(digits) if significant else 0
+    return value if value <= MAX_ID else None
+
+
+def _mask_of_runs(runs: list[tuple[int, int]]) -> int:
+    """The bitmask of inclusive runs (lo, hi), all within 0..MAX_ID.
+
+    ORing a run into a big int costs the int's size, so many runs near MAX_ID would be quadratic;
+    past a few runs they are sorted, merged and written into a byte buffer instead (each byte once).
+    """
+    if len(runs) <= _DIRECT_RUNS:
+        mask = 0
+        for lo, hi in runs:
+            mask |= ((1 << (hi - lo + 1)) - 1) << lo
+        return mask
+    runs.sort()
+    buf = bytearray(max(hi for _, hi in runs) // 8 + 1)
+    done = -1  # every id up to here is already set
+    for lo, hi in runs:
+        if hi <= done:
+            continue
+        lo = max(lo, done + 1)
+        done = hi
+        first, last = lo >> 3, hi >> 3
+        if first == last:
+            buf[first] |= ((1 << (hi - lo + 1)) - 1) << (lo & 7)
+            continue
+        buf[first] |= (0xFF << (lo & 7)) & 0xFF
+        buf[first + 1:last] = b"\xff" * (last - first - 1)
+        buf[last] |= (1 << ((hi & 7) + 1)) - 1
+    return int.from_bytes(buf, "little")
 
 
 class CpuSet:
-    """An immutable, hashable set of non-negative integers (CPU or NUMA node ids)."""
+    """An immutable, hashable set of integers 0..MAX_ID (CPU or NUMA node ids)."""
 
     __slots__ = ("_mask",)
 
@@ -31,6 +90,8 @@ class CpuSet:
             i = int(i)
             if i < 0:
                 raise ParseError(f"negative id {i} in CPU set")
+            if i > MAX_ID:
+                raise ParseError(f"id {_shown(str(i))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
             mask |= 1 << i
         object.__setattr__(self, "_mask", mask)
 
@@ -45,29 +106,58 @@ class CpuSet:
     def from_mask(cls, mask: int) -> "CpuSet":
         if mask < 0:
             raise ParseError("negative bitmask for CPU set")
+        if mask.bit_length() > MAX_ID + 1:
+            raise ParseError(f"bitmask with bit {mask.bit_length() - 1} exceeds {MAX_ID}, the largest CPU or node id")
         obj = cls.__new__(cls)
         object.__setattr__(obj, "_mask", mask)
         return obj
 
     @classmethod
     def parse(cls, text: str) -> "CpuSet":
-        """Parse a Linux cpulist (``0-3,8,10-11``). Empty text is the empty set."""
+        """Parse a Linux cpulist (``0-3,8,10-11``). Empty text is the empty set; spaces around the
+        elements are allowed (sysfs files end in a newline)."""
         s = text.strip()
         if not s:
             return EMPTY
-        mask = 0
+        runs = []
         for part in s.split(","):
-            m = _RANGE.match(part.strip())
+            m = _RANGE.fullmatch(part.strip())
             if not m:
-                raise ParseError(f"malformed cpulist {text.strip()!r}: bad element {part!r}")
-            lo = int(m.group(1))
-            hi = int(m.group(2)) if m.group(2) is not None else lo
+                raise ParseError(f"malformed cpulist {_shown(s)!r}: bad element {_shown(part)!r}")
+            lo = _number(m.group(1))
+            hi = lo if m.group(2) is None else _number(m.group(2))
+            if lo is None or hi is None:
+                raise ParseError(f"malformed cpulist {_shown(s)!r}: id in {_shown(part)!r} exceeds {MAX_ID}")
             if hi < lo:
-                raise ParseError(f"malformed cpulist {text.strip()!r}: range {part!r} runs backwards")
-            if hi > MAX_ID:
-                raise ParseError(f"malformed cpulist {text.strip()!r}: id in {part!r} exceeds {MAX_ID}")
-            mask |= ((1 << (hi - lo + 1)) - 1) << lo
-        return cls.from_mask(mask)
+                raise ParseError(f"malformed cpulist {_shown(s)!r}: range {part!r} runs backwards")
+            runs.append((lo, hi))
+        return cls.from_mask(_mask_of_runs(runs))
+
+    @classmethod
+    def parse_msrun(cls, text: str) -> "CpuSet":
+        """Parse a range string as msrun's ``_expand_ranges`` does: every whitespace character removed
+        first, then ``a-b`` and ``a`` segments joined by commas; msrun's messages
+        (``CPU range '3-1' start should not exceed end.``, ``CPU range '1,,2' is invalid due to
+        empty segment.``, ``CPU range 'x' is invalid.``). msrun uses the same words for NUMA node
+        strings. Empty text is the empty set."""
+        s = _WHITESPACE.sub("", text)
+        if not s:
+            return EMPTY
+        runs = []
+        for seg in s.split(","):
+            if not seg:
+                raise ParseError(f"CPU range '{_shown(s)}' is invalid due to empty segment.")
+            m = _RANGE.fullmatch(seg)
+            if not m:
+                raise ParseError(f"CPU range '{_shown(seg)}' is invalid.")
+            lo = _number(m.group(1))
+            hi = lo if m.group(2) is None else _number(m.group(2))
+            if lo is None or hi is None:
+                raise ParseError(f"CPU range '{_shown(seg)}' is invalid: ids above {MAX_ID} are not supported.")
+            if lo > hi:
+                raise ParseError(f"CPU range '{seg}' start should not exceed end.")
+            runs.append((lo, hi))
+        return cls.from_mask(_mask_of_runs(runs))
 
     @classmethod
     def parse_mask(cls, text: str) -> "CpuSet":
@@ -78,15 +168,23 @@ class CpuSet:
         if _KERNEL_MASK.match(s):
             # What the kernel writes (full 32-bit words after the first): one int() of the whole
             # string; shifting word by word is quadratic on 4096-bit masks (ia64, big servers).
-            return cls.from_mask(int(s.replace(",", ""), 16))
-        mask = 0
-        for word in s.split(","):
+            return cls._from_hex(s.replace(",", ""), s)
+        words = s.split(",")
+        for word in words:
             if not _HEXWORD.match(word):
-                raise ParseError(f"malformed CPU mask {s!r}: bad word {word!r}")
-            if word.startswith("0x"):
-                word = word[2:]
-            mask = (mask << 32) | int(word, 16)
-        return cls.from_mask(mask)
+                raise ParseError(f"malformed CPU mask {_shown(s)!r}: bad word {_shown(word)!r}")
+        words = [w[2:] if w.startswith("0x") else w for w in words]
+        if len(words) == 1:  # old 2.6 kernels wrote one long word without commas
+            return cls._from_hex(words[0], s)
+        if any(len(w) > 8 for w in words):
+            raise ParseError(f"malformed CPU mask {_shown(s)!r}: a word has more than 32 bits")
+        return cls._from_hex("".join(w.zfill(8) for w in words), s)
+
+    @classmethod
+    def _from_hex(cls, digits: str, text: str) -> "CpuSet":
+        if len(digits.lstrip("0")) > (MAX_ID + 1) // 4:
+            raise ParseError(f"CPU mask {_shown(text)!r} has bits above {MAX_ID}, the largest CPU or node id")
+        return cls.from_mask(int(digits, 16))
 
     @classmethod
     def range(cls, lo: int, hi: int) -> "CpuSet":
