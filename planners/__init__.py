@@ -104,13 +104,19 @@ def get_planner(mode: str) -> Planner:
 def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequence[int] | None = None,
          nproc: int | None = None, **options) -> BindPlan:
     """Plan ``mode`` for ``topology``: one process per accelerator unless ``job``, ``devices`` (physical
-    ids, ``()`` for CPU-only) or ``nproc`` say otherwise. ``options`` are `planners.core.Options`
-    fields: scope, multithreading, balanced, min_physical_cores, max_physical_cores, memory,
-    msrun_bind, share, affinity, spread_nodes, modules, scheduler_range, scheduler_base,
-    actor_thread_fix_bind."""
+    ids, ``()`` for CPU-only) or ``nproc`` say otherwise. Without ``devices`` on the live machine, the
+    devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES (...) leave visible, in their order, as
+    `topo plan` does (`topo.visible.visible_device_ids`); a topology read from elsewhere keeps all.
+    ``options`` are `planners.core.Options` fields: scope, multithreading, balanced,
+    min_physical_cores, max_physical_cores, memory, msrun_bind, share, affinity, spread_nodes,
+    modules, scheduler_range, scheduler_base, actor_thread_fix_bind."""
     planner = get_planner(mode)
     opts = Options.from_kwargs(**options)
     if job is None:
+        if devices is None:
+            from topo.visible import visible_device_ids
+
+            devices = visible_device_ids(topology)
         job = Job.for_topology(topology, devices=devices, nproc=nproc)
     result = planner.load()(topology, job, opts)
     if not isinstance(result, BindPlan):

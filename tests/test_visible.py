@@ -10,7 +10,7 @@ import pytest
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Core, Device, NumaNode, Package, Topology
-from topo.visible import default_kind, device_for_rank, visible_devices
+from topo.visible import default_kind, device_for_rank, visible_device_ids, visible_devices
 
 UUIDS = ["GPU-aab1", "GPU-aac2", "GPU-bbb3", "GPU-ccc4"]
 
@@ -145,3 +145,35 @@ def test_device_for_rank():
     assert device_for_rank(NV, 1, env={"CUDA_VISIBLE_DEVICES": "2,3"}).index == 3
     with pytest.raises(UsageError, match=r"local rank 2 has no GPU: 2 visible \(CUDA_VISIBLE_DEVICES='2,3'\)"):
         device_for_rank(NV, 2, env={"CUDA_VISIBLE_DEVICES": "2,3"})
+
+
+def test_visible_device_ids():
+    assert visible_device_ids(NV, env={}) is None  # nothing filters: every device, by physical id
+    assert visible_device_ids(NV, env={"CUDA_VISIBLE_DEVICES": "3,1"}) == (3, 1)
+    assert visible_device_ids(NV, env={"CUDA_VISIBLE_DEVICES": ""}) == ()
+    assert visible_device_ids(ASCEND, env={"ASCEND_RT_VISIBLE_DEVICES": "6,2"}) == (2, 6)
+
+
+def test_visible_device_ids_read_the_environment_on_the_live_machine_only(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert visible_device_ids(NV) is None
+    assert visible_device_ids(machine(gpus(), root="/")) == (2,)
+
+
+@pytest.mark.parametrize("root, spec, keys", [
+    ("/", "3,1", ["device3", "device1"]),
+    ("/", "GPU-bbb", ["device2"]),
+    ("/", None, ["device0", "device1", "device2", "device3"]),
+    ("/captured", "3,1", ["device0", "device1", "device2", "device3"]),  # not this machine's devices
+])
+def test_planners_plan_applies_the_variables_as_topo_plan_does(monkeypatch, root, spec, keys):
+    import planners
+
+    if spec is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", spec)
+    result = planners.plan(machine(gpus(), root=root), "node")
+    assert [p.key for p in result.workers()] == keys
+    # an explicit devices= wins over the environment
+    assert [p.key for p in planners.plan(machine(gpus(), root=root), "node", devices=(0,)).workers()] == ["device0"]

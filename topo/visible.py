@@ -13,7 +13,8 @@
 - Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists logical NPU ids; msrun maps local rank i to
   `sorted(ids)[i]`, and so do we, so our plans and msrun agree on every process's device.
 
-A pure function of the topology and an environment mapping: planners and the launcher both call it.
+Pure functions of the topology and an environment mapping: planners, `topo.set_affinity` and the
+launcher all call them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from topo.probes.devices import ACCELERATOR_KINDS
 from topo.probes.sysfs import _bus_key
 
 _INT = re.compile(r"\A[+-]?\d+\Z")
+# The variables that choose or order a job's devices.
+VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+             "ASCEND_RT_VISIBLE_DEVICES")
 
 
 def default_kind(topology: Topology) -> str | None:
@@ -64,6 +68,23 @@ def visible_devices(topology: Topology, kind: str | None = None,
     return sorted(devices, key=lambda d: d.index)
 
 
+def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
+    """Physical ids of the devices local ranks 0, 1, ... get, or None when no visible-device
+    variable is set (then a job uses every device, by physical id).
+
+    `env` defaults as in `visible_devices`: this process's environment on the live machine, none
+    for a topology read from elsewhere. `planners.plan()` and `topo plan` both call this, so the
+    Python API and the command plan the same devices.
+    """
+    if env is None:
+        if not topology.is_this_system:
+            return None
+        env = os.environ
+    if not any(name in env for name in VARIABLES):
+        return None
+    return tuple(d.index for d in visible_devices(topology, env=env))
+
+
 def device_for_rank(topology: Topology, local_rank: int, kind: str | None = None,
                     env: Mapping[str, str] | None = None) -> Device:
     """The device of one local rank; a UsageError that counts the visible devices if there is none."""
@@ -72,7 +93,7 @@ def device_for_rank(topology: Topology, local_rank: int, kind: str | None = None
         what = kind or default_kind(topology) or "accelerator"
         raise UsageError(
             f"local rank {local_rank} has no {what.upper()}: {len(devices)} visible"
-            f"{_describe_env(env if env is not None else (os.environ if topology.is_this_system else {}))}"
+            f"{describe_env(env if env is not None else (os.environ if topology.is_this_system else {}))}"
         )
     return devices[local_rank]
 
@@ -210,7 +231,7 @@ def _ascend(npus: list[Device], env: Mapping[str, str]) -> list[Device]:
     return [by_id[i] for i in sorted(ids)]
 
 
-def _describe_env(env: Mapping[str, str]) -> str:
-    names = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-    shown = [f"{n}={env[n]!r}" for n in names if n in env]
+def describe_env(env: Mapping[str, str]) -> str:
+    """` (CUDA_VISIBLE_DEVICES='2,3')`: the variables that are set, for messages; "" when none is."""
+    shown = [f"{n}={env[n]!r}" for n in VARIABLES if n in env and n != "CUDA_DEVICE_ORDER"]
     return f" ({', '.join(shown)})" if shown else ""
