@@ -56,22 +56,6 @@ def parse_devices(text: str | None) -> tuple[int, ...] | None:
     return tuple(ids)
 
 
-def visible_device_ids(topology) -> tuple[int, ...] | None:
-    """Physical ids of the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible,
-    in local-rank order (topo.visible); None when nothing filters them."""
-    try:
-        from topo.visible import visible_devices
-    except ImportError:
-        return None
-    if not topology.is_this_system:
-        return None
-    names = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
-             "CUDA_DEVICE_ORDER")
-    if not any(n in os.environ for n in names):
-        return None
-    return tuple(d.index for d in visible_devices(topology))
-
-
 def _list_modes() -> str:
     from planners import registry
 
@@ -139,9 +123,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     if not mode:
         raise UsageError(f"--mode is required: one of {', '.join(planners.modes())} (see --list-modes)")
     topology = machine.load()
-    ids = parse_devices(devices)
-    if ids is None:
-        ids = visible_device_ids(topology)
+    ids = parse_devices(devices)  # None: planners.plan applies the visible-device variables
     result = planners.plan(
         topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
         balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
