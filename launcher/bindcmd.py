@@ -13,6 +13,7 @@ import sys
 from typing import Mapping, Sequence
 
 from launcher.binding import binding_for_key, check_bind_json, check_tools, device_ids
+from launcher.slurm import task_env
 from topo.errors import ParseError, TopoError, UsageError
 
 # Where launchers put the local rank: torchrun, Slurm, Open MPI, MPICH / Intel MPI.
@@ -94,7 +95,7 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
             os.sched_setaffinity(0, set(cpus))
         except OSError as exc:
             raise UsageError(f"cannot bind to CPUs {cpus} ({exc.strerror}); bind within `topo show`'s allowed CPUs") from None
-    os.environ.update(env)
+    os.environ.update({**task_env(os.environ), **env})  # under srun: RANK, WORLD_SIZE, ... from Slurm
     sys.stdout.flush()
     sys.stderr.flush()
     try:

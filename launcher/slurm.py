@@ -1,0 +1,276 @@
+"""What a Slurm allocation tells a launcher: node count, this node's index, the master host, and
+processes per node, read from Slurm's environment variables (`SLURM_JOB_ID` set means "inside an
+allocation or a step").
+
+Inside a step (`srun`), the step's own variables describe the nodes the step runs on, which may be
+fewer than the job's (`srun -N1` in a 4-node allocation), so they are read first:
+
+    node count   SLURM_STEP_NUM_NODES, SLURM_NNODES, SLURM_JOB_NUM_NODES
+    node list    SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST
+    node index   SLURM_NODEID (the node's index in that list)
+    per node     SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1
+
+Host lists are Slurm's compressed syntax (`gpu[01-04,07],login1`), expanded here in Python, so no
+`scontrol show hostnames` child process is needed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from topo.errors import UsageError
+
+_NODE_COUNT_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+_NODE_LIST_VARS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+_RANGE = re.compile(r"\A([0-9]+)(?:-([0-9]+))?\Z")
+MAX_HOSTS = 1 << 20  # a hostlist naming more hosts than this is a typo ("n[0-99999999]")
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's hostlist syntax expanded in order: `gpu[01-03,07],cpu1` -> gpu01 gpu02 gpu03 gpu07 cpu1.
+
+    Ranges keep the width of their lower bound (`[08-10]` -> 08 09 10), several bracket groups in
+    one name multiply (`r[1-2]n[1-2]` -> r1n1 r1n2 r2n1 r2n2). Raises UsageError for text that is
+    not a hostlist (an unclosed bracket, `[3-1]`, an empty name).
+    """
+    hosts: list[str] = []
+    for entry in _split_outside_brackets(text):
+        if not entry:
+            raise UsageError(f"hostlist {text!r} has an empty entry; write names separated by single commas")
+        names = [""]
+        rest = entry
+        while rest:
+            open_at = rest.find("[")
+            if open_at < 0:
+                names = [n + rest for n in names]
+                break
+            close_at = rest.find("]", open_at)
+            if close_at < 0:
+                raise UsageError(f"hostlist {text!r}: '[' without ']' in {entry!r}")
+            prefix, body, rest = rest[:open_at], rest[open_at + 1:close_at], rest[close_at + 1:]
+            if "]" in prefix:
+                raise UsageError(f"hostlist {text!r}: ']' without '[' in {entry!r}")
+            suffixes = _expand_brackets(body, text)
+            if len(names) * len(suffixes) > MAX_HOSTS:
+                raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
+            names = [n + prefix + s for n in names for s in suffixes]
+        if "]" in rest:
+            raise UsageError(f"hostlist {text!r}: ']' without '[' in {entry!r}")
+        hosts.extend(names)
+        if len(hosts) > MAX_HOSTS:
+            raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
+    return hosts
+
+
+def _split_outside_brackets(text: str) -> list[str]:
+    entries, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise UsageError(f"hostlist {text!r}: brackets cannot nest")
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            entries.append(text[start:i].strip())
+            start = i + 1
+    entries.append(text[start:].strip())
+    return entries
+
+
+def _expand_brackets(body: str, text: str) -> list[str]:
+    out: list[str] = []
+    for part in body.split(","):
+        m = _RANGE.match(part.strip())
+        if not m:
+            raise UsageError(f"hostlist {text!r}: {part!r} is not a number or a range like 01-04")
+        low_text, high_text = m.group(1), m.group(2)
+        low = int(low_text)
+        high = low if high_text is None else int(high_text)
+        if high < low:
+            raise UsageError(f"hostlist {text!r}: range {part!r} runs backwards")
+        if high - low + len(out) >= MAX_HOSTS:
+            raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
+        width = len(low_text)
+        out.extend(str(i).zfill(width) for i in range(low, high + 1))
+    return out
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """This node's place in a Slurm allocation or step; None where Slurm did not say."""
+
+    job_id: str
+    nnodes: int | None
+    node_rank: int | None
+    hosts: tuple[str, ...]  # the expanded node list, in Slurm's order
+    nproc_per_node: int  # GPUs on this node, else tasks per node, else 1
+    nproc_source: str  # the variable nproc_per_node came from ("" for the default 1)
+
+    @property
+    def master_addr(self) -> str | None:
+        return self.hosts[0] if self.hosts else None
+
+
+def slurm_node(environ: Mapping[str, str]) -> SlurmNode | None:
+    """The allocation this process runs in, or None outside Slurm (no SLURM_JOB_ID)."""
+    job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    if not job_id:
+        return None
+    nnodes = _first_int(environ, _NODE_COUNT_VARS)
+    node_rank = _first_int(environ, ("SLURM_NODEID",))
+    hosts: tuple[str, ...] = ()
+    for var in _NODE_LIST_VARS:
+        if environ.get(var):
+            try:
+                hosts = tuple(expand_hostlist(environ[var]))
+            except UsageError as exc:
+                raise UsageError(f"{var}: {exc}") from None
+            break
+    nproc, source = 1, ""
+    for var in ("SLURM_GPUS_ON_NODE", "SLURM_NTASKS_PER_NODE"):
+        value = _first_int(environ, (var,))
+        if value:
+            nproc, source = value, var
+            break
+    return SlurmNode(job_id, nnodes, node_rank, hosts, nproc, source)
+
+
+def _first_int(environ: Mapping[str, str], names) -> int | None:
+    for name in names:
+        text = environ.get(name, "").strip()
+        if not text:
+            continue
+        # SLURM_NTASKS_PER_NODE may repeat a count as "2(x3)"; the count is what we need
+        number = text.split("(", 1)[0]
+        if not number.isdigit():
+            raise UsageError(f"{name}={text!r} is not a count; unset it or give the value as a flag")
+        return int(number)
+    return None
+
+
+@dataclass(frozen=True)
+class FromSlurm:
+    """Values a launcher takes from Slurm because the user did not give them, and the line saying so."""
+
+    values: Mapping[str, object]  # option name -> value
+    sources: Mapping[str, str]  # option name -> the Slurm variable it came from
+    job_id: str = ""
+
+    def note(self, spell=lambda name: f"--{name.replace('_', '-')}") -> str | None:
+        """`from Slurm job 42: --nnodes=2 (SLURM_NNODES), ...`, or None when nothing came from Slurm."""
+        if not self.values:
+            return None
+        parts = [f"{spell(k)}={v} ({self.sources[k]})" for k, v in self.values.items()]
+        return f"from Slurm job {self.job_id}: " + ", ".join(parts)
+
+
+def _node_count_var(environ: Mapping[str, str]) -> str:
+    return next((v for v in _NODE_COUNT_VARS if environ.get(v, "").strip()), _NODE_COUNT_VARS[-1])
+
+
+def _node_list_var(environ: Mapping[str, str]) -> str:
+    return next((v for v in _NODE_LIST_VARS if environ.get(v)), _NODE_LIST_VARS[-1])
+
+
+def run_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> FromSlurm:
+    """`topo run`'s missing values from Slurm: nnodes, node_rank, master_addr, nproc_per_node.
+
+    `given` holds the options the user set (flag or PET_ variable), by name, with their values;
+    those are never replaced. Node rank and master address are taken only for a multi-node job:
+    a single node rendezvouses on itself.
+    """
+    node = slurm_node(environ)
+    if node is None:
+        return FromSlurm({}, {})
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    if "nnodes" not in given and node.nnodes is not None:
+        values["nnodes"], sources["nnodes"] = node.nnodes, _node_count_var(environ)
+    nnodes = given.get("nnodes", values.get("nnodes", 1))
+    if isinstance(nnodes, int) and nnodes > 1:
+        if "node_rank" not in given and node.node_rank is not None:
+            values["node_rank"], sources["node_rank"] = node.node_rank, "SLURM_NODEID"
+        if not {"master_addr", "rdzv_endpoint"} & set(given) and node.master_addr:
+            values["master_addr"], sources["master_addr"] = node.master_addr, _node_list_var(environ)
+    if "nproc_per_node" not in given and node.nproc_source:
+        values["nproc_per_node"], sources["nproc_per_node"] = node.nproc_per_node, node.nproc_source
+    return FromSlurm(values, sources, node.job_id)
+
+
+def launch_defaults(environ: Mapping[str, str], given: set[str]) -> FromSlurm:
+    """`topo launch`'s missing values from Slurm: local_worker_num (per node), worker_num (that
+    times the node count), and for a multi-node job node_rank and master_addr. Explicit flags
+    (the names in `given`) win."""
+    node = slurm_node(environ)
+    if node is None:
+        return FromSlurm({}, {})
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    if "local_worker_num" not in given:
+        values["local_worker_num"] = node.nproc_per_node
+        sources["local_worker_num"] = node.nproc_source or "default 1"
+    nnodes = node.nnodes or 1
+    if "worker_num" not in given and "local_worker_num" in values:
+        values["worker_num"] = values["local_worker_num"] * nnodes
+        sources["worker_num"] = f"{_node_count_var(environ)}={nnodes} x local_worker_num"
+    if nnodes > 1:
+        if "node_rank" not in given and node.node_rank is not None:
+            values["node_rank"], sources["node_rank"] = node.node_rank, "SLURM_NODEID"
+        if "master_addr" not in given and node.master_addr:
+            values["master_addr"], sources["master_addr"] = node.master_addr, _node_list_var(environ)
+    return FromSlurm(values, sources, node.job_id)
+
+
+def default_master_port(job_id: str) -> int:
+    """A port every task of one Slurm job computes alike, different for jobs sharing a node:
+    15000 plus the job id's last four digits (PyTorch Lightning's rule)."""
+    digits = "".join(ch for ch in job_id if ch.isdigit())[-4:] or "0"
+    return 15000 + int(digits)
+
+
+def task_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """torch.distributed's variables for one `srun` task, from Slurm's: RANK (SLURM_PROCID),
+    WORLD_SIZE (SLURM_NTASKS), LOCAL_RANK (SLURM_LOCALID), LOCAL_WORLD_SIZE (tasks on this node),
+    MASTER_ADDR (the step's first host), MASTER_PORT (from the job id). A variable already set is
+    kept; outside a Slurm task (no SLURM_PROCID) nothing is added."""
+    if not environ.get("SLURM_PROCID") or not (environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")):
+        return {}
+    job_id = environ.get("SLURM_JOB_ID") or environ["SLURM_JOBID"]
+    derived: dict[str, str] = {"RANK": environ["SLURM_PROCID"]}
+    ntasks = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS")
+    if ntasks:
+        derived["WORLD_SIZE"] = ntasks
+    if environ.get("SLURM_LOCALID"):
+        derived["LOCAL_RANK"] = environ["SLURM_LOCALID"]
+    local = _tasks_on_node(environ)
+    if local is not None:
+        derived["LOCAL_WORLD_SIZE"] = str(local)
+    node = slurm_node(environ)
+    if node is not None and node.master_addr:
+        derived["MASTER_ADDR"] = node.master_addr
+    derived["MASTER_PORT"] = str(default_master_port(job_id))
+    return {k: v for k, v in derived.items() if not environ.get(k)}
+
+
+def _tasks_on_node(environ: Mapping[str, str]) -> int | None:
+    """Tasks of this step on this node, from SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE
+    ("2(x3),1": three nodes with 2 tasks, then one with 1) at index SLURM_NODEID."""
+    text = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
+    node_id = environ.get("SLURM_NODEID", "0")
+    if not text or not node_id.isdigit():
+        return None
+    counts: list[int] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not m:
+            return None
+        counts.extend([int(m.group(1))] * int(m.group(2) or 1))
+    index = int(node_id)
+    return counts[index] if index < len(counts) else None
+
+
+__all__ = ["expand_hostlist", "SlurmNode", "slurm_node", "FromSlurm", "run_defaults", "launch_defaults",
+           "default_master_port", "task_env"]

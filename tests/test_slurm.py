@@ -1,0 +1,290 @@
+"""Slurm: hostlist expansion, the values launchers take from an allocation, and a real single-host
+Slurm (munged + slurmctld + slurmd started here as root) running `srun ... topo bind` and
+`srun ... topo run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.slurm import (default_master_port, expand_hostlist, launch_defaults, run_defaults, slurm_node,
+                            task_env)
+from topo.errors import UsageError
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+# ------------------------------------------------------------------ hostlists
+@pytest.mark.parametrize("text, hosts", [
+    ("vm", ["vm"]),
+    ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]),
+    ("gpu[01-04,07],login1", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07", "login1"]),
+    ("n[8-10]", ["n8", "n9", "n10"]),
+    ("n[08-10]", ["n08", "n09", "n10"]),
+    ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+    ("a[1]-ib,b", ["a1-ib", "b"]),
+    ("node[3],node[1]", ["node3", "node1"]),
+    ("x1,x2", ["x1", "x2"]),
+])
+def test_hostlist_expands_like_scontrol(text, hosts):
+    assert expand_hostlist(text) == hosts
+
+
+@pytest.mark.parametrize("text, words", [
+    ("gpu[01-04", "without ']'"),
+    ("gpu]1", "without '['"),
+    ("n[3-1]", "backwards"),
+    ("n[a-b]", "not a number"),
+    ("a,,b", "empty entry"),
+    ("n[[1]]", "nest"),
+    ("n[0-99999999]", "more than"),
+])
+def test_bad_hostlists_are_named(text, words):
+    with pytest.raises(UsageError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        expand_hostlist(text)
+
+
+# ------------------------------------------------------------------ values from the environment
+STEP = {
+    "SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "4", "SLURM_NNODES": "2", "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_STEP_NODELIST": "gpu[03-04]",
+    "SLURM_NTASKS_PER_NODE": "4", "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+}
+
+
+def test_outside_slurm_nothing_is_taken():
+    assert slurm_node({}) is None
+    assert run_defaults({}, {}).values == {}
+    assert run_defaults({}, {}).note() is None
+    assert launch_defaults({"SLURM_NTASKS_PER_NODE": "4"}, set()).values == {}
+    assert task_env({"SLURM_PROCID": "0"}) == {}
+
+
+def test_a_step_describes_its_own_nodes():
+    node = slurm_node(STEP)
+    assert (node.nnodes, node.node_rank, node.master_addr) == (2, 1, "gpu03")
+    assert node.hosts == ("gpu03", "gpu04")
+    assert (node.nproc_per_node, node.nproc_source) == (4, "SLURM_NTASKS_PER_NODE")
+
+
+def test_gpus_on_node_come_before_tasks_per_node():
+    node = slurm_node({**STEP, "SLURM_GPUS_ON_NODE": "8"})
+    assert (node.nproc_per_node, node.nproc_source) == (8, "SLURM_GPUS_ON_NODE")
+    assert slurm_node({"SLURM_JOB_ID": "1"}).nproc_per_node == 1
+
+
+def test_run_defaults_fill_what_was_not_given_and_say_so():
+    taken = run_defaults(STEP, {})
+    assert taken.values == {"nnodes": 2, "node_rank": 1, "master_addr": "gpu03", "nproc_per_node": 4}
+    assert taken.note() == ("from Slurm job 4242: --nnodes=2 (SLURM_STEP_NUM_NODES), --node-rank=1 (SLURM_NODEID), "
+                            "--master-addr=gpu03 (SLURM_STEP_NODELIST), --nproc-per-node=4 (SLURM_NTASKS_PER_NODE)")
+    mine = run_defaults(STEP, {"nnodes": 2, "node_rank": 0, "master_addr": "10.0.0.1", "nproc_per_node": "2"})
+    assert mine.values == {} and mine.note() is None
+    endpoint = run_defaults(STEP, {"rdzv_endpoint": "h:1"})
+    assert "master_addr" not in endpoint.values
+
+
+def test_a_single_node_rendezvouses_on_itself():
+    one = {**STEP, "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "gpu03"}
+    assert run_defaults(one, {}).values == {"nnodes": 1, "nproc_per_node": 4}
+    assert "master_addr" not in run_defaults(STEP, {"nnodes": 1}).values
+
+
+def test_launch_defaults_multiply_per_node_by_nodes():
+    taken = launch_defaults(STEP, set())
+    assert taken.values == {"local_worker_num": 4, "worker_num": 8, "node_rank": 1, "master_addr": "gpu03"}
+    given = launch_defaults(STEP, {"local_worker_num", "worker_num", "node_rank", "master_addr"})
+    assert given.values == {}
+    assert launch_defaults(STEP, {"local_worker_num"}).values == {"node_rank": 1, "master_addr": "gpu03"}
+    assert "--worker_num=8" in taken.note(lambda n: f"--{n}")
+
+
+def test_bad_counts_are_named():
+    with pytest.raises(UsageError, match="SLURM_NNODES='two'"):
+        slurm_node({"SLURM_JOB_ID": "1", "SLURM_NNODES": "two"})
+    with pytest.raises(UsageError, match="SLURM_JOB_NODELIST"):
+        slurm_node({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-"})
+
+
+def test_task_env_follows_slurm_and_keeps_what_is_set():
+    env = task_env(STEP)
+    assert env == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+                   "MASTER_ADDR": "gpu03", "MASTER_PORT": str(default_master_port("4242"))}
+    kept = task_env({**STEP, "MASTER_PORT": "1234", "RANK": "0"})
+    assert "MASTER_PORT" not in kept and "RANK" not in kept
+    assert default_master_port("4242") == default_master_port("4242") == 19242
+    assert default_master_port("17") != default_master_port("18")
+
+
+# ------------------------------------------------------------------ a real Slurm
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Slurm:
+    """munged, slurmctld and slurmd for one host, configured and run from `base`."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.env = {**os.environ, "SLURM_CONF": str(base / "slurm.conf")}
+        for var in [v for v in self.env if v.startswith("SLURM_") and v != "SLURM_CONF"]:
+            del self.env[var]
+        self.socket = base / "munge.sock"
+
+    def write_config(self) -> None:
+        b = self.base
+        (b / "state").mkdir()
+        (b / "spool").mkdir()
+        (b / "munge.key").write_bytes(os.urandom(1024))
+        (b / "munge.key").chmod(0o600)
+        (b / "plugstack.conf").write_text("")
+        host = socket.gethostname()
+        cpus = os.cpu_count() or 1
+        (b / "slurm.conf").write_text("\n".join([
+            "ClusterName=topotest",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            f"SlurmdPort={_free_port()}",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={self.socket}",
+            "CredType=cred/munge",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"StateSaveLocation={b / 'state'}",
+            f"SlurmdSpoolDir={b / 'spool'}",
+            f"SlurmctldPidFile={b / 'slurmctld.pid'}",
+            f"SlurmdPidFile={b / 'slurmd.pid'}",
+            f"SlurmctldLogFile={b / 'slurmctld.log'}",
+            f"SlurmdLogFile={b / 'slurmd.log'}",
+            f"PlugStackConfig={b / 'plugstack.conf'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "MpiDefault=none",
+            "SchedulerType=sched/builtin",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "ReturnToService=2",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
+            f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
+            "",
+        ]))
+
+    def start(self) -> None:
+        b = self.base
+        self.write_config()
+        subprocess.run(["munged", "--force", f"--socket={self.socket}", f"--key-file={b / 'munge.key'}",
+                        f"--log-file={b / 'munged.log'}", f"--pid-file={b / 'munged.pid'}",
+                        f"--seed-file={b / 'munged.seed'}"], check=True, env=self.env, timeout=30)
+        subprocess.run(["slurmctld", "-i"], check=True, env=self.env, timeout=30)
+        subprocess.run(["slurmd", "-N", socket.gethostname()], check=True, env=self.env, timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=self.env)
+            if out.returncode == 0 and out.stdout.strip() in ("idle", "mixed"):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"slurm did not come up: {self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
+                         for p in sorted(self.base.glob("*.log")))
+
+    def stop(self) -> None:
+        subprocess.run(["scontrol", "shutdown"], env=self.env, capture_output=True, timeout=30)
+        for name in ("slurmd.pid", "slurmctld.pid"):
+            _wait_gone(self.base / name)
+        subprocess.run(["munged", "--stop", f"--socket={self.socket}"], env=self.env, capture_output=True,
+                       timeout=30)
+        _wait_gone(self.base / "munged.pid")
+
+    def srun(self, *args: str, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
+        return subprocess.run(["srun", "--quiet", *args], capture_output=True, text=True, env=self.env,
+                              timeout=timeout, cwd=cwd)
+
+
+def _wait_gone(pid_file: Path, timeout: float = 15.0) -> None:
+    """Wait for the daemon of `pid_file` to exit; SIGKILL it if it will not."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    missing = [tool for tool in ("munged", "slurmctld", "slurmd", "srun", "sinfo", "scontrol") if not shutil.which(tool)]
+    if missing:
+        pytest.skip(f"a real Slurm needs {', '.join(missing)} (apt-get install slurm-wlm munge)")
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmd and munged needs root")
+    cluster = Slurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except (subprocess.SubprocessError, RuntimeError, OSError) as exc:
+        cluster.stop()
+        pytest.skip(f"could not start a single-host Slurm here: {exc}\n{cluster.logs()}")
+    yield cluster
+    cluster.stop()
+
+
+def _bind_json(path: Path, ntasks: int) -> Path:
+    cpus = sorted(os.sched_getaffinity(0))
+    process = {f"device{i}": {"main": str(cpus[i % len(cpus)])} for i in range(ntasks)}
+    path.write_text(json.dumps({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "none"},
+                                "bind_cpu": process}))
+    return path
+
+
+def test_hostlist_agrees_with_scontrol(slurm):
+    text = "gpu[01-04,07],login1,r[1-2]n[08-10],n[8-10]"
+    out = subprocess.run(["scontrol", "show", "hostnames", text], capture_output=True, text=True,
+                         env=slurm.env, timeout=30, check=True)
+    assert expand_hostlist(text) == out.stdout.split()
+
+
+def test_srun_topo_bind_gives_each_task_its_binding_and_torch_env(slurm, tmp_path):
+    bind = _bind_json(tmp_path / "bind.json", 2)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    r = slurm.srun("-n2", sys.executable, "-m", "topo", "bind", "--bind-file", str(bind), "--",
+                   sys.executable, str(SCRIPTS / "envdump.py"), str(out_dir))
+    assert r.returncode == 0, r.stderr + slurm.logs()
+    dumps = [json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))]
+    assert len(dumps) == 2
+    cpus = sorted(os.sched_getaffinity(0))
+    port = {d["env"]["MASTER_PORT"] for d in dumps}
+    assert len(port) == 1
+    for d in dumps:
+        env = d["env"]
+        rank = int(env["RANK"])
+        assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["LOCAL_RANK"] == env["SLURM_LOCALID"] == str(rank)
+        assert env["MASTER_ADDR"] == socket.gethostname()
+        assert env["MASTER_PORT"] == str(default_master_port(env["SLURM_JOB_ID"]))
+        assert d["affinity"] == [cpus[rank % len(cpus)]]
+    assert sorted(int(d["env"]["RANK"]) for d in dumps) == [0, 1]
