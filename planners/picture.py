@@ -1,0 +1,61 @@
+"""A bind plan as a picture: each process's CPUs painted on the machine (`topo.draw`).
+
+`plan_overlay` turns a BindPlan into the drawing's overlay: one owner per process, in its own
+colour, tagged with its local rank ("S" for MindSpore's scheduler entry), with its memory node(s),
+the device it drives, and its CPUs outside that device's home node(s) flagged as remote. The legend
+row is the `--explain` row: rank, device, CPUs, memory node, locality.
+"""
+
+from __future__ import annotations
+
+from topo.cpuset import CpuSet
+from topo.draw import Overlay, Owner, colour, draw_html, draw_svg, text_map
+from topo.model import Topology
+
+from planners.bindjson import BindPlan
+from planners.core import Layout
+from planners.explain import analyse, process_cpus
+
+LEGEND = ("rank", "device", "CPUs", "cores", "memory node", "device node", "local")
+
+
+def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
+    layout = Layout(topology)
+    rows, warnings = analyse(topology, plan)
+    owners = []
+    for i, (proc, row) in enumerate(zip(plan.processes, rows)):
+        cpus = process_cpus(plan, proc, layout)
+        dev = proc.device if proc.device in layout.devices and not proc.is_scheduler else None
+        device = None
+        remote = CpuSet()
+        if dev is not None:
+            d = layout.devices[dev]
+            device = (d.kind, d.index)
+            remote = cpus - layout.cpus_of_nodes(layout.home_of(dev))
+        local = {"yes": "local", "partly": "partly remote", "no": "remote"}.get(row["local"], "-")
+        tag = "S" if proc.is_scheduler else (row["rank"] if row["rank"] != "-" else str(i))
+        name = "scheduler" if proc.is_scheduler else f"rank {tag}"
+        device_text = f"{device[0].upper()} {dev}" if device else "-"
+        owners.append(Owner(
+            tag=tag, label="S" if proc.is_scheduler else f"r{tag}", colour=colour(i), cpus=cpus, memory=proc.memory_nodes(), device=device, remote=remote,
+            legend=(name, device_text, row["cpus"], row["cores"], row["memory"], row["node"], local)))
+    n = len(plan.workers())
+    title = (f"topo plan --mode {plan.meta.get('mode', '?')}: {n} process{'es' if n != 1 else ''} on "
+             f"{topology.summary()}")
+    return Overlay(tuple(owners), title=title, legend_header=LEGEND, notes=tuple(warnings))
+
+
+def plan_svg(topology: Topology, plan: BindPlan) -> str:
+    return draw_svg(topology, plan_overlay(topology, plan))
+
+
+def plan_html(topology: Topology, plan: BindPlan) -> str:
+    return draw_html(topology, plan_overlay(topology, plan))
+
+
+def plan_map(topology: Topology, plan: BindPlan, *, colour: bool = False) -> str:
+    """The terminal map for `topo plan --explain`: one line per NUMA node, one cell per core."""
+    return text_map(topology, plan_overlay(topology, plan), colour=colour)
+
+
+__all__ = ["plan_overlay", "plan_svg", "plan_html", "plan_map"]
