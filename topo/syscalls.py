@@ -17,8 +17,9 @@ from topo.errors import TopoError
 
 # The kernel's memory policies (include/uapi/linux/mempolicy.h).
 MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL = 0, 1, 2, 3, 4
+MPOL_PREFERRED_MANY = 5  # Linux 5.15+: prefer several nodes (MPOL_PREFERRED keeps only the first)
 POLICIES = {"default": MPOL_DEFAULT, "preferred": MPOL_PREFERRED, "bind": MPOL_BIND,
-            "interleave": MPOL_INTERLEAVE, "local": MPOL_LOCAL}
+            "interleave": MPOL_INTERLEAVE, "local": MPOL_LOCAL, "preferred-many": MPOL_PREFERRED_MANY}
 POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 
 # (set_mempolicy, get_mempolicy) per architecture: x86_64 has its own table, arm64 and riscv64
@@ -106,8 +107,25 @@ def get_mempolicy() -> tuple[str, CpuSet]:
     return POLICY_NAMES.get(mode.value & 0xFF, str(mode.value)), CpuSet.from_mask(bits)
 
 
+def prctl(option: int, arg2: int = 0) -> None:
+    """prctl(2) with one argument (an integer, or an address from ctypes.addressof)."""
+    if _libc_handle().prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                            ctypes.c_ulong(0)) != 0:
+        raise SyscallError(f"prctl({option})", ctypes.get_errno())
+
+
 def set_pdeathsig(signum: int) -> None:
     """Ask the kernel to send `signum` to this process when its parent thread dies. It survives
     exec (so a numactl/taskset prefix keeps it), and is cleared by fork in the child."""
     if _libc_handle().prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
         raise SyscallError("prctl(PR_SET_PDEATHSIG)", ctypes.get_errno())
+
+
+def load() -> None:
+    """Resolve libc and this architecture's syscall numbers now. A child between fork and exec
+    calls these functions and must not load libraries or import modules there."""
+    _libc_handle()
+    try:
+        _numbers()
+    except TopoError:
+        pass  # set_mempolicy will say so when it is called
