@@ -12,7 +12,7 @@ from topo.cpuset import CpuSet
 from topo.draw import Overlay, Owner, colour, draw_html, draw_svg, text_map
 from topo.model import Topology
 
-from planners.bindjson import BindPlan
+from planners.bindplan import BindPlan
 from planners.core import Layout
 from planners.explain import analyse, process_cpus
 
@@ -37,7 +37,7 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
         name = "scheduler" if proc.is_scheduler else f"rank {tag}"
         device_text = f"{device[0].upper()} {dev}" if device else "-"
         owners.append(Owner(
-            tag=tag, label="S" if proc.is_scheduler else f"r{tag}", colour=colour(i), cpus=cpus, memory=proc.memory_nodes(), device=device, remote=remote,
+            tag=tag, label="S" if proc.is_scheduler else f"r{tag}", colour=colour(i), cpus=cpus, memory=proc.memory_nodes or CpuSet(), device=device, remote=remote,
             legend=(name, device_text, row["cpus"], row["cores"], row["memory"], row["node"], local)))
     n = len(plan.workers())
     title = (f"topo plan --mode {plan.meta.get('mode', '?')}: {n} process{'es' if n != 1 else ''} on "

@@ -653,11 +653,10 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
                 continue
             group = next((i for i, c in enumerate(llcs) if core.cpuset <= c.cpuset), None)
             if last_group is not None and group != last_group:
-                cells.append(" ")
+                cells.append((" ", ""))
             last_group = group
-            cells.append(_cell(core.cpuset, topology, overlay, paint, width, colour))
-        sep = " " if width > 1 else ""
-        body = sep.join(cells) if width > 1 else "".join(cells)
+            cells.append(_cell(core.cpuset, topology, overlay, paint, width))
+        body = _join_cells(cells, " " if width > 1 else "", colour)
         notes = []
         devs = sorted((d for d in topology.devices if d.numa_node == node and node is not None
                        and d.kind in ("gpu", "npu", "accel")), key=lambda d: d.index)
@@ -675,7 +674,24 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
     return "\n".join(lines)
 
 
-def _cell(core: CpuSet, topology: Topology, overlay: Overlay, paint: _Paint, width: int, colour: bool) -> str:
+def _join_cells(cells: list[tuple[str, str]], sep: str, colour: bool) -> str:
+    """Cells side by side; in colour, one escape sequence per run of cells that look alike."""
+    out, run_code = [], ""
+    for k, (text, code) in enumerate(cells):
+        if k and cells[k - 1][0] != " " and text != " ":
+            out.append(sep)
+        if colour and code != run_code:
+            out.append("\x1b[0m" if run_code else "")
+            out.append(f"\x1b[{code}m" if code else "")
+            run_code = code
+        out.append(text)
+    if colour and run_code:
+        out.append("\x1b[0m")
+    return "".join(out)
+
+
+def _cell(core: CpuSet, topology: Topology, overlay: Overlay, paint: _Paint, width: int) -> tuple[str, str]:
+    """A core's text and its SGR code (colour mode): the owner's colour, underlined when remote."""
     owners = {i for pu in core for i in paint.owners_of.get(pu, [])}
     remote = any(pu in paint.remote for pu in core)
     if not core & topology.allowed_pus:
@@ -690,8 +706,7 @@ def _cell(core: CpuSet, topology: Topology, overlay: Overlay, paint: _Paint, wid
         code = f"{ink};48;5;{_xterm(r, g, b)}" + (";4" if remote else "")
     else:
         text, code = "*", "1"
-    text = text.rjust(width)
-    return f"\x1b[{code}m{text}\x1b[0m" if colour and code else text
+    return text.rjust(width), code
 
 
 def _xterm(r: int, g: int, b: int) -> int:
