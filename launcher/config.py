@@ -1,9 +1,13 @@
-"""LaunchConfig: msrun's flags (names, defaults, meaning) plus ours, validated on construction."""
+"""LaunchConfig: msrun's flags (names, defaults, meaning) plus ours, validated on construction.
+
+Construction reads nothing from disk and starts nothing: a bind JSON named by path stays a path
+until the job is planned (launcher.job.plan_job), where the files are read and checked.
+"""
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
@@ -26,7 +30,8 @@ class LaunchConfig:
         join: wait for the job, tail its logs and report failures (msrun's default is False).
         cluster_time_out: MS_TOPO_TIMEOUT in seconds.
         bind_core / bind_numa: False, True (automatic), a table {"deviceX": ["0-9"]}, or for
-            bind_numa a unified bind JSON (file path or inline); strings are parsed as msrun does.
+            bind_numa a unified bind JSON (inline, or a file path, which is kept as the path and
+            read when the job is planned); strings are parsed as msrun does.
         sim_level / sim_rank_id: MindSpore's dry-run simulation (no scheduler).
         rank_table_file: exported as RANK_TABLE_FILE.
         worker_log_name: base name instead of "worker"; {ip} and {hostname} are substituted.
@@ -37,10 +42,9 @@ class LaunchConfig:
             when the master address is this machine and node_rank is 0 or -1.
         dry_run: plan and print, start nothing.
         grace_period: seconds between SIGTERM and SIGKILL when the job is stopped.
-        bind_fallback: when a binding is refused or does not take, run the process unbound
-            instead of failing.
-        python: the interpreter put in front of the script; msrun uses the literal `python`
-            (whatever PATH finds), we default to the interpreter running topo.
+        bind_fallback: when a memory binding is refused, keep the CPU binding and drop the memory
+            policy; when a binding does not take, run the process as the kernel allows.
+        python: the interpreter put in front of the script: `python` found on PATH, as msrun.
     """
 
     script: str
@@ -64,14 +68,15 @@ class LaunchConfig:
     dry_run: bool = False
     grace_period: float = 5.0
     bind_fallback: bool = False
-    python: str = field(default_factory=lambda: sys.executable or "python")
+    python: str = "python"
 
     def __post_init__(self):
         set_ = object.__setattr__
         set_(self, "script_args", tuple(self.script_args))
         set_(self, "join", parse_literal_bool(self.join, "--join"))
         set_(self, "bind_core", parse_bind_core(self.bind_core))
-        set_(self, "bind_numa", parse_bind_numa(self.bind_numa))
+        if not _is_bind_file(self.bind_numa):  # a file is read when the job is planned
+            set_(self, "bind_numa", parse_bind_numa(self.bind_numa))
         if not isinstance(self.tail_worker_log, tuple) and self.tail_worker_log is not None:
             set_(self, "tail_worker_log", parse_tail_worker_log(self.tail_worker_log))
         if self.worker_num <= 0:
@@ -98,6 +103,9 @@ class LaunchConfig:
             raise UsageError(f"--sim_level={self.sim_level}: choose from 0, 1, 2, 3")
         if self.grace_period < 0:
             raise UsageError(f"--grace-period={self.grace_period} must not be negative")
+        _check_log_name(self.worker_log_name)
+        if not self.python:
+            raise UsageError("no interpreter, --python='': give an interpreter name or path, or leave the default python")
 
     @property
     def multi_node(self) -> bool:
@@ -106,3 +114,23 @@ class LaunchConfig:
     @property
     def simulation(self) -> bool:
         return self.sim_level != -1
+
+
+def _is_bind_file(value) -> bool:
+    """A --bind_numa string naming a file (not True/False, not inline JSON)."""
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    return text.lower() not in ("true", "false") and not text.startswith("{")
+
+
+def _check_log_name(name: str) -> None:
+    """--worker_log_name may name a subdirectory of --log_dir, never a place outside it."""
+    if not name:
+        return
+    parts = name.split("/")
+    if os.path.isabs(name) or ".." in parts:
+        raise UsageError(f"log name leaves the log directory, --worker_log_name={name!r}: "
+                         "give a name relative to --log_dir, without '..'")
+    if "\0" in name or not parts[-1]:
+        raise UsageError(f"not a file name, --worker_log_name={name!r}: give a base name such as 'worker'")

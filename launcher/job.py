@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping
 
+from launcher import environ as envs
 from launcher import network
 from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.config import LaunchConfig
+from launcher.environ import MANAGED_VARS
+from launcher.procgroup import DirectBinding, ProcessSpec
+from launcher.verify import memory_policy
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -24,45 +29,10 @@ if TYPE_CHECKING:
 SCHEDULER = "scheduler"
 WORKER = "worker"
 
-# Variables the launcher owns: dropped from the inherited environment before each child's own
-# values are added, so nothing leaks from an outer launcher or from one child into the next
-# (msrun sets them in its own os.environ, so a worker without a rank inherits RANK_ID=0 from the
-# scheduler's launch, anchors §1.18.4).
-MANAGED_VARS = (
-    "MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_TOPO_TIMEOUT", "MS_NODE_ID",
-    "RANK_SIZE", "RANK_ID", "DEVICE_ID", "MSRUN_CPU_LIST", "MSRUN_BIND_FILE", "MSRUN_BIND_FILE_HASH",
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT",
-)
-
 # Interpreters msrun does not put `python` in front of.
 _NO_PREFIX = ("python", "python3", "pytest")
-
-
-@dataclass(frozen=True)
-class ProcessSpec:
-    """One process to start."""
-
-    role: str  # SCHEDULER | WORKER
-    rank: int | None  # global rank (MindSpore's node id); None: scheduler, or assigned by the cluster
-    local_rank: int | None  # index on this node (DEVICE_ID); None for the scheduler
-    argv: tuple[str, ...]  # binding prefix + interpreter + script + args
-    env: Mapping[str, str]  # what the launcher adds to / changes in its own environment
-    log_path: str
-    binding: Binding
-    tail: bool  # its log goes to the console under --join
-
-    @property
-    def name(self) -> str:
-        if self.role == SCHEDULER:
-            return "scheduler"
-        return f"rank {self.rank}" if self.rank is not None else f"local worker {self.local_rank}"
-
-    def full_env(self, base: Mapping[str, str]) -> dict[str, str]:
-        """The child's complete environment, built fresh from the cleaned base each time."""
-        env = dict(base)
-        env.update(self.env)
-        return env
+# Kernel pseudo-filesystems: a log written there does not go anywhere.
+_PSEUDO_FS = ("/proc", "/sys", "/dev")
 
 
 @dataclass(frozen=True)
@@ -81,13 +51,17 @@ class JobPlan:
 def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
              topology: Topology | Callable[[], Topology] | None = None) -> JobPlan:
     """Decide every process of `config` on this node. Raises UsageError for anything that would
-    make msrun fail half-way (bad counts, missing script, unavailable CPUs, missing numactl, ...).
+    make msrun fail half-way (bad counts, missing script or interpreter, a log directory that
+    cannot be written, unavailable CPUs, ...). Reads the bind file; creates nothing.
 
     `topology` (or a function returning it) is needed only when binding; default: discover().
     """
     environ = dict(os.environ if environ is None else environ)
     warnings: list[str] = []
     _check_script(config)
+    command = _command(config)
+    log_dir = os.path.abspath(config.log_dir) if config.log_dir else os.getcwd()
+    check_log_dir(log_dir, "--log_dir" if config.log_dir else "the current directory")
     master_ip = network.resolve_master(config.master_addr)
     simulation = config.simulation or "MS_SIMULATION_LEVEL" in environ
     local_worker_num = config.local_worker_num
@@ -105,21 +79,17 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     bindings = _bindings(config, local_worker_num, environ, topology)
     warnings.extend(bindings.warnings)
 
-    log_dir = os.path.abspath(config.log_dir) if config.log_dir else os.getcwd()
     base_name = _worker_log_base(config.worker_log_name, master_ip)
-    command = _command(config)
-    rank_size = environ.get("RANK_SIZE", str(config.worker_num)) if simulation else str(config.worker_num)
-    cluster = {} if simulation else {
-        "MS_SCHED_HOST": master_ip,
-        "MS_SCHED_PORT": str(config.master_port),
-        "MS_TOPO_TIMEOUT": str(config.cluster_time_out),
-    }
-    common = {"MS_WORKER_NUM": str(config.worker_num), "RANK_SIZE": rank_size, **cluster, **bindings.env}
+    sim_level = None
     if simulation:
-        common["MS_SIMULATION_LEVEL"] = str(config.sim_level) if config.sim_level != -1 \
-            else environ["MS_SIMULATION_LEVEL"]
+        sim_level = str(config.sim_level) if config.sim_level != -1 else environ["MS_SIMULATION_LEVEL"]
+    common = {**envs.cluster_env(
+        worker_num=config.worker_num,
+        rank_size=environ.get("RANK_SIZE", str(config.worker_num)) if simulation else str(config.worker_num),
+        master_ip=None if simulation else master_ip, master_port=config.master_port,
+        cluster_time_out=config.cluster_time_out, simulation_level=sim_level,
+        rank_table_file=config.rank_table_file), **bindings.env}
     if config.rank_table_file:
-        common["RANK_TABLE_FILE"] = config.rank_table_file
         warnings.append(f"launching with the user's rank table file {config.rank_table_file}")
 
     if config.multi_node and config.node_rank == -1:
@@ -131,48 +101,44 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     processes_on_node = local_worker_num + (1 if start_scheduler else 0)
     tailed = config.tail_worker_log  # None = every worker
     processes = []
+
+    def spec(name, role, rank, local_rank, env, binding, log_name, tail):
+        env.update(envs.thread_env(environ, _cpu_count(binding), processes_on_node))
+        if tail:
+            env.update(envs.unbuffered_env(environ))
+        return ProcessSpec(name, (*binding.prefix, *command), env, os.path.join(log_dir, log_name), binding,
+                           _direct(binding, config.bind_fallback), role, rank, local_rank, tail)
+
     if start_scheduler:
-        env = {**common, "MS_ROLE": "MS_SCHED", "RANK_ID": "0"}
-        _thread_env(env, environ, bindings.scheduler, processes_on_node, tail=False)
-        processes.append(ProcessSpec(SCHEDULER, None, None,
-                                     (*bindings.scheduler.prefix, *command), env,
-                                     os.path.join(log_dir, "scheduler.log"), bindings.scheduler, tail=False))
-    torch_common = {
-        "WORLD_SIZE": str(config.worker_num),
-        "LOCAL_WORLD_SIZE": str(local_worker_num),
-        "MASTER_ADDR": master_ip,
-        "MASTER_PORT": str(config.master_port),
-    }
+        processes.append(spec("scheduler", SCHEDULER, None, None, envs.scheduler_env(common),
+                              bindings.scheduler, "scheduler.log", False))
     group_rank = config.node_rank if config.multi_node and config.node_rank >= 0 else 0
-    if config.worker_num % config.local_worker_num == 0:
-        torch_common["GROUP_WORLD_SIZE"] = str(config.worker_num // config.local_worker_num)
+    group_world_size = (config.worker_num // config.local_worker_num
+                        if config.worker_num % config.local_worker_num == 0 else None)
     for i in range(local_worker_num):
-        rank = _rank(config, i)
-        if simulation and sim_rank_id != -1:
-            rank = None
-        env = {**common, "DEVICE_ID": str(i), **torch_common, "LOCAL_RANK": str(i), "GROUP_RANK": str(group_rank)}
-        if not simulation:
-            env["MS_ROLE"] = "MS_WORKER"
-        if rank is not None:
-            env.update(RANK_ID=str(rank), MS_NODE_ID=str(rank), RANK=str(rank))
+        rank = None if simulation and sim_rank_id != -1 else _rank(config, i)
+        env = envs.worker_env(common, local_rank=i, rank=rank, role=not simulation, world_size=config.worker_num,
+                              local_world_size=local_worker_num, group_rank=group_rank,
+                              group_world_size=group_world_size, master_ip=master_ip,
+                              master_port=config.master_port)
         if simulation and sim_rank_id != -1:
             env["RANK_ID"] = env["RANK"] = str(sim_rank_id)
         binding = bindings.workers[i]
         if binding.cpu_list_env:
             env["MSRUN_CPU_LIST"] = binding.cpu_list_env
         log_rank = rank if rank is not None else i
+        name = f"rank {rank}" if rank is not None else f"local worker {i}"
         tail = config.join and (tailed is None or log_rank in tailed)
-        _thread_env(env, environ, binding, processes_on_node, tail=tail)
-        processes.append(ProcessSpec(WORKER, rank, i, (*binding.prefix, *command), env,
-                                     os.path.join(log_dir, f"{base_name}_{log_rank}.log"), binding, tail))
+        processes.append(spec(name, WORKER, rank, i, env, binding, f"{base_name}_{log_rank}.log", tail))
     if config.join and tailed is not None:
         shown = {p.rank if p.rank is not None else p.local_rank for p in processes if p.role == WORKER}
         missing = sorted(set(tailed) - shown)
         if missing:
             warnings.append(f"--tail_worker_log: rank(s) {', '.join(map(str, missing))} do not run on this node; "
                             "their logs are not shown")
-    base_env = {k: v for k, v in environ.items() if k not in MANAGED_VARS}
-    return JobPlan(config, tuple(processes), base_env, log_dir, tuple(warnings))
+    for p in processes:
+        check_log_file(p.log_path, log_dir)
+    return JobPlan(config, tuple(processes), envs.base_env(environ), log_dir, tuple(warnings))
 
 
 def _rank(config: LaunchConfig, local_rank: int) -> int | None:
@@ -183,31 +149,95 @@ def _rank(config: LaunchConfig, local_rank: int) -> int | None:
     return None
 
 
-def _thread_env(env: dict, environ: Mapping[str, str], binding: Binding, processes_on_node: int,
-                *, tail: bool) -> None:
-    # torchrun's rule (and what `import mindspore` does inside msrun): several processes on one node
-    # must not each start a thread per CPU. A process bound to N CPUs gets N; a preset value wins.
-    if "OMP_NUM_THREADS" not in environ:
-        if binding.cpus is not None:
-            env["OMP_NUM_THREADS"] = str(max(1, binding.cpus.weight()))
-        elif processes_on_node > 1:
-            env["OMP_NUM_THREADS"] = "1"
-    # A tailed log is only useful if Python writes it as it goes (torchrun runs `python -u`).
-    if tail and "PYTHONUNBUFFERED" not in environ:
-        env["PYTHONUNBUFFERED"] = "1"
+def _cpu_count(binding: Binding) -> int | None:
+    return None if binding.cpus is None else binding.cpus.weight()
+
+
+def _direct(binding: Binding, bind_fallback: bool) -> DirectBinding | None:
+    """How to apply `binding` when its tool (numactl, taskset) is not on PATH: the same CPU set
+    and memory policy, set in the child before exec. None when the tool is there (msrun's argv)."""
+    if not binding.prefix or shutil.which(binding.prefix[0]) is not None:
+        return None
+    return DirectBinding(
+        cpus=None if binding.cpus is None else frozenset(binding.cpus),
+        memory_policy=None if binding.memory is None else memory_policy(binding),
+        memory_nodes=binding.memory, keep_cpus_if_memory_refused=bind_fallback,
+        reason=f"{binding.prefix[0]} not found")
 
 
 def _command(config: LaunchConfig) -> tuple[str, ...]:
+    """The interpreter and script, as msrun runs them: `python` (found on PATH) in front of the
+    script, unless the script is itself python, python3 or pytest."""
     if config.script in _NO_PREFIX:
         return (config.script, *config.script_args)
     return (config.python, config.script, *config.script_args)
 
 
+def check_program(plan: JobPlan) -> None:
+    """UsageError unless the program every process runs can be found the way exec will look for
+    it: on the PATH of the children's environment, or at the path given."""
+    command = plan.processes[0].command if plan.processes else ()
+    if not command:
+        return
+    program = command[0]
+    what = "--python" if plan.config.script not in _NO_PREFIX else "the command"
+    if "/" in program:
+        if os.path.isdir(program):
+            raise UsageError(f"interpreter is a directory, {what}={program}: give the interpreter's file")
+        if not os.access(program, os.X_OK):
+            why = "does not exist" if not os.path.exists(program) else "is not executable"
+            raise UsageError(f"interpreter {why}, {what}={program}: give an interpreter that runs, "
+                             "e.g. --python python3")
+        return
+    if shutil.which(program, path=plan.base_env.get("PATH", os.defpath)) is None:
+        raise UsageError(f"{program!r} is not on PATH, {what}: install it, put its directory on PATH, "
+                         "or pass --python /path/to/python")
+
+
 def _check_script(config: LaunchConfig) -> None:
     if config.script in _NO_PREFIX:
         return
+    if os.path.isdir(config.script):
+        raise UsageError(f"script is a directory, {config.script!r} (relative to {os.getcwd()}): "
+                         "give the Python file to run")
     if not os.path.isfile(config.script):
-        raise UsageError(f"script {config.script!r} does not exist (relative to {os.getcwd()})")
+        raise UsageError(f"script does not exist, {config.script!r} (relative to {os.getcwd()}): check the path")
+
+
+def check_log_dir(log_dir: str, what: str) -> None:
+    """UsageError unless `log_dir` exists as a writable directory or can be created as one.
+    Creates nothing."""
+    real = os.path.realpath(log_dir)
+    if any(real == fs or real.startswith(fs + "/") for fs in _PSEUDO_FS):
+        raise UsageError(f"log directory on a kernel pseudo-filesystem, {what}={log_dir}: "
+                         "give a directory on a real filesystem")
+    existing = real
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = f"{what}={log_dir}" if existing == real else f"{existing} in {what}={log_dir}"
+        raise UsageError(f"log directory is not a directory, {where}: give a directory path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+        why = "on a read-only filesystem" if read_only else "not writable (permissions or an immutable directory)"
+        where = f"{what}={log_dir}" if existing == real else f"{existing} in {what}={log_dir}"
+        raise UsageError(f"log directory {why}, {where}: give a writable directory")
+
+
+def check_log_file(path: str, log_dir: str) -> None:
+    """UsageError when the log file cannot be written: a directory in its place, an unwritable
+    file, or a subdirectory of --log_dir that cannot be made."""
+    if not os.path.abspath(path).startswith(log_dir.rstrip("/") + "/"):
+        raise UsageError(f"log file leaves the log directory, {path}: give --worker_log_name relative to --log_dir")
+    if os.path.isdir(path):
+        raise UsageError(f"log file is a directory, {path}: remove it or choose another --worker_log_name")
+    if os.path.lexists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"log file is not writable, {path}: remove it or choose another --log_dir")
+        return
+    parent = os.path.dirname(path)
+    if parent != log_dir:
+        check_log_dir(parent, "log subdirectory")
 
 
 def _worker_log_base(template: str, master_ip: str) -> str:
@@ -223,13 +253,18 @@ def _worker_log_base(template: str, master_ip: str) -> str:
 def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology) -> JobBindings:
     if not config.bind_core and not config.bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * n, (), {})
+    bind_numa = config.bind_numa
+    if isinstance(bind_numa, str):  # a bind JSON file, read now
+        from launcher.options import parse_bind_numa
+
+        bind_numa = parse_bind_numa(bind_numa)
     if topology is None:
         from topo.discovery import discover
 
         topology = discover()
     elif callable(topology):
         topology = topology()
-    return resolve_bindings(config.bind_core, config.bind_numa, local_worker_num=n,
+    return resolve_bindings(config.bind_core, bind_numa, local_worker_num=n,
                             topology=topology, environ=environ)
 
 
@@ -244,9 +279,12 @@ def describe_plan(plan: JobPlan) -> str:
         extra = f", DEVICE_ID={p.local_rank}" if p.local_rank is not None else ""
         lines.append(f"{p.name}{extra}: {shlex.join(p.argv)}")
         lines.append(f"  log: {p.log_path}")
-        lines.append(f"  binding: {p.binding.describe()}")
+        binding = p.binding.describe()
+        if p.direct is not None:
+            binding += f" (applied directly: {p.direct.reason}; runs {shlex.join(p.command)})"
+        lines.append(f"  binding: {binding}")
         lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items())))
     return "\n".join(lines)
 
 
-__all__ = ["ProcessSpec", "JobPlan", "plan_job", "describe_plan", "MANAGED_VARS"]
+__all__ = ["ProcessSpec", "JobPlan", "plan_job", "describe_plan", "MANAGED_VARS", "check_log_dir"]

@@ -1,8 +1,9 @@
 """Copy the workers' log files to the console as they grow, each line prefixed with its process.
 
 msrun runs one `tail -f` per worker and kills them when the workers end, so the last lines can be
-lost (spec/launchers-observed.md §1.5). Here the launcher reads the files itself and drains them
-once more after every process has exited.
+lost. Here the launcher reads the files itself and drains them once more after every process has
+exited. Each file is opened, read from where the last read stopped and closed again, so a job of
+any size needs one descriptor for its logs, not one per worker.
 
 A line without its newline yet is held back for one poll, then written as it is: pdb's "(Pdb) "
 prompt never gets a newline and must still reach the console.
@@ -20,28 +21,26 @@ class _Follower:
     def __init__(self, prefix: str, path: str):
         self.prefix = prefix
         self.path = path
-        self.fd: int | None = None
+        self.offset = 0
         self.pending = b""  # a partial line waiting for its newline
         self.pending_polls = 0
         self.at_line_start = True
 
     def read(self) -> bytes:
-        if self.fd is None:
-            try:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                return b""
-        chunks = []
-        while True:
-            chunk = os.read(self.fd, _CHUNK)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return b""
+        try:
+            chunks = []
+            while True:
+                chunk = os.pread(fd, _CHUNK, self.offset)
+                if not chunk:
+                    return b"".join(chunks)
+                self.offset += len(chunk)
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
 
 
 class LogTailer:
@@ -52,8 +51,7 @@ class LogTailer:
         self.console_gone = False  # `topo launch ... | head` closed the pipe: the logs still have it all
 
     def pump(self, final: bool = False) -> None:
-        """Write what the files gained since the last call; `final` also flushes partial lines
-        and closes the files."""
+        """Write what the files gained since the last call; `final` also flushes partial lines."""
         wrote = False
         for f in self.followers:
             data = f.read()
@@ -76,9 +74,6 @@ class LogTailer:
                 self.out.flush()
             except (OSError, ValueError):
                 self.console_gone = True
-        if final:
-            for f in self.followers:
-                f.close()
 
     def _write(self, f: _Follower, data: bytes) -> bool:
         text = data.decode("utf-8", errors="replace")

@@ -4,7 +4,7 @@
 - `/proc/<pid>/numa_maps`: each mapping's memory policy; a mapping without its own policy shows
   the task's (fs/proc/task_mmu.c falls back to it), so `bind:0` on the first line is what
   `numactl --membind 0` set. `Mems_allowed_list` is the cgroup's cpuset.mems and does not change
-  with --membind (observed, spec/launchers-observed.md §1.7).
+  with --membind (observed with msrun 2.10 and numactl 2.0).
 """
 
 from __future__ import annotations
@@ -74,37 +74,42 @@ def read_observed(pid: int, proc: str = "/proc", *, memory_policy: bool = True) 
     return Observed(cpus, mems, policy, nodes)
 
 
-def wait_for_exec(pid: int, command: tuple[str, ...], timeout: float, proc: str = "/proc") -> bool:
-    """Wait until `pid` runs `command` itself, i.e. numactl / taskset have applied the binding and
-    exec'd. False if it did not get there (it exited, or the timeout passed)."""
-    want = "\0".join(command).encode()
+def wait_for_exec(pid: int, prefix: tuple[str, ...], timeout: float) -> bool:
+    """Wait until `pid` has left its binding prefix (numactl / taskset applied the binding and
+    exec'd what follows it). Its new command line is not compared with the one asked for: `python`
+    may be a wrapper (pyenv's shim) that execs the real interpreter under another name. False if it
+    did not get there (it exited, or the timeout passed)."""
+    import psutil
+
+    want = list(prefix)
     deadline = time.monotonic() + timeout
     delay = 0.0005
-    while True:
-        try:
-            with open(f"{proc}/{pid}/cmdline", "rb") as fh:
-                got = fh.read().rstrip(b"\0")
-        except OSError:
-            return False
-        if got == want or got.startswith(want + b"\0"):
-            return True
-        # Empty: a zombie (it exited before or instead of running the command), or a process in
-        # the middle of exec, whose new mm has no arguments yet.
-        if not got and _state(pid, proc) in ("Z", "X", None):
-            return False
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(delay)
-        delay = min(delay * 2, 0.01)
-
-
-def _state(pid: int, proc: str) -> str | None:
     try:
-        with open(f"{proc}/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2:][:1].decode()
+        process = psutil.Process(pid)
+        while True:
+            got = process.cmdline()
+            if got and (not want or got[:len(want)] != want):
+                return True
+            # Empty: a zombie (it exited before or instead of running the command), or a process
+            # in the middle of exec, whose new mm has no arguments yet.
+            if not got and process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+    except psutil.Error:  # gone, or a zombie whose cmdline cannot be read
+        return False
+
+
+# numa_maps' word for each set_mempolicy mode a binding asks for
+_POLICY_WORDS = {"bind": "bind", "preferred": "prefer", "interleave": "interleave"}
+
+
+def memory_policy(binding: Binding) -> str:
+    """The set_mempolicy mode of a binding's memory: "bind" (numactl --membind) unless the
+    binding says otherwise ("preferred")."""
+    return getattr(binding, "memory_policy", None) or "bind"
 
 
 def mismatch(binding: Binding, observed: Observed) -> str | None:
@@ -112,9 +117,11 @@ def mismatch(binding: Binding, observed: Observed) -> str | None:
     problems = []
     if binding.cpus is not None and observed.cpus != binding.cpus:
         problems.append(f"asked for CPUs {binding.cpus}, runs on CPUs {observed.cpus}")
-    if binding.memory is not None and (observed.policy != "bind" or observed.policy_nodes != binding.memory):
+    want = _POLICY_WORDS.get(memory_policy(binding), memory_policy(binding))
+    if binding.memory is not None and (observed.policy != want or observed.policy_nodes != binding.memory):
         shown = f"{observed.policy}:{observed.policy_nodes}" if observed.policy_nodes else observed.policy
-        problems.append(f"asked for memory bound to nodes {binding.memory}, memory policy is {shown or 'unreadable'}")
+        asked = "bound to" if want == "bind" else f"{memory_policy(binding)} on"
+        problems.append(f"asked for memory {asked} nodes {binding.memory}, memory policy is {shown or 'unreadable'}")
     return "; ".join(problems) or None
 
 

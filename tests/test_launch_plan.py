@@ -1,5 +1,5 @@
 """topo launch without starting anything: msrun's option values, ranks, environment per role, log
-names and the numactl / taskset argv per process (spec/anchors.md §1.2-1.12)."""
+names and the numactl / taskset argv per process."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from launcher.binding import device_ids
-from planners.bindjson import bind_prefix
+from launcher.binding import bind_prefix, device_ids
 from launcher.config import LaunchConfig
 from launcher.job import MANAGED_VARS, plan_job
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
@@ -69,7 +68,10 @@ def test_tail_worker_log_values():
 
 def test_bind_core_table_is_parsed_like_msrun():
     assert parse_bind_core("TRUE") is True
-    assert parse_bind_core('{"device0": [" 0-3 ", "8"], "scheduler": []}') == {"device0": ("0-3", "8"), "scheduler": ()}
+    table = parse_bind_core('{"device0": [" 0-3 ", "8"], "scheduler": []}')
+    assert table.table and table.plan.keys() == ("device0", "scheduler")
+    assert table.plan.process("device0").main == "0-3,8"  # joined with commas, as msrun joins them
+    assert table.plan.process("scheduler").main is None
 
 
 @pytest.mark.parametrize("text, message", [
@@ -124,7 +126,7 @@ def test_config_rejects_bad_counts_and_ports(kw, message):
 
 
 def test_missing_script_is_a_usage_error(tmp_path):
-    with pytest.raises(UsageError, match="script 'nope.py' does not exist"):
+    with pytest.raises(UsageError, match="script does not exist, 'nope.py'"):
         plan_job(LaunchConfig(script="nope.py"), environ={})
 
 
@@ -244,16 +246,19 @@ def test_tail_worker_log_picks_ranks(script):
 
 # ------------------------------------------------------------------ binding prefixes
 def test_bind_prefix_rule():
-    assert bind_prefix(cpus="0-9", memory="0") == ["numactl", "--membind", "0", "--physcpubind", "0-9"]
-    assert bind_prefix(cpu_nodes="1,2", memory="1,2") == ["numactl", "--membind", "1,2", "--cpunodebind", "1,2"]
-    assert bind_prefix(cpus="20-29,40-49") == ["taskset", "-c", "20-29,40-49"]
-    assert bind_prefix(cpu_nodes="0") == ["numactl", "--cpunodebind", "0"]
-    assert bind_prefix(memory="2-3,4") == ["numactl", "--membind", "2-3,4"]
-    assert bind_prefix() == []
+    assert bind_prefix(cpus="0-9", memory="0") == ("numactl", "--membind", "0", "--physcpubind", "0-9")
+    assert bind_prefix(cpu_nodes="1,2", memory="1,2") == ("numactl", "--membind", "1,2", "--cpunodebind", "1,2")
+    assert bind_prefix(cpus="20-29,40-49") == ("taskset", "-c", "20-29,40-49")
+    assert bind_prefix(cpu_nodes="0") == ("numactl", "--cpunodebind", "0")
+    assert bind_prefix(memory="2-3,4") == ("numactl", "--membind", "2-3,4")
+    assert bind_prefix(memory="1", memory_policy="preferred") == ("numactl", "--preferred", "1")
+    assert bind_prefix(cpus="0-3", memory="1", memory_policy="preferred") == (
+        "numactl", "--preferred", "1", "--physcpubind", "0-3")
+    assert bind_prefix() == ()
 
 
 def test_msrun_table_forms_give_msrun_argv(script):
-    """anchors §1.11 'verified outputs' on a 4-node machine."""
+    """msrun's own outputs for its table forms (run with msrun 2.10), on a 4-node machine."""
     core = '{"scheduler":["0-3"],"device0":["8-11"],"device1":["16-19","24-25"]}'
     numa = '{"scheduler":["0"],"device0":["1,2"],"device1":["3"]}'
     kw = dict(worker_num=2, local_worker_num=2)
@@ -312,7 +317,7 @@ def unified(tmp_path, data):
 
 
 def test_unified_json_doc_example_1(script, tmp_path):
-    """MS-DOC example 1 (anchors §1.16): cpu + numa memory, scheduler included."""
+    """Example 1 of MindSpore's bind JSON documentation: cpu + numa memory, scheduler included."""
     f = unified(tmp_path, {
         "bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa", "actor_thread_fix_bind": True},
         "bind_cpu": {"scheduler": {"main": "28-31"}, "device0": {"main": "0-4", "runtime": "5-7"},

@@ -23,8 +23,10 @@ needs_two_cpus = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reaso
 needs_numactl = pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed")
 
 
-# The environment the launcher is started with; `added` compares the children's with it.
+# The environment the launcher is started with; `added` compares the children's with it. The
+# workers run `python` from PATH, as msrun does: this interpreter's directory comes first.
 BASE_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+BASE_ENV["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", os.defpath)
 
 
 def topo_launch(args, *, cwd, timeout=60, input=None, env=None):
@@ -92,15 +94,17 @@ def test_single_node_env_contract(dirs):
                "MS_WORKER_NUM": "2", "RANK_SIZE": "2"}
     threads = {} if "OMP_NUM_THREADS" in BASE_ENV else {"OMP_NUM_THREADS": "1"}
     unbuffered = {} if "PYTHONUNBUFFERED" in BASE_ENV else {"PYTHONUNBUFFERED": "1"}
-    assert added(d["scheduler"]) == {**cluster, **threads, "MS_ROLE": "MS_SCHED", "RANK_ID": "0"}
+    job = {"TOPO_JOB_ID": json.loads((logs / "launch.json").read_text())["job_id"]}  # finds its daemons
+    assert added(d["scheduler"]) == {**cluster, **threads, **job, "MS_ROLE": "MS_SCHED", "RANK_ID": "0"}
     for i in (0, 1):
         assert added(d[f"worker_{i}"]) == {
-            **cluster, **threads, **unbuffered, "MS_ROLE": "MS_WORKER", "RANK_ID": str(i), "MS_NODE_ID": str(i),
+            **cluster, **threads, **unbuffered, **job, "MS_ROLE": "MS_WORKER", "RANK_ID": str(i),
+            "MS_NODE_ID": str(i),
             "DEVICE_ID": str(i), "RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
             "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29611"}
     for record in d.values():
         assert record["argv"] == [str(out), "--foo", "bar"]
-        assert record["orig_argv"] == [sys.executable, ENVDUMP, str(out), "--foo", "bar"]
+        assert record["orig_argv"] == ["python", ENVDUMP, str(out), "--foo", "bar"]  # msrun's argv
         assert record["sid"] == record["pid"]  # own session: killpg reaches everything it starts
     assert sorted(p.name for p in logs.iterdir()) == ["launch.json", "scheduler.log", "worker_0.log", "worker_1.log"]
     assert oct(logs.stat().st_mode & 0o777) == "0o700"
@@ -197,7 +201,10 @@ def test_refused_memory_binding_is_reported_with_the_fix(dirs, tmp_path):
 
     r = topo_launch(["--bind-fallback", *args], cwd=cwd, env=env)
     assert r.returncode == 0, r.stderr
-    assert "rank 0: CPUs 0-1, memory node 0 (unbound (--bind-fallback))" in r.stderr
+    # the memory policy is dropped, the CPU binding kept; the flag is not suggested again
+    assert "memory policy dropped, CPUs 0-1 kept" in r.stderr and "rerun with --bind-fallback" not in r.stderr
+    assert "rank 0: CPUs 0-1, memory node 0 (verified CPUs; memory binding refused, dropped (--bind-fallback))" \
+        in r.stderr
     assert dumps(out)["worker_0"]["memory_policy"] == "default"
 
 
@@ -215,8 +222,69 @@ def test_validation_errors_start_nothing(dirs):
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     r = topo_launch([f"--log_dir={logs}", "missing.py"], cwd=cwd)
-    assert (r.returncode, r.stderr.strip()) == (2, f"topo: error: script 'missing.py' does not exist (relative to {cwd})")
+    assert (r.returncode, r.stderr.strip()) == (
+        2, f"topo: error: script does not exist, 'missing.py' (relative to {cwd}): check the path")
     assert not logs.exists()
+
+
+def _immutable(path: Path) -> bool:
+    return shutil.which("chattr") is not None and subprocess.run(
+        ["chattr", "+i", str(path)], capture_output=True).returncode == 0
+
+
+def test_bad_paths_are_refused_before_anything_is_created(dirs):
+    """Log directory, log names, interpreter and script: one line, exit 2, no log directory made."""
+    cwd, out, logs = dirs
+    a_file = cwd / "a_file"
+    a_file.write_text("")
+    (cwd / "pkg").mkdir()
+    cases = [
+        ([f"--log_dir={a_file}"], f"log directory is not a directory, --log_dir={a_file}: give a directory path"),
+        ([f"--log_dir={a_file}/sub"], f"log directory is not a directory, {a_file} in --log_dir={a_file}/sub"),
+        (["--log_dir=/proc/topo-logs"], "log directory on a kernel pseudo-filesystem, --log_dir=/proc/topo-logs"),
+        ([f"--log_dir={logs}", "--worker_log_name=/abs/w"], "log name leaves the log directory, "
+                                                            "--worker_log_name='/abs/w'"),
+        ([f"--log_dir={logs}", "--worker_log_name=../x/w"], "log name leaves the log directory"),
+        ([f"--log_dir={logs}", "--python", "/nonexistent"], "interpreter does not exist, --python=/nonexistent"),
+        ([f"--log_dir={logs}", "--python", "no-such-python"], "'no-such-python' is not on PATH, --python"),
+    ]
+    for args, message in cases:
+        r = topo_launch(["--worker_num=1", "--local_worker_num=1", "--join=True", *args, ENVDUMP, str(out)], cwd=cwd)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.startswith("topo: error: ") and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        assert not logs.exists() and not (cwd / "x").exists() and not list(out.iterdir())
+    r = topo_launch([f"--log_dir={logs}", "pkg"], cwd=cwd)
+    assert r.returncode == 2 and "script is a directory, 'pkg'" in r.stderr, r.stderr
+    (logs / "worker_0.log").mkdir(parents=True)
+    r = topo_launch([f"--log_dir={logs}", "--worker_num=1", "--local_worker_num=1", ENVDUMP, str(out)], cwd=cwd)
+    assert r.returncode == 2 and f"log file is a directory, {logs / 'worker_0.log'}" in r.stderr, r.stderr
+    assert sorted(p.name for p in logs.iterdir()) == ["worker_0.log"]  # no scheduler.log either
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting and chattr need root")
+def test_read_only_and_immutable_log_directories_are_refused(dirs):
+    cwd, out, logs = dirs
+    ro = cwd / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        r = topo_launch([f"--log_dir={ro}/logs", ENVDUMP, str(out)], cwd=cwd)
+        assert r.returncode == 2 and r.stderr.startswith(
+            f"topo: error: log directory on a read-only filesystem, {ro} in --log_dir={ro}/logs"), r.stderr
+    finally:
+        subprocess.run(["umount", str(ro)])
+    frozen = cwd / "frozen"
+    frozen.mkdir()
+    if not _immutable(frozen):
+        pytest.skip("chattr +i is not supported on this filesystem")
+    try:
+        r = topo_launch([f"--log_dir={frozen}", ENVDUMP, str(out)], cwd=cwd)
+        assert r.returncode == 2 and "log directory not writable (permissions or an immutable directory), " \
+            f"--log_dir={frozen}" in r.stderr, r.stderr
+    finally:
+        subprocess.run(["chattr", "-i", str(frozen)])
+    assert not list(out.iterdir())
 
 
 # ------------------------------------------------------------------ failures, signals, orphans

@@ -1,0 +1,309 @@
+"""The supervisor of a started process group: check each binding in /proc, follow the job to its
+end (tailing logs, stopping everything when one process fails or a signal arrives), report, and
+record the job in launch.json for `topo stop`.
+
+Like torch elastic's agent over its process context, it decides *when* to stop; the process group
+(launcher.procgroup) knows *how*.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, TextIO
+
+from launcher import verify
+from launcher.procgroup import DirectBinding, LaunchError, Process, ProcessGroup
+from launcher.tail import LogTailer
+
+POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
+MAX_POLL_INTERVAL = 0.1  # s; the join loop backs off to this, so a day-long job costs no CPU
+EXEC_TIMEOUT = 5.0  # s for numactl / taskset to apply a binding and exec the interpreter
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+LAUNCH_JSON = "launch.json"
+SCHEMA = "topo.launch/2"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    exit_code: int
+    processes: tuple[Process, ...] = ()
+    failed: str | None = None  # "rank 1 exited with exit code 3", "received SIGTERM", ...
+
+
+class Supervisor:
+    """Runs one started ProcessGroup to its end. `say` prints the launcher's own messages."""
+
+    def __init__(self, group: ProcessGroup, *, grace_period: float, bind_fallback: bool,
+                 out: TextIO, say: Callable[[str], None], scheduler_role: str | None = None):
+        self.group = group
+        self.grace_period = grace_period
+        self.bind_fallback = bind_fallback
+        self.out = out
+        self.say = say
+        self.scheduler_role = scheduler_role  # a process whose end is awaited after the workers'
+        self.stop_signal: int | None = None
+        self.force_kill = False
+        self._old_handlers: dict[int, object] = {}
+
+    # ---------------------------------------------------------------- signals
+    def install_signal_handlers(self) -> None:
+        """SIGINT/SIGTERM/SIGHUP stop the job (forwarded, then SIGKILL after the grace period); a
+        second one skips the grace period. Only the main thread can install handlers; a library
+        caller on another thread handles its own signals."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_signal(signum, frame):
+            if self.stop_signal is not None:
+                self.force_kill = True
+            else:
+                self.stop_signal = signum
+
+        for sig in HANDLED_SIGNALS:
+            self._old_handlers[sig] = signal.signal(sig, on_signal)
+
+    def restore_signal_handlers(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()
+
+    # ---------------------------------------------------------------- verification
+    def verify_all(self) -> None:
+        """Read each process's CPUs and memory policy back from /proc and compare them with its
+        binding. LaunchError for the first problem, unless --bind-fallback can work around it."""
+        problems = []
+        for i, proc in enumerate(self.group.processes):
+            problem = self._verify(proc)
+            if problem is not None and self.bind_fallback:
+                proc = self._fall_back(i, proc, *problem)
+                problem = None
+            if problem is None:
+                self.say(report(proc))
+            else:
+                problems.append(problem[0])
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise LaunchError(problems[0] + more)
+
+    def _fall_back(self, index: int, proc: Process, problem: str, memory_refused: bool) -> Process:
+        """--bind-fallback: a process that runs with another binding is kept; one whose memory
+        binding was refused is started again with its CPUs only; any other refusal, unbound."""
+        if proc.popen.poll() is None:
+            self.say(f"{problem}; --bind-fallback: keeping it as the kernel placed it")
+            proc.status = "bound differently, kept (--bind-fallback)"
+            return proc
+        spec = proc.spec
+        cpus = frozenset(spec.binding.cpus) if memory_refused and spec.binding.cpus is not None else None
+        if cpus is not None:
+            self.say(f"{problem}; --bind-fallback: memory policy dropped, CPUs {spec.binding.cpus} kept")
+        else:
+            self.say(f"{problem}; --bind-fallback: running it unbound")
+        with open(spec.log_path, "a") as log:
+            log.write(f"topo launch: starting again {'with CPUs only' if cpus else 'unbound'}: {problem}\n")
+        direct = DirectBinding(cpus, None, reason="memory binding refused") if cpus is not None else None
+        proc = self.group.start_one(spec, direct=direct, argv=spec.command, log_mode="a")
+        self.group.replace(index, proc)
+        proc.observed = verify.read_observed(proc.pid)
+        if cpus is not None and proc.observed is not None and proc.observed.cpus == spec.binding.cpus:
+            proc.status = "verified CPUs; memory binding refused, dropped (--bind-fallback)"
+        else:
+            proc.status = "unbound (--bind-fallback)"
+        return proc
+
+    def _verify(self, proc: Process) -> tuple[str, bool] | None:
+        """Check one process: None when it is fine, else a message naming the problem and the fix,
+        and whether it was the memory binding the kernel refused."""
+        spec = proc.spec
+        if not spec.binding.is_bound:
+            proc.observed = verify.read_observed(proc.pid, memory_policy=False)
+            proc.status = "not bound"
+            return None
+        tool = spec.binding.prefix[0]
+        reached = verify.wait_for_exec(proc.pid, proc.argv[:len(proc.argv) - len(spec.command)], EXEC_TIMEOUT)
+        proc.observed = verify.read_observed(proc.pid)  # a zombie still shows its last affinity
+        how = "verified" if proc.direct is None else f"verified, applied directly: {proc.direct.reason}"
+        if not reached:
+            code = proc.popen.poll()
+            refusal = verify.refusal_in(_read_text(spec.log_path))
+            if refusal:
+                memory = "mempolicy" in refusal or "mbind" in refusal
+                who = tool if proc.direct is None else "the kernel"
+                if self.bind_fallback:
+                    return f"{spec.name}: {who} refused the binding ({refusal})", memory
+                if memory:
+                    fix = ("drop the memory binding (bind_memory_mode \"none\", or no --bind_numa) or grant the "
+                           "container CAP_SYS_NICE, or rerun with --bind-fallback to keep only the CPU binding")
+                else:
+                    fix = "bind only CPUs this container may use (see `topo show`), or rerun with --bind-fallback"
+                return f"{spec.name}: {who} refused the binding ({refusal}); {fix}", memory
+            if code is None:
+                return (f"{spec.name}: {tool} did not exec the interpreter within {EXEC_TIMEOUT:.0f} s; "
+                        f"is {tool} on PATH the real one?"), False
+            if code != 0:
+                return None  # it failed on its own; the join loop reports it like any failure
+            proc.status = "exited before it could be checked"
+            return None
+        if proc.observed is None:
+            proc.status = "exited before it could be checked"
+            return None
+        binding = spec.binding
+        dropped = (proc.direct is not None and proc.direct.keep_cpus_if_memory_refused
+                   and "memory policy dropped, CPUs kept" in _read_text(spec.log_path))
+        if dropped:
+            from dataclasses import replace
+
+            binding = replace(binding, memory=None)
+        problem = verify.mismatch(binding, proc.observed)
+        if problem:
+            fix = "" if self.bind_fallback else ("; the cgroup or another tool restricts this process: bind within "
+                                                 "`topo show`'s allowed CPUs / nodes, or rerun with --bind-fallback")
+            return f"{spec.name}: binding did not take: {problem}{fix}", False
+        proc.status = f"{how}; memory binding refused, dropped (--bind-fallback)" if dropped else how
+        return None
+
+    # ---------------------------------------------------------------- join
+    def join(self) -> JobResult:
+        """Follow the job until every process ended, one failed, or a signal came; then stop
+        whatever is left (the rest of the job, or daemons it left) and report."""
+        procs = self.group.processes
+        tailer = LogTailer([(f"[{p.name}] ", p.spec.log_path) for p in procs if p.spec.tail and p.spec.log_path],
+                           self.out)
+        workers = [p for p in procs if p.spec.role != self.scheduler_role]
+        failure: tuple[Process, int] | None = None
+        waiting_for_scheduler = False
+        delay = POLL_INTERVAL
+        started = time.monotonic()
+        try:
+            while self.stop_signal is None:
+                codes = [p.popen.poll() for p in procs]
+                failure = next(((p, c) for p, c in zip(procs, codes) if c not in (None, 0)), None)
+                if failure is not None or all(c is not None for c in codes):
+                    break
+                if (self.scheduler_role and not waiting_for_scheduler and len(workers) < len(procs)
+                        and all(p.popen.poll() is not None for p in workers)):
+                    # as msrun: a MindSpore scheduler ends once every worker has unregistered
+                    waiting_for_scheduler = True
+                    self.say(f"all {len(workers)} workers exited successfully; waiting for the scheduler")
+                tailer.pump()
+                time.sleep(delay)
+                if time.monotonic() - started > 1.0:  # short jobs keep the fast poll
+                    delay = min(delay * 1.25, MAX_POLL_INTERVAL)
+            if failure is not None:
+                proc, code = failure
+                self.say(f"{proc.name} (pid {proc.pid}) exited with {describe_code(code)}; "
+                         f"stopping the others (SIGTERM, SIGKILL after {self.grace_period:g} s)")
+                self.stop(signal.SIGTERM, tailer)
+            elif self.stop_signal is not None:
+                name = signal.Signals(self.stop_signal).name
+                self.say(f"received {name}; forwarding it to every process "
+                         f"(SIGKILL after {self.grace_period:g} s)")
+                self.stop(self.stop_signal, tailer)
+            else:
+                # every process ended by itself: only their leftovers (daemonised grandchildren) remain
+                self.stop(signal.SIGTERM, tailer)
+        finally:
+            tailer.pump(final=True)
+        if failure is not None:
+            proc, code = failure
+            lines = _last_lines(proc.spec.log_path, 10) if proc.spec.log_path else []
+            where = f"; last lines of {proc.spec.log_path}:" if proc.spec.log_path else ""
+            self.say(f"{proc.name} failed with {describe_code(code)}{where}" + "".join(f"\n    {line}" for line in lines))
+            if proc.spec.role == self.scheduler_role:
+                self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
+                         "other jobs (PyTorch) need none: pass --no-scheduler")
+            return JobResult(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}")
+        if self.stop_signal is not None:
+            name = signal.Signals(self.stop_signal).name
+            return JobResult(128 + self.stop_signal, tuple(procs), f"received {name}")
+        self.say(f"all {len(workers)} workers exited successfully")
+        return JobResult(0, tuple(procs))
+
+    def stop(self, sig: int, tailer: LogTailer | None = None) -> None:
+        self.group.stop(sig, self.grace_period, tick=None if tailer is None else tailer.pump,
+                        force=lambda: self.force_kill, say=self.say)
+
+
+# -------------------------------------------------------------------- launch.json
+def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: str, grace_period: float) -> None:
+    """The job's record: what `topo stop` needs (pids with their start times, so a reused pid is
+    never signalled; the job id its processes carry) and what each process was asked and got."""
+    import psutil
+
+    def started(pid: int) -> float | None:
+        try:
+            return psutil.Process(pid).create_time()
+        except psutil.Error:
+            return None
+
+    data = {
+        "schema": SCHEMA,
+        "job_id": group.job_id,
+        "launcher_pid": os.getpid(),
+        "launcher_create_time": started(os.getpid()),
+        "join": join,
+        "grace_period": grace_period,
+        "log_dir": log_dir,
+        "processes": [],
+    }
+    for proc in group.processes:
+        proc.create_time = started(proc.pid)
+        data["processes"].append(process_record(proc))
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)  # `topo stop` never reads half a file
+
+
+def process_record(proc: Process) -> dict:
+    spec, binding, seen = proc.spec, proc.spec.binding, proc.observed
+    return {
+        "name": spec.name, "role": spec.role, "rank": spec.rank, "local_rank": spec.local_rank,
+        "pid": proc.pid, "create_time": proc.create_time, "argv": list(proc.argv), "log": spec.log_path,
+        "env": dict(spec.env),
+        "binding": {"prefix": list(binding.prefix), "cpus": None if binding.cpus is None else str(binding.cpus),
+                    "memory": None if binding.memory is None else str(binding.memory),
+                    "applied": "directly" if proc.direct is not None else ("prefix" if binding.prefix else None)},
+        "observed": None if seen is None else {
+            "cpus": str(seen.cpus), "mems_allowed": str(seen.mems_allowed),
+            "memory_policy": seen.policy, "policy_nodes": str(seen.policy_nodes)},
+        "status": proc.status,
+    }
+
+
+# -------------------------------------------------------------------- reporting
+def report(proc: Process) -> str:
+    seen = proc.observed.describe() if proc.observed else "exited before it could be read"
+    return f"{proc.name}: {seen} ({proc.status})"
+
+
+def exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def describe_code(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _read_text(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _last_lines(path: str, n: int) -> list[str]:
+    return _read_text(path).splitlines()[-n:]
