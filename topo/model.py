@@ -3,49 +3,128 @@
 Containment (package > die > NUMA node > L3 > core > PU) is not stored as pointers but follows from
 cpusets, as in hwloc; `topo.render` rebuilds the tree for display. Objects carry their OS index
 (P#) as `os_index`; logical indices (L#) are their position in the sorted lists.
+
+The JSON form (schema topo.topology/1, what `topo show --json` prints) is derived from the fields:
+each field is one key, in field order, converted by the codec its annotation names (`CpuSet` <->
+cpulist text, tuples <-> lists, ...). `_JSON_NAMES` lists the few keys not named as their field.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, replace
+from operator import attrgetter
 from typing import Iterable, Mapping
 
 from topo.cpuset import EMPTY, CpuSet
-from topo.errors import ProbeError
+from topo.errors import ParseError, ProbeError
 
 SCHEMA = "topo.topology/1"
 
 
-@dataclass(frozen=True)
-class Package:
+class _Value:
+    """Equality, hashing, repr and immutability of a frozen dataclass, written once for all model
+    classes: `@dataclass(frozen=True)` compiles five methods per class at import, about 0.5 ms a
+    class paid by every `topo` command. The dataclass fields stay, so `dataclasses.replace` and
+    `dataclasses.fields` work as usual."""
+
+    __slots__ = ()
+    _field_values: attrgetter  # set by @value: the tuple of an instance's field values
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._field_values(self) == other._field_values(other)
+
+    def __hash__(self):
+        return hash(self._field_values(self))
+
+    def __repr__(self):
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return f"{type(self).__name__}({shown})"
+
+    def __setattr__(self, name, value):
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def value(cls=None, *, kw_only: bool = False):
+    """Make a `_Value` subclass a frozen dataclass whose one generated method is `__init__`.
+
+    The class needs a docstring: without one, dataclass() builds one from the signature with
+    `inspect`, which costs more than all the rest.
+    """
+    def wrap(cls):
+        cls = dataclass(init=False, repr=False, eq=False, kw_only=kw_only)(cls)
+        cls._field_values = attrgetter(*(f.name for f in fields(cls)))
+        cls.__init__ = _init_for(cls)
+        return cls
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _init_for(cls):
+    """`__init__(self, <fields>)` storing each argument, with defaults and factories as declared."""
+    positional, keyword, body, env = [], [], [], {"_MISSING": MISSING}
+    for f in fields(cls):
+        param = f.name
+        if f.default is not MISSING:
+            env[f"_default_{f.name}"] = f.default
+            param = f"{f.name}=_default_{f.name}"
+        elif f.default_factory is not MISSING:
+            env[f"_factory_{f.name}"] = f.default_factory
+            param = f"{f.name}=_MISSING"
+            body.append(f" if {f.name} is _MISSING: {f.name} = _factory_{f.name}()")
+        (keyword if f.kw_only else positional).append(param)
+        body.append(f" d[{f.name!r}] = {f.name}")
+    params = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    exec(f"def __init__({params}):\n d = self.__dict__\n" + "\n".join(body) + "\n", env)
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
+
+
+@value
+class Package(_Value):
+    """A processor package (socket)."""
+
     os_index: int
     cpuset: CpuSet
     model: str | None = None
 
 
-@dataclass(frozen=True)
-class Die:
+@value
+class Die(_Value):
+    """A die inside a package."""
+
     os_index: int
     package: int
     cpuset: CpuSet
 
 
-@dataclass(frozen=True)
-class Cluster:
+@value
+class Cluster(_Value):
+    """A cluster of cores sharing something below the die (ARM clusters)."""
+
     os_index: int
     package: int
     cpuset: CpuSet
 
 
-@dataclass(frozen=True)
-class Core:
+@value
+class Core(_Value):
+    """A physical core and its PUs (hardware threads)."""
+
     os_index: int | None  # sysfs core_id: unique only within a package; None when sysfs has none
     package: int | None  # None on machines without package information
     cpuset: CpuSet
 
 
-@dataclass(frozen=True)
-class Cache:
+@value
+class Cache(_Value):
+    """A CPU cache and the PUs sharing it."""
+
     level: int
     type: str  # "data" | "instruction" | "unified"
     size: int  # bytes
@@ -59,15 +138,19 @@ class Cache:
         return f"L{self.level}{suffix}"
 
 
-@dataclass(frozen=True)
-class MemorySideCache:
+@value
+class MemorySideCache(_Value):
+    """A cache in front of NUMA nodes' memory (hwloc's MemCache)."""
+
     size: int
     numa_nodes: tuple[int, ...]
     cpuset: CpuSet
 
 
-@dataclass(frozen=True)
-class NumaNode:
+@value
+class NumaNode(_Value):
+    """A NUMA node: memory, the CPUs it owns and the CPUs it is local to."""
+
     os_index: int
     cpuset: CpuSet  # the node's own CPUs; empty for a memory-only node
     local_memory: int  # bytes
@@ -77,8 +160,8 @@ class NumaNode:
     subtype: str | None = None  # e.g. "GPUMemory", "NVM"
 
 
-@dataclass(frozen=True)
-class Group:
+@value
+class Group(_Value):
     """A level hwloc inserts where no package/die/cache matches: NUMA nodes spanning several
     packages, or nodes clustered by their distances."""
 
@@ -87,8 +170,10 @@ class Group:
     reason: str
 
 
-@dataclass(frozen=True)
-class PciDevice:
+@value
+class PciDevice(_Value):
+    """A PCI function as sysfs lists it."""
+
     busid: str  # "0000:07:00.0"
     class_id: str  # "0302"
     vendor_id: str  # "10de"
@@ -104,8 +189,8 @@ class PciDevice:
         return f"{self.vendor_id}:{self.device_id}"
 
 
-@dataclass(frozen=True)
-class Device:
+@value
+class Device(_Value):
     """An accelerator or NIC that planners place processes next to."""
 
     kind: str  # "gpu" | "npu" | "nic" | "nvme" | "accel"
@@ -121,28 +206,33 @@ class Device:
     socket_cpus: CpuSet | None = None  # NVML's SOCKET-scope affinity; None when not reported
 
 
-@dataclass(frozen=True)
-class Topology:
+@value(kw_only=True)
+class Topology(_Value):
+    """One machine: its PU sets, its objects by type, and how each probe fared.
+
+    Fields are in the order of the JSON keys; `root` and `probes` go under "source".
+    """
+
     root: str
+    probes: Mapping[str, str] = field(default_factory=dict)
+    info: Mapping[str, str] = field(default_factory=dict)
     pus: CpuSet  # online PUs with a topology entry, restricted as the view says
-    allowed_pus: CpuSet
+    allowed_pus: CpuSet  # those the cgroup cpuset and the affinity allow
     complete_pus: CpuSet  # every PU known, offline or disallowed included
     online_pus: CpuSet
     allowed_numa_nodes: CpuSet
     packages: tuple[Package, ...]
+    dies: tuple[Die, ...] = ()
+    clusters: tuple[Cluster, ...] = ()
     numa_nodes: tuple[NumaNode, ...]
     cores: tuple[Core, ...]
     caches: tuple[Cache, ...] = ()
-    dies: tuple[Die, ...] = ()
-    clusters: tuple[Cluster, ...] = ()
-    groups: tuple[Group, ...] = ()
     memory_side_caches: tuple[MemorySideCache, ...] = ()
+    groups: tuple[Group, ...] = ()
     pci_devices: tuple[PciDevice, ...] = ()
     devices: tuple[Device, ...] = ()
     links: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    probes: Mapping[str, str] = field(default_factory=dict)
-    info: Mapping[str, str] = field(default_factory=dict)
-    include_disallowed: bool = False
+    include_disallowed: bool = False  # the view `discover(include_disallowed=...)` asked for
 
     # ---- queries ------------------------------------------------------
     @property
@@ -190,233 +280,302 @@ class Topology:
 
     # ---- invariants ---------------------------------------------------
     def check(self) -> None:
-        """Raise ProbeError if the topology breaks an invariant hwloc's checker would catch."""
-        problems = []
-        if not self.allowed_pus <= self.pus | self.allowed_pus and not self.include_disallowed:
-            problems.append("allowed PUs outside PUs")
-        if not self.pus <= self.complete_pus:
-            problems.append(f"PUs {self.pus - self.complete_pus} outside the complete set")
-        covered = EMPTY
-        for core in self.cores:
-            if core.package is None and not self.packages:
-                pass  # no package level at all
-            elif not any(p.os_index == core.package and core.cpuset <= p.cpuset for p in self.packages):
-                problems.append(f"core P#{core.os_index} not inside a package P#{core.package}")
-            if not core.cpuset:
-                problems.append(f"core P#{core.os_index} of package {core.package} has no PU")
-            if covered.intersects(core.cpuset):
-                problems.append(f"PUs {covered & core.cpuset} in two cores")
-            covered |= core.cpuset
-        if covered != self.pus:
-            problems.append(f"PUs not in exactly one core: {covered ^ self.pus}")
-        seen = EMPTY
-        for pkg in self.packages:
-            if seen.intersects(pkg.cpuset):
-                problems.append(f"package P#{pkg.os_index} overlaps another")
-            seen |= pkg.cpuset
-            if not pkg.cpuset <= self.pus:
-                problems.append(f"package P#{pkg.os_index} has PUs outside the topology")
-        seen = EMPTY
-        for node in self.numa_nodes:
-            if seen.intersects(node.cpuset):
-                problems.append(f"NUMA node P#{node.os_index} overlaps another")
-            seen |= node.cpuset
-            if node.memory_only and node.cpuset:
-                problems.append(f"memory-only NUMA node P#{node.os_index} has CPUs")
-            if not node.cpuset <= node.locality:
-                problems.append(f"NUMA node P#{node.os_index} CPUs outside its locality")
-        for die in self.dies:
-            if not any(die.package == p.os_index and die.cpuset <= p.cpuset for p in self.packages):
-                problems.append(f"die P#{die.os_index} not inside package P#{die.package}")
-        # caches nest: two caches either are disjoint or one contains the other at a higher level
-        by_level: dict[int, list[Cache]] = {}
-        for cache in self.caches:
-            if cache.type != "instruction":
-                by_level.setdefault(cache.level, []).append(cache)
-        levels = sorted(by_level)
-        for lo, hi in zip(levels, levels[1:]):
-            for small in by_level[lo]:
-                if not small.cpuset:
-                    continue
-                for big in by_level[hi]:
-                    if big.cpuset.intersects(small.cpuset) and not small.cpuset <= big.cpuset:
-                        problems.append(
-                            f"L{lo} cache {small.cpuset} straddles L{hi} cache {big.cpuset}"
-                        )
-        for cache in self.caches:
-            if not cache.cpuset <= self.pus:
-                problems.append(f"L{cache.level} cache {cache.cpuset} has PUs outside the topology")
+        """Raise ProbeError if the topology breaks an invariant, as `hwloc_topology_check()` does.
+
+        Time is linear in the number of objects and PUs, so a file claiming a million PUs is
+        refused as fast as it is read.
+        """
+        problems = _problems(self)
         if problems:
             raise ProbeError("topology check failed: " + "; ".join(problems[:5]))
 
     # ---- JSON ---------------------------------------------------------
     def to_dict(self) -> dict:
-        return {
-            "schema": SCHEMA,
-            "source": {"root": self.root, "probes": dict(self.probes)},
-            "info": dict(self.info),
-            "pus": self.pus.to_list(),
-            "allowed_pus": self.allowed_pus.to_list(),
-            "complete_pus": self.complete_pus.to_list(),
-            "online_pus": self.online_pus.to_list(),
-            "allowed_numa_nodes": self.allowed_numa_nodes.to_list(),
-            "packages": [
-                {"os_index": p.os_index, "cpuset": p.cpuset.to_list(), "model": p.model}
-                for p in self.packages
-            ],
-            "dies": [
-                {"os_index": d.os_index, "package": d.package, "cpuset": d.cpuset.to_list()}
-                for d in self.dies
-            ],
-            "clusters": [
-                {"os_index": c.os_index, "package": c.package, "cpuset": c.cpuset.to_list()}
-                for c in self.clusters
-            ],
-            "numa_nodes": [
-                {
-                    "os_index": n.os_index,
-                    "cpuset": n.cpuset.to_list(),
-                    "local_memory": n.local_memory,
-                    "memory_only": n.memory_only,
-                    "locality": n.locality.to_list(),
-                    "distances": {str(k): v for k, v in sorted(n.distances.items())},
-                    "subtype": n.subtype,
-                }
-                for n in self.numa_nodes
-            ],
-            "cores": [
-                {"os_index": c.os_index, "package": c.package, "cpuset": c.cpuset.to_list()}
-                for c in self.cores
-            ],
-            "caches": [
-                {
-                    "level": c.level,
-                    "type": c.type,
-                    "size": c.size,
-                    "cpuset": c.cpuset.to_list(),
-                    "line_size": c.line_size,
-                    "ways": c.ways,
-                }
-                for c in self.caches
-            ],
-            "memory_side_caches": [
-                {"size": m.size, "numa_nodes": list(m.numa_nodes), "cpuset": m.cpuset.to_list()}
-                for m in self.memory_side_caches
-            ],
-            "groups": [
-                {"cpuset": g.cpuset.to_list(), "numa_nodes": list(g.numa_nodes), "reason": g.reason}
-                for g in self.groups
-            ],
-            "pci_devices": [
-                {
-                    "busid": d.busid,
-                    "class": d.class_id,
-                    "id": d.id,
-                    "numa_node": d.numa_node,
-                    "local_cpus": d.local_cpus.to_list(),
-                    "driver": d.driver,
-                    "names": list(d.names),
-                    "rdma_names": list(d.rdma_names),
-                }
-                for d in self.pci_devices
-            ],
-            "devices": [
-                {
-                    "kind": d.kind,
-                    "vendor": d.vendor,
-                    "index": d.index,
-                    "busid": d.busid,
-                    "numa_node": d.numa_node,
-                    "local_cpus": d.local_cpus.to_list(),
-                    "name": d.name,
-                    "uuid": d.uuid,
-                    "source": d.source,
-                    "memory": d.memory,
-                    "socket_cpus": None if d.socket_cpus is None else d.socket_cpus.to_list(),
-                }
-                for d in self.devices
-            ],
-            "links": {k: dict(v) for k, v in self.links.items()},
-        }
+        """The `topo show --json` form (schema topo.topology/1)."""
+        out = {"schema": SCHEMA, "source": {"root": self.root, "probes": dict(self.probes)}}
+        out.update(_encode(self))
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Topology":
-        """Read back what `to_dict` wrote (the `topo show --json` schema)."""
-        if data.get("schema") != SCHEMA:
+        """Read back what `to_dict` wrote; ProbeError naming the key when something is wrong."""
+        if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
+            found = data.get("schema") if isinstance(data, Mapping) else type(data).__name__
             raise ProbeError(
-                f"not a topo topology: schema is {data.get('schema')!r}, expected {SCHEMA!r} "
+                f"not a topo topology: schema is {_short(found)!r}, expected {SCHEMA!r} "
                 "(write one with `topo show --json`)"
             )
-        P = CpuSet.parse
+        source = data.get("source")
+        if not isinstance(source, Mapping) or not isinstance(source.get("root"), str):
+            raise _malformed("source", "expected an object with a 'root' string and 'probes'", source)
         try:
-            return cls(
-                root=data["source"]["root"],
-                probes=dict(data["source"].get("probes", {})),
-                info=dict(data.get("info", {})),
-                pus=P(data["pus"]),
-                allowed_pus=P(data["allowed_pus"]),
-                complete_pus=P(data.get("complete_pus", data["pus"])),
-                online_pus=P(data.get("online_pus", data["pus"])),
-                allowed_numa_nodes=P(data["allowed_numa_nodes"]),
-                packages=tuple(
-                    Package(p["os_index"], P(p["cpuset"]), p.get("model")) for p in data["packages"]
-                ),
-                dies=tuple(Die(d["os_index"], d["package"], P(d["cpuset"])) for d in data["dies"]),
-                clusters=tuple(
-                    Cluster(c["os_index"], c["package"], P(c["cpuset"])) for c in data["clusters"]
-                ),
-                numa_nodes=tuple(
-                    NumaNode(
-                        n["os_index"],
-                        P(n["cpuset"]),
-                        n["local_memory"],
-                        n["memory_only"],
-                        P(n["locality"]),
-                        {int(k): v for k, v in n.get("distances", {}).items()},
-                        n.get("subtype"),
-                    )
-                    for n in data["numa_nodes"]
-                ),
-                cores=tuple(Core(c["os_index"], c["package"], P(c["cpuset"])) for c in data["cores"]),
-                caches=tuple(
-                    Cache(c["level"], c["type"], c["size"], P(c["cpuset"]), c.get("line_size"), c.get("ways"))
-                    for c in data.get("caches", [])
-                ),
-                memory_side_caches=tuple(
-                    MemorySideCache(m["size"], tuple(m["numa_nodes"]), P(m["cpuset"]))
-                    for m in data.get("memory_side_caches", [])
-                ),
-                groups=tuple(
-                    Group(P(g["cpuset"]), tuple(g["numa_nodes"]), g.get("reason", ""))
-                    for g in data.get("groups", [])
-                ),
-                pci_devices=tuple(
-                    PciDevice(
-                        d["busid"],
-                        d["class"],
-                        *d["id"].split(":", 1),
-                        d["numa_node"],
-                        P(d["local_cpus"]),
-                        d.get("driver"),
-                        tuple(d.get("names", ())),
-                        tuple(d.get("rdma_names", ())),
-                    )
-                    for d in data.get("pci_devices", [])
-                ),
-                devices=tuple(
-                    Device(
-                        d["kind"], d["vendor"], d["index"], d.get("busid"), d.get("numa_node"),
-                        P(d.get("local_cpus", "")), d.get("name"), d.get("uuid"), d.get("source", "json"),
-                        d.get("memory"), None if d.get("socket_cpus") is None else P(d["socket_cpus"]),
-                    )
-                    for d in data.get("devices", [])
-                ),
-                links={k: dict(v) for k, v in data.get("links", {}).items()},
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProbeError(f"malformed topology JSON: {exc!r} (regenerate it with `topo show --json`)") from exc
+            probes = _str_map(source.get("probes", {}), "source.probes")
+        except _Malformed as exc:
+            raise _malformed(exc.where, exc.what, source.get("probes")) from None
+        return _decode(cls, data, "", root=source["root"], probes=probes)
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
+
+def _short(obj, limit: int = 60) -> str:
+    text = obj if isinstance(obj, str) else repr(obj)
+    return text if len(text) <= limit else text[:limit] + f"...({len(text)} characters)"
+
+
+# ---- invariants ------------------------------------------------------------------------------
+
+
+def _problems(t: Topology) -> list[str]:
+    """Every invariant `check()` enforces, one message per broken one."""
+    problems = []
+    # allowed <= shown <= online <= complete: discovery starts from the online PUs and narrows them.
+    if not t.allowed_pus <= t.pus:
+        problems.append(f"allowed PUs {_short(str(t.allowed_pus - t.pus))} not among the PUs")
+    if not t.pus <= t.online_pus:
+        problems.append(f"PUs {_short(str(t.pus - t.online_pus))} not online")
+    if not t.online_pus <= t.complete_pus:
+        problems.append(f"online PUs {_short(str(t.online_pus - t.complete_pus))} outside the complete set")
+
+    packages: dict[int | None, list[CpuSet]] = {}  # ia64 dumps reuse one id for several packages
+    seen = EMPTY
+    for pkg in t.packages:
+        packages.setdefault(pkg.os_index, []).append(pkg.cpuset)
+        if seen.intersects(pkg.cpuset):
+            problems.append(f"package P#{pkg.os_index} overlaps another")
+        seen |= pkg.cpuset
+        if not pkg.cpuset <= t.pus:
+            problems.append(f"package P#{pkg.os_index} has PUs outside the topology")
+
+    covered = EMPTY
+    for core in t.cores:
+        if packages and not any(core.cpuset <= p for p in packages.get(core.package, ())):
+            problems.append(f"core P#{core.os_index} not inside a package P#{core.package}")
+        if not core.cpuset:
+            problems.append(f"core P#{core.os_index} of package {core.package} has no PU")
+        if covered.intersects(core.cpuset):
+            problems.append(f"PUs {_short(str(covered & core.cpuset))} in two cores")
+        covered |= core.cpuset
+        if len(problems) > 5:
+            return problems  # a broken file would otherwise list every core
+    if covered != t.pus:
+        problems.append(f"PUs not in exactly one core: {_short(str(covered ^ t.pus))}")
+
+    for die in t.dies:
+        if not any(die.cpuset <= p for p in packages.get(die.package, ())):
+            problems.append(f"die P#{die.os_index} not inside package P#{die.package}")
+
+    seen = EMPTY
+    node_ids = set()
+    for node in t.numa_nodes:
+        if node.os_index in node_ids:
+            problems.append(f"NUMA node P#{node.os_index} listed twice")
+        node_ids.add(node.os_index)
+        if seen.intersects(node.cpuset):
+            problems.append(f"NUMA node P#{node.os_index} overlaps another")
+        seen |= node.cpuset
+        if node.memory_only and node.cpuset:
+            problems.append(f"memory-only NUMA node P#{node.os_index} has CPUs")
+        if not node.cpuset <= node.locality:
+            problems.append(f"NUMA node P#{node.os_index} CPUs outside its locality")
+    if not t.allowed_numa_nodes <= CpuSet(i for i in node_ids if i >= 0):
+        problems.append(f"allowed NUMA nodes {_short(str(t.allowed_numa_nodes))} not all listed")
+
+    problems.extend(_cache_problems(t))
+    return problems
+
+
+def _cache_problems(t: Topology) -> list[str]:
+    """Caches nest (two caches of different levels are disjoint, or the lower-level one lies inside
+    the other) and hold only the topology's PUs. Each level maps a PU to the cache holding it, so
+    the cost is one pass over each cache's PUs, not a comparison of every pair."""
+    problems = []
+    by_level: dict[int, list[Cache]] = {}
+    for cache in t.caches:
+        if not cache.cpuset <= t.pus:
+            problems.append(f"L{cache.level} cache {_short(str(cache.cpuset))} has PUs outside the topology")
+        if cache.type != "instruction":
+            by_level.setdefault(cache.level, []).append(cache)
+    levels = sorted(by_level)
+    for lo, hi in zip(levels, levels[1:]):
+        holder = {pu: big for big in by_level[hi] for pu in big.cpuset}
+        for small in by_level[lo]:
+            bigs = {id(holder[pu]): holder[pu] for pu in small.cpuset if pu in holder}
+            for big in bigs.values():
+                if not small.cpuset <= big.cpuset:
+                    problems.append(f"L{lo} cache {_short(str(small.cpuset))} straddles "
+                                    f"L{hi} cache {_short(str(big.cpuset))}")
+                    break
+    return problems
+
+
+# ---- JSON codecs -------------------------------------------------------------------------------
+
+# Keys not named as their field: field -> JSON key, or None when the field is not in the JSON
+# (the view flag; root and probes, which Topology.to_dict writes under "source").
+_JSON_NAMES = {
+    "PciDevice": {"class_id": "class"},
+    "Topology": {"root": None, "probes": None, "include_disallowed": None},
+}
+# One key holding two fields: PciDevice's "id" is "vendor_id:device_id".
+_JOINED = {"PciDevice": ("id", "vendor_id", "device_id")}
+
+
+class _Malformed(Exception):
+    def __init__(self, where: str, what: str) -> None:
+        self.where, self.what = where, what
+
+
+def _malformed(where: str, what: str, found) -> ProbeError:
+    return ProbeError(f"malformed topology JSON: {where or 'top level'}: {what}, found {_short(repr(found))} "
+                      "(regenerate it with `topo show --json`)")
+
+
+def _expect(kind, name: str):
+    def decode(v, where):
+        if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+            raise _Malformed(where, f"expected {name}")
+        if kind is int and v < 0:
+            raise _Malformed(where, "expected a non-negative integer")
+        return v
+    return decode
+
+
+def _optional(decode):
+    return lambda v, where: None if v is None else decode(v, where)
+
+
+def _cpuset(v, where):
+    if not isinstance(v, str):
+        raise _Malformed(where, "expected a cpulist string such as '0-3,8'")
+    try:
+        return CpuSet.parse(v)
+    except ParseError as exc:
+        raise _Malformed(where, str(exc)) from None
+
+
+def _tuple_of(decode):
+    def tuple_decode(v, where):
+        if not isinstance(v, list):
+            raise _Malformed(where, "expected a list")
+        return tuple(decode(x, f"{where}[{i}]") for i, x in enumerate(v))
+    return tuple_decode
+
+
+def _object(v, where):
+    if not isinstance(v, Mapping):
+        raise _Malformed(where, "expected an object")
+    return v
+
+
+def _distances(v, where):
+    out = {}
+    for k, d in _object(v, where).items():
+        if not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 7):
+            raise _Malformed(f"{where}.{_short(k, 20)}", "expected a NUMA node number as key")
+        out[int(k)] = _int(d, f"{where}.{k}")
+    return out
+
+
+def _str_map(v, where):
+    for k, s in _object(v, where).items():
+        _str(s, f"{where}.{_short(k, 20)}")
+    return dict(v)
+
+
+_int = _expect(int, "an integer")
+_str = _expect(str, "a string")
+_same = None  # the value is its own JSON
+# annotation -> (encode, decode); encode None means the value goes into the JSON as it is.
+_CODECS = {
+    "int": (_same, _int),
+    "int | None": (_same, _optional(_int)),
+    "str": (_same, _str),
+    "str | None": (_same, _optional(_str)),
+    "bool": (_same, _expect(bool, "true or false")),
+    "CpuSet": (CpuSet.to_list, _cpuset),
+    "CpuSet | None": (lambda s: None if s is None else s.to_list(), _optional(_cpuset)),
+    "tuple[int, ...]": (list, _tuple_of(_int)),
+    "tuple[str, ...]": (list, _tuple_of(_str)),
+    "Mapping[int, int]": (lambda m: {str(k): v for k, v in sorted(m.items())}, _distances),
+    "Mapping[str, str]": (dict, _str_map),
+    "Mapping[str, Mapping[str, str]]": (
+        lambda m: {k: dict(v) for k, v in m.items()},
+        lambda v, where: {k: _str_map(row, f"{where}.{_short(k, 20)}") for k, row in _object(v, where).items()},
+    ),
+}
+_PLANS: dict[type, list] = {}  # class -> [(field name, JSON key, encode, decode, default)], built on first use
+
+
+def _plan(cls) -> list:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        names = _JSON_NAMES.get(cls.__name__, {})
+        joined = _JOINED.get(cls.__name__)
+        plan = []
+        for f in fields(cls):
+            key = names.get(f.name, f.name)
+            if key is None or (joined and f.name == joined[2]):
+                continue
+            encode, decode = _codec(f.type)
+            if joined and f.name == joined[1]:
+                key = joined[0]
+            default = f.default if f.default_factory is MISSING else f.default_factory()
+            plan.append((f.name, key, encode, decode, default))
+        _PLANS[cls] = plan
+    return plan
+
+
+def _codec(annotation: str):
+    if annotation in _CODECS:
+        return _CODECS[annotation]
+    element = globals()[annotation.removeprefix("tuple[").removesuffix(", ...]")]  # tuple[Package, ...]
+    return ((lambda objs: [_encode(o) for o in objs]),
+            _tuple_of(lambda v, where: _decode(element, _object(v, where), where)))
+
+
+def _encode(obj) -> dict:
+    out = {}
+    joined = _JOINED.get(type(obj).__name__)
+    for name, key, encode, _, _ in _plan(type(obj)):
+        v = getattr(obj, name)
+        if joined and name == joined[1]:
+            v = f"{v}:{getattr(obj, joined[2])}"
+        out[key] = v if encode is None else encode(v)
+    return out
+
+
+def _decode(cls, data: Mapping, where: str, **values):
+    joined = _JOINED.get(cls.__name__)
+    prefix = f"{where}." if where else ""
+    try:
+        for name, key, _, decode, default in _plan(cls):
+            v = data.get(key, MISSING)
+            if v is MISSING:
+                if default is MISSING:
+                    raise _Malformed(f"{prefix}{key}", "missing")
+                values[name] = default
+            elif joined and name == joined[1]:
+                text = _str(v, prefix + key)
+                if text.count(":") != 1:
+                    raise _Malformed(prefix + key, "expected 'vendor:device' such as '10de:20b0'")
+                values[joined[1]], values[joined[2]] = text.split(":")
+            else:
+                values[name] = decode(v, prefix + key)
+    except _Malformed as exc:
+        if where:
+            raise
+        found = data
+        for part in exc.where.replace("[", ".[").split("."):
+            found = _step(found, part)
+        raise _malformed(exc.where, exc.what, found) from None
+    return cls(**values)
+
+
+def _step(found, part: str):
+    """The value at one step of an error's path (for the message's `found ...`)."""
+    try:
+        return found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
+    except (AttributeError, LookupError, TypeError, ValueError):
+        return found
