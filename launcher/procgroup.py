@@ -35,6 +35,7 @@ from launcher.binding import UNBOUND, Binding
 from topo.errors import TopoError
 
 JOB_ID_VAR = "TOPO_JOB_ID"
+INHERIT = "<inherit>"  # ProcessSpec.stderr_path: the launcher's own stderr, while stdout goes to log_path
 POLL_INTERVAL = 0.005  # s, while stopping: how often the group is re-scanned
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 # descriptors the launcher needs at once: 3 standard streams, a log file being opened, the exec
@@ -74,6 +75,7 @@ class ProcessSpec:
     rank: int | None = None  # global rank, when known
     local_rank: int | None = None
     tail: bool = False  # the log is copied to the console under --join
+    stderr_path: str | None = None  # stderr's own file; None: with stdout; INHERIT: the launcher's stderr
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -153,9 +155,11 @@ class ProcessGroup:
         env[JOB_ID_VAR] = self.job_id
         setup = _child_setup(os.getpid() if self.die_with_launcher else None, direct)
         log = open(spec.log_path, log_mode) if spec.log_path else None
+        err = open(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
+        stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
         try:
             popen = subprocess.Popen(
-                argv, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+                argv, env=env, stdout=log, stderr=stderr,
                 stdin=None if self.inherit_stdin else subprocess.DEVNULL,
                 start_new_session=True, close_fds=True, preexec_fn=setup,
             )
@@ -163,8 +167,9 @@ class ProcessGroup:
             raise LaunchError(f"cannot start {argv[0]!r}, {spec.name}: {exc.strerror or exc}; "
                               "check --python and PATH") from None
         finally:
-            if log is not None:
-                log.close()
+            for fh in (log, err):
+                if fh is not None:
+                    fh.close()
         return Process(spec, popen, direct, argv)
 
     def replace(self, index: int, proc: Process) -> None:

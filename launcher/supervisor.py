@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from launcher import verify
-from launcher.procgroup import DirectBinding, LaunchError, Process, ProcessGroup
+from launcher.procgroup import INHERIT, DirectBinding, LaunchError, Process, ProcessGroup
 from launcher.tail import LogTailer
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
@@ -171,8 +171,8 @@ class Supervisor:
         """Follow the job until every process ended, one failed, or a signal came; then stop
         whatever is left (the rest of the job, or daemons it left) and report."""
         procs = self.group.processes
-        tailer = LogTailer([(f"[{p.name}] ", p.spec.log_path) for p in procs if p.spec.tail and p.spec.log_path],
-                           self.out)
+        tailer = LogTailer([(f"[{p.name}] ", path) for p in procs if p.spec.tail
+                            for path in (p.spec.log_path, p.spec.stderr_path) if path and path != INHERIT], self.out)
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
         failure: tuple[Process, int] | None = None
         waiting_for_scheduler = False

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "validate": "topo_cli.plan:validate",
     "launch": "topo_cli.launch:launch",
     "bind": "topo_cli.launch:bind",
+    "run": "topo_cli.run:run",
 }
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}

@@ -1,0 +1,95 @@
+"""`topo run`: torchrun's flags in, launcher.torchrun call, the job's exit code out."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from click.core import ParameterSource
+
+from topo_cli import CONTEXT
+
+_SCRIPT_CONTEXT = {
+    # SCRIPT and everything after it belong to the script, options included (torchrun's REMAINDER)
+    "allow_interspersed_args": False,
+    **CONTEXT,
+}
+
+
+def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
+    """A torchrun flag under both its spellings (--nproc-per-node, --nproc_per_node) and, as
+    torchrun's `action=env`, its PET_<NAME> environment variable. No click default: a value the
+    user did not give is left to Slurm, then to torchrun's default (launcher.torchrun)."""
+    dashed = name.replace("_", "-")
+    names = [*short, f"--{dashed}"] + ([f"--{name}"] if dashed != name else [])
+    if env:
+        kwargs["envvar"] = f"PET_{name.upper()}"
+    return click.option(*names, name, default=None, **kwargs)
+
+
+@click.command(context_settings=_SCRIPT_CONTEXT)
+@_torchrun_option("nnodes", metavar="N", help="Nodes in the job (N, or N:N) [default: 1; Slurm's node count].")
+@_torchrun_option("nproc_per_node", metavar="N|gpu|cpu|auto",
+                  help="Workers on this node [default: 1; Slurm's GPUs or tasks per node].")
+@_torchrun_option("node_rank", type=int, help="This node's index [default: 0; SLURM_NODEID].")
+@_torchrun_option("master_addr", help="Host of rank 0 [default: 127.0.0.1; Slurm's first node].")
+@_torchrun_option("master_port", type=int,
+                  help="Port of rank 0's store [default: 29500; a free port on a single node].")
+@_torchrun_option("standalone", is_flag=True, help="One node: localhost, a free port and a new run id.")
+@_torchrun_option("rdzv_endpoint", metavar="HOST:PORT", help="Rank 0's address, as a static rendezvous.")
+@_torchrun_option("rdzv_id", help="The run id (TORCHELASTIC_RUN_ID) [default: none].")
+@_torchrun_option("rdzv_backend", help="static (c10d only when each node knows its --node-rank).")
+@_torchrun_option("rdzv_conf", help="Refused: the static rendezvous takes no options.")
+@_torchrun_option("max_restarts", type=int, help="Restart the local worker group after a failure, up to N times [default: 0].")
+@_torchrun_option("monitor_interval", type=float, help="Accepted for torchrun; topo polls every 5-100 ms.")
+@_torchrun_option("start_method", type=click.Choice(["spawn", "fork", "forkserver"]),
+                  help="Accepted for torchrun; a script worker is always a new process.")
+@_torchrun_option("role", help="ROLE_NAME of the workers [default: default].")
+@_torchrun_option("module", "-m", is_flag=True, help="Run SCRIPT as a module: python -u -m SCRIPT.")
+@_torchrun_option("no_python", is_flag=True, help="Run SCRIPT as a program, without the interpreter.")
+@_torchrun_option("run_path", is_flag=True, help="Run SCRIPT (an absolute path) as python -u SCRIPT.")
+@_torchrun_option("log_dir", metavar="DIR",
+                  help="Base of <run id>_<random>/attempt_<n>/<local rank>/ [default: a temporary directory].")
+@_torchrun_option("redirects", "-r", metavar="STD",
+                  help="Write std streams to files: 0 none, 1 stdout, 2 stderr, 3 both, or per rank 0:1,1:2.")
+@_torchrun_option("tee", "-t", metavar="STD", help="As --redirects, and copy the files to the console.")
+@_torchrun_option("local_ranks_filter", metavar="RANKS", help="Show only these local ranks' output (0,1).")
+@_torchrun_option("signals_to_handle", help="TORCHELASTIC_SIGNALS_TO_HANDLE [default: SIGTERM,SIGINT,SIGHUP,SIGQUIT].")
+@_torchrun_option("numa_binding", metavar="MODE", env=False,
+                  help="Bind each worker with a topo mode: node, socket, exclusive, core-complex, or any of "
+                       "`topo plan --list-modes`.")
+@_torchrun_option("memory", env=False, type=click.Choice(["none", "numa", "preferred"]),
+                  help="Memory policy of --numa-binding: none (torch's), numa (bind), preferred [default: none].")
+@_torchrun_option("bind_fallback", env=False, is_flag=True,
+                  help="Run a worker unbound (or without its memory policy) when its binding is refused.")
+@_torchrun_option("dry_run", env=False, is_flag=True,
+                  help="Print each worker's argv, binding and environment; start nothing.")
+@click.option("--grace-period", "--grace_period", "--shutdown-timeout", "--shutdown_timeout", "grace_period",
+              type=float, default=None, help="Seconds between SIGTERM and SIGKILL when stopping workers [default: 30].")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def run(ctx, script, script_args, **flags):
+    """Start a PyTorch job's workers like torchrun, with any topo binding mode.
+
+    Every torchrun flag a static job uses works with torchrun's names, spellings and defaults, and
+    each worker gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...,
+    TORCHELASTIC_ERROR_FILE). Inside a Slurm allocation the node count, node rank, master address
+    and workers per node come from Slurm unless given. A failed worker's error file (@record) is
+    reported as the root cause, and topo run exits with the worker's code.
+
+    \b
+    Examples:
+      topo run --standalone --nproc-per-node=8 --numa-binding=exclusive train.py --epochs 3
+      topo run --nnodes=2 --node-rank=0 --master-addr=10.0.0.1 --nproc-per-node=8 train.py
+      srun -N2 --ntasks-per-node=1 topo run --nproc-per-node=8 train.py
+    """
+    from launcher.torchrun import config_from_flags, run as run_job
+
+    given = {name: value for name, value in flags.items()
+             if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+    config, from_slurm = config_from_flags(script, script_args, given)
+    if from_slurm:
+        click.echo(f"topo run: {from_slurm}", err=True)
+    result = run_job(config)
+    sys.exit(result.exit_code)
