@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Mapping, Sequence
 
-from launcher.binding import binding_for_key, check_bind_json, check_tools, device_ids
+from launcher.binding import binding_of, check_loaded, check_tools, device_ids
 from launcher.slurm import task_env
 from topo.errors import ParseError, TopoError, UsageError
 
@@ -53,7 +53,7 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
               environ: Mapping[str, str] | None = None, topology=None):
     """What `topo bind` will do: (argv to exec, CPUs to set on ourselves or None, env additions,
     the binding, its bind JSON key). Raises UsageError for anything that would bind wrongly."""
-    from planners.bindjson import load_bind
+    from planners.bindload import load_bind
 
     environ = os.environ if environ is None else environ
     if not command:
@@ -71,9 +71,9 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
         from topo.discovery import discover
 
         topology = discover()
-    check_bind_json(loaded, topology, "--bind-file", [])
+    check_loaded(loaded, topology, "--bind-file", [])
     key = f"device{device_ids(topology, rank + 1, environ)[rank]}"
-    binding = binding_for_key(loaded.data, key, topology)
+    binding = binding_of(loaded.plan.get(key), topology, memory_policy=loaded.plan.memory_policy)
     env = {}
     if loaded.path is not None:
         env = {"MSRUN_BIND_FILE": loaded.path, "MSRUN_BIND_FILE_HASH": loaded.sha256 or ""}

@@ -1,6 +1,6 @@
 """Each process's binding: the numactl / taskset argv prefix msrun builds, and what /proc should show.
 
-msrun turns its three binding inputs into a prefix per process (spec/anchors.md §1.11, §1.12):
+msrun turns its three binding inputs into a prefix per process:
 
 - a unified bind JSON given to --bind_numa decides alone (--bind_core is then ignored);
 - otherwise --bind_numa gives a NUMA string N and --bind_core a CPU string C, each from a table
@@ -8,21 +8,25 @@ msrun turns its three binding inputs into a prefix per process (spec/anchors.md 
   N and C -> `numactl --membind N --physcpubind C`, N -> `numactl --membind N --cpunodebind N`,
   C -> `taskset -c C`.
 
-Both tables reduce to one rule, `bind_prefix`. Strings are passed through as written (spaces
-removed), as msrun does; the sets they name are checked against the topology before anything starts.
+Every input arrives as a `BindPlan` (planners.bindload: a file, inline JSON, msrun's tables; the
+planner for True), so one rule, `bind_prefix`, builds every prefix from `ProcessBinding` objects:
+their text goes into argv as written (spaces removed), as msrun passes it, and their parsed sets
+are what the launcher checks against the topology and then verifies in /proc. A plan whose memory
+policy is `preferred` gets `numactl --preferred N` where msrun's strict one gets `--membind N`.
 """
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from topo.cpuset import CpuSet
-from topo.errors import ParseError, UsageError
+from topo.errors import UsageError
 
 if TYPE_CHECKING:  # planners and the model are imported only when something is bound
-    from planners.bindjson import LoadedBind
+    from planners.bindload import LoadedBind
+    from planners.bindplan import BindPlan, ProcessBinding
     from topo.model import Topology
 
 
@@ -32,8 +36,9 @@ class Binding:
 
     prefix: tuple[str, ...] = ()
     cpus: CpuSet | None = None  # expected Cpus_allowed_list; None = CPUs not bound
-    memory: CpuSet | None = None  # expected membind nodes; None = memory not bound
+    memory: CpuSet | None = None  # memory policy nodes; None = memory not bound
     cpu_list_env: str | None = None  # MSRUN_CPU_LIST, a Python list literal: "[0, 1]"
+    memory_policy: str = "bind"  # with memory: "bind" (MPOL_BIND, --membind) or "preferred" (MPOL_PREFERRED)
 
     @property
     def is_bound(self) -> bool:
@@ -46,15 +51,39 @@ class Binding:
         if self.cpus is not None:
             parts.append(f"CPUs {self.cpus}")
         if self.memory is not None:
-            parts.append(f"memory {_nodes(self.memory)}")
+            preferred = "preferred " if self.memory_policy == "preferred" else ""
+            parts.append(f"memory {preferred}{_node_words(self.memory)}")
         return ", ".join(parts)
 
 
 UNBOUND = Binding()
 
 
-def _nodes(nodes: CpuSet) -> str:
+def _node_words(nodes: CpuSet) -> str:
     return f"node {nodes}" if nodes.weight() == 1 else f"nodes {nodes}"
+
+
+def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory: str | None = None,
+                memory_policy: str = "bind") -> tuple[str, ...]:
+    """msrun's prefix for a process bound to CPUs `cpus` or to the CPUs of nodes `cpu_nodes`, with
+    memory on nodes `memory`. Options are separate argv items, the memory option first, as msrun
+    writes them; `memory_policy="preferred"` writes `--preferred` (one node) for `--membind`.
+
+    >>> bind_prefix(cpus="0-9", memory="0")
+    ('numactl', '--membind', '0', '--physcpubind', '0-9')
+    >>> bind_prefix(cpus="0-9")
+    ('taskset', '-c', '0-9')
+    """
+    if cpus and not memory and not cpu_nodes:
+        return ("taskset", "-c", cpus)
+    argv: list[str] = []
+    if memory:
+        argv += ["--preferred" if memory_policy == "preferred" else "--membind", memory]
+    if cpus:
+        argv += ["--physcpubind", cpus]
+    elif cpu_nodes:
+        argv += ["--cpunodebind", cpu_nodes]
+    return ("numactl", *argv) if argv else ()
 
 
 def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> list[int]:
@@ -71,7 +100,43 @@ def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> li
     return [visible[i] if i < len(visible) else i for i in range(count)]
 
 
-# ------------------------------------------------------------------ resolving a job's bindings
+# ------------------------------------------------------------------ one process
+def binding_of(process: ProcessBinding | None, topology: Topology, *,
+               memory_policy: str | None = "bind") -> Binding:
+    """The binding of one entry of a plan (msrun's unified-JSON table of prefixes).
+
+    `memory_policy` is the plan's (None: memory not bound). The main CPUs decide the CPU binding,
+    else the CPU nodes (a JSON plan never has both).
+    """
+    if process is None:
+        return UNBOUND
+    main = process.main
+    cpus = process.cpus("main") if main else None
+    memory = process.memory_nodes if memory_policy is not None else None
+    nodes = process.cpu_node_set if not main else None
+    prefix = bind_prefix(cpus=main, cpu_nodes=_text(process.cpu_nodes) if nodes is not None else None,
+                         memory=_text(process.memory) if memory is not None else None,
+                         memory_policy=memory_policy or "bind")
+    if not prefix:
+        return UNBOUND
+    if cpus is None and nodes is not None:
+        cpus = _node_cpus(topology, nodes)
+    return Binding(prefix, cpus, memory if memory else None, None, memory_policy or "bind")
+
+
+def _text(value: int | str | None) -> str | None:
+    return None if value is None else (str(value) or None)
+
+
+def _node_cpus(topology: Topology, nodes: CpuSet) -> CpuSet:
+    """The allowed CPUs of NUMA nodes `nodes` (what --cpunodebind leaves a process)."""
+    mask = 0
+    for node in nodes:
+        mask |= topology.numa_node(node).cpuset.mask
+    return CpuSet.from_mask(mask) & topology.allowed_pus
+
+
+# ------------------------------------------------------------------ a job's bindings
 @dataclass(frozen=True)
 class JobBindings:
     scheduler: Binding
@@ -82,13 +147,12 @@ class JobBindings:
 
 def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: Topology | None,
                      environ: Mapping[str, str]) -> JobBindings:
-    """Each process's binding for parsed --bind_core / --bind_numa values (see launcher.options).
+    """Each process's binding for parsed --bind_core / --bind_numa values (launcher.options: False,
+    True, or a planners.bindload.LoadedBind from a table or a unified bind JSON).
 
     Raises UsageError, before anything starts, for CPUs or nodes that do not exist or are not
     allowed on `topology`, and for a missing numactl / taskset.
     """
-    from planners.bindjson import LoadedBind
-
     if not bind_core and not bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {})
     if topology is None:
@@ -97,40 +161,41 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
         raise UsageError(f"refusing to bind from a topology read below {topology.root!r}: it is not this machine")
     physical = device_ids(topology, local_worker_num, environ)
     warnings: list[str] = []
-    if isinstance(bind_numa, LoadedBind):
-        result = _from_unified(bind_numa, physical, topology, warnings)
+    unified = getattr(bind_numa, "table", True) is False
+    if unified:
+        scheduler, workers = _from_unified(bind_numa, physical, topology, warnings)
         if bind_core:
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
     else:
-        result = _from_tables(bind_core, bind_numa, physical, topology, warnings)
-    check_tools((result[0], *result[1]))
+        scheduler, workers = _from_tables(bind_core, bind_numa, physical, topology, warnings)
+    check_tools((scheduler, *workers))
     env = {}
-    if isinstance(bind_numa, LoadedBind) and bind_numa.path is not None:
+    if unified and bind_numa.path is not None:
         env = {"MSRUN_BIND_FILE": bind_numa.path, "MSRUN_BIND_FILE_HASH": bind_numa.sha256 or ""}
-    return JobBindings(result[0], tuple(result[1]), tuple(warnings), env)
+    return JobBindings(scheduler, tuple(workers), tuple(warnings), env)
 
 
 def _from_unified(loaded: LoadedBind, physical: list[int], topology: Topology, warnings: list[str]):
-    check_bind_json(loaded, topology, "--bind_numa", warnings)
-
+    check_loaded(loaded, topology, "--bind_numa", warnings)
+    plan = loaded.plan
     workers = []
     for rank, device in enumerate(physical):
-        b = binding_for_key(loaded.data, f"device{device}", topology)
+        b = binding_of(plan.get(f"device{device}"), topology, memory_policy=plan.memory_policy)
         if not b.is_bound:
             warnings.append(f"local rank {rank}: the bind JSON has no process binding for device{device}; "
                             "it runs unbound")
         workers.append(b)
-    return binding_for_key(loaded.data, "scheduler", topology), workers
+    return binding_of(plan.get("scheduler"), topology, memory_policy=plan.memory_policy), workers
 
 
-def check_bind_json(loaded: LoadedBind, topology: Topology, what: str, warnings: list[str]) -> None:
-    """UsageError for the first problem that stops a binding (schema, CPUs or nodes that are not
-    there or not allowed). Overlapping main CPUs only cost speed, and msrun runs such files, so
-    they become warnings."""
-    from planners.bindjson import validate_bind
+def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: list[str]) -> None:
+    """UsageError for the first problem that stops a binding (CPUs or nodes that are not there or
+    not allowed): the same check, with the same words, as `topo validate`. Overlapping main CPUs
+    only cost speed, and msrun runs such files, so they become warnings."""
+    from planners.bindcheck import check_plan
 
     errors = []
-    for problem in validate_bind(loaded.data, topology):
+    for problem in check_plan(loaded.plan, topology):
         if problem.severity == "warning":
             warnings.append(str(problem))
         else:
@@ -140,115 +205,92 @@ def check_bind_json(loaded: LoadedBind, topology: Topology, what: str, warnings:
         raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {errors[0]}{more}")
 
 
-def binding_for_key(data: Mapping, key: str, topology: Topology) -> Binding:
-    """The binding of process `key` ("device3", "scheduler") in a unified bind JSON (§1.12 table)."""
-    from planners.bindjson import process_entry
-
-    entry = process_entry(data, key)
-    cpus = entry.main if entry.cpu_mode == "cpu" else None
-    cpu_nodes = entry.cpu_node if entry.cpu_mode == "numa" else None
-    return _binding(topology, cpus=cpus, cpu_nodes=cpu_nodes, memory=entry.memory)
-
-
-def _from_tables(bind_core, bind_numa, physical, topology, warnings):
+def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str]):
+    """msrun's --bind_core / --bind_numa tables or True: per process a CPU string C and a NUMA string
+    N, combined into one entry."""
     n = len(physical)
-    cpu_strings: list[str | None] = [None] * n
-    numa_strings: list[str | None] = [None] * n
-    cpu_lists: list[list[int] | None] = [None] * n
-    sched_cpus = sched_numa = None
-    if isinstance(bind_core, Mapping):
-        sched_cpus, cpu_strings = _table_strings(bind_core, physical, "--bind_core", warnings)
-        _check_ids(bind_core, topology.allowed_pus, "--bind_core", "CPU")
+    sched_core = sched_numa = None
+    core: list[ProcessBinding | None] = [None] * n
+    numa: list[ProcessBinding | None] = [None] * n
+    cpu_lists: list[CpuSet | None] = [None] * n
+    if getattr(bind_core, "table", False):
+        _check_ids(bind_core.plan, topology.allowed_pus, "--bind_core", "CPU")
+        sched_core, core = _by_position(bind_core.plan, physical, "--bind_core", warnings)
     elif bind_core is True:
-        cpu_lists = list(_auto(topology, physical, "cpu", warnings))
-        cpu_strings = [_compact(c) if c else None for c in cpu_lists]
-    if isinstance(bind_numa, Mapping):
-        sched_numa, numa_strings = _table_strings(bind_numa, physical, "--bind_numa", warnings)
-        _check_ids(bind_numa, CpuSet(n.os_index for n in topology.cpu_nodes()), "--bind_numa", "NUMA")
+        core = _auto(topology, physical, "core", warnings)
+    if getattr(bind_numa, "table", False):
+        _check_ids(bind_numa.plan, CpuSet(x.os_index for x in topology.cpu_nodes()), "--bind_numa", "NUMA")
+        sched_numa, numa = _by_position(bind_numa.plan, physical, "--bind_numa", warnings)
     elif bind_numa is True:
-        node_lists = list(_auto(topology, physical, "numa", warnings))
-        numa_strings = [_compact(x) if x else None for x in node_lists]
+        numa = _auto(topology, physical, "numa", warnings)
         if bind_core is not True:
             # msrun exports the CPUs of the first node for mindspore.runtime.set_cpu_affinity
-            for i, nodes in enumerate(node_lists):
-                if nodes:
-                    cpus = topology.numa_node(nodes[0]).cpuset & topology.allowed_pus
-                    cpu_lists[i] = list(cpus)
-
-    def make(cpus, numa, cpu_list=None):
-        b = _binding(topology, cpus=cpus, cpu_nodes=numa if not cpus else None, memory=numa)
-        return replace(b, cpu_list_env=str(list(cpu_list))) if cpu_list else b
-
-    scheduler = make(sched_cpus, sched_numa)
-    workers = [make(cpu_strings[i], numa_strings[i], cpu_lists[i]) for i in range(n)]
+            for i, entry in enumerate(numa):
+                if entry is not None and entry.cpu_node_set:
+                    cpu_lists[i] = topology.numa_node(entry.cpu_node_set.first()).cpuset & topology.allowed_pus
+    scheduler = _combine(sched_core, sched_numa, topology)
+    workers = []
+    for i in range(n):
+        b = _combine(core[i], numa[i], topology)
+        listed = cpu_lists[i] if cpu_lists[i] is not None else (b.cpus if core[i] is not None and bind_core is True
+                                                                else None)
+        if listed and b.is_bound:
+            b = Binding(b.prefix, b.cpus, b.memory, str(list(listed)), b.memory_policy)
+        workers.append(b)
     return scheduler, workers
 
 
-def _table_strings(table: Mapping[str, Sequence[str]], physical: list[int], flag: str, warnings: list[str]):
+def _combine(core: ProcessBinding | None, numa: ProcessBinding | None, topology: Topology) -> Binding:
+    """C and N -> `numactl --membind N --physcpubind C`; N -> `--membind N --cpunodebind N`;
+    C -> `taskset -c C` (msrun's table)."""
+    if core is not None and core.main:
+        memory = numa.memory_nodes if numa is not None else None
+        prefix = bind_prefix(cpus=core.main, memory=_text(numa.memory) if memory else None)
+        return Binding(prefix, core.cpus("main"), memory or None)
+    return binding_of(numa, topology)
+
+
+def _by_position(plan: BindPlan, physical: list[int], flag: str, warnings: list[str]):
     """msrun's positional reading of a table: the i-th non-scheduler key is local rank i's, and its
-    number must be that rank's physical device id (anchors §1.9, quirk §1.18.3)."""
-    scheduler = ",".join(table.get("scheduler", ())) or None
-    keys = [k for k in table if k != "scheduler"]
-    out: list[str | None] = []
+    number must be that rank's physical device id."""
+    entries = plan.workers()
+    out: list[ProcessBinding | None] = []
     for rank, device in enumerate(physical):
-        if rank >= len(keys):
+        if rank >= len(entries):
             warnings.append(f"{flag} has no entry for local rank {rank} (device{device}); it runs unbound")
             out.append(None)
             continue
-        key = keys[rank]
-        if key != f"device{device}":
-            warnings.append(f"{flag}: entry #{rank} is {key}, but local rank {rank} drives device{device}; "
+        entry = entries[rank]
+        if entry.key != f"device{device}":
+            warnings.append(f"{flag}: entry #{rank} is {entry.key}, but local rank {rank} drives device{device}; "
                             f"it runs unbound (msrun reads the table by position; list every device in order)")
             out.append(None)
             continue
-        out.append(",".join(table[key]) or None)
-    return scheduler, out
+        out.append(entry)
+    return plan.get("scheduler"), out
 
 
-def _check_ids(table, allowed: CpuSet, flag: str, label: str) -> None:
-    for key, items in table.items():
-        for item in items:
-            try:
-                ids = CpuSet.parse(item)
-            except ParseError as exc:
-                raise UsageError(f"{flag}: {key}: {exc}") from None
-            bad = ids - allowed
-            if bad:
-                if label == "CPU":
-                    what = f"this machine allows CPUs {allowed} (see `topo show`)"
-                else:
-                    what = f"the NUMA nodes with CPUs this process may use are {allowed}"
-                which = f"{label} {bad} of {key} is" if bad.weight() == 1 else f"{label}s {bad} of {key} are"
-                raise UsageError(f"{flag}: {which} not available: {what}")
+def _check_ids(plan: BindPlan, allowed: CpuSet, flag: str, label: str) -> None:
+    for p in plan.processes:
+        ids = p.cpus("main") if label == "CPU" else (p.cpu_node_set or CpuSet())
+        bad = ids - allowed
+        if bad:
+            if label == "CPU":
+                what = f"this machine allows CPUs {allowed} (see `topo show`)"
+            else:
+                what = f"the NUMA nodes with CPUs this process may use are {allowed}"
+            which = f"{label} {bad} of {p.key} is" if bad.weight() == 1 else f"{label}s {bad} of {p.key} are"
+            raise UsageError(f"{flag}: {which} not available: {what}")
 
 
-def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str]):
+def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str]) -> list[ProcessBinding | None]:
     from launcher.autoplan import msrun_auto
 
-    lists, notes = msrun_auto(topology, [f"device{d}" for d in physical], kind)
-    warnings.extend(notes)
-    return lists
-
-
-def _compact(ids: Sequence[int]) -> str:
-    return CpuSet(ids).to_list()
-
-
-def _binding(topology: Topology, *, cpus: str | None, cpu_nodes: str | None, memory: str | None) -> Binding:
-    from planners.bindjson import bind_prefix  # only jobs that bind pay for importing planners
-
-    prefix = bind_prefix(cpus=cpus, cpu_nodes=cpu_nodes, memory=memory)
-    if not prefix:
-        return UNBOUND
-    expected_cpus = None
-    if cpus:
-        expected_cpus = CpuSet.parse(cpus)
-    elif cpu_nodes:
-        expected_cpus = CpuSet()
-        for node in CpuSet.parse(cpu_nodes):
-            expected_cpus |= topology.numa_node(node).cpuset
-        expected_cpus &= topology.allowed_pus
-    return Binding(tuple(prefix), expected_cpus, CpuSet.parse(memory) if memory else None)
+    plan = msrun_auto(topology, physical, kind)
+    warnings.extend(plan.warnings)
+    entries = [plan.get(f"device{d}") for d in physical]
+    # a CPU-only job's plan is keyed by local rank
+    return [e if e is not None and (e.main or e.cpu_node_set) else None for e in entries]
 
 
 def check_tools(bindings: Sequence[Binding]) -> None:
@@ -258,3 +300,7 @@ def check_tools(bindings: Sequence[Binding]) -> None:
         if shutil.which(tool) is None:
             package = "numactl" if tool == "numactl" else "util-linux"
             raise UsageError(f"binding needs `{tool}`, which is not on PATH: install it (apt-get install {package})")
+
+
+__all__ = ["Binding", "UNBOUND", "JobBindings", "bind_prefix", "binding_of", "check_loaded", "check_tools",
+           "device_ids", "resolve_bindings"]

@@ -19,7 +19,9 @@ from typing import Sequence
 from topo.errors import UsageError
 from topo.model import Topology
 
-from planners.bindjson import BindPlan, Problem, ProcessBinding, load_bind, validate_bind
+from planners.bindcheck import Problem, validate_bind
+from planners.bindload import load_bind
+from planners.bindplan import BindPlan, ProcessBinding
 from planners.core import Job, Options, Planner
 
 ENTRY_POINT_GROUP = "topo.planners"

@@ -19,7 +19,7 @@ from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 from topo.model import Device, Topology
 
-from planners.bindjson import BindPlan, ProcessBinding, device_key
+from planners.bindplan import BindPlan, ProcessBinding, device_key
 
 ACCELERATOR_KINDS = ("gpu", "npu", "accel")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from topo.cpuset import CpuSet, union_all
 from topo.model import Topology
 
-from planners.bindjson import BindPlan, ProcessBinding, _as_set
+from planners.bindplan import BindPlan, ProcessBinding
 from planners.core import Layout, nodes_text
 
 
@@ -20,7 +20,7 @@ def process_cpus(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> CpuSet
     if plan.cpu_mode == "cpu":
         return proc.cpus("main")
     if plan.cpu_mode == "numa" and proc.cpu_nodes is not None:
-        nodes = _as_set(proc.cpu_nodes)
+        nodes = proc.cpu_node_set
         return union_all(layout.node_cpus.get(n, CpuSet()) for n in nodes)
     return CpuSet()
 

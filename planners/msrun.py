@@ -31,7 +31,7 @@ from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Topology
 
-from planners.bindjson import BindPlan, ProcessBinding
+from planners.bindplan import BindPlan, ProcessBinding
 from planners.core import PSEUDO_NODE, Job, Layout, Options, build_plan, finish, node_value
 
 
@@ -227,7 +227,7 @@ def parse_range(name: str, value: str) -> tuple[int, int]:
 
 def parse_modules(text: str) -> tuple[tuple[str, int, int], ...]:
     """``runtime=4-8,minddata=9-12,main=13-19`` -> (("runtime", 4, 8), ...), in the order given."""
-    from planners.bindjson import MODULES
+    from planners.bindplan import MODULES
 
     out = []
     for item in text.split(","):

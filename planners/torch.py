@@ -23,7 +23,7 @@ from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 from topo.model import Topology
 
-from planners.bindjson import BindPlan
+from planners.bindplan import BindPlan
 from planners.core import Job, Layout, Options, build_plan, nodes_text
 
 

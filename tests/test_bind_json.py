@@ -1,15 +1,26 @@
-"""planners.bindjson: MindSpore's unified bind JSON, msrun's checks and the prefixes it builds."""
+"""The bind model (planners.bindplan), its loader (bindload) and checks (bindcheck): MindSpore's unified
+bind JSON, msrun's checks and the prefixes the launcher builds from it (launcher.binding)."""
 
 import json
 
 import pytest
 
-from planners.bindjson import (
-    BindPlan, ProcessBinding, expand_ranges, load_bind, msrun_prefix, process_entry, validate_bind,
-)
+from launcher.binding import binding_of
+from planners.bindcheck import read_plan, validate_bind
+from planners.bindload import load_bind, load_table, plan_from_json
+from planners.bindplan import BindPlan, ProcessBinding
+from topo.cpuset import CpuSet
 from topo.errors import ParseError
+from topo.synthetic import synthetic
 
-# MS-DOC examples (anchors §1.16) -> prefix per process: scheduler, device0, device1
+MACHINE = synthetic("pack:1 numa:5 core:10 pu:1")  # CPUs 0-49, nodes 0-4
+
+
+def prefixes(plan: BindPlan, keys=("scheduler", "device0", "device1")) -> list[str]:
+    return [" ".join(binding_of(plan.get(k), MACHINE, memory_policy=plan.memory_policy).prefix) for k in keys]
+
+# The examples of MindSpore's documentation of the unified bind JSON -> the prefix msrun builds per
+# process: scheduler, device0, device1
 DOC_EXAMPLES = [
     ({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa", "actor_thread_fix_bind": True},
       "bind_cpu": {"device0": {"main": "0-4", "runtime": "5-9", "pynative": "10-14", "minddata": "15-19"},
@@ -41,21 +52,19 @@ DOC_EXAMPLES = [
 ]
 
 
-@pytest.mark.parametrize("data,prefixes", DOC_EXAMPLES, ids=[f"doc-example-{i + 1}" for i in range(7)])
-def test_msdoc_examples_prefixes(data, prefixes):
+@pytest.mark.parametrize("data,expected", DOC_EXAMPLES, ids=[f"doc-example-{i + 1}" for i in range(7)])
+def test_msdoc_examples_prefixes(data, expected):
     assert validate_bind(data) == []
-    got = [" ".join(msrun_prefix(process_entry(data, k))) for k in ("scheduler", "device0", "device1")]
-    assert got == prefixes
-    # and through a BindPlan round trip the prefixes stay the same
-    plan = BindPlan.from_json(data)
-    again = [" ".join(msrun_prefix(process_entry(plan, k))) for k in ("scheduler", "device0", "device1")]
-    assert again == prefixes
+    plan = plan_from_json(data)
+    assert prefixes(plan) == expected
+    # and through a JSON round trip the prefixes stay the same
+    assert prefixes(plan_from_json(plan.to_json())) == expected
 
 
 @pytest.mark.parametrize("data", [d for d, _ in DOC_EXAMPLES])
 def test_round_trip(data):
-    plan = BindPlan.from_json(data)
-    assert BindPlan.from_json(plan.to_json()) == plan
+    plan = plan_from_json(data)
+    assert plan_from_json(plan.to_json()) == plan
     out = plan.to_json()
     assert out["bind_config"] == data["bind_config"]
     for section in ("bind_cpu", "bind_memory"):
@@ -65,20 +74,21 @@ def test_round_trip(data):
 def test_strings_kept_as_written_spaces_removed():
     data = {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
             "bind_cpu": {"device_3": {"main": " 5-6, 4 "}}, "bind_memory": {"device_3": "1, 0"}}
-    e = process_entry(data, "device3")
-    assert (e.key, e.main, e.memory) == ("device3", "5-6,4", "1,0")
-    assert msrun_prefix(e) == ["numactl", "--membind", "1,0", "--physcpubind", "5-6,4"]
-    assert list(BindPlan.from_json(data).process("device_3").cpus()) == expand_ranges("4-6")
+    p = plan_from_json(data).process("device3")
+    assert (p.key, p.main, p.memory) == ("device3", "5-6,4", "1,0")
+    assert binding_of(p, MACHINE).prefix == ("numactl", "--membind", "1,0", "--physcpubind", "5-6,4")
+    # the sets are parsed once, when the entry is read
+    assert p.cpus() == CpuSet.parse("4-6") and p.memory_nodes == CpuSet.parse("0-1")
 
 
-def test_expand_ranges_messages():
-    assert expand_ranges("0-2, 5") == [0, 1, 2, 5]
+def test_msrun_range_messages():
+    assert list(CpuSet.parse_msrun("0-2, 5")) == [0, 1, 2, 5]
     with pytest.raises(ParseError, match=r"^CPU range '3-1' start should not exceed end\.$"):
-        expand_ranges("3-1")
+        CpuSet.parse_msrun("3-1")
     with pytest.raises(ParseError, match=r"^CPU range '1,,2' is invalid due to empty segment\.$"):
-        expand_ranges("1,,2")
+        CpuSet.parse_msrun("1,,2")
     with pytest.raises(ParseError, match=r"^CPU range 'a-2' is invalid\.$"):
-        expand_ranges("0,a-2")
+        CpuSet.parse_msrun("0,a-2")
 
 
 def test_validate_lists_every_problem_with_paths():
@@ -116,9 +126,9 @@ def test_duplicate_key_after_rename():
     assert [p.path for p in problems] == ["bind_cpu.device_1"]
 
 
-def test_from_json_rejects_bad_schema():
+def test_plan_from_json_rejects_bad_schema():
     with pytest.raises(ParseError, match="bind_cpu.device0.main"):
-        BindPlan.from_json({"bind_config": {"bind_cpu_mode": "cpu"}, "bind_cpu": {"device0": {"main": "2-1"}}})
+        plan_from_json({"bind_config": {"bind_cpu_mode": "cpu"}, "bind_cpu": {"device0": {"main": "2-1"}}})
 
 
 def test_plan_is_immutable_and_hashable():
@@ -126,12 +136,12 @@ def test_plan_is_immutable_and_hashable():
                           meta={"mode": "node"}, warnings=["w"])
     with pytest.raises(AttributeError):
         plan.cpu_mode = "numa"
-    assert hash(plan) == hash(BindPlan.from_json(plan.to_json()))
+    assert hash(plan) == hash(plan_from_json(plan.to_json()))
     assert plan.to_json()["topo"] == {"mode": "node", "warnings": ["w"], "local_ranks": {"device0": 0}}
-    assert BindPlan.from_json(plan.to_json()).process("device0").local_rank == 0
+    assert plan_from_json(plan.to_json()).process("device0").local_rank == 0
 
 
-# ---- loading, msrun's argparse-time checks (anchors §1.12) -----------------------------------
+# ---- loading, msrun's argparse-time checks ------------------------------------------------------
 def test_load_missing_json_file(tmp_path):
     p = tmp_path / "nope.json"
     with pytest.raises(ParseError, match=rf"^bind_numa json file '{p}' does not exist\.$"):
@@ -168,10 +178,10 @@ def test_load_file_and_inline(tmp_path):
     p = tmp_path / "bind.json"
     p.write_text(text)
     loaded = load_bind(str(p))
-    assert loaded.data == data and loaded.path == str(p.resolve())
+    assert loaded.plan == plan_from_json(data) and loaded.path == str(p.resolve())
     assert loaded.sha256 == hashlib.sha256(text.encode()).hexdigest()
     inline = load_bind(text)
-    assert inline.data == data and inline.path is None and inline.sha256 is None
+    assert inline.plan == loaded.plan and inline.path is None and inline.sha256 is None
     with pytest.raises(ParseError, match="neither an existing file nor JSON"):
         load_bind("nope")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from planners.bindjson import validate_bind
+from planners.bindcheck import validate_bind
 from topo.synthetic import synthetic
 
 TOOLS = Path(__file__).parent.parent / "tools"

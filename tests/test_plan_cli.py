@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import planners
-from planners.bindjson import BindPlan, ProcessBinding, validate_bind
+from planners import BindPlan, ProcessBinding, validate_bind
 from topo_cli import main
 from topo.synthetic import synthetic
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import planners
 import topo
-from planners.bindjson import validate_bind
+from planners.bindcheck import validate_bind
 from planners.core import PSEUDO_NODE, Layout
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
@@ -100,7 +100,7 @@ def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:
         assert problems == []
     else:
         assert all("overlap" in p.message for p in problems), problems
-    assert planners.BindPlan.from_json(plan.to_json()).to_json() == plan.to_json()
+    assert planners.bindload.plan_from_json(plan.to_json()).to_json() == plan.to_json()
 
 
 def plan_and_check(t, mode, **opts):

@@ -1,4 +1,4 @@
-"""`topo validate FILE`: every problem with its JSON path and a fix, exit 1 (contracts §3)."""
+"""`topo validate FILE`: every problem with its JSON path and a fix, exit 1."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from planners.bindjson import validate_bind
+from planners.bindcheck import validate_bind
 from topo_cli import main
 from topo.synthetic import synthetic
 

@@ -85,8 +85,9 @@ def _list_modes() -> str:
               help="gpu_affinity modes: fail if a device gets fewer physical cores.")
 @click.option("--max-physical-cores", type=int, default=None,
               help="gpu_affinity modes: at most this many physical cores per device.")
-@click.option("--memory", type=click.Choice(["numa", "none"]), default="numa", show_default=True,
-              help="numa: bind each process's memory to its device's NUMA node; none: leave it.")
+@click.option("--memory", type=click.Choice(["numa", "preferred", "none"]), default="numa", show_default=True,
+              help="numa: bind each process's memory to its device's NUMA node; preferred: prefer that "
+                   "node, fall back to others when it is full; none: leave it.")
 @click.option("--msrun-bind", type=click.Choice(["core", "numa"]), default="core", show_default=True,
               help="msrun-auto: --bind_core=True CPU split, or --bind_numa=True node assignment.")
 @click.option("--share", type=click.Choice(["job", "host"]), default="job", show_default=True,
@@ -169,15 +170,15 @@ def validate(machine, file):
         topo validate bind.json
         topo validate bind.json --topology other-host.json
     """
-    from planners.bindjson import Problem, load_bind, validate_bind
+    from planners.bindcheck import Problem, validate_bind
+    from planners.bindload import read_bind_json
 
     try:
-        loaded = load_bind(file)
+        data = read_bind_json(file).data
     except ParseError as exc:
         problems = [Problem("", str(exc), "fix the file so that it is a JSON object (see `topo plan -o`)")]
         data = None
     else:
-        data = loaded.data
         # disallowed CPUs and nodes stay in view, so a problem can say "not allowed" vs "not present"
         topology = machine.load(include_disallowed=True)
         problems = validate_bind(data, topology)

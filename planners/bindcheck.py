@@ -1,0 +1,376 @@
+"""Checking a bind JSON: every problem at once, each with its JSON path, a fix and a severity.
+
+``validate_bind(data, topology=None, *, allow_overlap=None) -> list[Problem]`` is what `topo validate`
+prints. It is built from the same three steps `topo launch` and `topo bind` run, so a file one
+accepts the others accept, with the same messages:
+
+1. ``read_plan(data) -> (BindPlan | None, problems)``: msrun's schema (keys, modes, value types, range
+   syntax), each value parsed once; where msrun stops at the first error we keep going. The plan is
+   None when any problem is an error. ``planners.bindload.load_bind`` raises the first of them.
+2. ``check_plan(plan, topology, *, allow_overlap=None)``: the resources: CPUs not present / not
+   allowed, unknown / disallowed / memory-only NUMA nodes.
+3. in the same call, overlapping ``main`` sets: a warning (msrun runs such a file; it only costs
+   speed) unless the file's ``"topo"`` notes declare a CPU-sharing mode (``"shared_cpus": true``,
+   written by `topo plan` for node, socket, core-complex, all and single). One pass with a running
+   union of the CPUs seen so far, so a job of n processes costs O(n), not n^2 pairs.
+
+Messages reuse msrun's wording. Duplicate keys are errors: two spellings of one process
+(``device0``, ``device_0``, ``device00``) and a key written twice in one JSON object (seen when the
+JSON was read by ``planners.bindload``, which records repeated keys on the objects it returns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from topo.cpuset import CpuSet
+from topo.errors import ParseError
+
+from planners.bindplan import (
+    CONFIG_KEYS, CPU_MODES, MEMORY_MODES, MEMORY_POLICY_KEY, MODULES, TOP_KEYS, BindPlan, ProcessBinding,
+    as_written, normalize_key, parse_nodes,
+)
+
+CPULIST_FIX = 'write a cpulist such as "0-4,8" (ranges ascending)'
+NODES_FIX = 'write a node id (0) or a node range string ("0-1,3")'
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str  # JSON path: "bind_cpu.device1.main"
+    message: str
+    fix: str = ""
+    # "warning": msrun runs such a file (overlapping main sets, keys it ignores); only errors
+    # stop a launch or fail `topo validate`.
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        return f"{text} Fix: {self.fix}" if self.fix else text
+
+
+def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None) -> list[Problem]:
+    """Every problem of a bind JSON object: schema first, then (with a topology) resources, then
+    overlapping main sets."""
+    reader = _Reader(data)
+    problems = reader.problems
+    if reader.entries is not None:
+        problems += _resource_problems(reader.entries, topology) if topology is not None else []
+        problems += _overlap_problems(reader.entries, _overlap_allowed(reader.notes, allow_overlap))
+    return problems
+
+
+def read_plan(data: Any) -> tuple[BindPlan | None, list[Problem]]:
+    """The schema problems of a bind JSON object, and its BindPlan when none of them is an error."""
+    reader = _Reader(data)
+    if any(p.severity == "error" for p in reader.problems):
+        return None, reader.problems
+    return reader.plan(), reader.problems
+
+
+def check_plan(plan: BindPlan, topology, *, allow_overlap: bool | None = None) -> list[Problem]:
+    """What a plan asks of `topology` that it does not have, and overlapping main sets."""
+    return (_resource_problems(plan.processes, topology)
+            + _overlap_problems(plan.processes, _overlap_allowed(plan.meta, allow_overlap)))
+
+
+# --------------------------------------------------------------------------- schema
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+class _Reader:
+    """One pass over a bind JSON object: problems, and the entries that parsed (``entries``, None
+    when the object is not readable at all)."""
+
+    def __init__(self, data: Any):
+        self.problems: list[Problem] = []
+        self.entries: list[ProcessBinding] | None = None
+        self.notes: Mapping = {}
+        self.cpu_mode = self.memory_mode = "none"
+        self.fix_bind: bool | None = None
+        if not isinstance(data, Mapping):
+            self.error("", f"bind JSON should be a json object, got {_type_name(data)}.",
+                       "write an object with bind_config / bind_cpu / bind_memory keys")
+            return
+        self.read(data)
+
+    def error(self, path: str, message: str, fix: str = "", severity: str = "error") -> None:
+        self.problems.append(Problem(path, message, fix, severity))
+
+    def duplicates(self, obj: Mapping, where: str) -> None:
+        for key in getattr(obj, "duplicate_keys", ()):
+            path = f"{where}.{key}" if where else str(key)
+            self.error(path, f"key '{key}' appears more than once{' in ' + where if where else ''}; "
+                             "JSON keeps only the last.", "keep one entry per key")
+
+    def read(self, data: Mapping) -> None:
+        self.duplicates(data, "")
+        for k in data:
+            if k not in TOP_KEYS:
+                self.error(str(k), f"unknown top-level key '{k}'.",
+                           "use only bind_config, bind_cpu, bind_memory (and topo for notes)", "warning")
+        self.read_config(data.get("bind_config", {}))
+        notes = data.get("topo")
+        self.notes = notes if isinstance(notes, Mapping) else {}
+        self.read_policy()
+        sections = {s: self.read_section(data, s) for s in ("bind_cpu", "bind_memory")}
+        if self.cpu_mode == "cpu" and "bind_cpu" not in data:
+            self.error("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
+                       'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
+        cpu = self.read_cpu(sections["bind_cpu"])
+        memory = self.read_memory(sections["bind_memory"])
+        ranks = self.notes.get("local_ranks")
+        ranks = ranks if isinstance(ranks, Mapping) else {}
+        entries = []
+        for key in dict.fromkeys([*cpu, *memory]):  # bind_cpu's order, then keys only in bind_memory
+            value = cpu.get(key, ((), None, False))
+            rank = ranks.get(key)
+            entries.append(ProcessBinding.from_parsed(
+                key, modules=value[0], cpu_nodes=value[1], memory=memory.get(key),
+                local_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+                has_cpu_entry=value[2]))
+        self.entries = entries
+
+    def read_config(self, config: Any) -> None:
+        if not isinstance(config, Mapping):
+            self.error("bind_config", "bind_config must be a json object.",
+                       'write {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}')
+            return
+        self.duplicates(config, "bind_config")
+        for k in config:
+            if k not in CONFIG_KEYS:
+                self.error(f"bind_config.{k}", f"unknown key '{k}' in bind_config.",
+                           "keys are bind_cpu_mode, bind_memory_mode, actor_thread_fix_bind", "warning")
+        raw = config.get("bind_cpu_mode", "none")
+        if not isinstance(raw, str) or raw.lower() not in CPU_MODES:
+            self.error("bind_config.bind_cpu_mode", "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.",
+                       f"replace {raw!r} by one of \"cpu\", \"numa\", \"none\"")
+        else:
+            self.cpu_mode = raw.lower()
+        raw = config.get("bind_memory_mode", "none")
+        if not isinstance(raw, str) or raw.lower() not in MEMORY_MODES:
+            self.error("bind_config.bind_memory_mode", "'bind_memory_mode' only supports 'numa'/'none'.",
+                       f"replace {raw!r} by \"numa\" or \"none\"")
+        else:
+            self.memory_mode = raw.lower()
+        if "actor_thread_fix_bind" in config:
+            if isinstance(config["actor_thread_fix_bind"], bool):
+                self.fix_bind = config["actor_thread_fix_bind"]
+            else:
+                self.error("bind_config.actor_thread_fix_bind",
+                           "'actor_thread_fix_bind' only supports bool type True/False.",
+                           "write true or false (JSON booleans, not strings)")
+
+    def read_policy(self) -> None:
+        if MEMORY_POLICY_KEY not in self.notes:
+            return
+        policy = self.notes[MEMORY_POLICY_KEY]
+        path = f"topo.{MEMORY_POLICY_KEY}"
+        if policy == "bind":
+            return
+        if policy != "preferred":
+            self.error(path, f"memory policy {policy!r} is not one topo applies.",
+                       'write "preferred", or remove the key for msrun\'s strict binding (--membind)')
+        elif self.memory_mode == "numa":
+            self.error(path, "a preferred memory policy with bind_memory_mode 'numa': msrun would bind "
+                             "memory strictly (numactl --membind), which is not what the file asks.",
+                       'set "bind_memory_mode": "none" (topo applies the preferred nodes, msrun leaves memory alone)')
+        else:
+            self.memory_mode = "preferred"
+
+    def read_section(self, data: Mapping, section: str) -> Mapping | None:
+        value = data.get(section)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.error(section, f"{section} must be a json object, got {_type_name(value)}.",
+                       f'write {{"device0": ...}} under {section}')
+            return None
+        self.duplicates(value, section)
+        seen: dict[str, str] = {}
+        out = {}
+        for k, v in value.items():
+            norm = normalize_key(k)
+            if norm is None:
+                self.error(f"{section}.{k}",
+                           f"Invalid key '{k}'. Only 'deviceX', 'device_X' (where X is a number), "
+                           "and 'scheduler' are supported.",
+                           "name the process 'deviceN' (N = physical device id) or 'scheduler'")
+            elif norm in seen:
+                self.error(f"{section}.{k}", f"key '{k}' names the same process as '{seen[norm]}'.",
+                           "keep one of the two entries")
+            else:
+                seen[norm] = k
+                out[norm] = (k, v)
+        return out
+
+    def read_cpu(self, section: Mapping | None) -> dict:
+        """normalized key -> (modules ((name, text, set), ...), (cpu node value, set) or None, has entry)."""
+        out: dict = {}
+        if self.cpu_mode == "none":
+            return out
+        for norm, (k, value) in (section or {}).items():
+            path = f"bind_cpu.{k}"
+            if self.cpu_mode == "numa":
+                nodes = self.nodes(path, k, value, "bind_cpu_mode", "bind_cpu")
+                if nodes is not None:
+                    out[norm] = ((), nodes, True)
+                continue
+            if value is None:
+                out[norm] = ((), None, True)
+                continue
+            if not isinstance(value, Mapping):
+                self.error(path, f"'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for "
+                                 f"{k}:{value} should be dict, but got {type(value)}.",
+                           f'write {{"main": "{value}"}}')
+                continue
+            self.duplicates(value, path)
+            modules = []
+            for module, text in value.items():
+                mpath = f"{path}.{module}"
+                if module not in MODULES:
+                    self.error(mpath, f"unknown module '{module}'.", "modules are main, runtime, pynative, minddata",
+                               "warning")
+                    continue
+                if not isinstance(text, str):  # msrun strips and expands strings only
+                    self.error(mpath, f"CPU range {text!r} for {k} should be a string.",
+                               f'write a cpulist string such as "{text}"'
+                               if isinstance(text, int) and not isinstance(text, bool)
+                               else 'write a cpulist string such as "0-4,8"')
+                    continue
+                try:
+                    cpus = CpuSet.parse_msrun(text)
+                except ParseError as exc:
+                    self.error(mpath, str(exc), CPULIST_FIX)
+                    continue
+                modules.append((module, as_written(text), cpus))
+            out[norm] = (tuple(modules), None, True)
+        return out
+
+    def read_memory(self, section: Mapping | None) -> dict:
+        """normalized key -> (node value, set)."""
+        out: dict = {}
+        if self.memory_mode == "none":
+            return out
+        for norm, (k, value) in (section or {}).items():
+            path = f"bind_memory.{k}"
+            nodes = self.nodes(path, k, value, "bind_memory_mode", "bind_memory")
+            if nodes is None:
+                continue
+            if self.memory_mode == "preferred" and nodes[1].weight() > 1:
+                self.error(path, f"a preferred memory policy takes one node, got {value!r} for {k} "
+                                 "(numactl --preferred accepts a single node).",
+                           f"name one node, e.g. {nodes[1].first()}")
+                continue
+            out[norm] = nodes
+        return out
+
+    def nodes(self, path, key, value, mode_name, section) -> tuple[int | str, CpuSet] | None:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            self.error(path, f"{mode_name} is 'numa', in '{section}', type of value for {key}:{value} "
+                             f"should be int/str, but got {type(value)}.", NODES_FIX)
+            return None
+        try:
+            nodes = parse_nodes(value)
+        except ParseError as exc:
+            self.error(path, str(exc), NODES_FIX)
+            return None
+        return (value if isinstance(value, int) else as_written(value)), nodes
+
+    def plan(self) -> BindPlan:
+        notes = self.notes
+        warnings = notes.get("warnings")
+        warnings = tuple(str(w) for w in warnings) if isinstance(warnings, list) else ()
+        meta = {k: v for k, v in notes.items() if k not in ("warnings", "local_ranks", MEMORY_POLICY_KEY)}
+        return BindPlan.build(self.entries or (), cpu_mode=self.cpu_mode, memory_mode=self.memory_mode,
+                              actor_thread_fix_bind=self.fix_bind, meta=meta, warnings=warnings)
+
+
+# --------------------------------------------------------------------------- resources
+def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Problem]:
+    problems: list[Problem] = []
+    present = topology.complete_pus | topology.pus
+    allowed = topology.allowed_pus
+    nodes = {n.os_index for n in topology.numa_nodes}
+    allowed_nodes = topology.allowed_numa_nodes
+    cpu_nodes = {n.os_index for n in topology.cpu_nodes()}
+    for p in entries:
+        for module, cpus in p.module_cpus:
+            path = f"bind_cpu.{p.key}.{module}"
+            written = dict(p.modules)
+            missing = cpus - present
+            if missing:
+                problems.append(Problem(path, f"CPU id {missing.first()} in {written} for {p.key} is not available: "
+                                              f"CPUs {missing} are not present on this machine.",
+                                        f"use CPUs from {allowed} (see `topo show`)"))
+            disallowed = (cpus & present) - allowed
+            if disallowed:
+                problems.append(Problem(path, f"CPU id {disallowed.first()} in {written} for {p.key} is not "
+                                              f"available: CPUs {disallowed} are not allowed by the cgroup "
+                                              "cpuset / affinity.",
+                                        f"use CPUs from the allowed set {allowed}"))
+        if p.cpu_node_set is not None:
+            problems += _node_problems(f"bind_cpu.{p.key}", p.key, p.cpu_nodes, p.cpu_node_set,
+                                       nodes, allowed_nodes, cpu_nodes)
+        if p.memory_nodes is not None:
+            problems += _node_problems(f"bind_memory.{p.key}", p.key, p.memory, p.memory_nodes,
+                                       nodes, allowed_nodes, None)
+    return problems
+
+
+def _node_problems(path, key, value, ids: CpuSet, nodes, allowed_nodes, cpu_nodes) -> list[Problem]:
+    problems = []
+    for node in ids:
+        if node not in nodes:
+            problems.append(Problem(path, f"NUMA id {node} in {value} for {key} is not available: no such NUMA node.",
+                                    f"use one of the NUMA nodes {CpuSet(nodes)}"))
+        elif node not in allowed_nodes:
+            problems.append(Problem(path, f"NUMA id {node} in {value} for {key} is not available: "
+                                          "not allowed by the cgroup (cpuset.mems).",
+                                    f"use an allowed node: {allowed_nodes}"))
+        elif cpu_nodes is not None and node not in cpu_nodes:
+            problems.append(Problem(path, f"NUMA node {node} in {value} for {key} has no CPUs "
+                                          "(memory-only), so numactl --cpunodebind fails on it.",
+                                    f"bind CPUs to a node with CPUs: {CpuSet(cpu_nodes)}"))
+        if len(problems) >= 8:  # a range of a million unknown nodes is one mistake, not a million lines
+            break
+    return problems
+
+
+# --------------------------------------------------------------------------- overlaps
+def _overlap_allowed(notes: Mapping, allow_overlap: bool | None) -> bool:
+    if allow_overlap is not None:
+        return allow_overlap
+    return notes.get("shared_cpus") is True
+
+
+def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[Problem]:
+    """A warning per process whose main CPUs overlap an earlier process's, naming the earlier
+    owners of the first CPU of each overlapping run. Owners are recorded only for CPUs seen for the
+    first time, so the work is linear in the distinct CPUs plus the processes."""
+    if allowed:
+        return []
+    problems = []
+    seen = CpuSet()
+    owner: dict[int, str] = {}
+    for p in entries:
+        main = p.cpus("main")
+        if not main:
+            continue
+        shared = main & seen
+        if shared:
+            owners = list(dict.fromkeys(owner[lo] for lo, _ in shared.ranges()))
+            names = ", ".join(owners[:3]) + (f" and {len(owners) - 3} more" if len(owners) > 3 else "")
+            problems.append(Problem(f"bind_cpu.{p.key}.main", f"main CPUs {shared} of {p.key} overlap those of {names}.",
+                                    "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)",
+                                    "warning"))
+        new = main - seen
+        for cpu in new:
+            owner[cpu] = p.key
+        seen |= new
+    return problems
+
+
+__all__ = ["Problem", "validate_bind", "read_plan", "check_plan"]

@@ -1,0 +1,190 @@
+"""Reading a binding from what a user gives: a bind JSON file, inline JSON text, or msrun's tables.
+
+One loader for every consumer (`topo launch --bind_numa/--bind_core`, `topo bind`, `topo validate`):
+
+``read_bind_json(value) -> BindSource``
+    ``value`` is a path or inline JSON text; msrun's argparse-time checks and messages
+    (``bind_numa json file 'x.json' does not exist.``, ``Failed to load bind_numa json file: x.``,
+    ``bind_config must be a json object.``, the two mode checks). ``BindSource`` has ``data`` (the
+    JSON object as written), ``path`` (absolute, msrun's ``MSRUN_BIND_FILE``; None for inline text)
+    and ``sha256`` of the file's bytes (``MSRUN_BIND_FILE_HASH``; None for inline text). Every JSON
+    object read records the keys it saw more than once (``duplicate_keys``): ``json.loads`` alone
+    keeps the last and says nothing, and ``planners.bindcheck`` reports them.
+``load_bind(value) -> LoadedBind``
+    The same, then msrun's schema (``planners.bindcheck.read_plan``): a ``LoadedBind`` with the
+    ``BindPlan``, or ParseError naming the first problem (its JSON path, msrun's words, the fix).
+``load_table(value, flag) -> LoadedBind``
+    msrun's dict form of ``--bind_core`` / ``--bind_numa`` (``{"device0": ["0-9", "20-29"],
+    "scheduler": ["40-45"]}``), already decoded: keys ``deviceX`` or ``scheduler``, each value a list
+    of range strings in msrun's per-item format (``"0-3,5"`` must be written ``["0-3", "5"]``), joined
+    with commas as msrun joins them. A ``--bind_core`` table becomes a cpu-mode plan (main CPUs), a
+    ``--bind_numa`` table a numa-mode plan (the same nodes for CPUs and memory); ``table`` is True
+    because msrun reads such a table by position (the i-th ``deviceX`` key is local rank i's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from topo.cpuset import CpuSet
+from topo.errors import ParseError
+
+from planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding
+
+UNIFIED_KEYS = ("bind_config", "bind_cpu", "bind_memory")
+_TABLE_KEY = re.compile(r"device([0-9]{1,18})|scheduler")
+# msrun's per-item pattern (ASCII digits): "0-9" or "1,2,3"; a mixed "0-3,5" must be ["0-3", "5"].
+_TABLE_ITEM = re.compile(r"[0-9]+-[0-9]+|[0-9]+(?:,[0-9]+)*")
+_WHITESPACE = re.compile(r"\s")
+
+
+class JsonObject(dict):
+    """A JSON object as read, plus the keys it held more than once (``json.loads`` keeps the last)."""
+
+    duplicate_keys: tuple[str, ...] = ()
+
+
+def _object(pairs: list[tuple[str, Any]]) -> JsonObject:
+    obj = JsonObject(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        obj.duplicate_keys = tuple(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` with duplicate keys recorded (see JsonObject). Raises ValueError."""
+    return json.loads(text, object_pairs_hook=_object)
+
+
+@dataclass(frozen=True)
+class BindSource:
+    data: Any  # the JSON value as read (a JsonObject once the argparse-time checks pass)
+    path: str | None  # absolute path (MSRUN_BIND_FILE), None for inline JSON text
+    sha256: str | None  # of the file's bytes (MSRUN_BIND_FILE_HASH)
+
+
+@dataclass(frozen=True)
+class LoadedBind:
+    plan: BindPlan
+    path: str | None = None
+    sha256: str | None = None
+    table: bool = False  # msrun's dict form: read by position, combined with the other flag's table
+
+    @property
+    def where(self) -> str:
+        return self.path or ("msrun table" if self.table else "inline bind JSON")
+
+
+def read_bind_json(value: str) -> BindSource:
+    """A bind JSON from a file path or inline JSON text, with msrun's argparse-time checks."""
+    if value.endswith(".json") and not os.path.exists(value):
+        raise ParseError(f"bind_numa json file '{value}' does not exist.")
+    if not os.path.exists(value):
+        try:
+            data = parse_json(value)
+        except (ValueError, RecursionError) as exc:
+            raise ParseError(f"bind file {value[:200]!r} is neither an existing file nor JSON text; "
+                             "pass the path of a bind JSON (see `topo plan -o FILE`)") from exc
+        if not isinstance(data, dict) or "bind_config" not in data:
+            raise ParseError(f"inline bind JSON must be an object with a 'bind_config' key, got {value[:200]!r}")
+        return BindSource(data, None, None)
+    if not os.path.isfile(value):
+        raise ParseError(f"bind_numa json path '{value}' is not a file.")
+    try:
+        with open(value, "rb") as f:
+            raw = f.read()
+        data = parse_json(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        # msrun's words first (scripts match them), then what is wrong and where
+        why = exc.strerror if isinstance(exc, OSError) else (
+            "nested too deeply" if isinstance(exc, RecursionError) else str(exc))
+        raise ParseError(f"Failed to load bind_numa json file: {value}. ({why}; fix the file or "
+                         "write a new one with `topo plan -o FILE`)") from exc
+    if not isinstance(data, dict):
+        raise ParseError(f"bind_numa json file '{value}' should be a json object.")
+    config = data.get("bind_config", {})
+    if not isinstance(config, dict):
+        raise ParseError("bind_config must be a json object.")
+    if str(config.get("bind_cpu_mode", "none")).lower() not in CPU_MODES:
+        raise ParseError("'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.")
+    if str(config.get("bind_memory_mode", "none")).lower() not in MEMORY_MODES:
+        raise ParseError("'bind_memory_mode' only supports 'numa'/'none'.")
+    return BindSource(data, os.path.abspath(value), hashlib.sha256(raw).hexdigest())
+
+
+def load_bind(value: str) -> LoadedBind:
+    """A bind JSON (path or inline text) read and checked against msrun's schema."""
+    return plan_of(read_bind_json(value))
+
+
+def plan_of(source: BindSource) -> LoadedBind:
+    """The BindPlan of a bind JSON read by read_bind_json; ParseError naming the first schema error."""
+    return LoadedBind(plan_from_json(source.data, where=source.path or "inline bind JSON"),
+                      source.path, source.sha256)
+
+
+def plan_from_json(data: Any, *, where: str = "bind JSON") -> BindPlan:
+    """The BindPlan of a decoded bind JSON object; ParseError naming the first schema error."""
+    from planners.bindcheck import read_plan
+
+    plan, problems = read_plan(data)
+    if plan is None:
+        errors = [p for p in problems if p.severity == "error"]
+        more = f" (and {len(errors) - 1} more; run `topo validate`)" if len(errors) > 1 else ""
+        raise ParseError(f"{where}: {errors[0]}{more}")
+    return plan
+
+
+def load_table(value: Mapping, flag: str) -> LoadedBind:
+    """msrun's table form of --bind_core (CPUs) or --bind_numa (NUMA nodes), as a positional plan."""
+    label, desc = ("NUMA", "numaidX") if flag == "--bind_numa" else ("CPU", "cpuidX")
+    for key in getattr(value, "duplicate_keys", ()):
+        raise ParseError(f"{flag}: key {key!r} appears more than once; keep one entry per device")
+    seen: dict[str, str] = {}
+    processes = []
+    for key, items in value.items():
+        m = _TABLE_KEY.fullmatch(str(key))
+        if not m:
+            raise ParseError(f"{flag}: key {key!r} must be 'scheduler' or 'deviceX'")
+        norm = "scheduler" if m.group(1) is None else f"device{int(m.group(1))}"
+        if norm in seen:
+            raise ParseError(f"{flag}: keys {seen[norm]!r} and {key!r} name the same device; keep one")
+        seen[norm] = key
+        if not isinstance(items, list):
+            raise ParseError(f"{flag}: value of {key} should be a list like [\"0-9\"], got {items!r}")
+        cleaned = []
+        for item in items:
+            if not isinstance(item, str):
+                raise ParseError(f"{flag}: {label} {item!r} of {key} should be a string")
+            item = _WHITESPACE.sub("", item)
+            if not _TABLE_ITEM.fullmatch(item):
+                raise ParseError(
+                    f"{flag}: {label} {item[:60]!r} of {key} should look like '{desc}', "
+                    f"'{desc},{desc[:-1]}Y' or '{desc}-{desc[:-1]}Y' (split '0-3,5' into [\"0-3\", \"5\"])")
+            cleaned.append(item)
+        text = ",".join(cleaned)
+        try:
+            ids = CpuSet.parse_msrun(text)
+        except ParseError as exc:
+            raise ParseError(f"{flag}: {key}: {exc}") from None
+        if not text:
+            processes.append(ProcessBinding.from_parsed(norm))
+        elif label == "CPU":
+            processes.append(ProcessBinding.from_parsed(norm, modules=[("main", text, ids)]))
+        else:
+            processes.append(ProcessBinding.from_parsed(norm, cpu_nodes=(text, ids), memory=(text, ids)))
+    if label == "CPU":
+        plan = BindPlan.build(processes, cpu_mode="cpu", memory_mode="none")
+    else:
+        plan = BindPlan.build(processes, cpu_mode="numa", memory_mode="numa")
+    return LoadedBind(plan, table=True)
+
+
+__all__ = ["BindSource", "LoadedBind", "JsonObject", "parse_json", "read_bind_json", "load_bind", "plan_of",
+           "plan_from_json", "load_table", "UNIFIED_KEYS"]
