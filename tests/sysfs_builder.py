@@ -50,6 +50,9 @@ class Pci:
     device: str = "0x20b0"
     numa_node: int = -1
     local_cpulist: str | None = None  # None: no local_cpulist/local_cpus files
+    # A PCI-to-PCI bridge's (secondary, subordinate) buses, written in its config space as the
+    # kernel exposes it (hwloc builds the bridge tree from these bytes). None: not a bridge.
+    bridge_buses: tuple[int, int] | None = None
 
 
 @dataclass
@@ -76,6 +79,12 @@ class Machine:
     cluster_cores: int = 1  # cores per cluster (x86: 1; Kunpeng 920: 4)
     global_online: bool = True  # cpu/online (absent on very old kernels)
     model: str = "Fake CPU @ 2.00GHz"
+    vendor: str = "GenuineIntel"  # /proc/cpuinfo vendor_id
+    family: int = 6  # /proc/cpuinfo cpu family (AMD Bulldozer-class compute units: 21)
+    # AMD compute units: the two "threads" of a core are two cores sharing a front end, each with
+    # its own core_id (core * threads + thread) though thread_siblings lists both.
+    compute_units: bool = False
+    cmdline: str = "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro"  # /proc/cmdline
     memory: int = 8 << 30  # /proc/meminfo MemTotal, bytes
     cgroup: Cgroup | None = None
     pci: list[Pci] = field(default_factory=list)
@@ -152,7 +161,7 @@ def build(base: Path, m: Machine, name: str = "machine") -> Path:
         cluster = cpus_where(lambda p, c, t: p == pkg and c // m.cluster_cores == core // m.cluster_cores)
         t = f"{d}/topology"
         w(f"{t}/physical_package_id", f"{pkg}\n")
-        w(f"{t}/core_id", f"{core}\n")
+        w(f"{t}/core_id", f"{core * m.threads + _thread if m.compute_units else core}\n")
         if m.die_id:
             w(f"{t}/die_id", f"{core // per_die}\n")
             w(f"{t}/die_cpus_list", f"{die}\n")
@@ -204,9 +213,13 @@ def build(base: Path, m: Machine, name: str = "machine") -> Path:
     info = []
     for cpu, (pkg, core, _thread) in sorted(lay.items()):
         if cpu in online:
-            info.append(f"processor\t: {cpu}\nmodel name\t: {m.model}\nphysical id\t: {pkg}\n"
-                        f"core id\t\t: {core}\n")
+            info.append(f"processor\t: {cpu}\nvendor_id\t: {m.vendor}\ncpu family\t: {m.family}\n"
+                        f"model name\t: {m.model}\nphysical id\t: {pkg}\ncore id\t\t: {core}\n")
     w("proc/cpuinfo", "\n".join(info))
+    w("proc/cmdline", m.cmdline + "\n")
+    # What hwloc-gather-topology records of uname: hwloc applies its x86 quirks (AMD compute
+    # units) to a captured root only when this file says x86_64.
+    w("proc/hwloc-nofile-info", "OSName: Linux\nArchitecture: x86_64\n")
     w("proc/meminfo", f"MemTotal:       {m.memory // 1024} kB\nMemFree:        1024 kB\n")
 
     mounts = ["sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0",
@@ -254,4 +267,14 @@ def build(base: Path, m: Machine, name: str = "machine") -> Path:
             local = CpuSet.parse(dev.local_cpulist)
             w(f"{d}/local_cpulist", f"{local}\n")
             w(f"{d}/local_cpus", _mask(local, words) + "\n")
+        # The first 64 bytes of config space, what an unprivileged reader gets: header type at
+        # 0x0e (1 = PCI-to-PCI bridge), primary/secondary/subordinate bus at 0x18-0x1a.
+        config = bytearray(64)
+        config[0:2] = int(dev.vendor, 16).to_bytes(2, "little")
+        config[2:4] = int(dev.device, 16).to_bytes(2, "little")
+        if dev.bridge_buses is not None:
+            config[0x0E] = 1
+            config[0x18] = int(dev.busid.split(":")[1], 16)
+            config[0x19], config[0x1A] = dev.bridge_buses
+        (root / d / "config").write_bytes(bytes(config))
     return root

@@ -310,9 +310,9 @@ GARBAGE = [
     ("sys/devices/system/node/node0/distance", "10 2x"),
     ("sys/devices/system/node/node1/cpulist", "4-"),
     ("sys/devices/system/cpu/cpu3/topology/core_id", "abc"),
-    ("sys/devices/system/cpu/cpu3/topology/physical_package_id", "0x1g"),
+    ("sys/devices/system/cpu/cpu4/topology/physical_package_id", "0x1g"),  # first CPU of package 1
     ("sys/devices/system/cpu/cpu0/cache/index2/size", "lots"),
-    ("sys/devices/system/cpu/cpu5/topology/thread_siblings_list", "5,,13"),
+    ("sys/devices/system/cpu/cpu5/topology/core_cpus_list", "5,,13"),
     ("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal: many kB"),
     ("sys/fs/cgroup/job/cpuset.cpus.effective", "0-3;8"),
     ("sys/bus/pci/devices/0000:3b:00.0/class", "display"),
@@ -327,7 +327,7 @@ def test_garbage_file_is_an_error_naming_the_file(tmp_path, rel, content):
     target = root / rel
     assert target.is_file()  # the builder wrote it, so the probe really reads it
     # Remove the hex-mask twins, so that the garbage list is the file read.
-    for twin in {"thread_siblings_list": "thread_siblings", "local_cpulist": "local_cpus",
+    for twin in {"core_cpus_list": "core_cpus", "local_cpulist": "local_cpus",
                  "cpulist": "cpumap"}.items():
         if target.name == twin[0]:
             (target.parent / twin[1]).unlink()

@@ -8,9 +8,9 @@ normal input here, not errors; a file with garbage in it is an error naming that
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from topo.cpuset import EMPTY, CpuSet, union_all
+from topo.cpuset import EMPTY, MAX_ID, CpuSet, union_all
 from topo.errors import ProbeError
 from topo.fsroot import FsRoot
 from topo.model import Cache, Cluster, Core, Die, MemorySideCache, NumaNode, Package, PciDevice
@@ -19,8 +19,8 @@ CPU = "/sys/devices/system/cpu"
 NODE = "/sys/devices/system/node"
 PCI = "/sys/bus/pci/devices"
 
-_CPU_DIR = re.compile(r"cpu(\d+)\Z")
-_NODE_DIR = re.compile(r"node(\d+)\Z")
+_CPU_DIR = re.compile(r"cpu([0-9]+)\Z")
+_NODE_DIR = re.compile(r"node([0-9]+)\Z")
 _INDEX_DIR = re.compile(r"index(\d+)\Z")
 _VIRTIO_DIR = re.compile(r"virtio\d+\Z")
 _SIZE = re.compile(r"\A(\d+)\s*([KMG]?)B?\Z", re.I)
@@ -36,7 +36,8 @@ class RawCpus:
     cores: list[Core]
     caches: list[Cache]
     models: dict[int, str] = field(default_factory=dict)
-    has_topology: bool = True  # False: no CPU had a topology directory, one core per PU assumed
+    has_topology: bool = True  # False: no CPU had sibling masks; PUs only, no core or package
+    notes: list[str] = field(default_factory=list)  # objects sysfs described but that were ignored
 
 
 @dataclass
@@ -44,6 +45,22 @@ class RawNodes:
     nodes: list[NumaNode]
     memory_side_caches: list[MemorySideCache]
     from_sysfs: bool  # False: no node directory, one node synthesised for the whole machine
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Cpu:
+    """One online CPU that has a topology directory, and what sysfs says of it."""
+
+    os_index: int
+    dir: str
+    core_cpus: CpuSet | None = None  # its core's PUs as the core mask file lists them
+
+
+# The sibling-mask files, new names (Linux 5.4+) then old. hwloc picks one naming for the whole
+# machine from the first CPU that has either (cpu0, or the first online CPU).
+_NEW_NAMES = {"core": "core_cpus", "package": "package_cpus"}
+_OLD_NAMES = {"core": "thread_siblings", "package": "core_siblings"}
 
 
 def _size_bytes(fs: FsRoot, path: str) -> int | None:
@@ -56,17 +73,64 @@ def _size_bytes(fs: FsRoot, path: str) -> int | None:
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
 
 
-def _cpu_dirs(fs: FsRoot) -> dict[int, str]:
+def _numbered_dirs(fs: FsRoot, base: str, pattern: re.Pattern) -> dict[int, str]:
+    """{N: path} of base's entries named like cpuN / nodeN. An N above CpuSet's limit is no kernel's
+    (NR_CPUS and MAX_NUMNODES are far below it): an error naming the entry, not a huge bitmap."""
     dirs = {}
-    for name in fs.listdir(CPU):
-        m = _CPU_DIR.match(name)
+    for name in fs.listdir(base):
+        m = pattern.match(name)
         if m:
-            dirs[int(m.group(1))] = f"{CPU}/{name}"
+            n = int(m.group(1))
+            if n > MAX_ID:
+                raise ProbeError(f"{fs.path(base + '/' + name)}: id {n} exceeds {MAX_ID}, no kernel numbers "
+                                 "CPUs or nodes so high (remove the entry or recapture the machine)")
+            dirs[n] = f"{base}/{name}"
     return dirs
 
 
+def _mask_file(fs: FsRoot, cpu: _Cpu, name: str) -> CpuSet | None:
+    """A topology/ sibling mask of one CPU (`name` or its `name_list` twin), None when absent."""
+    return fs.read_set(f"{cpu.dir}/topology/{name}_list", f"{cpu.dir}/topology/{name}")
+
+
+def _file_names(fs: FsRoot, cpus: list[_Cpu]) -> dict[str, str] | None:
+    """The sibling-mask naming this kernel uses, decided on the first CPU as hwloc does; None when
+    that CPU has neither naming (no sibling masks at all)."""
+    if not cpus:
+        return None
+    first = f"{cpus[0].dir}/topology"
+    for names in (_NEW_NAMES, _OLD_NAMES):
+        if any(fs.exists(f"{first}/{stem}") or fs.exists(f"{first}/{stem}_list") for stem in names.values()):
+            return names
+    return None
+
+
+def _amd_compute_units(fs: FsRoot) -> bool:
+    """AMD families 15h (Bulldozer to Excavator) and 16h: the kernel lists the two cores of a
+    compute unit as thread siblings though each has its own core_id. hwloc checks the vendor and
+    family of the first processor in /proc/cpuinfo (fields only x86 kernels write)."""
+    vendor = family = None
+    for line in (fs.read("/proc/cpuinfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "vendor_id" and vendor is None:
+            vendor = value
+        elif key == "cpu family" and family is None:
+            family = value
+        elif not line.strip() and vendor is not None:
+            break  # the first processor's block is enough
+    return vendor == "AuthenticAMD" and family in ("21", "22")
+
+
 def probe_cpus(fs: FsRoot) -> RawCpus:
-    dirs = _cpu_dirs(fs)
+    """PUs, cores, clusters, dies, packages and caches, by hwloc's rules (look_sysfscpu).
+
+    Every object comes from a sibling mask restricted to the online CPUs that have a topology
+    directory, and is created by the first CPU of its mask; its OS index (core_id,
+    physical_package_id, ...) only names it. No mask file, no object: a PU without a core mask has
+    no core, one without a package mask no package.
+    """
+    dirs = _numbered_dirs(fs, CPU, _CPU_DIR)
     present = fs.read_cpulist(f"{CPU}/present")
     possible = fs.read_cpulist(f"{CPU}/possible")
     online_file = fs.read_cpulist(f"{CPU}/online")
@@ -77,145 +141,135 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         # Old kernels: no global "online" file; a cpuN/online of 0 marks an offline CPU.
         online_file = CpuSet(i for i, d in dirs.items() if fs.read_int(f"{d}/online", 1) != 0)
 
-    topo: dict[int, dict] = {}
-    for cpu in sorted(dirs):
-        if cpu not in online_file:
-            continue
-        d = f"{dirs[cpu]}/topology"
-        pkg = fs.read_int(f"{d}/physical_package_id")
-        core = fs.read_int(f"{d}/core_id")
-        if pkg is None and core is None and not fs.exists(d):
-            continue  # an online CPU without topology: hwloc ignores it as well
-        topo[cpu] = {
-            # No physical_package_id at all (PS3's Cell): no package object, as lstopo shows.
-            "package": None if pkg is None else max(pkg, 0),
-            "core": None if core is None else max(core, 0),
-            "die": fs.read_int(f"{d}/die_id"),
-            "cluster": fs.read_int(f"{d}/cluster_id"),
-            "dir": dirs[cpu],
-        }
-    online = CpuSet(topo)
-    has_topology = bool(online)
-    if not online:
-        # No per-CPU topology at all (some containers, very old kernels): one package, one core per PU.
-        online = online_file & complete if complete else online_file
+    # An online CPU without a topology directory is ignored, as hwloc ignores it: the kernel
+    # creates topology/ for every CPU it can place.
+    cpus = [_Cpu(i, dirs[i]) for i in sorted(dirs) if i in online_file and fs.exists(f"{dirs[i]}/topology")]
+    names = _file_names(fs, cpus)
+    if names is None:
+        # No sibling masks (some containers, very old kernels): PUs only. No core or package is
+        # invented; lscpu may fill them in on the live machine.
+        online = CpuSet(c.os_index for c in cpus) or (online_file & complete if complete else online_file)
         if not online:
             raise ProbeError(
                 f"no CPU found under {fs.path(CPU)} (is --root a captured machine with sys/ and proc/?)"
             )
-        for cpu in online:
-            topo[cpu] = {"package": 0, "core": cpu, "die": None, "cluster": None, "dir": None}
+        return RawCpus(complete | online, online, [], [], [], [], [], {}, False)
 
-    # Packages: each CPU's package_cpus (core_siblings) mask, as hwloc builds them: ia64 dumps
-    # reuse one physical_package_id for distinct sockets. Falls back to grouping by id.
-    siblings = _SiblingMasks(fs, topo)
-    packages = [Package(topo[c]["package"], s) for c, s in _sibling_sets(siblings, "package_cpus", "package", online)
-                if topo[c]["package"] is not None]
-    packages.sort(key=lambda p: p.cpuset.first())
-    pkg_of = {cpu: t["package"] for cpu, t in topo.items()}
-
-    # Cores: thread siblings when sysfs gives them (core_id can repeat across dies), else
-    # (package, die, core_id).
+    online = CpuSet(c.os_index for c in cpus)
+    notes: list[str] = []
     cores: list[Core] = []
-    assigned = 0
-    for cpu in sorted(topo):
-        if assigned >> cpu & 1:
-            continue
-        t = topo[cpu]
-        threads = siblings.get(cpu, "threads")
-        if threads:
-            members = (threads & online) | CpuSet([cpu])
-            # siblings must agree on package; sysfs of buggy kernels sometimes disagrees
-            members = CpuSet(c for c in members if pkg_of[c] == t["package"] and not assigned >> c & 1)
-        else:
-            members = CpuSet(
-                c for c, u in topo.items()
-                if u["package"] == t["package"] and u["die"] == t["die"] and u["core"] == t["core"]
-                and not assigned >> c & 1
-            )
-        assigned |= members.mask
-        cores.append(Core(t["core"], t["package"], members))
-        for c in members:
-            topo[c]["core_cpus"] = members
+    clusters: list[tuple[int, CpuSet]] = []
+    dies: list[tuple[int, CpuSet]] = []
+    packages: list[Package] = []
+    compute_units = _amd_compute_units(fs)
+    thread_with_core_id: bool | None = None if compute_units else False
+    for cpu in cpus:
+        i = cpu.os_index
+        d = f"{cpu.dir}/topology"
+        first_of_core = True
+        core_set = _mask_file(fs, cpu, names["core"])
+        if core_set is not None:
+            core_set &= online
+            cpu.core_cpus = core_set
+            if thread_with_core_id is None and core_set.weight() > 1:
+                # Compute units or hyper-threads? Decided once for the machine, on the first
+                # core with two PUs: siblings with different core_ids are distinct cores.
+                sibling = next(c for c in core_set if c != i)
+                thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{dirs[sibling]}/topology/core_id")
+            first_of_core = core_set.first() == i
+            if first_of_core or thread_with_core_id:
+                core_id = fs.read_int(f"{d}/core_id")
+                cores.append(Core(_os_index(core_id), None, CpuSet([i]) if thread_with_core_id else core_set))
+        if not first_of_core:
+            continue  # the core's first CPU has looked at its cluster, die and package
 
-    dies = [Die(topo[c]["die"], topo[c]["package"], s) for c, s in _sibling_sets(siblings, "die_cpus", "die", online)]
-    if all(d.cpuset in {p.cpuset for p in packages} for d in dies):
-        dies = []  # one die per package: sysfs says nothing the package does not
-    clusters = [Cluster(topo[c]["cluster"], topo[c]["package"], s)
-                for c, s in _sibling_sets(siblings, "cluster_cpus", "cluster", online)]
-    caches = _caches(fs, topo, online)
-    models = _cpu_models(fs, topo)
+        cluster_set = _mask_file(fs, cpu, "cluster_cpus")
+        first_of_cluster = True
+        if cluster_set is not None:
+            cluster_set &= online
+            if cluster_set.first() != i:
+                first_of_cluster = cluster_set.weight() == 1
+                cluster_set = None
+            elif cluster_set.weight() == 1:
+                cluster_set = None  # one PU per cluster: the kernel's default, no real cluster
+        if not first_of_cluster:
+            continue
+        die_set = _mask_file(fs, cpu, "die_cpus")
+        first_of_die = True
+        if die_set is not None:
+            die_set &= online
+            if die_set.first() != i:
+                first_of_die = die_set.weight() == 1
+                die_set = None
+            elif die_set.weight() == 1:
+                die_set = None  # one PU per die: non-x86 kernels' default values
+            if cluster_set is not None and die_set == cluster_set:
+                cluster_set = None
+        if first_of_die:
+            package_set = _mask_file(fs, cpu, names["package"])
+            if package_set is not None:
+                package_set &= online
+                if cluster_set is not None and package_set == cluster_set:
+                    cluster_set = None
+                if package_set.first() == i:
+                    _add_package(packages, Package(_os_index(fs.read_int(f"{d}/physical_package_id")), package_set),
+                                 notes)
+        if cluster_set is not None:
+            clusters.append((_os_index(fs.read_int(f"{d}/cluster_id")), cluster_set))
+        if die_set is not None:
+            dies.append((_os_index(fs.read_int(f"{d}/die_id")), die_set))
+
+    packages.sort(key=lambda p: p.cpuset.first())
+
+    def package_of(s: CpuSet) -> int | None:
+        return next((p.os_index for p in packages if s <= p.cpuset), None)
+
+    cores = [replace(c, package=package_of(c.cpuset)) for c in cores]
+    die_objs = [Die(i, package_of(s), s) for i, s in dies]
+    if all(d.cpuset in {p.cpuset for p in packages} for d in die_objs):
+        die_objs = []  # one die per package: sysfs says nothing the package does not
+    caches = _caches(fs, cpus, online)
+    models = _cpu_models(fs, cpus, packages)
     if models:
-        packages = [
-            Package(p.os_index, p.cpuset, models.get(p.os_index)) for p in packages
-        ]
-    # A cluster is a Group in hwloc: dropped where it repeats a core, a cache, a die or a package.
-    redundant = {o.cpuset for o in (*packages, *dies, *cores, *caches)}
-    clusters = [c for c in clusters if c.cpuset not in redundant]
-    return RawCpus(complete | online, online, packages, dies, clusters, cores, caches, models, has_topology)
+        packages = [replace(p, model=models.get(p.os_index)) for p in packages]
+    # A cluster is a Group in hwloc: merged away where it repeats a core, a cache, a die or a package.
+    redundant = {o.cpuset for o in (*packages, *die_objs, *cores, *caches)}
+    cluster_objs = [Cluster(i, package_of(s), s) for i, s in clusters if s not in redundant]
+    return RawCpus(complete | online, online, packages, die_objs, cluster_objs, cores, caches, models, True, notes)
 
 
-class _SiblingMasks:
-    """Each CPU's sibling masks (threads, package, die, cluster), read on first use: the CPUs that
-    an earlier CPU's mask already placed are never read, which halves the reads on big machines."""
-
-    FILES = {
-        "threads": (("thread_siblings_list", "thread_siblings"), ("core_cpus_list", "core_cpus")),
-        "package_cpus": (("package_cpus_list", "package_cpus"), ("core_siblings_list", "core_siblings")),
-        "die_cpus": (("die_cpus_list", "die_cpus"),),
-        "cluster_cpus": (("cluster_cpus_list", "cluster_cpus"),),
-    }
-
-    def __init__(self, fs: FsRoot, topo: dict) -> None:
-        self.fs = fs
-        self.topo = topo
-
-    def get(self, cpu: int, key: str) -> CpuSet | None:
-        d = self.topo[cpu]["dir"]
-        if d is None:
-            return None
-        for list_name, mask_name in self.FILES[key]:
-            found = self.fs.read_set(f"{d}/topology/{list_name}", f"{d}/topology/{mask_name}")
-            if found:
-                return found
-        return None
+def _os_index(value: int | None) -> int | None:
+    """An id sysfs gives as -1 (no such information on this platform) is unknown, as in hwloc."""
+    return None if value is None or value < 0 else value
 
 
-def _sibling_sets(siblings: _SiblingMasks, mask_key: str, id_key: str, online: CpuSet) -> list[tuple[int, CpuSet]]:
-    """Distinct sets of CPUs sharing a package/die/cluster: from each CPU's sibling mask where
-    sysfs has one, else by (package, id). Returns (first CPU, set) pairs; [] when ids are absent."""
-    topo = siblings.topo
-    out = []
-    assigned = 0
-    for cpu in sorted(topo):
-        if assigned >> cpu & 1:
+def _add_package(packages: list[Package], new: Package, notes: list[str]) -> None:
+    """Insert a package made from one CPU's mask, as hwloc's insertion by cpuset treats it.
+
+    Masks are normally identical for all CPUs of a package. After CPU hot-plug or with a buggy
+    BIOS a CPU may report a stale, smaller mask: a set inside an existing package with the same
+    physical_package_id is that package again. Any other set that overlaps an existing package
+    (hwloc nests or rejects it) is ignored here, and noted, since a package cannot contain
+    another. Distinct sockets that reuse one physical_package_id (ia64 dumps) have disjoint
+    masks and stay two packages.
+    """
+    for p in packages:
+        if not new.cpuset.intersects(p.cpuset):
             continue
-        t = topo[cpu]
-        if t[id_key] is None or t[id_key] < 0:
-            if id_key != "package":
-                return []  # no die_id / cluster_id: the kernel has no such level
-        mask = siblings.get(cpu, mask_key)
-        if mask:
-            members = (mask & online) | CpuSet([cpu])
-        else:
-            members = CpuSet(c for c, u in topo.items()
-                             if u[id_key] == t[id_key] and u["package"] == t["package"])
-        members = CpuSet.from_mask(members.mask & ~assigned)
-        assigned |= members.mask
-        out.append((cpu, members))
-    return out
+        if not (new.cpuset <= p.cpuset and new.os_index == p.os_index):
+            notes.append(f"package P#{new.os_index} with CPUs {new.cpuset} ignored: "
+                         f"it overlaps package P#{p.os_index} with CPUs {p.cpuset}")
+        return
+    packages.append(new)
 
 
-def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
+def _caches(fs: FsRoot, cpus: list[_Cpu], online: CpuSet) -> list[Cache]:
     seen: dict[tuple[int, str, CpuSet], Cache] = {}
     # (indexN, sharing set) already read: the other CPUs of a shared cache need read only
     # their sharing map, not level/type/size again (a quarter of the reads on big machines).
     read_already: set[tuple[str, CpuSet]] = set()
-    for cpu in sorted(topo):
-        d = topo[cpu]["dir"]
-        if d is None:
-            continue
-        base = f"{d}/cache"
+    for cpu in cpus:
+        base = f"{cpu.dir}/cache"
         for name in fs.listdir(base):
             if not _INDEX_DIR.match(name):
                 continue
@@ -223,9 +277,9 @@ def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
             shared = fs.read_set(f"{idx}/shared_cpu_list", f"{idx}/shared_cpu_map")
             if not shared:
                 # Empty sharing map (ia64, some VMs): the cache is private to the core.
-                shared = topo[cpu].get("core_cpus") or CpuSet([cpu])
+                shared = cpu.core_cpus or CpuSet([cpu.os_index])
             # Some kernels report caches whose sharing map forgets the CPU itself.
-            shared = (shared | CpuSet([cpu])) & online
+            shared = (shared | CpuSet([cpu.os_index])) & online
             if (name, shared) in read_already:
                 continue
             level = fs.read_int(f"{idx}/level")
@@ -249,20 +303,22 @@ def _caches(fs: FsRoot, topo: dict, online: CpuSet) -> list[Cache]:
     return caches
 
 
-def _cpu_models(fs: FsRoot, topo: dict) -> dict[int, str]:
-    """Package model names from /proc/cpuinfo ("model name", or "cpu" on POWER)."""
+def _cpu_models(fs: FsRoot, cpus: list[_Cpu], packages: list[Package]) -> dict[int, str]:
+    """Package model names from /proc/cpuinfo ("model name", or "cpu" on POWER), by the package
+    holding each processor."""
     text = fs.read("/proc/cpuinfo")
     if not text:
         return {}
+    package_of = {cpu: p.os_index for p in packages for cpu in p.cpuset}
     models: dict[int, str] = {}
     proc = None
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
         if key == "processor":
-            proc = int(value) if value.isdigit() else None
-        elif key in ("model name", "cpu") and proc is not None and proc in topo and value:
-            models.setdefault(topo[proc]["package"], value)
+            proc = int(value) if value.isascii() and value.isdigit() else None
+        elif key in ("model name", "cpu") and proc in package_of and value:
+            models.setdefault(package_of[proc], value)
     return models
 
 

@@ -1,0 +1,75 @@
+"""hwloc's own answer for a generated root: `lstopo-no-graphics --of xml` with HWLOC_FSROOT.
+
+Tests that generate a machine with `sysfs_builder` compare topo with what the real hwloc (Debian's
+package, installed in CI) reports for the same files. `answer(root)` reduces lstopo's XML to the
+fields topo models; tests skip when lstopo is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from topo.cpuset import CpuSet
+
+LSTOPO = shutil.which("lstopo-no-graphics")
+needs_lstopo = pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
+
+_IO_TYPES = {"Bridge", "PCIDev", "OSDev", "Misc"}
+
+
+@dataclass
+class Answer:
+    pus: str = ""
+    packages: list[tuple[int | None, str]] = field(default_factory=list)
+    cores: list[tuple[int | None, str]] = field(default_factory=list)
+    numa_nodes: list[tuple[int, str, str | None]] = field(default_factory=list)  # (P#, cpuset, subtype)
+    pci: dict[str, str] = field(default_factory=dict)  # busid -> cpuset of the normal parent
+    stderr: str = ""
+
+
+def _set(text: str | None) -> str:
+    if not text:
+        return ""
+    return CpuSet.parse_mask(text.replace("0x", "")).to_list()
+
+
+def _index(el: ET.Element) -> int | None:
+    value = el.get("os_index")
+    return None if value is None else int(value)
+
+
+def answer(root: Path, *args: str, env: dict[str, str] | None = None) -> Answer:
+    """What lstopo reports for the machine below `root` (whole I/O tree, linux backend only)."""
+    run_env = dict(os.environ, HWLOC_FSROOT=str(root), HWLOC_COMPONENTS="linux,stop", LC_ALL="C")
+    run_env.update(env or {})
+    proc = subprocess.run([LSTOPO, "--of", "xml", "--whole-io", *args], env=run_env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    out = Answer(stderr=proc.stderr)
+    top = ET.fromstring(proc.stdout).find("object")
+    assert top is not None and top.get("type") == "Machine"
+    out.pus = _set(top.get("cpuset"))
+
+    def walk(el: ET.Element, normal_parent: ET.Element) -> None:
+        kind = el.get("type")
+        if kind == "Package":
+            out.packages.append((_index(el), _set(el.get("cpuset"))))
+        elif kind == "Core":
+            out.cores.append((_index(el), _set(el.get("cpuset"))))
+        elif kind == "NUMANode":
+            subtype = el.get("subtype")
+            out.numa_nodes.append((_index(el), _set(el.get("cpuset")), subtype))
+        elif kind == "PCIDev":
+            out.pci[el.get("pci_busid")] = _set(normal_parent.get("cpuset"))
+        parent = normal_parent if kind in _IO_TYPES else el
+        for child in el.findall("object"):
+            walk(child, parent)
+
+    walk(top, top)
+    return out
