@@ -5,11 +5,13 @@
     plan = planners.plan(t, "unique-contiguous", scope="socket", nproc=4)
     json.dump(plan.to_json(), open("bind.json", "w"))
 
-Strategies are pure functions ``(Topology, Job, Options) -> BindPlan`` registered under the
-entry-point group ``topo.planners`` (ours are declared in pyproject.toml). A third party adds a mode
-by declaring ``[project.entry-points."topo.planners"] my-mode = "pkg.mod:function"``; the function
-may carry a ``summary`` attribute (one line for ``topo plan --list-modes``), or the entry point may
-name a ``planners.Planner`` directly.
+Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``. Ours are listed once, in
+``BUILTIN`` below (each a ``planners.Planner`` with its name, summary and facts such as
+``shares_cpus``); the command line's ``--mode`` choices and ``--list-modes`` come from
+``registry()``. A third party adds a mode by declaring ``[project.entry-points."topo.planners"]
+my-mode = "pkg.mod:function"``; the function may carry ``summary`` (one line for
+``topo plan --list-modes``) and ``shares_cpus`` attributes, or the entry point may name a
+``planners.Planner`` directly.
 """
 
 from __future__ import annotations
@@ -28,22 +30,25 @@ ENTRY_POINT_GROUP = "topo.planners"
 
 BUILTIN: dict[str, Planner] = {p.name: p for p in (
     Planner("msrun-auto", "msrun --bind_core=True CPU split (or --msrun-bind numa: --bind_numa=True nodes)",
-            "planners.msrun:plan_msrun_auto", "msrun"),
-    Planner("node", "torch: all allowed CPUs of the device's NUMA node", "planners.torch:plan_node", "torch"),
-    Planner("socket", "torch: all allowed CPUs of the device's socket", "planners.torch:plan_socket", "torch"),
+            "planners.msrun:plan_msrun_auto"),
+    Planner("node", "torch: all allowed CPUs of the device's NUMA node", "planners.torch:plan_node",
+            shares_cpus=True),
+    Planner("socket", "torch: all allowed CPUs of the device's socket", "planners.torch:plan_socket",
+            shares_cpus=True),
     Planner("exclusive", "torch: the node's physical cores split among its devices (lower ranks get the rest)",
-            "planners.torch:plan_exclusive", "torch"),
+            "planners.torch:plan_exclusive"),
     Planner("core-complex", "torch: one last-level-cache group (L3/CCX) of the node per device",
-            "planners.torch:plan_core_complex", "torch"),
+            "planners.torch:plan_core_complex", shares_cpus=True),
     Planner("all", "gpu_affinity: every core of the scope, node-local first", "planners.gpu_affinity:plan_all",
-            "gpu_affinity"),
-    Planner("single", "gpu_affinity: the first core of the scope", "planners.gpu_affinity:plan_single", "gpu_affinity"),
+            shares_cpus=True),
+    Planner("single", "gpu_affinity: the first core of the scope", "planners.gpu_affinity:plan_single",
+            shares_cpus=True),
     Planner("single-unique", "gpu_affinity: one core per device, never shared",
-            "planners.gpu_affinity:plan_single_unique", "gpu_affinity"),
+            "planners.gpu_affinity:plan_single_unique"),
     Planner("unique-interleaved", "gpu_affinity: the scope's cores dealt out, every k-th core per device",
-            "planners.gpu_affinity:plan_unique_interleaved", "gpu_affinity"),
+            "planners.gpu_affinity:plan_unique_interleaved"),
     Planner("unique-contiguous", "gpu_affinity: the scope's cores cut into one block per device",
-            "planners.gpu_affinity:plan_unique_contiguous", "gpu_affinity"),
+            "planners.gpu_affinity:plan_unique_contiguous"),
 )}
 
 _registry: dict[str, Planner] | None = None
@@ -54,24 +59,25 @@ def normalize_mode(mode: str) -> str:
 
 
 def registry() -> dict[str, Planner]:
-    """Every mode: ours, then those other packages declare under the ``topo.planners`` group."""
+    """Every mode: ours, then those other packages declare under the ``topo.planners`` group
+    (a name of ours declared again by a plug-in does not replace ours)."""
     global _registry
     if _registry is None:
         reg = dict(BUILTIN)
         for ep in _entry_points():
             name = normalize_mode(ep.name)
-            if name in BUILTIN and ep.value.startswith("planners."):
-                continue  # our own declaration of a built-in
+            if name in BUILTIN:
+                continue
             try:
                 obj = ep.load()
             except Exception as exc:  # a broken plug-in must not break the built-in modes
-                reg[name] = Planner(name, f"(failed to load {ep.value}: {exc})", _broken(ep.value, exc), "plugin")
+                reg[name] = Planner(name, f"(failed to load {ep.value}: {exc})", _broken(ep.value, exc))
                 continue
             if isinstance(obj, Planner):
                 reg[normalize_mode(obj.name)] = obj
             elif callable(obj):
                 summary = getattr(obj, "summary", None) or (obj.__doc__ or ep.value).strip().splitlines()[0]
-                reg[name] = Planner(name, summary, obj, "plugin")
+                reg[name] = Planner(name, summary, obj, shares_cpus=bool(getattr(obj, "shares_cpus", False)))
         _registry = reg
     return _registry
 
@@ -79,10 +85,7 @@ def registry() -> dict[str, Planner]:
 def _entry_points():
     from importlib.metadata import entry_points
 
-    try:
-        return list(entry_points(group=ENTRY_POINT_GROUP))
-    except TypeError:  # Python < 3.10 API
-        return list(entry_points().get(ENTRY_POINT_GROUP, ()))
+    return list(entry_points(group=ENTRY_POINT_GROUP))
 
 
 def _broken(value, exc):
@@ -123,7 +126,15 @@ def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequ
     result = planner.load()(topology, job, opts)
     if not isinstance(result, BindPlan):
         raise UsageError(f"planner {planner.name!r} returned {type(result).__name__}, not a BindPlan")
-    return result
+    # the notes a reader of the file needs, from the registry: which mode, and whether its
+    # processes share CPUs by design (then `topo validate` accepts overlapping sets)
+    meta = {"schema": "topo.bind/1", "mode": planner.name}
+    if planner.shares_cpus:
+        meta["shared_cpus"] = True
+    meta.update(result.meta)
+    return BindPlan.build(result.processes, cpu_mode=result.cpu_mode, memory_mode=result.memory_mode,
+                          actor_thread_fix_bind=result.actor_thread_fix_bind, meta=meta,
+                          warnings=result.warnings)
 
 
 __all__ = ["plan", "modes", "registry", "get_planner", "Planner", "Job", "Options", "BindPlan",

@@ -1,13 +1,17 @@
-"""What every strategy shares: the job, the options, and a per-topology view of allowed resources.
+"""What every strategy shares: the job, the options, and a per-topology index of allowed resources.
 
 A strategy is a pure function ``(Topology, Job, Options) -> BindPlan``: no files, no environment,
-no clock. The CLI (`planners.cli`) reads those and builds the arguments.
+no clock. The command line reads those and builds the arguments.
 
 Locality in one place (`Layout.home_of`): a device's *home* is the allowed NUMA node(s) with CPUs it
 belongs to. A device on a memory-only node (GH200/GB200 HBM) or on a node the cgroup does not allow
 is homed on the nearest allowed CPU-bearing node by the node distance matrix; a device with no NUMA
 information on the nodes its `local_cpus` touch. CPU-only ranks are homed on consecutive blocks of
 nodes, so a CPU-only job splits all allowed CPUs.
+
+Planning stays near-linear in the machine's size: `Layout` indexes cores once (by lowest PU, per
+node) and every per-rank question is asked of those indexes or answered once per distinct home or
+scope and shared by the ranks that have it, never by scanning every core for every device.
 """
 
 from __future__ import annotations
@@ -18,10 +22,9 @@ from typing import Callable, Iterable, Sequence
 from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 from topo.model import Device, Topology
+from topo.visible import default_kind
 
 from planners.bindplan import BindPlan, ProcessBinding, device_key
-
-ACCELERATOR_KINDS = ("gpu", "npu", "accel")
 
 
 # --------------------------------------------------------------------------- job
@@ -52,7 +55,7 @@ class Job:
         ``devices=()`` asks for a CPU-only job; ``nproc`` takes the first N devices, or N CPU-only
         processes when there are no devices."""
         if nproc is not None and nproc < 1:
-            raise UsageError(f"--nproc-per-node must be at least 1, got {nproc}")
+            raise UsageError(f"the number of processes must be at least 1, got {nproc}")
         known = accelerators(topology)
         by_id = {d.index: d for d in known}
         if devices is None:
@@ -62,12 +65,12 @@ class Job:
             seen = set()
             for i in ids:
                 if i in seen:
-                    raise UsageError(f"device {i} listed twice in --devices; list each device once")
+                    raise UsageError(f"device {i} is listed twice in the job's devices; list each device once")
                 seen.add(i)
                 if i not in by_id:
                     have = ",".join(str(d.index) for d in known) or "none"
                     raise UsageError(f"device {i} is not in the topology (devices: {have}); "
-                                     "check --devices / CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES")
+                                     "check the device list and CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES")
         if not ids:
             n = nproc if nproc is not None else max(1, len(_cpu_nodes(topology)))
             return cls((None,) * n)
@@ -76,39 +79,33 @@ class Job:
         if nproc > len(ids):
             raise UsageError(
                 f"{nproc} processes but only {len(ids)} devices ({','.join(map(str, ids))}); bind JSON "
-                "keys are per device, so use at most one process per device (or --devices none "
-                "for a CPU-only job)")
+                "keys are per device, so use at most one process per device (or no devices for a "
+                "CPU-only job)")
         return cls(tuple(ids[:nproc]))
 
 
 def accelerators(topology: Topology) -> tuple[Device, ...]:
-    """The devices processes are placed next to: the GPUs, else the NPUs, else other
-    accelerators, by physical id."""
-    counts: dict[str, int] = {}
-    for d in topology.devices:
-        if d.kind in ACCELERATOR_KINDS:
-            counts[d.kind] = counts.get(d.kind, 0) + 1
-    if not counts:
+    """The devices processes are placed next to, by physical id: those of `topo.visible.default_kind`
+    (the GPUs, else the NPUs, else other accelerators)."""
+    kind = default_kind(topology)
+    if kind is None:
         return ()
-    kind = next(k for k in ACCELERATOR_KINDS if counts.get(k))  # GPUs, else NPUs (topo.visible's order)
     return tuple(sorted((d for d in topology.devices if d.kind == kind), key=lambda d: d.index))
 
 
 # --------------------------------------------------------------------------- options
 SCOPES = ("node", "socket")
 MULTITHREADING = ("all-logical", "single-logical")
-MEMORY = ("numa", "none")
+MEMORY = ("numa", "preferred", "none")
 MSRUN_BIND = ("core", "numa")
 SHARE = ("job", "host")
 SCHEDULER_BASES = ("free", "global", "device0")
-# modes whose processes share CPUs by design (everything else gives disjoint main sets)
-SHARED_MODES = frozenset({"node", "socket", "core-complex", "all", "single"})
 DEFAULT_MODULES = (("runtime", 4, 8), ("minddata", 9, 12), ("main", 13, 19))
 
 
 @dataclass(frozen=True)
 class Options:
-    """Every knob of every mode; each mode reads the ones it documents."""
+    """Every knob of every mode; each mode reads the ones it documents. Errors name the field."""
 
     scope: str = "node"  # gpu_affinity
     multithreading: str = "all-logical"  # gpu_affinity
@@ -131,12 +128,12 @@ class Options:
                               ("scheduler_base", SCHEDULER_BASES)):
             value = getattr(self, name)
             if value not in allowed:
-                raise UsageError(f"{name.replace('_', '-')} must be one of {', '.join(allowed)}; got {value!r}")
+                raise UsageError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
         if self.min_physical_cores < 1:
-            raise UsageError(f"--min-physical-cores must be at least 1, got {self.min_physical_cores}")
+            raise UsageError(f"min_physical_cores must be at least 1, got {self.min_physical_cores}")
         if self.max_physical_cores is not None and self.max_physical_cores < self.min_physical_cores:
-            raise UsageError(f"--max-physical-cores ({self.max_physical_cores}) is below "
-                             f"--min-physical-cores ({self.min_physical_cores})")
+            raise UsageError(f"max_physical_cores ({self.max_physical_cores}) is below "
+                             f"min_physical_cores ({self.min_physical_cores})")
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":
@@ -166,46 +163,72 @@ class Options:
 
 # --------------------------------------------------------------------------- layout
 PSEUDO_NODE = -1
+
+
 def _cpu_nodes(topology: Topology):
     allowed = topology.allowed_pus & topology.pus
-    return [n for n in topology.cpu_nodes() if n.cpuset & allowed]
+    return [n for n in topology.cpu_nodes() if n.cpuset.intersects(allowed)]
 
 
 class Layout:
-    """Allowed resources of one topology, precomputed once per plan (O(PUs + cores))."""
+    """Allowed resources of one topology, indexed once per plan in O(PUs + cores + nodes).
+
+    Cores are numbered 0..n-1 by their lowest allowed PU (torch's order): ``cores[i]`` is the
+    allowed part of core i, ``core_first[i]`` its lowest PU, ``node_cores[n]`` the numbers of the
+    cores whose lowest PU is on node n.
+    """
 
     def __init__(self, topology: Topology):
         self.topology = topology
-        self.allowed = topology.allowed_pus & topology.pus
+        self.allowed = allowed = topology.allowed_pus & topology.pus
         nodes = _cpu_nodes(topology)
         self.node_ids: list[int] = [n.os_index for n in nodes]
-        self.node_cpus: dict[int, CpuSet] = {n.os_index: n.cpuset & self.allowed for n in nodes}
+        self.node_cpus: dict[int, CpuSet] = {n.os_index: n.cpuset & allowed for n in nodes}
         self.node_memory: dict[int, int] = {n.os_index: n.local_memory for n in nodes}
         self.all_nodes = {n.os_index: n for n in topology.numa_nodes}
-        # physical cores restricted to allowed PUs, ordered by their lowest PU (torch's key)
-        cores = [c.cpuset & self.allowed for c in topology.cores]
-        self.cores: list[CpuSet] = sorted((c for c in cores if c), key=CpuSet.first)
-        self.core_of_pu: dict[int, int] = {}
-        for i, c in enumerate(self.cores):
-            for pu in c:
-                self.core_of_pu[pu] = i
-        self.packages = [p.cpuset & self.allowed for p in topology.packages if p.cpuset & self.allowed]
-        llc = [c.cpuset & self.allowed for c in topology.last_level_caches()]
+        whole = allowed == topology.pus  # no cgroup restriction left: cores need no intersection
+        pairs = []
+        for c in topology.cores:
+            s = c.cpuset if whole else c.cpuset & allowed
+            if s:
+                pairs.append((s.first(), s))
+        pairs.sort(key=lambda p: p[0])
+        self.core_first: list[int] = [f for f, _ in pairs]
+        self.cores: list[CpuSet] = [s for _, s in pairs]
+        self.core_of_pu: dict[int, int] = {pu: i for i, s in enumerate(self.cores) for pu in s}
+        self.node_of_pu: dict[int, int] = {pu: n for n in self.node_ids for pu in self.node_cpus[n]}
+        self.node_cores: dict[int, list[int]] = {n: [] for n in self.node_ids}
+        for i, first in enumerate(self.core_first):
+            n = self.node_of_pu.get(first)
+            if n is not None:
+                self.node_cores[n].append(i)
+        self.packages = [p.cpuset & allowed for p in topology.packages if p.cpuset.intersects(allowed)]
+        llc = [c.cpuset & allowed for c in topology.last_level_caches()]
         self.llcs: list[CpuSet] = sorted({c for c in llc if c}, key=CpuSet.first)
         self.devices = {d.index: d for d in accelerators(topology)}
-        if not self.node_ids and self.allowed:
+        if not self.node_ids and allowed:
             # No allowed NUMA node owns CPUs (every node memory-only, e.g. CPUs in memoryless
             # initiator nodes): one pseudo node PSEUDO_NODE with every allowed CPU, never written
             # as a memory node.
             self.node_ids = [PSEUDO_NODE]
-            self.node_cpus = {PSEUDO_NODE: self.allowed}
+            self.node_cpus = {PSEUDO_NODE: allowed}
             self.node_memory = {PSEUDO_NODE: 0}
+            self.node_cores = {PSEUDO_NODE: list(range(len(self.cores)))}
+            self.node_of_pu = dict.fromkeys(self.core_of_pu, PSEUDO_NODE)
         self.warnings: list[str] = []
-        self._cores_cache: dict[CpuSet, list[CpuSet]] = {}
+        self._core_indexes: dict[CpuSet, tuple[int, ...]] = {}
+        self._packages: dict[CpuSet, CpuSet] = {}
+        self._homes: dict[int, tuple[int, ...]] = {}
 
     # ---- locality -------------------------------------------------------
     def home_of(self, device_id: int) -> tuple[int, ...]:
         """The allowed CPU-bearing node(s) device ``device_id`` is local to (see module doc)."""
+        home = self._homes.get(device_id)
+        if home is None:
+            home = self._homes[device_id] = self._home_of(device_id)
+        return home
+
+    def _home_of(self, device_id: int) -> tuple[int, ...]:
         dev = self.devices.get(device_id)
         if dev is None:
             raise UsageError(f"device {device_id} is not in the topology")
@@ -213,7 +236,7 @@ class Layout:
         if node is not None and node in self.node_cpus:
             return (node,)
         if node is not None and node in self.all_nodes:
-            near = self.nearest_cpu_node(node)
+            near = self.nearest(node, self.node_ids)
             info = self.all_nodes[node]
             if not info.memory_only and node not in self.topology.allowed_numa_nodes:
                 self.warnings.append(f"device {device_id}: its NUMA node {node} is not allowed by the cgroup; "
@@ -236,19 +259,25 @@ class Layout:
                              f"node {nodes_text(self.node_ids[:1])}")
         return (self.node_ids[0],)
 
-    def nearest_cpu_node(self, node: int) -> int:
-        """The allowed CPU-bearing node closest to ``node`` by the SLIT distances (ties: one whose
-        CPUs are in the node's locality, then the lowest id)."""
+    def by_distance(self, node: int, among: Iterable[int]) -> list[int]:
+        """``among`` ordered nearest first from ``node`` by the SLIT distances; ties go to a node
+        whose CPUs are in ``node``'s locality (a memory-only node's host), then to the lowest id."""
         info = self.all_nodes.get(node)
-        dist = dict(info.distances) if info is not None else {}
+        dist = info.distances if info is not None else {}
         locality = info.locality if info is not None else CpuSet()
-        if not self.node_ids:
-            raise UsageError("no allowed CPU in the topology: nothing to plan on")
 
         def key(n):
-            return (dist.get(n, 1 << 30), 0 if self.node_cpus[n].intersects(locality) else 1, n)
+            cpus = self.node_cpus.get(n)
+            return (dist.get(n, 1 << 30), 0 if cpus is not None and cpus.intersects(locality) else 1, n)
 
-        return min(self.node_ids, key=key)
+        return sorted(among, key=key)
+
+    def nearest(self, node: int, among: Iterable[int]) -> int:
+        """The node of ``among`` nearest to ``node`` (`by_distance`'s first)."""
+        ordered = self.by_distance(node, among)
+        if not ordered:
+            raise UsageError("no allowed CPU in the topology: nothing to plan on")
+        return ordered[0]
 
     def homes(self, job: Job) -> list[tuple[int, ...]]:
         """Home node(s) of each rank."""
@@ -273,25 +302,47 @@ class Layout:
     def memory_for(self, cpus: CpuSet) -> tuple[int, ...]:
         """Memory nodes for a process running on ``cpus``: the allowed nodes they are on, else the
         allowed node nearest to the node that owns them."""
-        nodes = tuple(n for n in self.node_ids if self.node_cpus[n].intersects(cpus))
+        nodes = {self.node_of_pu[pu] for pu in cpus if pu in self.node_of_pu}
         if nodes:
-            return nodes
+            return tuple(sorted(nodes))
         owner = next((n.os_index for n in self.topology.numa_nodes if n.cpuset.intersects(cpus)), None)
-        return (self.nearest_cpu_node(owner),) if owner is not None else tuple(self.node_ids[:1])
+        return (self.nearest(owner, self.node_ids),) if owner is not None else tuple(self.node_ids[:1])
 
     def cpus_of_nodes(self, nodes: Iterable[int]) -> CpuSet:
         return union_all(self.node_cpus[n] for n in nodes)
 
+    def cores_of_nodes(self, nodes: Iterable[int]) -> list[int]:
+        """Numbers of the cores of ``nodes`` (by lowest PU), from the per-node index."""
+        nodes = list(nodes)
+        if len(nodes) == 1:
+            return list(self.node_cores[nodes[0]])
+        return sorted(i for n in nodes for i in self.node_cores[n])
+
+    def core_indexes(self, cpus: CpuSet) -> tuple[int, ...]:
+        """Numbers of the cores with a PU in ``cpus``, by lowest PU; computed once per set."""
+        hit = self._core_indexes.get(cpus)
+        if hit is None:
+            core_of_pu = self.core_of_pu
+            hit = self._core_indexes[cpus] = tuple(sorted({core_of_pu[pu] for pu in cpus if pu in core_of_pu}))
+        return hit
+
     def cores_in(self, cpus: CpuSet) -> list[CpuSet]:
         """Physical cores (restricted to ``cpus``) with a PU in ``cpus``, by lowest PU (a new list)."""
-        hit = self._cores_cache.get(cpus)
-        if hit is None:
-            idx = sorted({self.core_of_pu[pu] for pu in cpus if pu in self.core_of_pu})
-            hit = self._cores_cache[cpus] = [self.cores[i] & cpus for i in idx]
-        return list(hit)
+        return [self.cores[i] & cpus for i in self.core_indexes(cpus)]
+
+    def union_of_cores(self, indexes: Iterable[int], multithreading: str = "all-logical") -> CpuSet:
+        """The PUs of cores ``indexes``: every thread, or only each core's lowest (single-logical)."""
+        if multithreading == "all-logical":
+            cores = self.cores
+            return union_all(cores[i] for i in indexes)
+        firsts = self.core_first
+        return CpuSet(firsts[i] for i in indexes)
 
     def package_cpus(self, cpus: CpuSet) -> CpuSet:
-        return union_all(p for p in self.packages if p.intersects(cpus))
+        hit = self._packages.get(cpus)
+        if hit is None:
+            hit = self._packages[cpus] = union_all(p for p in self.packages if p.intersects(cpus))
+        return hit
 
 
 def nodes_text(nodes: Iterable[int]) -> str:
@@ -306,7 +357,7 @@ def node_value(nodes: Iterable[int]) -> int | str:
     return s.first() if s.weight() == 1 else s.to_list()
 
 
-def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] | None], *, mode: str,
+def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] | None], *,
                options: Options, layout: Layout, warnings: Iterable[str] = (),
                orders: Sequence[Sequence[int]] | None = None) -> BindPlan:
     """A cpu-mode plan from per-rank CPU sets and memory nodes (rank order).
@@ -316,24 +367,28 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     """
     warnings = list(warnings)
     procs = []
+    texts: dict[CpuSet, str] = {}  # ranks sharing a set (shared modes) format it once
     for r in range(job.nproc):
         mem = [n for n in (memory[r] or ()) if n != PSEUDO_NODE]
-        if memory[r] and not mem and options.memory == "numa":
+        if memory[r] and not mem and options.memory != "none":
             warnings.append("no allowed NUMA node has CPUs: memory is left unbound")
-        mem_value = node_value(mem) if (mem and options.memory == "numa") else None
+        mem_value = node_value(mem if options.memory == "numa" else mem[:1]) if (mem and options.memory != "none") else None  # preferred: one node
         main = cpus[r]
         if options.modules:
             order = list(orders[r]) if orders is not None else list(main)
             modules = tuple((name, CpuSet(_slice(order, lo, hi, job.key(r), name)).to_list())
                             for name, lo, hi in options.modules)
         else:
-            modules = (("main", main.to_list()),) if main else ()
+            text = texts.get(main)
+            if text is None:
+                text = texts[main] = main.to_list()
+            modules = (("main", text),) if main else ()
         procs.append(ProcessBinding(job.key(r), modules, memory=mem_value, local_rank=r))
     if options.modules or options.scheduler_range:
-        procs.append(_scheduler(job, cpus, orders, options, layout, warnings))
+        procs.append(_scheduler(cpus, orders, options, layout, warnings))
     return finish(BindPlan.build(procs, cpu_mode="cpu", memory_mode=options.memory,
                                  actor_thread_fix_bind=options.actor_thread_fix_bind),
-                  job, mode=mode, options=options, layout=layout, warnings=warnings)
+                  options=options, layout=layout, warnings=warnings)
 
 
 def _slice(order: Sequence[int], lo: int, hi: int, owner: str, label: str) -> list[int]:
@@ -343,55 +398,36 @@ def _slice(order: Sequence[int], lo: int, hi: int, owner: str, label: str) -> li
     return list(order[lo:hi + 1])
 
 
-def _scheduler(job: Job, cpus, orders, options: Options, layout: Layout, warnings: list) -> ProcessBinding:
+def _scheduler(cpus, orders, options: Options, layout: Layout, warnings: list) -> ProcessBinding:
     lo, hi = options.scheduler_range or (20, 23)
-    everything = list(layout.allowed)
     if options.scheduler_base == "device0":
         base = list(orders[0]) if orders is not None else list(cpus[0])
         if not base:
-            raise UsageError("scheduler base device0 has no CPUs; use --scheduler-base free or global")
+            raise UsageError("scheduler base device0 has no CPUs; use scheduler base free or global")
     elif options.scheduler_base == "global":
-        base = everything
+        base = list(layout.allowed)
     else:
-        used = union_all(cpus)
-        base = [c for c in everything if c not in used]
-        if len(base) < hi + 1:
+        free = layout.allowed - union_all(cpus)
+        if free.weight() < hi + 1:
             warnings.append("free CPU pool insufficient, using global available CPUs.")
-            base = everything
+            free = layout.allowed
+        base = list(free)
     main = CpuSet(_slice(base, lo, hi, "scheduler", "main"))
     return ProcessBinding("scheduler", (("main", main.to_list()),))
 
 
-def finish(plan: BindPlan, job: Job, *, mode: str, options: Options, layout: Layout,
-           warnings: Iterable[str] = ()) -> BindPlan:
-    meta = {"schema": "topo.bind/1", "mode": mode}
-    if mode in SHARED_MODES:
-        meta["shared_cpus"] = True  # processes share CPUs by design: `topo validate` accepts overlap
+def finish(plan: BindPlan, *, options: Options, layout: Layout, warnings: Iterable[str] = ()) -> BindPlan:
+    """The plan with its notes: options that differ from the defaults, the topology it was made for,
+    and every warning once (`planners.plan` adds the mode and whether it shares CPUs)."""
+    meta = {}
     opts = options.to_meta()
     if opts:
         meta["options"] = opts
     meta["topology"] = layout.topology.root
-    meta["fingerprint"] = fingerprint(layout.topology)
     all_warnings = list(dict.fromkeys([*layout.warnings, *warnings, *plan.warnings]))
     return BindPlan.build(plan.processes, cpu_mode=plan.cpu_mode, memory_mode=plan.memory_mode,
                           actor_thread_fix_bind=plan.actor_thread_fix_bind, meta=meta,
                           warnings=all_warnings)
-
-
-def fingerprint(topology: Topology) -> str:
-    """A short hash of what a plan depends on: allowed PUs and nodes, cores, NUMA nodes, devices.
-    Two machines of the same shape and cgroup share it; a plan with another one was made elsewhere."""
-    import hashlib
-
-    parts = [topology.allowed_pus.to_list(), topology.allowed_numa_nodes.to_list(),
-             ";".join(c.cpuset.to_list() for c in topology.cores),
-             ";".join(f"{n.os_index}:{n.cpuset}:{int(n.memory_only)}" for n in topology.numa_nodes),
-             ";".join(f"{d.kind}{d.index}@{d.numa_node}" for d in accelerators(topology))]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-
-
-def threads(core: CpuSet, multithreading: str) -> CpuSet:
-    return core if multithreading == "all-logical" else CpuSet((core.first(),))
 
 
 Strategy = Callable[[Topology, Job, Options], BindPlan]
@@ -399,12 +435,15 @@ Strategy = Callable[[Topology, Job, Options], BindPlan]
 
 @dataclass(frozen=True)
 class Planner:
+    """A mode: its name, one line for ``--list-modes``, the strategy, and what a reader of its plans
+    must know (``shares_cpus``: processes share CPUs by design, so `topo validate` accepts overlap)."""
+
     name: str
     summary: str
     # the function, or "module:function" imported on first use (a launcher that only reads a
     # bind JSON should not import every strategy)
     strategy: Strategy | str = field(compare=False)
-    family: str = ""
+    shares_cpus: bool = False
 
     def load(self) -> Strategy:
         if isinstance(self.strategy, str):

@@ -20,7 +20,7 @@ def process_cpus(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> CpuSet
     if plan.cpu_mode == "cpu":
         return proc.cpus("main")
     if plan.cpu_mode == "numa" and proc.cpu_nodes is not None:
-        nodes = proc.cpu_node_set
+        nodes = CpuSet((proc.cpu_nodes,)) if isinstance(proc.cpu_nodes, int) else CpuSet.parse(proc.cpu_nodes)
         return union_all(layout.node_cpus.get(n, CpuSet()) for n in nodes)
     return CpuSet()
 
@@ -33,6 +33,7 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
     want_max = options.get("max_physical_cores")
     owners: dict[int, list[str]] = {}  # core index -> keys touching it
     sets: dict[str, CpuSet] = {}
+    llc_of_pu = {pu: i for i, g in enumerate(layout.llcs) for pu in g}
     for proc in plan.processes:
         cpus = process_cpus(plan, proc, layout)
         sets[proc.key] = cpus
@@ -54,10 +55,10 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
             local = "partly"
         else:
             local = "no"
-        cores = layout.cores_in(cpus)
-        for c in cores:
-            owners.setdefault(layout.core_of_pu[c.first()], []).append(proc.key)
-        l3 = [i for i, g in enumerate(layout.llcs) if g.intersects(cpus)]
+        cores = layout.core_indexes(cpus)
+        for i in cores:
+            owners.setdefault(i, []).append(proc.key)
+        l3 = {llc_of_pu[pu] for i in cores for pu in layout.cores[i] & cpus if pu in llc_of_pu}
         rows.append({
             "rank": "-" if proc.local_rank is None else str(proc.local_rank),
             "key": proc.key,
@@ -75,7 +76,7 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
                             f"(its node {nodes_text(home)} has CPUs {home_cpus})")
         if want_max is not None and dev is not None and len(cores) < want_max:
             warnings.append(f"{proc.key}: {len(cores)} physical cores, fewer than the {want_max} asked "
-                            "(--max-physical-cores)")
+                            "(max_physical_cores)")
     for idx in sorted(owners):
         keys = sorted(set(owners[idx]))
         if len(keys) < 2:

@@ -1,183 +1,229 @@
-"""NVIDIA gpu_affinity's five modes (`gpu_affinity.set_affinity`, anchors §3.4-3.5).
+"""NVIDIA gpu_affinity's five modes (`gpu_affinity.set_affinity`).
 
 Each device has a NODE affinity (allowed CPUs of its home NUMA node) and a SOCKET affinity
-(allowed CPUs of that node's package). Both are cut into physical cores (SMT sibling groups).
-On each socket the cores outside every device's node are dealt round-robin to the node cores
-("group by node"), so ``--scope socket`` adds a share of the socket's device-less cores.
+(NVML's socket-scope CPUs when the probe recorded them, else the allowed CPUs of that node's
+package). Both are cut into physical cores (SMT sibling groups). gpu_affinity then groups by node:
+on each socket, the cores outside every device's node are dealt round-robin to the node cores in
+core order, so each node core heads a *group* (itself, then the socket cores dealt to it), and
+``--scope socket`` reads a device's groups column by column (every group's head, then every
+group's first dealt core, ...).
 
 ``all``
-    Every core of the scope, node-local cores first. **Ex.:** scope node on DGX A100: GPU 0 gets
-    the 16 cores of node 3.
+    Every core of the scope, node-local cores (of any device) first. **Ex.:** scope node on DGX
+    A100: GPU 0 gets the 16 cores of node 3.
 ``single``
-    The first core of the scope (``--min/--max-physical-cores`` ignored, as in gpu_affinity).
+    The first core of the scope (``min/max_physical_cores`` ignored, as in gpu_affinity).
 ``single-unique``
     The first node core no earlier device took. Where gpu_affinity raises IndexError (more
-    devices than cores), a free core of the socket, then of the machine, is used with a warning;
-    an error only when no free core remains at all.
+    devices than cores), a free core of the socket, then the nearest free one, is used with a
+    warning; an error only when no free core remains at all.
 ``unique-interleaved`` / ``unique-contiguous``
-    Devices with the same affinity share its cores without overlap: every k-th core, or a block
-    of k. ``--balanced`` (default) gives every device of the machine the same count (the minimum
-    over nodes); ``--no-balanced`` uses all cores, the lower-ranked devices getting the remainder
-    (contiguous too, where gpu_affinity leaves the remainder unused).
+    Devices with the same node share its groups without overlap: every g-th group, or a block of
+    groups, then read in the scope's order. ``balanced`` (default) gives every device the same
+    number of groups (the minimum over nodes); unbalanced, ``contiguous`` gives each device
+    ``groups // devices`` and leaves the remainder unused, ``interleaved`` hands it to the
+    lower-ranked devices - both as gpu_affinity does. **Ex.:** DGX A100 NPS4, scope socket: GPU 0
+    gets node 3's cores 48-55 and the socket cores dealt to them, 32-39 (with their SMT siblings).
 
-``--multithreading all-logical`` keeps all threads of each core, ``single-logical`` the lowest.
-Where gpu_affinity's socket scope drops cores (``zip`` truncates when a node's share of the
-socket's extra cores is uneven), every core is kept here.
+``multithreading=all-logical`` keeps all threads of each core, ``single-logical`` the lowest.
+Where gpu_affinity's socket scope drops cores (its ``zip`` stops at the shortest group when a
+node's share of the socket's extra cores is uneven), every core is kept here.
+
+Everything is computed once per distinct home node or scope and shared by the devices that have
+it, so planning stays linear in the machine's size.
 """
 
 from __future__ import annotations
 
 from itertools import cycle
 
-from topo.cpuset import CpuSet, union_all
+from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindplan import BindPlan
-from planners.core import Job, Layout, Options, build_plan, threads
+from planners.core import Job, Layout, Options, build_plan
 
-Group = tuple[CpuSet, ...]  # a node core followed by the socket cores dealt to it
+CoreGroup = tuple[int, ...]  # a node core's number, then the numbers of the socket cores dealt to it
 
 
 class _Affinity:
+    """Node and socket affinity of every rank, as core numbers of the layout, grouped by node."""
+
     def __init__(self, topology: Topology, job: Job):
         self.layout = layout = Layout(topology)
+        self.job = job
         self.homes = layout.homes(job)
-        self.node_aff = [layout.cpus_of_nodes(h) for h in self.homes]
-        self.socket_aff = [self._socket(job.devices[r], n) for r, n in enumerate(self.node_aff)]
-        self.node_cores = [layout.cores_in(a) for a in self.node_aff]
-        # group by node: per socket, the cores outside all device nodes, round-robin over node cores
-        assigned: dict[CpuSet, set[int]] = {}
-        for s, cores in zip(self.socket_aff, self.node_cores):
-            assigned.setdefault(s, set()).update(c.first() for c in cores)
+        self.node_aff = {h: layout.cpus_of_nodes(h) for h in dict.fromkeys(self.homes)}
+        self.node_cores = {h: layout.core_indexes(cpus) for h, cpus in self.node_aff.items()}
+        self.socket_aff = [self._socket(job.devices[r], self.node_aff[h]) for r, h in enumerate(self.homes)]
+        # group by node: per socket, the cores outside every device's node, dealt round-robin to
+        # the socket's node cores in core order
+        on_socket: dict[CpuSet, set[int]] = {}
+        for s, h in dict.fromkeys(zip(self.socket_aff, self.homes)):
+            on_socket.setdefault(s, set()).update(self.node_cores[h])
         # A core is some rank's node core or one socket's extra, never both: socket scopes can
         # overlap (a CPU-only rank whose home nodes span packages), and a core dealt twice would
         # end up in two "unique" sets.
-        dealt = {c.first() for cores in self.node_cores for c in cores}
-        extra: dict[int, list[CpuSet]] = {}
-        for s, firsts in assigned.items():
-            unassigned = [c for c in layout.cores_in(s) if c.first() not in dealt]
-            dealt.update(c.first() for c in unassigned)
-            for a, u in zip(cycle(sorted(firsts)), unassigned):
-                extra.setdefault(a, []).append(u)
-        self.grouped: list[tuple[Group, ...]] = [
-            tuple((c, *extra.get(c.first(), ())) for c in cores) for cores in self.node_cores
-        ]
-        self.node_union = {c.first() for cores in self.node_cores for c in cores}
+        self.node_union = {i for cores in self.node_cores.values() for i in cores}
+        dealt = set(self.node_union)
+        extra: dict[int, list[int]] = {}
+        for s, heads in on_socket.items():
+            unassigned = [i for i in layout.core_indexes(s) if i not in dealt]
+            dealt.update(unassigned)
+            for head, core in zip(cycle(sorted(heads)), unassigned):
+                extra.setdefault(head, []).append(core)
+        self.grouped: dict[tuple[int, ...], tuple[CoreGroup, ...]] = {
+            h: tuple((i, *extra.get(i, ())) for i in cores) for h, cores in self.node_cores.items()
+        }
 
     def _socket(self, device: int | None, node_aff: CpuSet) -> CpuSet:
         """NVML's SOCKET-scope affinity when the probe recorded it, else the node's package."""
         dev = self.layout.devices.get(device) if device is not None else None
         nvml = getattr(dev, "socket_cpus", None) if dev is not None else None
-        if nvml is not None and nvml & self.layout.allowed:
+        if nvml is not None and nvml.intersects(self.layout.allowed):
             return (nvml & self.layout.allowed) | node_aff
         return self.layout.package_cpus(node_aff) or node_aff
 
-    def ungroup(self, grouped: tuple[Group, ...], scope: str) -> list[CpuSet]:
-        if scope == "node":
-            return [g[0] for g in grouped]
-        # column by column (node cores, then each one's first extra, ...), with no truncation:
-        # gpu_affinity's chain(*zip(*groups)) stops at the shortest group and loses cores.
-        out = []
-        width = max((len(g) for g in grouped), default=0)
-        for col in range(width):
-            out.extend(g[col] for g in grouped if col < len(g))
-        return out
+    def scope_cpus(self, rank: int, scope: str) -> CpuSet:
+        return self.socket_aff[rank] if scope == "socket" else self.node_aff[self.homes[rank]]
+
+    def cpus(self, rank: int, cores: list[int], options: Options) -> CpuSet:
+        """The PUs of ``cores`` a rank may use: all threads or the lowest, within its scope."""
+        return self.layout.union_of_cores(cores, options.multithreading) & self.scope_cpus(rank, options.scope)
+
+    def check_and_cap(self, cores: list[int], rank: int, lo: int, hi: int | None) -> list[int]:
+        if len(cores) < lo:
+            d = self.job.devices[rank]
+            have = self.layout.union_of_cores(cores)
+            raise UsageError(
+                f"Number of available physical cores for GPU {d if d is not None else f'rank {rank}'} is less "
+                f"the predefinied minimum, min_physical_cores={lo}, available physical cores: {have} "
+                f"(count={len(cores)}); lower min_physical_cores or use fewer processes")
+        return cores if hi is None else cores[:hi]
+
+    def finish(self, per_rank: list[list[int]], options: Options) -> BindPlan:
+        cpus = [self.cpus(r, cores, options) for r, cores in enumerate(per_rank)]
+        return build_plan(self.job, cpus, self.homes, options=options, layout=self.layout)
 
 
-def _check_and_cap(cores: list[CpuSet], rank: int, job: Job, lo: int, hi: int | None) -> list[CpuSet]:
-    if len(cores) < lo:
-        who = job.devices[rank] if job.devices[rank] is not None else f"rank {rank}"
-        raise UsageError(
-            f"Number of available physical cores for GPU {who} is less the predefinied minimum, "
-            f"min_physical_cores={lo}, available physical cores: {union_all(cores)} (count={len(cores)}); "
-            "lower --min-physical-cores or use fewer processes")
-    return cores if hi is None else cores[:hi]
-
-
-def _finish(aff: _Affinity, job: Job, per_rank: list[list[CpuSet]], mode: str, options: Options,
-            warnings=()) -> BindPlan:
-    cpus = [union_all(threads(c, options.multithreading) for c in cores) for cores in per_rank]
-    return build_plan(job, cpus, aff.homes, mode=mode, options=options, layout=aff.layout, warnings=warnings)
+def ungroup(groups: tuple[CoreGroup, ...], scope: str) -> list[int]:
+    """A device's core numbers in scope order: node scope, the group heads; socket scope, column by
+    column (heads, then each group's first dealt core, ...) with no truncation, where
+    gpu_affinity's ``chain(*zip(*groups))`` stops at the shortest group and loses cores."""
+    if scope == "node":
+        return [g[0] for g in groups]
+    width = max((len(g) for g in groups), default=0)
+    return [g[col] for col in range(width) for g in groups if col < len(g)]
 
 
 def plan_all(topology: Topology, job: Job, options: Options) -> BindPlan:
     aff = _Affinity(topology, job)
-    per_rank = []
+    of_scope: dict[CpuSet, CpuSet] = {}  # ranks with the same scope get the same CPUs
+    cpus = []
     for r in range(job.nproc):
-        scope_aff = aff.socket_aff[r] if options.scope == "socket" else aff.node_aff[r]
-        cores = aff.layout.cores_in(scope_aff)
-        cores.sort(key=lambda c: (0 if c.first() in aff.node_union else 1, c.first()))
-        per_rank.append(_check_and_cap(cores, r, job, options.min_physical_cores, options.max_physical_cores))
-    return _finish(aff, job, per_rank, "all", options)
+        scope = aff.scope_cpus(r, options.scope)
+        if scope not in of_scope:  # node-local cores (of any device) first, then the rest, by core order
+            idx = aff.layout.core_indexes(scope)
+            cores = [i for i in idx if i in aff.node_union] + [i for i in idx if i not in aff.node_union]
+            cores = aff.check_and_cap(cores, r, options.min_physical_cores, options.max_physical_cores)
+            of_scope[scope] = aff.cpus(r, cores, options)
+        cpus.append(of_scope[scope])
+    return build_plan(job, cpus, aff.homes, options=options, layout=aff.layout)
 
 
 def plan_single(topology: Topology, job: Job, options: Options) -> BindPlan:
     aff = _Affinity(topology, job)
-    per_rank = [_check_and_cap(aff.ungroup(aff.grouped[r], options.scope), r, job, 1, 1)
-                for r in range(job.nproc)]
-    return _finish(aff, job, per_rank, "single", options)
+    of_scope: dict[tuple, CpuSet] = {}
+    cpus = []
+    for r, h in enumerate(aff.homes):
+        key = (h, aff.scope_cpus(r, options.scope))
+        if key not in of_scope:  # the first core of the scope order: the first group's head
+            first = aff.check_and_cap(ungroup(aff.grouped[h][:1], options.scope)[:1], r, 1, 1)
+            of_scope[key] = aff.cpus(r, first, options)
+        cpus.append(of_scope[key])
+    return build_plan(job, cpus, aff.homes, options=options, layout=aff.layout)
 
 
 def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPlan:
     aff = _Affinity(topology, job)
+    layout = aff.layout
     taken: set[int] = set()
-    per_rank: list[list[CpuSet]] = []
+    # cursors only move forward: a core once taken stays taken
+    node_cursor = dict.fromkeys(aff.grouped, 0)
+    socket_cursor: dict[CpuSet, int] = {}
+    near_order: dict[tuple[int, ...], list[int]] = {}
+    near_cursor: dict[tuple[int, ...], int] = {}
+    per_rank: list[list[int]] = []
     warnings = []
-    for r in range(job.nproc):
-        pick = next((g[0] for g in aff.grouped[r] if g[0].first() not in taken), None)
-        if pick is None:
+    for r, h in enumerate(aff.homes):
+        heads = aff.grouped[h]
+        i = node_cursor[h]
+        while i < len(heads) and heads[i][0] in taken:
+            i += 1
+        node_cursor[h] = i
+        if i < len(heads):
+            pick = heads[i][0]
+        else:
             # gpu_affinity skips this device and misaligns the list (IndexError); take a free core
             # of the socket, else the nearest free one anywhere.
-            socket_free = [c for c in aff.layout.cores_in(aff.socket_aff[r]) if c.first() not in taken]
-            anywhere = [c for c in aff.layout.cores if c.first() not in taken]
-            pool = socket_free or sorted(anywhere, key=lambda c: _distance(aff, r, c))
-            if not pool:
+            socket = aff.socket_aff[r]
+            pick, socket_cursor[socket] = _next_free(layout.core_indexes(socket), socket_cursor.get(socket, 0),
+                                                     taken)
+            where = "of its socket"
+            if pick is None:
+                if h not in near_order:
+                    near_order[h] = _by_distance_from(layout, h[0])
+                pick, near_cursor[h] = _next_free(near_order[h], near_cursor.get(h, 0), taken)
+                where = "elsewhere"
+            if pick is None:
                 raise UsageError(
                     f"single-unique needs one physical core per process, but {job.nproc} processes "
-                    f"share {len(aff.layout.cores)} allowed cores; use --mode single (shared cores) "
+                    f"share {len(layout.cores)} allowed cores; use mode single (shared cores) "
                     "or fewer processes")
-            pick = pool[0]
             warnings.append(f"{job.key(r)}: every core of its NUMA node is taken; given core "
-                            f"{pick} {'of its socket' if socket_free else 'elsewhere'}")
-        taken.add(pick.first())
+                            f"{layout.cores[pick]} {where}")
+        taken.add(pick)
         per_rank.append([pick])
-    return _finish(aff, job, per_rank, "single-unique", options, warnings)
+    # a core given elsewhere is outside the rank's scope: whole cores, not restricted to it
+    cpus = [layout.union_of_cores(cores, options.multithreading) for cores in per_rank]
+    return build_plan(job, cpus, aff.homes, options=options, layout=layout, warnings=warnings)
 
 
-def _distance(aff: _Affinity, rank: int, core: CpuSet) -> tuple[int, int]:
-    home = aff.homes[rank][0]
-    node = aff.layout.all_nodes.get(home)
-    owner = next((n for n in aff.layout.node_ids if core.intersects(aff.layout.node_cpus[n])), home)
-    dist = node.distances.get(owner, 1 << 30) if node is not None else 0
-    return (dist, core.first())
+def _next_free(order, start: int, taken: set[int]) -> tuple[int | None, int]:
+    i = start
+    while i < len(order) and order[i] in taken:
+        i += 1
+    return (order[i] if i < len(order) else None), i
+
+
+def _by_distance_from(layout: Layout, home: int) -> list[int]:
+    """Every core, those of the nodes nearest to ``home`` first (then by core order)."""
+    rank = {n: k for k, n in enumerate(layout.by_distance(home, layout.node_ids))}
+    far = len(rank)
+    return sorted(range(len(layout.cores)),
+                  key=lambda i: (rank.get(layout.node_of_pu.get(layout.core_first[i]), far), i))
 
 
 def _unique(topology: Topology, job: Job, options: Options, interleaved: bool) -> BindPlan:
     aff = _Affinity(topology, job)
-    classes: dict[tuple, list[int]] = {}
-    for r in range(job.nproc):
-        key = tuple(tuple(c.first() for c in g) for g in aff.grouped[r])
-        classes.setdefault(key, []).append(r)
-    lists = {key: aff.ungroup(aff.grouped[ranks[0]], options.scope) for key, ranks in classes.items()}
-    k = min(len(lists[key]) // len(ranks) for key, ranks in classes.items())
-    per_rank: list[list[CpuSet]] = [[] for _ in range(job.nproc)]
-    for key, ranks in classes.items():
-        cores = lists[key]
+    classes: dict[tuple[int, ...], list[int]] = {}  # devices with the same node share its groups
+    for r, h in enumerate(aff.homes):
+        classes.setdefault(h, []).append(r)
+    k = min(len(aff.grouped[h]) // len(ranks) for h, ranks in classes.items())
+    per_rank: list[list[int]] = [[] for _ in range(job.nproc)]
+    for h, ranks in classes.items():
+        groups = aff.grouped[h]
         g = len(ranks)
         if options.balanced:
-            cores = cores[:g * k]
-        q, m = divmod(len(cores), g)
+            groups, per = groups[:g * k], k
+        else:
+            per = len(groups) // g  # gpu_affinity: the remainder of a contiguous cut stays unused
         for j, r in enumerate(ranks):
-            if interleaved:
-                mine = cores[j::g]
-            else:
-                start = j * q + min(j, m)
-                mine = cores[start:start + q + (1 if j < m else 0)]
-            per_rank[r] = mine
-    per_rank = [_check_and_cap(c, r, job, options.min_physical_cores, options.max_physical_cores)
-                for r, c in enumerate(per_rank)]
-    return _finish(aff, job, per_rank, "unique-interleaved" if interleaved else "unique-contiguous", options)
+            mine = groups[j::g] if interleaved else groups[j * per:(j + 1) * per]
+            per_rank[r] = aff.check_and_cap(ungroup(mine, options.scope), r, options.min_physical_cores,
+                                            options.max_physical_cores)
+    return aff.finish(per_rank, options)
 
 
 def plan_unique_interleaved(topology: Topology, job: Job, options: Options) -> BindPlan:

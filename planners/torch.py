@@ -1,4 +1,4 @@
-"""PyTorch's four NUMA-binding strategies (`torch/numa/binding.py`, anchors §2.4).
+"""PyTorch's four NUMA-binding strategies (`torch.numa.binding`'s AffinityMode).
 
 ``node``
     All allowed CPUs of the device's NUMA node. **Ex.:** GPUs 0 and 1 on node 3 (CPUs 48-63,
@@ -19,7 +19,7 @@ Memory (``--memory numa``) is bound to the device's home node.
 
 from __future__ import annotations
 
-from topo.cpuset import CpuSet, union_all
+from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Topology
 
@@ -40,15 +40,18 @@ def _groups(job: Job, homes) -> dict[tuple[int, ...], list[int]]:
 def plan_node(topology: Topology, job: Job, options: Options) -> BindPlan:
     layout = Layout(topology)
     homes = layout.homes(job)
-    cpus = [layout.cpus_of_nodes(h) for h in homes]
-    return build_plan(job, cpus, homes, mode="node", options=options, layout=layout)
+    per_home = {h: layout.cpus_of_nodes(h) for h in set(homes)}
+    return build_plan(job, [per_home[h] for h in homes], homes, options=options, layout=layout)
 
 
 def plan_socket(topology: Topology, job: Job, options: Options) -> BindPlan:
     layout = Layout(topology)
     homes = layout.homes(job)
-    cpus = [layout.package_cpus(layout.cpus_of_nodes(h)) or layout.cpus_of_nodes(h) for h in homes]
-    return build_plan(job, cpus, homes, mode="socket", options=options, layout=layout)
+    per_home = {}
+    for h in set(homes):
+        node_cpus = layout.cpus_of_nodes(h)
+        per_home[h] = layout.package_cpus(node_cpus) or node_cpus
+    return build_plan(job, [per_home[h] for h in homes], homes, options=options, layout=layout)
 
 
 def plan_exclusive(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -56,19 +59,20 @@ def plan_exclusive(topology: Topology, job: Job, options: Options) -> BindPlan:
     homes = layout.homes(job)
     cpus: list[CpuSet] = [CpuSet()] * job.nproc
     for home, ranks in _groups(job, homes).items():
-        cores = layout.cores_in(layout.cpus_of_nodes(home))
+        cores = layout.cores_of_nodes(home)
         q, m = divmod(len(cores), len(ranks))
         if q < 1:
             what = "GPUs" if job.devices[ranks[0]] is not None else "processes"
             raise UsageError(
-                f"There are only {len(cores)} physical cores on numa_node_index={_nodes(home)}, but there are "
-                f"{len(ranks)} {what} associated with this NUMA node; use --mode node (shared CPUs) "
+                f"There are only {len(cores)} physical cores on numa_node_index={nodes_text(home)}, but there "
+                f"are {len(ranks)} {what} associated with this NUMA node; use mode node (shared CPUs) "
                 "or fewer processes")
+        node_cpus = layout.cpus_of_nodes(home)
         for i, r in enumerate(ranks):
             start = i * q + min(i, m)
             end = start + q + (1 if i < m else 0)
-            cpus[r] = union_all(cores[start:end])
-    return build_plan(job, cpus, homes, mode="exclusive", options=options, layout=layout)
+            cpus[r] = layout.union_of_cores(cores[start:end]) & node_cpus
+    return build_plan(job, cpus, homes, options=options, layout=layout)
 
 
 def plan_core_complex(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -80,17 +84,12 @@ def plan_core_complex(topology: Topology, job: Job, options: Options) -> BindPla
         node_cpus = layout.cpus_of_nodes(home)
         groups = [c & node_cpus for c in layout.llcs if c.intersects(node_cpus)]
         if not groups:
-            warnings.append(f"no cache information for node {_nodes(home)}: each process gets the whole node")
+            warnings.append(f"no cache information for node {nodes_text(home)}: each process gets the whole node")
             groups = [node_cpus]
         groups.sort(key=lambda g: (-g.weight(), g.first()))
         if len(ranks) > len(groups):
-            warnings.append(f"node {_nodes(home)} has {len(groups)} last-level cache groups for "
+            warnings.append(f"node {nodes_text(home)} has {len(groups)} last-level cache groups for "
                             f"{len(ranks)} processes: some processes share one (as torch does)")
         for i, r in enumerate(ranks):
             cpus[r] = groups[i % len(groups)]
-    return build_plan(job, cpus, homes, mode="core-complex", options=options, layout=layout,
-                      warnings=warnings)
-
-
-def _nodes(home) -> str:
-    return nodes_text(home)
+    return build_plan(job, cpus, homes, options=options, layout=layout, warnings=warnings)

@@ -3,8 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
+import os
+import subprocess
+import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -44,8 +51,7 @@ def test_plan_exclusive_to_file_then_validate(dgx, tmp_path):
     data = json.loads(out.read_text())
     assert data["bind_config"] == {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}
     assert data["bind_cpu"]["device0"] == {"main": "48-55,176-183"}
-    assert data["topo"]["mode"] == "exclusive"
-    assert len(data["topo"]["fingerprint"]) == 16
+    assert data["topo"]["mode"] == "exclusive" and "shared_cpus" not in data["topo"]
     result = run("validate", str(out), "--topology", dgx)
     assert result.exit_code == 0
     assert result.output == f"{out}: ok (8 processes)\n"
@@ -83,8 +89,9 @@ def test_explain_table(dgx, tmp_path):
     out = tmp_path / "b.json"
     result = run("plan", "--mode", "exclusive", "--topology", dgx, "--explain", "-o", str(out))
     assert result.exit_code == 0
-    assert result.output.splitlines()[1].split()[:4] == ["RANK", "KEY", "DEVICE", "NODE"]
-    assert len(result.output.splitlines()) == 10
+    lines = result.output.splitlines()
+    assert lines[1].split()[:4] == ["RANK", "KEY", "DEVICE", "NODE"]
+    assert [line.split()[1] for line in lines[2:10]] == [f"device{i}" for i in range(8)]
     assert json.loads(out.read_text())["bind_cpu"]["device7"] == {"main": "88-95,216-223"}
 
 
@@ -147,21 +154,103 @@ def test_third_party_planner_via_entry_point(monkeypatch):
         planners._registry = None
 
 
+def test_plugin_mode_is_a_cli_choice_and_its_facts_come_from_the_planner(monkeypatch, dgx):
+    """--mode and --list-modes read the registry; "shares CPUs" is the Planner's, not a side list."""
+    shared = planners.Planner("cpu-zero", "every process on CPU 0", custom_strategy, shares_cpus=True)
+    monkeypatch.setattr(planners, "_registry", {**planners.BUILTIN, "cpu-zero": shared})
+    assert run("plan", "--list-modes").output.splitlines()[-1].split(None, 1) == ["cpu-zero", "every process on CPU 0"]
+    result = run("plan", "--mode", "cpu_zero", "--topology", dgx)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["topo"]["mode"] == "cpu-zero" and data["topo"]["shared_cpus"] is True
+    assert validate_bind(data) == []  # overlapping main sets, accepted because the planner says so
+    monkeypatch.setattr(planners, "_registry", {**planners.BUILTIN, "cpu-zero": dataclasses.replace(
+        shared, shares_cpus=False)})
+    data = json.loads(run("plan", "--mode", "cpu-zero", "--topology", dgx).stdout)
+    assert any("overlap" in p.message for p in validate_bind(data))
+
+
+# ---- purity: no file, directory, process or environment access while a strategy plans ------------
+FORBIDDEN_EVENTS = ("open", "os.", "glob.", "shutil.", "subprocess.", "socket.", "ctypes.", "fcntl.", "mmap.")
+_watch: list[list[str]] = []  # the innermost active recorder; audit hooks cannot be removed
+
+
+def _audit(event, args):
+    if _watch and event.startswith(FORBIDDEN_EVENTS):
+        _watch[-1].append(f"{event} {args[:1]!r}")
+        raise AssertionError(f"a strategy did I/O: {event} {args[:1]!r}")
+
+
+@contextlib.contextmanager
+def no_io(monkeypatch):
+    """Record (and refuse) every audited file, directory and process access, and environment reads."""
+    if not getattr(sys, "_topo_audit", False):
+        sys.addaudithook(_audit)
+        sys._topo_audit = True
+
+    def env(*a, **k):
+        seen.append("os.environ")
+        raise AssertionError("a strategy read the environment")
+
+    seen: list[str] = []
+    with monkeypatch.context() as m:
+        for name in ("__getitem__", "get", "__contains__", "__iter__", "keys", "items", "copy"):
+            m.setattr(os.environ.__class__, name, env)
+        m.setattr(os, "getenv", env)
+        _watch.append(seen)
+        try:
+            yield seen
+        finally:
+            _watch.pop()
+
+
+def _every_mode_and_option(t):
+    opts = [{}, {"scope": "socket", "balanced": False, "multithreading": "single-logical"},
+            {"msrun_bind": "numa"}, {"modules": (("main", 0, 1),), "scheduler_base": "global"}]
+    for name, planner in planners.registry().items():
+        strategy = planner.load()  # imported outside the watch: importing reads files
+        for o in opts:
+            yield name, strategy, planners.Options.from_kwargs(**o)
+
+
 def test_strategies_are_pure(monkeypatch):
-    """No file, environment or process access while planning."""
-    import builtins
-    import os
-
     t = synthetic("pack:2 numa:2 l3:2 core:4 pu:2", gpus_per_numa=1)
+    job = planners.Job.for_topology(t)
+    cases = list(_every_mode_and_option(t))
+    with no_io(monkeypatch) as seen:
+        for name, strategy, options in cases:
+            strategy(t, job, options)
+    assert seen == []
 
-    def forbidden(*a, **k):
-        raise AssertionError("a strategy did I/O")
 
-    monkeypatch.setattr(builtins, "open", forbidden)
-    monkeypatch.setattr(os, "listdir", forbidden)
-    monkeypatch.setattr(os, "sched_getaffinity", forbidden, raising=False)
-    monkeypatch.setattr(os, "getenv", forbidden)
-    monkeypatch.setattr(os.environ.__class__, "__getitem__", forbidden)
-    monkeypatch.setattr(os.environ.__class__, "get", forbidden)
-    for mode in planners.BUILTIN:
-        planners.plan(t, mode)
+def _reads(access):
+    def strategy(topology, job, options):
+        try:
+            access()
+        except BaseException:  # a strategy that swallows the refusal is still caught
+            pass
+        return custom_strategy(topology, job, options)
+    return strategy
+
+
+@pytest.mark.parametrize("access", [
+    lambda: open(__file__).close(),
+    lambda: io.open(__file__).close(),
+    lambda: os.close(os.open(__file__, os.O_RDONLY)),
+    lambda: Path(__file__).read_text(),
+    lambda: Path(__file__).open().close(),
+    lambda: Path(__file__).read_bytes(),
+    lambda: os.listdir("/"),
+    lambda: list(os.scandir("/")),
+    lambda: list(Path("/").iterdir()),
+    lambda: os.environ.get("HOME"),
+    lambda: os.environ["PATH"],
+    lambda: subprocess.run(["true"]),
+], ids=["open", "io.open", "os.open", "read_text", "Path.open", "read_bytes", "listdir", "scandir", "iterdir",
+        "environ.get", "environ[]", "subprocess"])
+def test_the_purity_check_catches_a_planner_that_reads(monkeypatch, access):
+    t = synthetic("pack:1 numa:1 core:4 pu:1", gpus_per_numa=1)
+    job = planners.Job.for_topology(t)
+    with no_io(monkeypatch) as seen:
+        _reads(access)(t, job, planners.Options())
+    assert seen, "the access went unnoticed"

@@ -59,7 +59,7 @@ def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:
             assert plan.cpu_mode == "numa"
             assert p.cpu_nodes is not None and CpuSet((p.cpu_nodes,)) <= CpuSet(layout.node_ids)
         if opts.get("memory", "numa") == "numa" and layout.node_ids != [PSEUDO_NODE]:
-            nodes = p.memory_nodes()
+            nodes = p.memory_nodes
             assert nodes, f"{mode}: {p.key} has no memory node"
             for n in nodes:
                 assert n in t.allowed_numa_nodes and n in layout.node_cpus, \
@@ -82,7 +82,15 @@ def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:
             assert all(c.weight() == 1 for c in layout.cores_in(cpus)), f"{mode}: {k} has two threads of a core"
     ncores = {k: len(layout.cores_in(v)) for k, v in mains.items()}
     if mode in ("unique-interleaved", "unique-contiguous") and opts.get("balanced", True):
-        assert len(set(ncores.values())) == 1, f"{mode}: unbalanced {ncores}"
+        # balanced = the same number of node cores (gpu_affinity's groups) for everyone; with scope
+        # socket each also holds the socket cores dealt to its node cores, which may differ by one
+        # (memory is bound to the home node, which tells the node cores apart)
+        if opts.get("scope", "node") == "node":
+            assert len(set(ncores.values())) == 1, f"{mode}: unbalanced {ncores}"
+        elif all(p.memory_nodes for p in workers):
+            local = {p.key: len(layout.cores_in(mains[p.key] & layout.cpus_of_nodes(p.memory_nodes)))
+                     for p in workers}
+            assert len(set(local.values())) == 1, f"{mode}: unbalanced {local}"
     if mode == "exclusive":
         # balance among processes sharing a home node
         homes = {}

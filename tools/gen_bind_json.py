@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate a unified bind JSON the way MindSpore's sample `gen_bind_json.py` does (anchors §1.14).
+"""Generate a unified bind JSON the way MindSpore's sample `gen_bind_json.py` does.
 
 Same options, defaults and messages; the planning is `planners.plan(..., "msrun-auto")` with
 gen_bind_json's thread-module layout, so this and `topo plan --mode msrun-auto --modules ...`
@@ -84,7 +84,7 @@ def _device_ids(args, topology) -> tuple[list[int], bool]:
 def generate(args, topology) -> dict:
     from planners import plan
     from planners.core import Job
-    from planners.msrun import parse_range
+    from planners.thread_modules import parse_range
 
     modules = [("runtime", *parse_range("runtime-range", args.runtime_range)),
                ("minddata", *parse_range("minddata-range", args.minddata_range)),

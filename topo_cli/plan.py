@@ -116,7 +116,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         topo launch --bind_numa=bind.json train.py
     """
     import planners
-    from planners.msrun import parse_modules, parse_range
+    from planners.thread_modules import parse_modules, parse_range
 
     if list_modes:
         click.echo(_list_modes())
@@ -129,7 +129,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
         balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
         memory=memory, msrun_bind=msrun_bind, share=share,
-        modules=parse_modules(modules) if modules else None,
+        modules=parse_modules(modules, "--modules") if modules else None,
         scheduler_range=parse_range("--scheduler-range", scheduler_range) if scheduler_range else None,
         scheduler_base=scheduler_base,
     )

@@ -1,0 +1,42 @@
+"""gen_bind_json's thread-module layout as text: ``runtime=4-8,minddata=9-12,main=13-19``.
+
+Positions are relative to a process's CPU list: ``4-8`` is its 5th to 9th CPU. Range text is read
+by `topo.cpuset.CpuSet.parse`, the project's one range parser; a position range is one ``start-end``. ``option`` is how the caller spells the option in messages (the command line
+passes its flag, tools/gen_bind_json.py its own option names).
+"""
+
+from __future__ import annotations
+
+from topo.cpuset import CpuSet
+from topo.errors import ParseError, UsageError
+
+from planners.bindplan import MODULES
+
+
+def parse_range(option: str, text: str) -> tuple[int, int]:
+    """``"4-8"`` -> (4, 8), with gen_bind_json's messages for anything else."""
+    lo, dash, hi = text.partition("-")
+    try:
+        start, end = (CpuSet.parse(lo), CpuSet.parse(hi)) if dash else (CpuSet(), CpuSet())
+    except ParseError:
+        start = end = CpuSet()
+    if start.weight() != 1 or end.weight() != 1:
+        raise UsageError(f"{option} must be in 'start-end' format, got '{text}'.")
+    if start.first() > end.first():
+        raise UsageError(f"{option} start must be <= end, got '{text}'.")
+    return start.first(), end.first()
+
+
+def parse_modules(text: str, option: str = "modules") -> tuple[tuple[str, int, int], ...]:
+    """``runtime=4-8,minddata=9-12,main=13-19`` -> (("runtime", 4, 8), ...), in the order given."""
+    out: list[tuple[str, int, int]] = []
+    for item in text.split(","):
+        name, eq, span = item.strip().partition("=")
+        name = name.strip()
+        if not eq or name not in MODULES:
+            raise UsageError(f"bad module {item.strip()!r} in {option} {text!r}: write NAME=START-END "
+                             f"with NAME one of {', '.join(MODULES)}")
+        if any(name == m for m, _, _ in out):
+            raise UsageError(f"module {name!r} given twice in {option} {text!r}")
+        out.append((name, *parse_range(f"{option} {name}", span)))
+    return tuple(out)
