@@ -36,8 +36,8 @@ from topo.errors import TopoError
 from topo.model import Device, Topology
 
 MEMORY_POLICIES = ("local", "bind", "preferred")
-# What names how many processes share this node when nproc_per_node is not given (torchrun and
-# `topo launch` set it).
+# How many processes share this node when nproc_per_node is not given (torchrun and `topo
+# launch` set it).
 NPROC_VARIABLE = "LOCAL_WORLD_SIZE"
 
 
@@ -58,14 +58,6 @@ class ProcessAffinity:
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class NodeAffinity:
-    """The bindings of all local ranks, and where their count came from (for messages)."""
-
-    ranks: tuple[ProcessAffinity, ...]
-    origin: str
-
-
 def plan_affinity(topology: Topology, device_id: int, nproc_per_node: int | None = None, *,
                   mode="unique_contiguous", scope="node", multithreading="all_logical", balanced: bool = True,
                   min_physical_cores: int = 1, max_physical_cores: int | None = None,
@@ -75,21 +67,19 @@ def plan_affinity(topology: Topology, device_id: int, nproc_per_node: int | None
     LOCAL_WORLD_SIZE (default: this process's environment on the live machine, none elsewhere)."""
     if env is None:
         env = os.environ if topology.is_this_system else {}
-    node = plan_node(topology, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
-                     balanced=balanced, min_physical_cores=min_physical_cores,
-                     max_physical_cores=max_physical_cores, env=env)
-    return _pick(node, device_id)
+    job, visible, origin = _job(topology, nproc_per_node, env)
+    _check_rank(device_id, job.nproc, origin)
+    ranks = _plan(topology, job, visible, mode=mode, scope=scope, multithreading=multithreading,
+                  balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+    return _pick(ranks, device_id)
 
 
-def plan_node(topology: Topology, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
-              multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
-              max_physical_cores: int | None = None, env: Mapping[str, str]) -> NodeAffinity:
-    """Every local rank's binding: what `plan_affinity` picks from."""
-    import planners
+def _job(topology: Topology, nproc_per_node, env: Mapping[str, str]):
+    """Local rank r runs next to the r-th visible device (none on a machine without accelerators);
+    also returns the visible devices and where the process count came from."""
     from planners.core import Job
     from topo.visible import describe_env, visible_devices
 
-    mode_name = _mode(mode)
     try:
         visible = visible_devices(topology, env=env)
     except TopoError as exc:
@@ -106,7 +96,26 @@ def plan_node(topology: Topology, nproc_per_node: int | None = None, *, mode="un
         raise AffinityError(
             f"nproc_per_node={nproc}{_paren(origin)} but {len(visible)} {what}s are visible{describe_env(env)}: "
             f"set_affinity places one process per {what}; make more visible or start fewer processes")
-    job = Job(tuple(d.index for d in visible[:nproc]) if visible else (None,) * nproc)
+    return Job(tuple(d.index for d in visible[:nproc]) if visible else (None,) * nproc), visible, origin
+
+
+def _check_rank(device_id, nproc: int, origin: str) -> None:
+    _check_index(device_id)
+    if device_id >= nproc:
+        raise AffinityError(f"device_id={device_id} should be smaller than nproc_per_node={nproc}{_paren(origin)}")
+
+
+def _check_index(device_id) -> None:
+    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+        raise AffinityError(f"device_id must be a local device index 0, 1, ...; got {device_id!r}")
+
+
+def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multithreading, balanced,
+          min_physical_cores, max_physical_cores) -> tuple[ProcessAffinity, ...]:
+    """Every local rank's binding, from one plan of the whole node."""
+    import planners
+
+    mode_name = _mode(mode)
     try:
         plan = planners.plan(topology, mode_name, job=job, scope=_choice(scope, "scope"),
                              multithreading=_choice(multithreading, "multithreading"), balanced=bool(balanced),
@@ -115,29 +124,20 @@ def plan_node(topology: Topology, nproc_per_node: int | None = None, *, mode="un
     except TopoError as exc:
         raise AffinityError(_api_words(str(exc))) from exc
     ranks = []
-    for rank in range(nproc):
+    for rank in range(job.nproc):
         process = plan.process(job.key(rank))
         if plan.cpu_mode == "numa":  # a plug-in mode that binds whole nodes
             nodes = CpuSet.parse(str(process.cpu_nodes))
             cpus = union_all(n.cpuset for n in topology.numa_nodes if n.os_index in nodes) & topology.allowed_pus
         else:
             cpus = process.cpus("main")
-        ranks.append(ProcessAffinity(rank, nproc, visible[rank] if visible else None, cpus,
-                                     process.memory_nodes(), mode_name, plan.warnings))
-    return NodeAffinity(tuple(ranks), origin)
+        ranks.append(ProcessAffinity(rank, job.nproc, visible[rank] if visible else None, cpus,
+                                     process.memory_nodes or CpuSet(), mode_name, plan.warnings))
+    return tuple(ranks)
 
 
-def _check_index(device_id) -> None:
-    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
-        raise AffinityError(f"device_id must be a local device index 0, 1, ...; got {device_id!r}")
-
-
-def _pick(node: NodeAffinity, device_id) -> ProcessAffinity:
-    _check_index(device_id)
-    if device_id >= len(node.ranks):
-        raise AffinityError(f"device_id={device_id} should be smaller than nproc_per_node={len(node.ranks)}"
-                            f"{_paren(node.origin)}")
-    affinity = node.ranks[device_id]
+def _pick(ranks: tuple[ProcessAffinity, ...], device_id: int) -> ProcessAffinity:
+    affinity = ranks[device_id]
     if not affinity.cpus:
         raise AffinityError(f"mode {affinity.mode!r} gives device_id={device_id} no CPU; choose another mode")
     return affinity
@@ -200,20 +200,18 @@ def set_affinity(device_id: int, nproc_per_node: int | None = None, *, mode="uni
 
 # ---- planning, cached ------------------------------------------------------------------------
 
-_PLANS: dict[tuple, tuple[Topology, NodeAffinity]] = {}
+_PLANS: dict[tuple, tuple[Topology, tuple[ProcessAffinity, ...]]] = {}
 
 
 def _planned(topology: Topology, device_id, nproc_per_node, **options) -> ProcessAffinity:
     """plan_affinity with this process's environment. The node's plan is remembered per topology,
-    options and the variables it reads: a repeated call costs only the system calls."""
-    from topo.visible import VARIABLES
-
-    env = os.environ
-    key = (id(topology), nproc_per_node, *(str(v) for v in options.values()),
-           *(env.get(name) for name in (*VARIABLES, NPROC_VARIABLE)))
+    devices and options: a repeated call costs only the system calls."""
+    job, visible, origin = _job(topology, nproc_per_node, os.environ)
+    _check_rank(device_id, job.nproc, origin)
+    key = (id(topology), job.devices, *(str(v) for v in options.values()))
     hit = _PLANS.get(key)
     if hit is None or hit[0] is not topology:
-        hit = _PLANS[key] = (topology, plan_node(topology, nproc_per_node, env=env, **options))
+        hit = _PLANS[key] = (topology, _plan(topology, job, visible, **options))
     return _pick(hit[1], device_id)
 
 

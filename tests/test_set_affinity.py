@@ -1,0 +1,222 @@
+"""topo.set_affinity on this machine, in real processes: what each rank gets, which threads move,
+the memory policy as the kernel reports it, and the errors (one line, nothing applied)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import topo
+from topo import affinity
+from topo.affinity import AffinityError
+from topo.cpuset import CpuSet
+
+ALLOWED = sorted(os.sched_getaffinity(0))
+TWO_CPUS = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two allowed CPUs")
+
+
+def run(code: str, **env) -> dict:
+    """Run `code` in a fresh interpreter; it prints one JSON object as its last line."""
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "TOPO_ROOT")}
+    full_env.update(env)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@TWO_CPUS
+def test_two_ranks_get_disjoint_cpus_that_cover_the_allowed_ones():
+    code = """
+        import json, os, topo
+        cpus = topo.set_affinity(int(os.environ["LOCAL_RANK"]))
+        print(json.dumps({"returned": sorted(cpus), "now": sorted(os.sched_getaffinity(0))}))
+    """
+    ranks = [run(code, LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2") for r in range(2)]
+    for r in ranks:
+        assert r["returned"] == r["now"] and r["now"]
+    assert not set(ranks[0]["now"]) & set(ranks[1]["now"])
+    # this machine has no accelerator: the ranks split the allowed CPUs, lower rank first
+    assert sorted(ranks[0]["now"] + ranks[1]["now"]) == ALLOWED
+    assert ranks[0]["now"][0] == ALLOWED[0]
+
+
+@TWO_CPUS
+def test_threads_started_before_move_and_threads_with_their_own_affinity_stay():
+    result = run(f"""
+        import json, os, threading, topo
+        first = {ALLOWED[0]}
+        ready, done, ids = threading.Barrier(3), threading.Event(), {{}}
+
+        def plain():                      # a library's thread, started at import time
+            ids["plain"] = threading.get_native_id(); ready.wait(); done.wait()
+
+        def pinned():                     # a thread that chose its own CPUs
+            os.sched_setaffinity(0, {{first}})
+            ids["pinned"] = threading.get_native_id(); ready.wait(); done.wait()
+
+        threads = [threading.Thread(target=plain, daemon=True), threading.Thread(target=pinned, daemon=True)]
+        for t in threads:
+            t.start()
+        ready.wait(timeout=60)
+        try:
+            cpus = topo.set_affinity(1, 2)
+            later = {{}}
+            t = threading.Thread(target=lambda: later.update(cpus=sorted(os.sched_getaffinity(0))))
+            t.start(); t.join()
+            out = {{name: sorted(os.sched_getaffinity(tid)) for name, tid in ids.items()}}
+        finally:
+            done.set()
+        print(json.dumps({{"main": sorted(cpus), "later": later["cpus"], **out}}))
+    """)
+    assert result["main"] and ALLOWED[0] not in result["main"]  # rank 1 of 2: not the first CPU
+    assert result["plain"] == result["main"]
+    assert result["later"] == result["main"]
+    assert result["pinned"] == [ALLOWED[0]]
+
+
+POLICY_CODE = """
+    import json, topo
+    from topo import syscalls
+    topo.set_affinity(0, 1, mode="node", memory={memory!r})
+    policy, nodes = syscalls.get_mempolicy()
+    with open("/proc/thread-self/numa_maps") as f:
+        maps = f.readline().split()[1]
+    print(json.dumps({{"policy": policy, "nodes": nodes.to_list(), "numa_maps": maps}}))
+"""
+
+
+@pytest.mark.parametrize("memory, policy, numa_maps", [
+    ("bind", "bind", "bind:{node}"),
+    ("preferred", "preferred", "prefer:{node}"),
+    ("local", "local", "local"),
+])
+def test_memory_policy_as_the_kernel_reports_it(memory, policy, numa_maps):
+    node = topo.discover("/").cpu_nodes()[0].os_index
+    result = run(POLICY_CODE.format(memory=memory))
+    assert result["policy"] == policy
+    assert result["nodes"] == ("" if memory == "local" else str(node))
+    assert result["numa_maps"] == numa_maps.format(node=node)
+
+
+def test_memory_none_leaves_the_policy_alone():
+    result = run(POLICY_CODE.format(memory=None))
+    assert result == {"policy": "default", "nodes": "", "numa_maps": "default"}
+
+
+def test_gpu_affinity_enum_members_and_dashes_are_accepted():
+    """gpu_affinity's Mode/Scope/Multithreading are enums whose value is the string."""
+    result = run("""
+        import enum, json, topo
+
+        class Mode(enum.Enum):
+            UNIQUE_INTERLEAVED = "unique_interleaved"
+
+        class Multithreading(enum.Enum):
+            SINGLE_LOGICAL = "single_logical"
+
+        a = topo.set_affinity(0, 1, mode=Mode.UNIQUE_INTERLEAVED, multithreading=Multithreading.SINGLE_LOGICAL)
+        b = topo.set_affinity(0, 1, mode="unique-interleaved", scope="NODE", multithreading="single-logical")
+        print(json.dumps([sorted(a), sorted(b)]))
+    """)
+    assert result[0] == result[1] and result[0]
+
+
+# ---- in this process: errors before anything is applied -------------------------------------
+
+
+@pytest.fixture
+def untouched(monkeypatch):
+    """Fail the test if set_affinity changes this process's CPUs or memory policy."""
+    from topo import syscalls
+
+    calls = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda *a: calls.append(("sched_setaffinity", a)))
+    monkeypatch.setattr(syscalls, "set_mempolicy", lambda *a: calls.append(("set_mempolicy", a)))
+    yield calls
+    assert calls == []
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"device_id": 2, "nproc_per_node": 2}, "device_id=2 should be smaller than nproc_per_node=2"),
+    ({"device_id": -1}, "device_id must be a local device index 0, 1, ...; got -1"),
+    ({"device_id": "0"}, "device_id must be a local device index 0, 1, ...; got '0'"),
+    ({"device_id": 0, "nproc_per_node": 0}, "nproc_per_node must be a positive number of processes; got 0"),
+    ({"device_id": 0, "mode": "fastest"}, "unknown mode 'fastest'; choose one of msrun-auto, node"),
+    ({"device_id": 0, "mode": 3}, "mode must be a string such as 'unique_contiguous'; got 3"),
+    ({"device_id": 0, "scope": "rack"}, "scope must be one of node, socket; got 'rack'"),
+    ({"device_id": 0, "multithreading": "half"}, "multithreading must be one of all-logical, single-logical"),
+    ({"device_id": 0, "memory": "interleave"}, "memory must be None, 'local', 'bind', 'preferred'; got 'interleave'"),
+    ({"device_id": 0, "nproc_per_node": 1, "min_physical_cores": 4096},
+     "Number of available physical cores for GPU rank 0 is less the predefinied minimum, min_physical_cores=4096"),
+    ({"device_id": 0, "nproc_per_node": 4096, "mode": "single-unique"}, "single-unique needs one physical core"),
+])
+def test_errors_say_what_and_apply_nothing(untouched, kwargs, message):
+    with pytest.raises(AffinityError) as err:
+        topo.set_affinity(**kwargs)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+    assert isinstance(err.value, topo.TopoError)
+
+
+def test_error_names_the_parameter_not_the_command_line_flag(untouched):
+    with pytest.raises(AffinityError) as err:
+        topo.set_affinity(0, 1, min_physical_cores=4096)
+    assert "lower min_physical_cores" in str(err.value) and "--" not in str(err.value)
+
+
+def test_device_count_from_local_world_size(untouched, monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    with pytest.raises(AffinityError, match=r"device_id=3 should be smaller than nproc_per_node=3 "
+                                            r"\(from LOCAL_WORLD_SIZE\)"):
+        topo.set_affinity(3)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
+    with pytest.raises(AffinityError, match="LOCAL_WORLD_SIZE='two' is not a positive number of processes"):
+        topo.set_affinity(0)
+
+
+def test_refused_memory_policy_leaves_the_cpus_alone(monkeypatch):
+    """A container without CAP_SYS_NICE: set_mempolicy fails with EPERM before any CPU moves."""
+    from topo import syscalls
+
+    def refuse(policy, nodes=CpuSet()):
+        raise syscalls.SyscallError("set_mempolicy", 1, f"{policy} {nodes}")
+
+    moved = []
+    monkeypatch.setattr(syscalls, "set_mempolicy", refuse)
+    monkeypatch.setattr(os, "sched_setaffinity", lambda *a: moved.append(a))
+    with pytest.raises(AffinityError) as err:
+        topo.set_affinity(0, 1, mode="node", memory="bind")
+    assert str(err.value).startswith("memory='bind': set_mempolicy: Operation not permitted (bind ")
+    assert "pass memory=None to bind CPUs only" in str(err.value)
+    assert moved == []
+
+
+def test_machine_is_discovered_once_per_process(monkeypatch):
+    import topo.discovery
+
+    calls = []
+    real = topo.discovery.discover
+    monkeypatch.setattr(topo.discovery, "discover", lambda *a, **k: calls.append(a) or real(*a, **k))
+    affinity.this_machine.cache_clear()
+    monkeypatch.setattr(os, "sched_setaffinity", lambda *a: None)
+    try:
+        first = topo.set_affinity(0, 1)
+        second = topo.set_affinity(0, 1, mode="node")
+    finally:
+        affinity.this_machine.cache_clear()
+    assert calls == [("/",)]  # this machine, whatever TOPO_ROOT says
+    assert first == second == os.sched_getaffinity(0)
+
+
+def test_from_topo_import_set_affinity():
+    from topo import set_affinity
+
+    assert set_affinity is affinity.set_affinity
+    assert "set_affinity" in topo.__all__
