@@ -634,9 +634,11 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
     node's devices, whose memory it holds and whose CPUs on it are remote."""
     paint = _Paint(topology, overlay)
     width = max([len(o.tag) for o in overlay.owners] + [1])
-    llcs = topology.last_level_caches()
-    lines = [f"map: one cell per core ({'grouped by ' + llcs[0].label if len(llcs) > 1 else 'in order'}): "
-             "the process owning it, . idle, * shared, - not allowed"]
+    # last-level caches shared by cores (L3 complexes) split a node's line; private ones do not
+    llcs = [c for c in topology.last_level_caches()
+            if sum(1 for core in topology.cores if core.cpuset <= c.cpuset) > 1]
+    apart = f", {llcs[0].label} groups apart" if len(llcs) > 1 else ""
+    lines = [f"map: one cell per core{apart}: the process owning it, . idle, * shared, - not allowed"]
     cores = sorted(topology.cores, key=lambda c: c.cpuset.first())
     rows: list[tuple[str, CpuSet, int | None]] = [
         (f"node {n.os_index}", n.cpuset, n.os_index) for n in topology.numa_nodes
@@ -646,12 +648,11 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
         rows.append(("no node" if rows else "machine", spare, None))
     label_w = max(len(r[0]) for r in rows) if rows else 0
     for name, cpus, node in rows:
-        cells: list[str] = []
+        cells: list[tuple[str, str]] = []
         last_group = None
-        for core in cores:
-            if not core.cpuset <= cpus:
-                continue
-            group = next((i for i, c in enumerate(llcs) if core.cpuset <= c.cpuset), None)
+        mine = [(next((i for i, c in enumerate(llcs) if core.cpuset <= c.cpuset), len(llcs)), core)
+                for core in cores if core.cpuset <= cpus]
+        for group, core in sorted(mine, key=lambda gc: (gc[0], gc[1].cpuset.first())):
             if last_group is not None and group != last_group:
                 cells.append((" ", ""))
             last_group = group
@@ -665,6 +666,10 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
         mem = paint.memory_of.get(node, []) if node is not None else []
         if mem:
             notes.append("memory of " + " ".join(overlay.owners[i].tag for i in mem))
+        shared = sorted({i for core in cores if core.cpuset <= cpus and len(_owners(core.cpuset, paint)) > 1
+                         for i in _owners(core.cpuset, paint)})
+        if shared:
+            notes.append("shared by " + " ".join(overlay.owners[i].tag for i in shared))
         remote = sorted({i for pu in cpus if pu in paint.remote for i in paint.owners_of.get(pu, [])
                          if pu in overlay.owners[i].remote})
         if remote:
@@ -672,6 +677,10 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
         line = f"{name.ljust(label_w)} |{body}|"
         lines.append(line + ("  " + "; ".join(notes) if notes else ""))
     return "\n".join(lines)
+
+
+def _owners(cpus: CpuSet, paint: _Paint) -> set[int]:
+    return {i for pu in cpus for i in paint.owners_of.get(pu, ())}
 
 
 def _join_cells(cells: list[tuple[str, str]], sep: str, colour: bool) -> str:
@@ -692,7 +701,7 @@ def _join_cells(cells: list[tuple[str, str]], sep: str, colour: bool) -> str:
 
 def _cell(core: CpuSet, topology: Topology, overlay: Overlay, paint: _Paint, width: int) -> tuple[str, str]:
     """A core's text and its SGR code (colour mode): the owner's colour, underlined when remote."""
-    owners = {i for pu in core for i in paint.owners_of.get(pu, [])}
+    owners = _owners(core, paint)
     remote = any(pu in paint.remote for pu in core)
     if not core & topology.allowed_pus:
         text, code = "-", "2"  # dim

@@ -1,0 +1,353 @@
+"""Pictures of the machine and of a plan: `topo show --output`, `topo plan --picture`, and the map
+`topo plan --explain` prints. Checked as a person sees them: the SVG parses, the terminal maps match
+golden files (`UPDATE_GOLDEN=1` rewrites them), and a real headless chromium renders the pages.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import machines
+import planners
+import topo
+from conftest import SYSFS, fixture_names, parse_test_file
+from planners.picture import plan_html, plan_map, plan_overlay, plan_svg
+from topo.cpuset import CpuSet
+from topo.draw import Overlay, Owner, colour, draw_html, draw_svg, text_map
+from topo.synthetic import from_nodes, synthetic
+from topo_cli import main as cli
+
+GOLDEN = Path(__file__).parent / "fixtures" / "pictures"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def dgx_root(tmp_path_factory) -> Path:
+    return machines.build(machines.dgx_a100(), tmp_path_factory.mktemp("dgx-a100"))
+
+
+def parse_svg(text: str) -> ET.Element:
+    root = ET.fromstring(text)
+    assert root.tag == f"{SVG}svg"
+    return root
+
+
+def pu_rects(root: ET.Element) -> list[ET.Element]:
+    """The drawn PUs (each a group titled "PU P#n ..."), not the legend's samples."""
+    return [g.find(f"{SVG}rect") for g in root.iter(f"{SVG}g")
+            if "".join(g.find(f"{SVG}title").itertext()).startswith("PU P#")]
+
+
+def texts(root: ET.Element) -> list[str]:
+    return ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+
+
+def fills(root: ET.Element) -> Counter:
+    return Counter(r.get("style", "").removeprefix("fill:") for r in root.iter(f"{SVG}rect") if r.get("style"))
+
+
+# ---- the machine ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", fixture_names())
+def test_every_captured_machine_draws_as_valid_svg_with_each_pu(hwloc_roots, name):
+    t = topo.discover(hwloc_roots.for_fixture(name), include_disallowed=True)
+    root = parse_svg(draw_svg(t))
+    assert len(pu_rects(root)) == t.pus.weight()
+    labels = {s.split()[0] for s in texts(root) if s.startswith("P#")}
+    assert labels == {f"P#{pu}" for pu in t.pus}
+    greyed = [r for r in pu_rects(root) if "no" in r.get("class").split()]
+    assert len(greyed) == (t.pus - t.allowed_pus).weight()
+    assert ET.fromstring(draw_html(t).split('<div class="figure">', 1)[1].split("</div>", 1)[0])
+
+
+def test_dgx_a100_drawing_shows_nodes_memory_devices_and_cores(dgx_root):
+    t = topo.discover(dgx_root)
+    root = parse_svg(draw_svg(t))
+    words = texts(root)
+    assert [w for w in words if w.startswith("NUMANode")] == [f"NUMANode P#{n} 64GiB" for n in range(8)]
+    assert {f"GPU {g}" for g in range(8)} | {f"mlx5_{n}" for n in range(12)} <= set(words)
+    assert "Package P#0" in " ".join(words) and "Machine (512GiB total)" in words[0]
+    # each core a box of its two threads, cores folded into rows of at most 8
+    cores = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "c"]
+    assert len(cores) == 128
+    rows = Counter((round(float(r.get("y"))), round(float(r.get("x")) // 600)) for r in cores)
+    assert max(rows.values()) <= 8
+
+
+def test_show_output_writes_the_format_its_extension_names(dgx_root, tmp_path):
+    runner = CliRunner()
+    text = runner.invoke(cli, ["show", "--root", str(dgx_root)]).output
+    as_json = runner.invoke(cli, ["show", "--root", str(dgx_root), "--json"]).output
+    for name in ("m.svg", "m.html", "m.json", "m.txt"):
+        result = runner.invoke(cli, ["show", "--root", str(dgx_root), "--output", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        assert result.output == ""
+    assert (tmp_path / "m.txt").read_text() == text
+    assert (tmp_path / "m.json").read_text() == as_json
+    parse_svg((tmp_path / "m.svg").read_text())
+    page = (tmp_path / "m.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    assert "<script" not in page and "src=" not in page and "href=" not in page
+    assert "<th>GPU0</th>" in page and "<td>PXB</td>" in page  # the link matrix
+    assert "2 packages, 8 NUMA nodes, 128 cores, 256 PUs, 8 GPUs" in page
+
+
+def test_show_output_rejects_an_unknown_extension_before_reading_the_machine(tmp_path):
+    result = CliRunner().invoke(cli, ["show", "--root", str(tmp_path / "absent"), "--output",
+                                      str(tmp_path / "m.png")])
+    assert result.exit_code == 2
+    assert "unknown format '.png'; name the file .svg, .html, .json or .txt" in result.output
+    assert not (tmp_path / "m.png").exists()
+    result = CliRunner().invoke(cli, ["show", "--json", "--output", str(tmp_path / "m.svg")])
+    assert result.exit_code == 2 and "give one of them" in result.output
+
+
+def test_topo_show_does_not_import_the_drawing_code(dgx_root):
+    code = ("import sys; from topo_cli import main\n"
+            "try:\n    main(['show', '--root', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('topo.draw', 'planners.picture', 'planners') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(dgx_root)], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.splitlines()[-1] == "[]"
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+def test_exclusive_plan_on_dgx_a100_paints_each_process(dgx_root, tmp_path):
+    t = topo.discover(dgx_root)
+    plan = planners.plan(t, "exclusive")
+    overlay = plan_overlay(t, plan)
+    assert [o.legend[:3] for o in overlay.owners][:2] == [("rank 0", "GPU 0", "48-55,176-183"),
+                                                          ("rank 1", "GPU 1", "56-63,184-191")]
+    assert all(o.legend[-1] == "local" and not o.remote for o in overlay.owners)
+    root = parse_svg(plan_svg(t, plan))
+    painted = fills(root)
+    for o in overlay.owners:
+        # its 16 PUs, its GPU chip, its memory tag on the node bar, its legend swatch
+        assert painted[o.colour] >= 16 + 1 + 1, o
+    words = texts(root)
+    assert "P#48 r0" in words and "P#191 r1" in words and "P#0" in words  # idle CPUs keep their number
+    assert len([p for p in root.iter(f"{SVG}path") if p.get("class") == "link"]) == 8  # each GPU linked to its process's CPUs
+    assert any(w.startswith("topo plan --mode exclusive: 8 processes") for w in words)
+
+
+def test_shared_remote_split_and_disallowed_cpus_are_flagged():
+    t = from_nodes(["0-3", "4-7"], threads_per_core=2, gpu_nodes=[0, 1])
+    owners = (
+        Owner("0", colour(0), CpuSet.parse("0-2,4"), memory=CpuSet([0]), device=("gpu", 0),
+              remote=CpuSet([4]), legend=("rank 0",)),
+        Owner("1", colour(1), CpuSet.parse("2,5-7"), memory=CpuSet([1]), device=("gpu", 1), legend=("rank 1",)),
+    )
+    root = parse_svg(draw_svg(t, Overlay(owners)))
+    assert len([p for p in root.iter(f"{SVG}path") if p.get("class") == "remote"]) == 1 + 1  # PU 4 + legend
+    # PU 2 is shared: two stripes; cores 2-3 (2 and idle 3) and 4-5 split between owners
+    titles = ["".join(g.find(f"{SVG}title").itertext()) for g in root.iter(f"{SVG}g")]
+    assert "PU P#2 · rank 0, rank 1" in titles and "PU P#3 · idle" in titles
+    assert "PU P#4 · rank 0 · remote from its device" in titles
+    assert len([r for r in root.iter(f"{SVG}rect") if r.get("class") == "split"]) == 2 + 1  # + legend
+    assert "P#2 0+1" in texts(root)
+    lines = text_map(t, Overlay(owners)).splitlines()
+    assert lines[1].startswith("node 0 |0*|") and "shared by 0 1" in lines[1]
+    assert lines[2].startswith("node 1 |*1|") and "remote: 0" in lines[2] and "memory of 1" in lines[2]
+
+
+def test_large_machines_fold_and_stay_small():
+    for desc, gpus in (("pack:2 numa:1 l3:12 core:8 pu:2", 4), ("pack:2 numa:4 l3:16 core:8 pu:2", 1)):
+        t = synthetic(desc, gpus_per_numa=gpus, pu_order="scatter")
+        plan = planners.plan(t, "exclusive")
+        svg, html = plan_svg(t, plan), plan_html(t, plan)
+        assert len(svg.encode()) < 2_000_000 and len(html.encode()) < 2_000_000
+        root = parse_svg(svg)
+        assert len(pu_rects(root)) == t.pus.weight()
+        width, height = float(root.get("width")), float(root.get("height"))
+        assert width < 3000 and height < 3000, (desc, width, height)
+        assert 1 / 3 < width / height < 3
+        assert len(plan_map(t, plan).splitlines()) == 1 + 2 * (1 if "numa:1" in desc else 4)
+
+
+def test_owner_colours_are_distinct():
+    assert len({colour(i) for i in range(64)}) == 64
+
+
+# ---- the terminal map ----------------------------------------------------------------------------
+def _hwloc_root(hwloc_roots, name):
+    return hwloc_roots.root(parse_test_file(name)["source"])
+
+
+MAP_CASES = {
+    # name: (machine, mode, plan options)
+    "dgx-a100-exclusive": ("dgx-a100", "exclusive", {}),
+    "epyc-nps4-socket": ("synthetic-nps4", "socket", {}),
+    "dgx-a100-unique-interleaved": ("dgx-a100", "unique-interleaved", {"devices": [0, 2]}),
+    "64fake-4n2s2ca2c2t-exclusive": ("64fake-4n2s2ca2c2t", "exclusive", {}),
+    "32amd64-4s2n4c-cgroup2-unique-contiguous": ("32amd64-4s2n4c-cgroup2", "unique-contiguous", {}),
+    "16em64t-4s2c2t-exclusive-3": ("16em64t-4s2c2t", "exclusive", {"nproc": 3}),
+    "genoa-2x96x2-8gpu-exclusive": ("synthetic-genoa", "exclusive", {}),
+}
+SYNTHETIC = {
+    "synthetic-genoa": lambda: synthetic("pack:2 numa:1 l3:12 core:8 pu:2", gpus_per_numa=4, pu_order="scatter"),
+    # DGX A100's CPUs: 2x EPYC 7742 in NPS4, four 4-core L3 complexes per node
+    "synthetic-nps4": lambda: synthetic("pack:2 numa:4 l3:4 core:4 pu:2", pu_order="scatter",
+                                        gpu_nodes=[3, 3, 1, 1, 7, 7, 5, 5]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MAP_CASES))
+def test_explain_map_golden(case, dgx_root, hwloc_roots):
+    machine, mode, options = MAP_CASES[case]
+    if machine == "dgx-a100":
+        root = dgx_root
+    elif machine in SYNTHETIC:
+        root = None
+    else:
+        root = _hwloc_root(hwloc_roots, machine)
+    if root is None:
+        t = full = SYNTHETIC[machine]()
+    else:
+        t, full = topo.discover(root), topo.discover(root, include_disallowed=True)
+    got = plan_map(full, planners.plan(t, mode, **options)) + "\n"
+    path = GOLDEN / f"{case}.map.txt"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(got)
+    assert got == path.read_text()
+    assert "\x1b" not in got
+
+
+def test_explain_prints_the_map_plain_when_not_a_terminal(dgx_root, tmp_path):
+    result = CliRunner().invoke(cli, ["plan", "--root", str(dgx_root), "--mode", "exclusive", "--explain"])
+    assert result.exit_code == 0, result.output
+    assert "\nmap: one cell per core" in result.output
+    assert "node 3 |0000000011111111|  GPU 0,1; memory of 0 1" in result.output
+    assert "\x1b" not in result.output
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (os.openpty)")
+def test_explain_map_is_coloured_on_a_terminal_unless_no_color(dgx_root):
+    def run(env_extra):
+        leader, follower = os.openpty()
+        env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | env_extra
+        proc = subprocess.Popen([sys.executable, "-m", "topo", "plan", "--root", str(dgx_root), "--mode",
+                                 "exclusive", "--explain"], stdout=follower, stderr=subprocess.PIPE, env=env)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed its end
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+        return b"".join(chunks).decode()
+
+    coloured = run({})
+    assert "\x1b[" in coloured and "node 3 |" in coloured
+    assert "\x1b[" not in run({"NO_COLOR": "1"})
+
+
+def test_picture_option_writes_svg_or_html_and_refuses_other_names(dgx_root, tmp_path):
+    runner = CliRunner()
+    for name in ("p.svg", "p.html"):
+        result = runner.invoke(cli, ["plan", "--root", str(dgx_root), "--mode", "exclusive", "--picture",
+                                     str(tmp_path / name), "-o", str(tmp_path / "bind.json")])
+        assert result.exit_code == 0, result.output
+    parse_svg((tmp_path / "p.svg").read_text())
+    page = (tmp_path / "p.html").read_text()
+    assert "<td>rank 0</td><td>GPU 0</td><td>48-55,176-183</td>" in page
+    (tmp_path / "bind.json").unlink()
+    result = runner.invoke(cli, ["plan", "--root", str(dgx_root), "--mode", "exclusive", "--picture",
+                                 str(tmp_path / "p.png"), "-o", str(tmp_path / "bind.json")])
+    assert result.exit_code == 2 and "--picture" in result.output and ".svg or .html" in result.output
+    assert not (tmp_path / "p.png").exists() and not (tmp_path / "bind.json").exists()
+
+
+# ---- in a real browser ---------------------------------------------------------------------------
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def read_png(path: Path) -> tuple[int, int, list[bytes]]:
+    """Width, height and RGB rows of an 8-bit, non-interlaced RGB/RGBA PNG (what chromium writes)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat = 8, []
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and ctype in (2, 6) and interlace == 0, (depth, ctype, interlace)
+        elif kind == b"IDAT":
+            idat.append(body)
+    bpp = 3 if ctype == 2 else 4
+    raw = zlib.decompress(b"".join(idat))
+    stride = width * bpp
+    prev = bytearray(stride)
+    rows = []
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        if kind == 1:
+            for x in range(bpp, stride):
+                line[x] = (line[x] + line[x - bpp]) & 255
+        elif kind == 2:
+            line = bytearray((a + b) & 255 for a, b in zip(line, prev))
+        elif kind == 3:
+            for x in range(stride):
+                left = line[x - bpp] if x >= bpp else 0
+                line[x] = (line[x] + ((left + prev[x]) >> 1)) & 255
+        elif kind == 4:
+            for x in range(stride):
+                a = line[x - bpp] if x >= bpp else 0
+                b, c = prev[x], (prev[x - bpp] if x >= bpp else 0)
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        prev = line
+        rows.append(bytes(line) if bpp == 3 else bytes(v for i, v in enumerate(line) if i % 4 != 3))
+    return width, height, rows
+
+
+def screenshot(page: Path, png: Path, size: str) -> None:
+    with tempfile.TemporaryDirectory() as profile:
+        result = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--hide-scrollbars", f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={size}",
+             page.as_uri()],
+            capture_output=True, text=True, timeout=180)
+    assert png.exists(), f"chromium wrote no screenshot (exit {result.returncode}): {result.stderr[-2000:]}"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)")
+@pytest.mark.parametrize("suffix", ["svg", "html"])
+def test_plan_picture_in_headless_chromium_shows_one_colour_per_process(dgx_root, tmp_path, suffix):
+    t = topo.discover(dgx_root)
+    plan = planners.plan(t, "exclusive")
+    page = tmp_path / f"plan.{suffix}"
+    page.write_text(plan_svg(t, plan) if suffix == "svg" else plan_html(t, plan))
+    png = tmp_path / "shot.png"
+    screenshot(page, png, "1200,1100")
+    width, height, rows = read_png(png)
+    pixels = Counter(row[x:x + 3] for row in rows for x in range(0, len(row), 3))
+    white = pixels.get(b"\xff\xff\xff", 0)
+    assert white < 0.9 * width * height, "the screenshot is blank"
+    assert len(pixels) > 20
+    colours = [o.colour for o in plan_overlay(t, plan).owners]
+    assert len(set(colours)) == len(colours) == 8
+    for c in colours:
+        rgb = bytes.fromhex(c[1:])
+        assert pixels.get(rgb, 0) > 500, f"{c} is not on the screen ({pixels.get(rgb, 0)} pixels)"
