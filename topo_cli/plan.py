@@ -104,15 +104,18 @@ def _list_modes() -> str:
                    "warnings instead of the JSON (the JSON still goes to -o FILE).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the bind JSON to FILE (default: stdout).")
+@click.option("--picture", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
 def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced,
          min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
-         scheduler_base, explain, output):
+         scheduler_base, explain, output, picture):
     """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
 
     \b
     Examples:
         topo plan --mode exclusive -o bind.json
         topo plan --mode unique-contiguous --scope socket --explain
+        topo plan --mode exclusive --picture plan.html
         topo launch --bind_numa=bind.json train.py
     """
     import planners
@@ -123,6 +126,8 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         return
     if not mode:
         raise UsageError(f"--mode is required: one of {', '.join(planners.modes())} (see --list-modes)")
+    if picture is not None and os.path.splitext(picture)[1].lower() not in (".svg", ".html", ".htm"):
+        raise UsageError(f"--picture {picture}: name the file .svg or .html")
     topology = machine.load()
     ids = parse_devices(devices)  # None: planners.plan applies the visible-device variables
     result = planners.plan(
@@ -136,10 +141,21 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     text = json.dumps(result.to_json(), indent=2) + "\n"
     if output and output != "-":
         _write(output, text)
+    if picture is not None or explain:
+        # drawn on the view with disallowed CPUs, so they show greyed
+        drawn = topology if machine.file is not None else machine.load(include_disallowed=True)
+    if picture is not None:
+        from planners.picture import plan_html, plan_svg
+
+        draw = plan_svg if picture.lower().endswith(".svg") else plan_html
+        _write(picture, draw(drawn, result))
     if explain:
         from planners.explain import explain as render
+        from planners.picture import plan_map
 
         click.echo(render(topology, result))
+        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        click.echo("\n" + plan_map(drawn, result, colour=colour))
     elif not output or output == "-":
         sys.stdout.write(text)
     if not explain:
