@@ -299,7 +299,7 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
     for p in entries:
         for module, cpus in p.module_cpus:
             path = f"bind_cpu.{p.key}.{module}"
-            written = dict(p.modules)
+            written = _shown(str(dict(p.modules)))
             missing = cpus - present
             if missing:
                 problems.append(Problem(path, f"CPU id {missing.first()} in {written} for {p.key} is not available: "
@@ -318,6 +318,11 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
             problems += _node_problems(f"bind_memory.{p.key}", p.key, p.memory, p.memory_nodes,
                                        nodes, allowed_nodes, None)
     return problems
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    """What a message quotes of a value: long texts are cut (a 100 kB range is one mistake, not the message)."""
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} characters)"
 
 
 def _node_problems(path, key, value, ids: CpuSet, nodes, allowed_nodes, cpu_nodes) -> list[Problem]:
