@@ -1,0 +1,220 @@
+"""topo run's command line: torchrun's flag names, spellings and defaults, the rendezvous it accepts
+and refuses, Slurm's values, and one-line errors. Nothing here starts a worker."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.torchrun import (DEFAULT_MASTER_PORT, RunConfig, config_from_flags, parse_endpoint, parse_nnodes,
+                               parse_std, plan_run, read_failure, format_failures)
+from topo.errors import UsageError
+from topo_cli import main
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("")
+    return str(path)
+
+
+def config(script, environ=None, **given):
+    return config_from_flags(script, ("--lr", "1"), given, environ=environ or {})
+
+
+def dry_run(*args, env=None):
+    return CliRunner().invoke(main, ["run", "--dry-run", *args], env=env)
+
+
+# ------------------------------------------------------------------ defaults and the rendezvous
+def test_torchruns_defaults(script):
+    c, note = config(script, master_port=29501)
+    assert (c.nnodes, c.nproc_per_node, c.node_rank, c.master_addr, c.master_port) == (1, 1, 0, "127.0.0.1", 29501)
+    assert (c.run_id, c.max_restarts, c.role, c.monitor_interval) == ("none", 0, "default", 0.1)
+    assert c.script_args == ("--lr", "1") and note is None
+
+
+def test_one_node_without_a_port_is_a_local_rendezvous(script):
+    """torchrun 2.13: no --master-port on one node means localhost, a free port and a new run id."""
+    c, _ = config(script, nproc_per_node="2")
+    assert (c.master_addr, c.master_port, c.run_id) == ("localhost", None, "")
+    standalone, _ = config(script, standalone=True, master_addr="10.0.0.9", master_port=1234, rdzv_id="x")
+    assert (standalone.master_addr, standalone.master_port, standalone.run_id) == ("localhost", None, "")
+    plan = plan_run(standalone, environ={"PATH": "/usr/bin:/bin"})
+    assert 0 < plan.master_port < 65536 and len(plan.run_id) == 36
+
+
+def test_several_nodes_default_to_port_29500(script):
+    c, _ = config(script, nnodes="2", node_rank=1, master_addr="10.0.0.1")
+    assert (c.nnodes, c.node_rank, c.master_addr, c.master_port) == (2, 1, "10.0.0.1", DEFAULT_MASTER_PORT)
+    assert [c.rank(i) for i in range(c.nproc_per_node)] == [1]
+
+
+def test_rdzv_endpoint_is_the_static_master(script):
+    c, _ = config(script, rdzv_endpoint="node7:29400", rdzv_id="job9", nnodes="2:2", node_rank=0)
+    assert (c.master_addr, c.master_port, c.run_id, c.nnodes) == ("node7", 29400, "job9", 2)
+    assert parse_endpoint("[::1]:29500") == ("::1", 29500)
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"nnodes": "1:4"}, "fixed set of nodes"),
+    ({"nnodes": "0"}, "at least 1"),
+    ({"nnodes": "two"}, "not a node count"),
+    ({"nnodes": "2", "rdzv_backend": "c10d", "rdzv_endpoint": "h:1"}, "no dynamic membership"),
+    ({"rdzv_backend": "zookeeper"}, "static rendezvous only"),
+    ({"rdzv_conf": "timeout=900"}, "takes no options"),
+    ({"rdzv_endpoint": "host"}, "not HOST:PORT"),
+    ({"master_port": 70000}, "outside 1-65535"),
+    ({"nnodes": "2", "node_rank": 2}, "give 0 to 1"),
+    ({"nproc_per_node": "0"}, "at least 1 worker"),
+    ({"nproc_per_node": "many"}, "gpu, cpu or auto"),
+    ({"max_restarts": -1}, "0 or more"),
+    ({"monitor_interval": 0}, "more than 0"),
+    ({"redirects": "4"}, "is not 0 .none., 1"),
+    ({"tee": "0:1,x"}, "LOCAL_RANK:STD"),
+    ({"local_ranks_filter": "0,a"}, "comma-separated"),
+    ({"module": True, "no_python": True}, "together"),
+    ({"standalone": True, "nnodes": "2"}, "one node"),
+    ({"signals_to_handle": "SIGNOPE"}, "not a signal name"),
+])
+def test_bad_values_are_named(script, given, words):
+    with pytest.raises(UsageError, match=words):
+        config(script, **given)
+
+
+def test_c10d_is_static_when_each_node_knows_its_rank(script):
+    c, _ = config(script, nnodes="2", node_rank=1, rdzv_backend="c10d", rdzv_endpoint="h0:29400")
+    assert (c.master_addr, c.master_port, c.node_rank) == ("h0", 29400, 1)
+    one, _ = config(script, rdzv_backend="c10d", rdzv_endpoint="localhost:29400")
+    assert one.master_port == 29400
+
+
+def test_nproc_per_node_words(script):
+    import os
+
+    assert config(script, nproc_per_node="cpu")[0].nproc_per_node == len(os.sched_getaffinity(0))
+    gpuless = _cpu_only_topology()
+    with pytest.raises(UsageError, match="no GPU is visible"):
+        config_from_flags(script, (), {"nproc_per_node": "gpu"}, environ={}, topology=lambda: gpuless)
+    auto, _ = config_from_flags(script, (), {"nproc_per_node": "auto"}, environ={}, topology=lambda: gpuless)
+    assert auto.nproc_per_node == len(os.sched_getaffinity(0))
+
+
+def _cpu_only_topology():
+    from topo.discovery import discover
+
+    topology = discover()
+    if any(d.kind in ("gpu", "npu") for d in topology.devices):
+        pytest.skip("this machine has accelerators")
+    return topology
+
+
+def test_std_flags_per_rank():
+    assert [parse_std("3", "-r")(r) for r in range(2)] == [3, 3]
+    assert [parse_std("0:1,1:2", "-r")(r) for r in range(3)] == [1, 2, 0]
+    c = RunConfig("x.py", redirects="1", tee="0:2")
+    assert c.streams(0) == (3, 2) and c.streams(1) == (1, 0)
+
+
+def test_parse_nnodes():
+    assert parse_nnodes("3") == parse_nnodes("3:3") == 3
+
+
+# ------------------------------------------------------------------ Slurm
+SLURM = {"SLURM_JOB_ID": "77", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "n[01-02]",
+         "SLURM_NTASKS_PER_NODE": "2"}
+
+
+def test_slurm_fills_what_was_not_given(script):
+    c, note = config(script, environ=SLURM)
+    assert (c.nnodes, c.node_rank, c.master_addr, c.master_port, c.nproc_per_node) == (2, 1, "n01", 29500, 2)
+    assert note.startswith("from Slurm job 77: --nnodes=2 (SLURM_NNODES), --node-rank=1 (SLURM_NODEID)")
+    mine, note = config(script, environ=SLURM, nnodes="1", nproc_per_node="3")
+    assert (mine.nnodes, mine.node_rank, mine.master_addr, mine.nproc_per_node) == (1, 0, "localhost", 3)
+    assert note is None
+
+
+def test_slurm_note_is_printed_and_pet_variables_count_as_given(script):
+    r = dry_run(script, env={**SLURM, "PET_NPROC_PER_NODE": "1"})
+    assert r.exit_code == 0, r.output
+    assert "topo run: from Slurm job 77: --nnodes=2 (SLURM_NNODES)" in r.output
+    assert "--nproc-per-node" not in r.output.split("from Slurm")[1].splitlines()[0]
+    assert "rank 1, local rank 0:" in r.output and "WORLD_SIZE=2" in r.output and "rank 2" not in r.output
+
+
+# ------------------------------------------------------------------ the click layer
+def test_spellings_mean_the_same(script):
+    a = dry_run("--nproc-per-node=2", "--master-port=29510", "--rdzv-id=r", "--max-restarts=1", script, "x")
+    b = dry_run("--nproc_per_node", "2", "--master_port=29510", "--rdzv_id=r", "--max_restarts=1", script, "x")
+    assert a.exit_code == b.exit_code == 0, a.output + b.output
+    assert a.output == b.output
+    assert "TORCHELASTIC_MAX_RESTARTS=1" in a.output and "TORCHELASTIC_RUN_ID=r" in a.output
+
+
+def test_options_after_the_script_belong_to_it(script):
+    r = dry_run("--master-port=29510", script, "--nproc-per-node=4", "-m")
+    assert r.exit_code == 0, r.output
+    assert f"-u {script} --nproc-per-node=4 -m" in r.output
+    assert "rank 1" not in r.output
+
+
+def test_module_and_no_python_commands(script):
+    m = dry_run("--master-port=29510", "-m", "json.tool", "--help")
+    assert m.exit_code == 0, m.output
+    assert f"{sys.executable} -u -m json.tool --help" in m.output
+    n = dry_run("--master-port=29510", "--no-python", "true")
+    assert n.exit_code == 0 and "local rank 0: true\n" in n.output
+
+
+def test_python_exec_is_the_interpreter(script, tmp_path):
+    r = dry_run("--master-port=29510", script, env={"PYTHON_EXEC": "/bin/sh"})
+    assert r.exit_code == 0, r.output
+    assert f"/bin/sh -u {script}" in r.output
+
+
+def test_usage_errors_are_one_line_and_exit_2(script, tmp_path):
+    r = dry_run("--nnodes=1:2", script)
+    assert r.exit_code == 2
+    assert r.output.startswith("topo: error: --nnodes=1:2: topo run starts a fixed set of nodes")
+    assert len(r.output.splitlines()) == 1
+    missing = dry_run(str(tmp_path / "nope.py"))
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    mode = dry_run("--numa-binding=bogus", script)
+    assert mode.exit_code == 2 and "unknown mode 'bogus'" in mode.output
+    unknown = dry_run("--elastic", script)
+    assert unknown.exit_code == 2 and "No such option" in unknown.output
+
+
+def test_help_has_examples():
+    r = CliRunner().invoke(main, ["run", "--help"])
+    assert r.exit_code == 0
+    assert "Examples:" in r.output and "--nproc-per-node, --nproc_per_node" in r.output
+
+
+# ------------------------------------------------------------------ error files
+def test_error_file_of_record_is_the_root_cause(tmp_path):
+    path = tmp_path / "error.json"
+    path.write_text('{"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": '
+                    '"Traceback (most recent call last):\\n  File \\"t.py\\", line 3\\nValueError: boom\\n", '
+                    '"timestamp": "1700000000"}}}')
+    f = read_failure(rank=3, local_rank=1, pid=42, exitcode=1, error_file=str(path))
+    assert (f.message, f.timestamp, f.error_file) == ("ValueError: boom", 1700000000, str(path))
+    text = format_failures("t.py FAILED", f, [])
+    assert "rank      : 3 (local_rank: 1)" in text and "exitcode  : 1 (pid: 42)" in text
+    assert "  traceback : Traceback (most recent call last):\n    File \"t.py\", line 3\n  ValueError: boom" in text
+    assert "<NO_OTHER_FAILURES>" in text
+
+
+def test_failure_without_an_error_file(tmp_path):
+    killed = read_failure(rank=0, local_rank=0, pid=7, exitcode=-15, error_file=str(tmp_path / "none.json"))
+    assert killed.error_file == "<N/A>" and killed.message == "Signal 15 (SIGTERM) received by PID 7"
+    plain = read_failure(rank=0, local_rank=0, pid=7, exitcode=3, error_file=str(tmp_path / "none.json"))
+    assert "errors.record" in plain.message
+    old = tmp_path / "old.json"
+    old.write_text('{"message": "RuntimeError: x", "timestamp": 5}')
+    assert read_failure(rank=0, local_rank=0, pid=7, exitcode=1, error_file=str(old)).message == "RuntimeError: x"
+    text = format_failures("t.py FAILED", plain, [killed])
+    assert "exitcode  : -15 (pid: 7) (SIGTERM)" in text.split("Root Cause")[0]

@@ -1,0 +1,106 @@
+"""topo run starting real worker processes (no torch): restarts, exit codes, streams, signals."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+WORKER = str(Path(__file__).parent / "scripts" / "run_worker.py")
+
+
+def topo_run(*args, timeout=60, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "topo", "run", *args], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def records(out: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+
+
+def test_a_worker_that_fails_once_is_restarted_with_its_group(tmp_path):
+    r = topo_run("--nproc-per-node=2", "--max-restarts=2", f"--log-dir={tmp_path / 'logs'}",
+                 WORKER, str(tmp_path), "fail-once")
+    assert r.returncode == 0, r.stderr
+    seen = records(tmp_path)
+    assert sorted(seen) == ["rank0_attempt0", "rank0_attempt1", "rank1_attempt0", "rank1_attempt1"]
+    for rank in (0, 1):
+        first, second = seen[f"rank{rank}_attempt0"], seen[f"rank{rank}_attempt1"]
+        assert first["pid"] != second["pid"]  # the whole group was started again
+        assert second["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
+        assert second["env"]["TORCHELASTIC_MAX_RESTARTS"] == "2"
+        assert second["env"]["MASTER_PORT"] == first["env"]["MASTER_PORT"]
+        assert second["env"]["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_1/{rank}/error.json")
+    assert "worker group failed (rank 1: exit code 3); restarting it, 2 of 2 restarts left" in r.stderr
+
+
+def test_the_last_failure_is_reported_with_its_rank_and_code(tmp_path):
+    r = topo_run("--nproc-per-node=2", "--max-restarts=1", WORKER, str(tmp_path), "fail")
+    assert r.returncode == 3, r.stderr
+    assert {"rank1_attempt0", "rank1_attempt1"} <= set(records(tmp_path))
+    assert "Root Cause (first observed failure):" in r.stderr
+    root = r.stderr.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 1 (local_rank: 1)" in root and "exitcode  : 3" in root
+    assert "rank 1 (local rank 1) failed with exit code 3 on attempt 1" in r.stderr
+    # the run directory is kept for the error files and named in the report
+    kept = r.stderr.rsplit("error files under ", 1)[1].strip()
+    assert os.path.isdir(os.path.join(kept, "attempt_1", "1"))
+
+
+def test_a_successful_run_leaves_no_temporary_directory(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    r = topo_run("--nproc-per-node=2", WORKER, str(tmp_path), "ok", env=env)
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(tmp_path / "tmp") == []
+    assert "out of rank 0" in r.stdout and "err of rank 1" in r.stderr  # the console, as torchrun
+
+
+def test_redirects_tee_and_the_ranks_filter(tmp_path):
+    logs = tmp_path / "logs"
+    r = topo_run("--nproc-per-node=2", f"--log-dir={logs}", "--rdzv-id=myrun", "--master-port=29517",
+                 "-r", "0:3", "-t", "1:1", "--local-ranks-filter=1", WORKER, str(tmp_path), "ok")
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = glob.glob(str(logs / "myrun_*"))
+    rank0 = Path(run_dir, "attempt_0", "0")
+    assert (rank0 / "stdout.log").read_text() == "out of rank 0\n"
+    assert (rank0 / "stderr.log").read_text() == "err of rank 0\n"
+    assert (Path(run_dir, "attempt_0", "1", "stdout.log")).read_text() == "out of rank 1\n"
+    assert not Path(run_dir, "attempt_0", "1", "stderr.log").exists()
+    assert "rank 0" not in r.stdout  # redirected, not tee'd, and filtered out
+    assert "] out of rank 1" in r.stdout  # tee'd with its prefix
+    assert "err of rank 1" in r.stderr  # not redirected: the console
+    assert "err of rank 0" not in r.stderr
+    launch = json.loads(Path(run_dir, "attempt_0", "launch.json").read_text())
+    assert [p["rank"] for p in launch["processes"]] == [0, 1]
+
+
+def test_sigterm_stops_every_worker(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "topo", "run", "--nproc-per-node=2", WORKER, str(tmp_path),
+                             "sleep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while len(records(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [r["pid"] for r in records(tmp_path).values()]
+    assert len(pids) == 2
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert "received SIGTERM" in err
+
+
+def test_dry_run_starts_nothing(tmp_path):
+    r = topo_run("--dry-run", "--nproc-per-node=2", "--master-port=29518", WORKER, str(tmp_path), "ok")
+    assert r.returncode == 0, r.stderr
+    assert records(tmp_path) == {}
+    assert "rank 1, local rank 1:" in r.stdout and "TORCHELASTIC_USE_AGENT_STORE=False" in r.stdout
