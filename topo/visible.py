@@ -219,7 +219,7 @@ def _ascend(npus: list[Device], env: Mapping[str, str]) -> list[Device]:
         return [by_id[i] for i in sorted(by_id)]  # msrun: unset or empty = every NPU, by logical id
     ids = []
     for token in (t.strip() for t in spec.split(",")):
-        if not token.isdigit():
+        if not (token.isascii() and token.isdigit() and len(token) <= 9):  # int() reads "²" too
             raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES entry {token!r} is not an NPU id (e.g. 0,1,2,3)")
         ids.append(int(token))
     if len(set(ids)) != len(ids):
