@@ -337,6 +337,7 @@ class RunPlan:
     config: RunConfig
     command: tuple[str, ...]  # interpreter + script + args, without a binding prefix
     bindings: tuple[Binding, ...]  # by local rank
+    direct: tuple  # by local rank: procgroup.DirectBinding when numactl / taskset is missing, else None
     master_port: int
     run_id: str
     base_env: Mapping[str, str]
@@ -374,6 +375,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     """Check and decide everything (command, bindings, port, run id). Raises UsageError before
     anything is created or started."""
     from launcher.environ import base_env
+    from launcher.job import _direct  # the launcher's rule for binding without numactl / taskset
 
     environ = dict(os.environ if environ is None else environ)
     command = _command(config)
@@ -382,9 +384,11 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
     if config.numa_binding:
         bindings = _bindings(config, environ, topology, warnings)
+    search_path = environ.get("PATH", os.defpath)
+    direct = tuple(_direct(b, config.bind_fallback, search_path) for b in bindings)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or str(uuid.uuid4())
-    return RunPlan(config, command, bindings, port, run_id, base_env(environ), environ, tuple(warnings))
+    return RunPlan(config, command, bindings, direct, port, run_id, base_env(environ), environ, tuple(warnings))
 
 
 def _command(config: RunConfig) -> tuple[str, ...]:
@@ -507,7 +511,6 @@ def _attempt(plan: RunPlan, restart: int, run_dir: str, out: TextIO,
              say) -> tuple[int, Failure | None, tuple[Failure, ...]]:
     """Start the worker group once and follow it to its end: (exit code, the root cause or None,
     the other workers that ended badly, those stopped because of it included)."""
-    from launcher.job import _direct
     from launcher.procgroup import ProcessGroup, ProcessSpec
     from launcher.supervisor import LAUNCH_JSON, Supervisor, exit_code, write_launch_json
 
@@ -527,7 +530,7 @@ def _attempt(plan: RunPlan, restart: int, run_dir: str, out: TextIO,
             specs.append(ProcessSpec(
                 f"rank {config.rank(local_rank)}", (*binding.prefix, *plan.command),
                 plan.worker_env(local_rank, restart, error_file), stdout, binding,
-                _direct(binding, config.bind_fallback), config.role, config.rank(local_rank), local_rank, tail,
+                plan.direct[local_rank], config.role, config.rank(local_rank), local_rank, tail,
                 stderr_path=stderr))
     except OSError as exc:
         from launcher.procgroup import LaunchError
