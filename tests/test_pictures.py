@@ -351,3 +351,27 @@ def test_plan_picture_in_headless_chromium_shows_one_colour_per_process(dgx_root
     for c in colours:
         rgb = bytes.fromhex(c[1:])
         assert pixels.get(rgb, 0) > 500, f"{c} is not on the screen ({pixels.get(rgb, 0)} pixels)"
+
+
+# ---- the README's picture ------------------------------------------------------------------------
+REPO = Path(__file__).parent.parent
+
+
+def test_readme_picture_is_what_its_command_makes(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Pictures", 1)[1].split("\n## ", 1)[0]
+    commands = section.split("```sh\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert "![" in section and "(docs/plan-dgx-a100.svg)" in section
+    (tmp_path / "docs").mkdir()
+    for line in commands:
+        if line.startswith("topo "):
+            line = f"{sys.executable} -m topo {line[5:]}"
+        elif line.startswith("python "):
+            line = f"{sys.executable} {line[7:]}"
+        subprocess.run(line, shell=True, cwd=tmp_path, check=True, timeout=120)
+    for name in ("dgx-a100.json", "plan-dgx-a100.svg"):
+        assert (tmp_path / "docs" / name).read_text() == (REPO / "docs" / name).read_text(), name
+    # the map printed next to it, too
+    shown = section.split("ends with:\n\n```\n", 1)[1].split("```", 1)[0]
+    t = topo.load_topology(str(REPO / "docs" / "dgx-a100.json"))
+    assert plan_map(t, planners.plan(t, "msrun-auto")) + "\n" == shown

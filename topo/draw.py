@@ -23,7 +23,7 @@ from html import escape
 
 from topo.cpuset import EMPTY, CpuSet, union_all
 from topo.model import Device, Topology
-from topo.render import _Node, _fmt_size, build_tree, render_links
+from topo.render import _Node, _fmt_size, build_tree
 
 # ---- the overlay ---------------------------------------------------------------------------------
 
@@ -237,11 +237,17 @@ def _chip_label(d: Device) -> str:
 
 
 def _pu_w(topology: Topology, paint: _Paint) -> float:
-    longest = max((len(f"P#{pu}") for pu in topology.pus), default=3)
-    tags = [o.pu_label for o in paint.overlay.owners] if paint.overlay else []
-    if tags:
-        longest += 1 + max(max(len(t) for t in tags), 5)
-    return longest * CHAR + 6
+    """One width for every PU: room for the longest label drawn, "P#2047" or "P#12 r0+r1"."""
+    longest = max((len(_pu_label(pu, paint)) for pu in topology.pus), default=3)
+    return longest * CHAR + (12 if paint.remote else 6)  # the remote flag takes the right corner
+
+
+def _pu_label(pu: int, paint: _Paint) -> str:
+    owners = paint.owners_of.get(pu)
+    if not owners:
+        return f"P#{pu}"
+    tags = "+".join(paint.overlay.owners[i].pu_label for i in owners)
+    return f"P#{pu} " + (tags if len(owners) == 1 or len(tags) <= 5 else f"×{len(owners)}")
 
 
 def _measure(box: _Box, pu_w: float) -> None:
@@ -362,13 +368,14 @@ CSS = (
     ".remote{fill:#000;stroke:#fff;stroke-width:.8}"
     ".h{paint-order:stroke;stroke:#fff;stroke-width:2.6px;stroke-linejoin:round;fill:#000}"
     ".split{fill:none;stroke:#000;stroke-width:2.2}"
-    ".link{fill:none;stroke-width:2;stroke-opacity:.85}"
+    ".link{fill:none;stroke-width:2;stroke-opacity:.75}"
 ) % FONT
 
 
-def draw_svg(topology: Topology, overlay: Overlay | None = None) -> str:
-    """The machine as one SVG document; with ``overlay``, its owners painted on their CPUs and a
-    legend below the machine."""
+def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool = True) -> str:
+    """The machine as one SVG document; with ``overlay``, its owners painted on their CPUs and,
+    below the machine, the key to the symbols and (``legend``) the title, one row per owner and
+    the notes."""
     paint = _Paint(topology, overlay)
     devices_by_node: dict[int, list[Device]] = {}
     loose: list[Device] = []
@@ -388,9 +395,7 @@ def draw_svg(topology: Topology, overlay: Overlay | None = None) -> str:
     root.title = machine + root.title.removeprefix(_label(tree))
     _note_private_caches(root)
     if loose:
-        from topo.render import _Node as N
-
-        root.memory.append((N("Devices", "", EMPTY, 0), loose))
+        root.memory.append((_Node("Devices", "not local to a NUMA node", EMPTY, 0), loose))
     pu_w = _pu_w(topology, paint)
     _measure(root, pu_w)
     _place(root, 8, 8)
@@ -406,8 +411,8 @@ def draw_svg(topology: Topology, overlay: Overlay | None = None) -> str:
     height = root.y + root.h + 8
     if overlay is not None:
         out.extend(_links(root, overlay, chip_xy))
-        legend, lw, lh = _legend(overlay, 8, height + 4, topology, paint)
-        out.extend(legend)
+        drawn, lw, lh = _legend(overlay, 8, height + 4, rows=legend)
+        out.extend(drawn)
         width = max(width, lw + 16)
         height += lh + 12
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
@@ -467,6 +472,8 @@ def _emit_box(out: list[str], box: _Box, topology: Topology, paint: _Paint) -> N
                            f"{_rect(tx, y + 2, tw, BAR_H - 4, fill=o.colour)}"
                            f"{_text(tx + 2, y + 11.5, o.tag, 'n', _ink(o.colour))}</g>")
                 tx -= 2
+        else:
+            out.append(_text(x + 3, y + 12, _bar_text(node)))
         for d, (cx, cy, cw) in zip(devices, chips):
             owner = paint.device_owner.get((d.kind, d.index))
             fill = paint.overlay.owners[owner].colour if owner is not None else None
@@ -484,15 +491,13 @@ def _emit_pu(out: list[str], box: _Box, topology: Topology, paint: _Paint) -> No
     allowed = pu in topology.allowed_pus
     title = box.title
     parts = [_rect(x, y, w, h, "pu no" if not allowed else "pu")]
-    label = f"P#{pu}"
+    label, _, tag = _pu_label(pu, paint).partition(" ")
     ink = None
     if owners:
         os_ = [paint.overlay.owners[i] for i in owners]
         stripe = w / len(os_)
         for k, o in enumerate(os_):
             parts.append(_rect(x + k * stripe, y, stripe, h, fill=o.colour))
-        tags = "+".join(o.pu_label for o in os_)
-        tag = tags if len(os_) == 1 or len(tags) <= 5 else f"×{len(os_)}"
         ink = _ink(os_[0].colour) if len(os_) == 1 else None
         title += " · " + ", ".join(" ".join(o.legend[:2]) or o.tag for o in os_)
     elif paint.overlay is not None and allowed:
@@ -542,19 +547,19 @@ def _links(root: _Box, overlay: Overlay, chip_xy) -> list[str]:
     return out
 
 
-def _legend(overlay: Overlay, x0: float, y0: float, topology: Topology, paint: _Paint):
+def _legend(overlay: Overlay, x0: float, y0: float, *, rows: bool):
     out = []
     y = y0
     width = 0.0
-    if overlay.title:
+    if overlay.title and rows:
         out.append(_text(x0, y + FONT, overlay.title, "n"))
         width = _text_w(overlay.title)
         y += HEAD + 2
-    rows = [overlay.legend_header] + [o.legend for o in overlay.owners]
-    ncols = max(len(r) for r in rows)
-    col_w = [max((_text_w(r[j]) for r in rows if j < len(r)), default=0) + 14 for j in range(ncols)]
+    table = [overlay.legend_header] + [o.legend for o in overlay.owners] if rows else []
+    ncols = max((len(r) for r in table), default=0)
+    col_w = [max((_text_w(r[j]) for r in table if j < len(r)), default=0) + 14 for j in range(ncols)]
     sw = 14.0
-    for k, row in enumerate(rows):
+    for k, row in enumerate(table):
         x = x0 + sw + 6
         if k > 0:
             o = overlay.owners[k - 1]
@@ -564,9 +569,15 @@ def _legend(overlay: Overlay, x0: float, y0: float, topology: Topology, paint: _
             x += col_w[j]
         width = max(width, x - x0)
         y += HEAD
-    y += 4
+    y += 4 if table else 0
     # the symbols, each drawn as it appears in the picture
     x = x0
+    if len(overlay.owners) > 1:
+        a, b = overlay.owners[0].colour, overlay.owners[1].colour
+        out.append(_rect(x, y + 1, 11, 12, fill=a) + _rect(x + 11, y + 1, 11, 12, fill=b)
+                   + _rect(x, y + 1, 22, 12, "c", "none"))
+        out.append(_text(x + 26, y + FONT + 1, "shared PU"))
+        x += 26 + _text_w("shared PU") + 10
     samples = [("idle (allowed, unused)", "pu", None, None), ("not allowed", "pu no", None, None),
                ("remote from its device", "pu", None, "remote"), ("core split between processes", "c", "#bebebe", "split")]
     for text, cls, fill, over in samples:
@@ -579,7 +590,7 @@ def _legend(overlay: Overlay, x0: float, y0: float, topology: Topology, paint: _
         x += 26 + _text_w(text) + 10
     width = max(width, x - x0)
     y += HEAD + 4
-    for note in overlay.notes:
+    for note in overlay.notes if rows else ():
         out.append(_text(x0, y + FONT, "⚠ " + note))
         width = max(width, _text_w(note) + 16)
         y += HEAD
@@ -599,14 +610,18 @@ _PAGE_CSS = (
 def draw_html(topology: Topology, overlay: Overlay | None = None) -> str:
     """One self-contained page: a heading, the summary, the SVG inline, then the legend table (with
     an overlay) and the device link matrix."""
-    title = overlay.title if overlay and overlay.title else f"Machine: {topology.summary()}"
+    title = overlay.title if overlay and overlay.title else "Machine" + (
+        f" {topology.info['hostname']}" if topology.info.get("hostname") else "")
     parts = [f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{escape(title)}</title>"
              f"<style>{_PAGE_CSS}</style></head><body>",
-             f"<h1>{escape(title)}</h1>", f"<p>{escape(topology.summary())}</p>"]
+             f"<h1>{escape(title)}</h1>"]
+    if overlay is None or not overlay.title:
+        parts.append(f"<p>{escape(topology.summary())}</p>")
     info = ", ".join(f"{k}: {v}" for k, v in topology.info.items() if v)
     if info:
         parts.append(f"<p>{escape(info)}</p>")
-    parts.append(f'<div class="figure">{draw_svg(topology, overlay)}</div>')
+    # the SVG keeps only the key to its symbols: the legend follows as a table
+    parts.append(f'<div class="figure">{draw_svg(topology, overlay, legend=False)}</div>')
     if overlay is not None:
         parts.append("<table><tr><th></th>" + "".join(f"<th>{escape(h)}</th>" for h in overlay.legend_header)
                      + "</tr>")
@@ -723,8 +738,3 @@ def _xterm(r: int, g: int, b: int) -> int:
     steps = (0, 95, 135, 175, 215, 255)
     idx = [min(range(6), key=lambda k: abs(steps[k] - v)) for v in (r, g, b)]
     return 16 + 36 * idx[0] + 6 * idx[1] + idx[2]
-
-
-def machine_text(topology: Topology) -> str:
-    """The link matrix lines for the HTML page's plain-text fallback (the `topo show` matrix)."""
-    return "\n".join(render_links(topology)) if topology.links else ""
