@@ -288,3 +288,31 @@ def test_srun_topo_bind_gives_each_task_its_binding_and_torch_env(slurm, tmp_pat
         assert env["MASTER_PORT"] == str(default_master_port(env["SLURM_JOB_ID"]))
         assert d["affinity"] == [cpus[rank % len(cpus)]]
     assert sorted(int(d["env"]["RANK"]) for d in dumps) == [0, 1]
+
+
+def test_srun_topo_run_takes_the_job_shape_from_slurm(slurm, tmp_path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    r = slurm.srun("-N1", "-n1", sys.executable, "-m", "topo", "run", "--nproc-per-node=2",
+                   str(SCRIPTS / "run_worker.py"), str(out_dir), "ok")
+    assert r.returncode == 0, r.stdout + r.stderr + slurm.logs()
+    dumps = {p.stem: json.loads(p.read_text()) for p in out_dir.glob("*.json")}
+    assert sorted(dumps) == ["rank0_attempt0", "rank1_attempt0"]
+    for rank in (0, 1):
+        env = dumps[f"rank{rank}_attempt0"]["env"]
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == (str(rank), str(rank), "2")
+        assert (env["GROUP_RANK"], env["GROUP_WORLD_SIZE"]) == ("0", "1")
+        assert env["SLURM_JOB_ID"]  # the workers run inside the step
+    # one node: the count came from Slurm, the rendezvous stays on this node
+    assert "topo run: from Slurm job" in r.stderr and "--nnodes=1 (SLURM_STEP_NUM_NODES)" in r.stderr
+    assert dumps["rank0_attempt0"]["env"]["MASTER_ADDR"] == "localhost"
+
+
+def test_srun_topo_run_takes_workers_per_node_from_slurm(slurm, tmp_path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    r = slurm.srun("-N1", "-n1", "--ntasks-per-node=1", sys.executable, "-m", "topo", "run", "--dry-run",
+                   str(SCRIPTS / "run_worker.py"), str(out_dir), "ok")
+    assert r.returncode == 0, r.stdout + r.stderr + slurm.logs()
+    assert "--nproc-per-node=1 (SLURM_NTASKS_PER_NODE)" in r.stderr
+    assert "rank 0, local rank 0:" in r.stdout and "rank 1" not in r.stdout
