@@ -7,11 +7,13 @@ normal input here, not errors; a file with garbage in it is an error naming that
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet, union_all
-from topo.errors import ProbeError
+from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
 from topo.model import Cache, Cluster, Core, Die, MemorySideCache, NumaNode, Package, PciDevice
 
@@ -327,14 +329,22 @@ def _cpu_models(fs: FsRoot, cpus: list[_Cpu], packages: list[Package]) -> dict[i
 
 
 def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
-    ids = sorted(int(m.group(1)) for n in fs.listdir(NODE) if (m := _NODE_DIR.match(n)))
+    """NUMA nodes by hwloc's rules (look_sysfsnode): each node's CPUs from its cpumap, memory from
+    its meminfo, and for a node without CPUs a locality from its initiators or distances."""
+    ids = sorted(_numbered_dirs(fs, NODE, _NODE_DIR))
     if not ids:
         total = _meminfo_total(fs, "/proc/meminfo") or 0
         node = NumaNode(0, online, total, False, online, {0: 10})
         return RawNodes([node], [], False)
 
     has_memory = fs.read_cpulist(f"{NODE}/has_memory")
-    own = {i: fs.read_set(f"{NODE}/node{i}/cpulist", f"{NODE}/node{i}/cpumap") or EMPTY for i in ids}
+    # NUMA emulation (numa=fake= on the kernel command line) puts a CPU in every fake node cut
+    # from its physical node, so node CPU sets overlap; hwloc accepts them then, and ignores
+    # initiators, which the emulation does not update.
+    fake_numa = "numa=fake=" in (fs.read("/proc/cmdline") or "")
+    own = {i: _node_cpus(fs, i) for i in ids}
+    gpu_memory = _nvidia_gpu_memory_nodes(fs)
+    notes: list[str] = []
     cpus: dict[int, CpuSet] = {}
     memory: dict[int, int] = {}
     distances: dict[int, dict[int, int]] = {}
@@ -347,8 +357,11 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
             # CPU-only initiator node (no memory): hwloc does not make it a NUMA node; its
             # CPUs find their memory through the access0/1 initiators of memory targets.
             continue
-        if c & taken:
-            # Buggy firmware: several nodes claim the same CPUs. Keep the first claim.
+        if c & taken and not fake_numa:
+            # A CPU belongs to one node on Linux; overlapping cpumaps come from a buggy BIOS,
+            # and hwloc keeps the first node that claims the CPUs.
+            notes.append(f"NUMA node P#{i} ignored: its CPUs {c & taken} belong to an earlier node "
+                         f"({fs.path(d + '/cpumap')})")
             continue
         taken |= c
         cpus[i] = c
@@ -360,9 +373,13 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
             except ValueError:
                 raise ProbeError(f"{fs.path(d + '/distance')}: expected integers, found {dist[:40]!r}") from None
             distances[i] = dict(zip(ids, values))
+        if fake_numa:
+            continue
+        # access1 lists the nearest CPU initiators, access0 the nearest of any kind (Generic
+        # Initiators included, Linux 5.10+): hwloc prefers access1.
         for access in ("access1", "access0"):
             names = fs.listdir(f"{d}/{access}/initiators")
-            init = [int(m.group(1)) for n in names if (m := _NODE_DIR.match(n))]
+            init = [int(m.group(1)) for n in names if (m := _NODE_DIR.match(n)) and int(m.group(1)) != i]
             if init:
                 initiators[i] = union_all(own.get(j, EMPTY) for j in init)
                 break
@@ -371,14 +388,60 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     nodes = []
     for i, c in cpus.items():
         mine = {j: v for j, v in distances.get(i, {}).items() if j in cpus}
-        if c:
-            locality = c
+        subtype = "NVM" if i in nvm else None
+        if i in gpu_memory:
+            # A GPU's memory exposed as a node (POWER9 and Grace with NVLink-C2C): hwloc gives it
+            # the GPU's local CPUs, or the whole machine when the GPU has no local_cpus.
+            busid = gpu_memory[i]
+            gpu_cpus = fs.read_set(f"{PCI}/{busid}/local_cpulist", f"{PCI}/{busid}/local_cpus")
+            locality, subtype = (gpu_cpus or EMPTY) & online, "GPUMemory"
+        elif c:
+            # hwloc adds the initiators' CPUs to a node's own (a node some other node's CPUs
+            # reach as fast as their own).
+            locality = c | initiators.get(i, EMPTY)
         elif i in initiators:
             locality = initiators[i]
         else:
             locality = _nearest_cpus(i, cpus, distances)
-        nodes.append(NumaNode(i, c, memory[i], not c, locality, mine, "NVM" if i in nvm else None))
-    return RawNodes(nodes, _memory_side_caches(fs, nodes), True)
+        nodes.append(NumaNode(i, c, memory[i], not c, locality, mine, subtype))
+    return RawNodes(nodes, _memory_side_caches(fs, nodes), True, notes)
+
+
+def _node_cpus(fs: FsRoot, i: int) -> CpuSet:
+    """A node's CPUs from its cpumap (what hwloc reads), else its cpulist.
+
+    The kernel writes a mask of zeros for a node without CPUs, so an empty file, a dangling link
+    or a node directory with neither file is a damaged capture: read as hwloc does (a CPU-less
+    node, or no node), it would silently make another machine. Each is an error naming the file.
+    """
+    for name, parse in (("cpumap", CpuSet.parse_mask), ("cpulist", CpuSet.parse)):
+        path = f"{NODE}/node{i}/{name}"
+        text = fs.read(path)
+        if text is None:
+            if os.path.islink(fs.path(path)):
+                raise ProbeError(f"{fs.path(path)}: a symbolic link to nothing (capture the machine again)")
+            continue
+        if not text:
+            raise ProbeError(f"{fs.path(path)}: empty, where the kernel writes a mask even for a node "
+                             "without CPUs (capture the machine again)")
+        try:
+            return parse(text)
+        except ParseError as exc:
+            raise ProbeError(f"{fs.path(path)}: {exc}") from None
+    raise ProbeError(f"{fs.path(f'{NODE}/node{i}')}: neither cpumap nor cpulist, which every kernel writes "
+                     "(capture the machine again)")
+
+
+def _nvidia_gpu_memory_nodes(fs: FsRoot) -> dict[int, str]:
+    """{node: GPU bus id} for GPUs whose memory the NVIDIA driver onlined as a NUMA node: the
+    driver's /proc/driver/nvidia/gpus/<bus id>/numa_status says "Node: N" (-1 when none)."""
+    base = "/proc/driver/nvidia/gpus"
+    out = {}
+    for busid in fs.listdir(base):
+        m = re.search(r"Node:[ \t]*(-?[0-9]+)", fs.read(f"{base}/{busid}/numa_status") or "")
+        if m and int(m.group(1)) >= 0:
+            out[int(m.group(1))] = busid.lower()
+    return out
 
 
 def _nearest_cpus(i: int, cpus: dict[int, CpuSet], distances: dict[int, dict[int, int]]) -> CpuSet:
@@ -436,8 +499,19 @@ def _memory_side_caches(fs: FsRoot, nodes: list[NumaNode]) -> list[MemorySideCac
 
 
 def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
-    out = []
+    """PCI functions (bridges left out), each with the locality hwloc gives it.
+
+    hwloc attaches a whole PCI hierarchy below one host bridge at one place: where the local_cpus
+    of the host bridge's first function (lowest bus id on the root bus) point, or the whole
+    machine when that file is missing or empty. A device's own local_cpus are not used, so a
+    device whose file disagrees with its root port's sits where the root port sits. The
+    hierarchy comes from the bridges' bus ranges in config space.
+    """
+    functions = []
     for busid in sorted(fs.listdir(PCI), key=_bus_key):
+        key = _bus_key(busid)
+        if key[0] > 0xFFFFFFFF:
+            continue  # not a bus id
         d = f"{PCI}/{busid}"
         cls = fs.read(f"{d}/class")
         if not cls:
@@ -446,21 +520,65 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
             class_id = f"{int(cls, 16) >> 8:04x}"
         except ValueError:
             raise ProbeError(f"{fs.path(d + '/class')}: expected a hex class, found {cls[:20]!r}") from None
+        buses = None
+        if class_id == "0604":
+            config = _config_space(fs, f"{d}/config")
+            # A PCI-to-PCI bridge by its header type (1); without config space (unreadable) hwloc
+            # sees no header and takes the function for a plain device.
+            if config is not None and len(config) > 0x1A and config[0x0E] & 0x7F == 1:
+                secondary, subordinate = config[0x19], config[0x1A]
+                if not key[1] < secondary <= subordinate:
+                    continue  # invalid bus range (00/00 on some firmware): hwloc drops the bridge
+                buses = (secondary, subordinate)
+        functions.append((busid.lower(), key, class_id, buses, d))
+
+    def upstream_root(key: tuple) -> tuple[int, int]:
+        """(domain, root bus) of the host bridge a function hangs from: the bus of the outermost
+        bridge whose range holds it, or its own bus when no bridge does."""
+        root = (key[0], key[1])
+        for _, k, _, buses, _ in functions:
+            if buses and k[0] == key[0] and buses[0] <= key[1] <= buses[1] and k[1] < root[1]:
+                root = (k[0], k[1])
+        return root
+
+    locality: dict[tuple[int, int], CpuSet] = {}
+    for _, key, _, _, d in functions:
+        root = upstream_root(key)
+        if root == (key[0], key[1]) and root not in locality:
+            local = fs.read_set(f"{d}/local_cpulist", f"{d}/local_cpus")
+            locality[root] = local & machine if local and local & machine else machine
+
+    out = []
+    for busid, key, class_id, buses, d in functions:
         if class_id.startswith("06"):
-            continue  # bridges are plumbing, not devices
+            continue  # host, ISA and PCI bridges are plumbing, not devices
         vendor = (fs.read(f"{d}/vendor") or "0x0000").lower().removeprefix("0x")
         device = (fs.read(f"{d}/device") or "0x0000").lower().removeprefix("0x")
         node = fs.read_int(f"{d}/numa_node")
-        local = fs.read_set(f"{d}/local_cpulist", f"{d}/local_cpus")
-        if not local:
-            local = machine  # no locality information: the whole machine, as hwloc does
         rdma, names = _os_devices(fs, d)
         driver = fs.link_name(f"{d}/driver")
         out.append(
-            PciDevice(busid.lower(), class_id, vendor, device,
-                      node if node is not None and node >= 0 else None, local, driver, names, rdma)
+            PciDevice(busid, class_id, vendor, device, node if node is not None and node >= 0 else None,
+                      locality.get(upstream_root(key), machine), driver, names, rdma)
         )
     return out
+
+
+def _config_space(fs: FsRoot, path: str) -> bytes | None:
+    """The first 64 bytes of a PCI function's config space (what an unprivileged reader gets:
+    the standard header), None when absent or not a regular file."""
+    try:
+        fd = os.open(fs.path(path), os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, 64)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
