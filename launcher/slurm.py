@@ -200,10 +200,10 @@ def run_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> Fro
     return FromSlurm(values, sources, node.job_id)
 
 
-def launch_defaults(environ: Mapping[str, str], given: set[str]) -> FromSlurm:
-    """`topo launch`'s missing values from Slurm: local_worker_num (per node), worker_num (that
-    times the node count), and for a multi-node job node_rank and master_addr. Explicit flags
-    (the names in `given`) win."""
+def launch_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> FromSlurm:
+    """`topo launch`'s missing values from Slurm: local_worker_num (per node), worker_num (the
+    workers per node times the node count), and for a multi-node job node_rank and master_addr.
+    `given` holds the flags the user set, by name, with their values; those win."""
     node = slurm_node(environ)
     if node is None:
         return FromSlurm({}, {})
@@ -213,8 +213,9 @@ def launch_defaults(environ: Mapping[str, str], given: set[str]) -> FromSlurm:
         values["local_worker_num"] = node.nproc_per_node
         sources["local_worker_num"] = node.nproc_source or "default 1"
     nnodes = node.nnodes or 1
-    if "worker_num" not in given and "local_worker_num" in values:
-        values["worker_num"] = values["local_worker_num"] * nnodes
+    if "worker_num" not in given:
+        per_node = given.get("local_worker_num", values.get("local_worker_num"))
+        values["worker_num"] = int(per_node) * nnodes
         sources["worker_num"] = f"{_node_count_var(environ)}={nnodes} x local_worker_num"
     if nnodes > 1:
         if "node_rank" not in given and node.node_rank is not None:

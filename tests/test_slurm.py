@@ -66,7 +66,7 @@ def test_outside_slurm_nothing_is_taken():
     assert slurm_node({}) is None
     assert run_defaults({}, {}).values == {}
     assert run_defaults({}, {}).note() is None
-    assert launch_defaults({"SLURM_NTASKS_PER_NODE": "4"}, set()).values == {}
+    assert launch_defaults({"SLURM_NTASKS_PER_NODE": "4"}, {}).values == {}
     assert task_env({"SLURM_PROCID": "0"}) == {}
 
 
@@ -101,11 +101,12 @@ def test_a_single_node_rendezvouses_on_itself():
 
 
 def test_launch_defaults_multiply_per_node_by_nodes():
-    taken = launch_defaults(STEP, set())
+    taken = launch_defaults(STEP, {})
     assert taken.values == {"local_worker_num": 4, "worker_num": 8, "node_rank": 1, "master_addr": "gpu03"}
-    given = launch_defaults(STEP, {"local_worker_num", "worker_num", "node_rank", "master_addr"})
+    given = launch_defaults(STEP, {"local_worker_num": 2, "worker_num": 4, "node_rank": 0, "master_addr": "h"})
     assert given.values == {}
-    assert launch_defaults(STEP, {"local_worker_num"}).values == {"node_rank": 1, "master_addr": "gpu03"}
+    assert launch_defaults(STEP, {"local_worker_num": 3}).values == {"worker_num": 6, "node_rank": 1,
+                                                                     "master_addr": "gpu03"}
     assert "--worker_num=8" in taken.note(lambda n: f"--{n}")
 
 
@@ -316,3 +317,38 @@ def test_srun_topo_run_takes_workers_per_node_from_slurm(slurm, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr + slurm.logs()
     assert "--nproc-per-node=1 (SLURM_NTASKS_PER_NODE)" in r.stderr
     assert "rank 0, local rank 0:" in r.stdout and "rank 1" not in r.stdout
+
+
+def test_topo_launch_takes_missing_counts_from_slurm(tmp_path):
+    from click.testing import CliRunner
+
+    from topo_cli import main
+
+    script = tmp_path / "net.py"
+    script.write_text("")
+    env = {"SLURM_JOB_ID": "9", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "localhost,n2",
+           "SLURM_NTASKS_PER_NODE": "2"}
+    r = CliRunner().invoke(main, ["launch", "--dry-run", "--no-scheduler", "--python", "python",
+                                  f"--log_dir={tmp_path}", str(script)], env=env)
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("topo launch: from Slurm job 9: --local_worker_num=2 (SLURM_NTASKS_PER_NODE), "
+                               "--worker_num=4 (SLURM_NNODES=2 x local_worker_num), --node_rank=1 (SLURM_NODEID), "
+                               "--master_addr=localhost (SLURM_JOB_NODELIST)\n")
+    assert "rank 2, DEVICE_ID=0" in r.output and "rank 3, DEVICE_ID=1" in r.output
+    mine = CliRunner().invoke(main, ["launch", "--dry-run", "--no-scheduler", "--python", "python",
+                                     "--worker_num=1", "--local_worker_num=1", f"--log_dir={tmp_path}", str(script)],
+                              env={**env, "SLURM_NNODES": "1"})
+    assert mine.exit_code == 0, mine.output
+    assert "from Slurm" not in mine.output and "rank 0, DEVICE_ID=0" in mine.output
+
+
+def test_srun_topo_launch_starts_slurms_workers_per_node(slurm, tmp_path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    r = slurm.srun("-N1", "-n1", "--ntasks-per-node=1", sys.executable, "-m", "topo", "launch", "--join=True",
+                   "--no-scheduler", f"--python={sys.executable}", f"--log_dir={tmp_path / 'logs'}",
+                   f"--master_port={_free_port()}",
+                   str(SCRIPTS / "envdump.py"), str(out_dir))
+    assert r.returncode == 0, r.stdout + r.stderr + slurm.logs()
+    assert "--local_worker_num=1 (SLURM_NTASKS_PER_NODE), --worker_num=1" in r.stderr
+    assert [p.name for p in out_dir.glob("*.json")] == ["worker_0.json"]

@@ -76,9 +76,26 @@ def launch(script, script_args, **flags):
 
     if flags["python"] is None:
         del flags["python"]
+    _flags_from_slurm(flags)
     config = LaunchConfig(script=script, script_args=script_args, **flags)
     result = run_launch(config)
     sys.exit(result.exit_code)
+
+
+def _flags_from_slurm(flags: dict) -> None:
+    """Inside a Slurm allocation, the worker counts, node rank and master address not given."""
+    import os
+
+    from click.core import ParameterSource
+
+    from launcher.slurm import launch_defaults
+
+    ctx = click.get_current_context()
+    taken = launch_defaults(os.environ, {n: v for n, v in flags.items()
+                                         if ctx.get_parameter_source(n) is not ParameterSource.DEFAULT})
+    flags.update(taken.values)
+    if taken.values:
+        click.echo(f"topo launch: {taken.note(lambda name: f'--{name}')}", err=True)
 
 
 @click.command(context_settings=_SCRIPT_CONTEXT)
