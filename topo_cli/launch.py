@@ -52,9 +52,10 @@ def _msrun_option(name: str, **kwargs):
 @click.option("--grace-period", "--grace_period", "grace_period", type=float, default=5.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL when stopping the job.")
 @click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
-              help="If a binding is refused or does not take, run that process unbound instead of failing.")
+              help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "
+                   "(and run a process whose binding does not take as placed) instead of failing.")
 @click.option("--python", "python", default=None, metavar="PATH",
-              help="Interpreter put before SCRIPT [default: the one running topo; msrun uses `python`].")
+              help="Interpreter put before SCRIPT [default: `python` from PATH, as msrun].")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch(script, script_args, **flags):
@@ -104,14 +105,16 @@ def _flags_from_slurm(flags: dict) -> None:
 @click.option("--local-rank", "local_rank", type=int, default=None,
               help="This process's local rank [default: $LOCAL_RANK, $SLURM_LOCALID, "
                    "$OMPI_COMM_WORLD_LOCAL_RANK or $MPI_LOCALRANKID].")
+@click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
+              help="If the kernel refuses the memory binding, keep the CPU binding and drop the memory policy.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def bind(bind_file, local_rank, command):
+def bind(bind_file, local_rank, bind_fallback, command):
     """Apply one process's binding from a bind JSON, then exec COMMAND in its place.
 
     The process is the bind JSON's `device<N>` entry for this local rank (N is the physical device
     it drives, through CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES; N = local rank on a machine
-    without accelerators). CPUs
-    are set with sched_setaffinity; memory binding execs through numactl, exactly as msrun would.
+    without accelerators). CPUs are set with sched_setaffinity; memory binding execs through
+    numactl, exactly as msrun would, or is set with set_mempolicy when numactl is not installed.
 
     \b
     Examples:
@@ -121,4 +124,4 @@ def bind(bind_file, local_rank, command):
     """
     from launcher.bindcmd import bind_and_exec
 
-    bind_and_exec(command, bind_file=bind_file, local_rank=local_rank)
+    bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback)
