@@ -131,7 +131,7 @@ def test_discovery_falls_back_to_lscpu(hidden_numa_root, monkeypatch):
         f"{c},{c},{c // 48},{c // 24},,{c},{c},{c},{c // 24}\n" for c in range(192))
     outputs = {tuple(lscpu.PARSABLE_ARGS): parsable,
                ("lscpu",): sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt")}
-    monkeypatch.setattr(lscpu, "run", lambda args, timeout=None: outputs[tuple(args)])
+    monkeypatch.setattr(lscpu, "run_tool", lambda args, timeout=None: outputs[tuple(args)])
     monkeypatch.setenv(REPLAY_ENV, "1")
     t = topo.discover(hidden_numa_root, probes=())
     assert [n.cpuset for n in t.numa_nodes] == list(KUNPENG_NODES.values())
@@ -150,7 +150,7 @@ def test_lscpu_failure_keeps_sysfs_view(hidden_numa_root, monkeypatch):
     def broken(args, timeout=None):
         raise topo.ProbeError("'lscpu -p=CPU,CORE,SOCKET,NODE,CACHE' timed out after 10s")
 
-    monkeypatch.setattr(lscpu, "run", broken)
+    monkeypatch.setattr(lscpu, "run_tool", broken)
     monkeypatch.setenv(REPLAY_ENV, "1")
     t = topo.discover(hidden_numa_root, probes=())
     assert len(t.numa_nodes) == 1

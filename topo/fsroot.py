@@ -1,37 +1,90 @@
 """Reading files below one filesystem root, like hwloc's HWLOC_FSROOT.
 
 Every probe gets an FsRoot and never touches an absolute path itself, so a captured machine and the
-live one are read by the same code.
+live one are read by the same code. The root is a directory, or an archive written by `topo
+capture` (read from a private temporary copy; see `topo.capture`).
+
+Reads are strict, as psutil's are: a file that exists but cannot be read, is not a regular file
+(a FIFO would block, a device never ends) or is longer than any kernel writes is an error naming
+it, never a silently different machine. Only what the kernel itself does to some attributes
+(EINVAL, EIO, ENODEV on read) counts as "absent".
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, ProbeError
 
+# Kernel sysfs attributes are at most one page (4 KiB), except cpulists and masks, which recent
+# kernels write without that limit: the longest cpulist of 8192 CPUs (the largest NR_CPUS) is
+# "0,2,4,...,8190", about 20 KB, and its mask 2,304 bytes. 64 KiB holds either with room.
+SYSFS_LIMIT = 64 << 10
+# procfs tables grow with the machine: /proc/cpuinfo takes about 1.5 KB per CPU on x86 (the flags
+# line), 12 MB for 8192 CPUs; /proc/self/mounts grows with the container's mounts.
+PROCFS_LIMIT = 32 << 20
+# Tool outputs a capture stores (`lscpu -p` prints ~30 bytes a CPU) are cut at this size.
+TOOL_OUTPUT_LIMIT = 1 << 20
+_READ_AS_ABSENT = (errno.EINVAL, errno.EIO, errno.ENODEV, errno.ENXIO, errno.EAGAIN)
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def limit_for(path: str) -> int:
+    """The most bytes a file at `path` can hold (see SYSFS_LIMIT, PROCFS_LIMIT, TOOL_OUTPUT_LIMIT)."""
+    if path.startswith("/sys/"):
+        return SYSFS_LIMIT
+    return PROCFS_LIMIT if path.startswith("/proc/") else TOOL_OUTPUT_LIMIT
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
 
 class FsRoot:
-    __slots__ = ("root", "_prefix")
+    __slots__ = ("root", "_prefix", "_shown", "_tmp")
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         root = os.fspath(root) if root else "/"
-        if not os.path.isdir(root):
-            raise ProbeError(f"topology root {root!r} is not a directory (pass --root DIR or set TOPO_ROOT)")
+        self._tmp = None
+        if os.path.isfile(root):
+            from topo.capture import open_archive
+
+            self._tmp, prefix = open_archive(root)  # the copy is removed with this object
+            self._shown = os.path.abspath(root) + ":"
+        elif os.path.isdir(root):
+            prefix = os.path.abspath(root)
+            self._shown = "" if prefix == "/" else prefix
+        else:
+            raise ProbeError(f"topology root {root!r} is neither a directory nor a `topo capture` archive "
+                             "(pass --root DIR or set TOPO_ROOT)")
         self.root = os.path.abspath(root)
-        self._prefix = "" if self.root == "/" else self.root
+        self._prefix = "" if prefix == "/" else prefix
 
     @property
     def is_this_system(self) -> bool:
         return self.root == "/"
 
     def path(self, path: str) -> str:
-        """The real path of an absolute path inside the root."""
+        """The real path of an absolute path inside the root (for the OS, not for messages)."""
         return self._prefix + path
 
+    def shown(self, path: str) -> str:
+        """How messages name a file: its real path, or ARCHIVE:/sys/... inside a capture."""
+        return self._shown + path
+
     def exists(self, path: str) -> bool:
-        return os.path.exists(self._prefix + path)
+        """Whether `path` exists; a path that cannot be looked at (EACCES, ELOOP) is an error."""
+        try:
+            os.stat(self._prefix + path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise ProbeError(f"cannot look at {self.shown(path)}: {exc.strerror}") from None
+        return True
 
     def listdir(self, path: str) -> list[str]:
         try:
@@ -39,56 +92,85 @@ class FsRoot:
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
-            raise ProbeError(f"cannot list {self.path(path)}: {exc.strerror}") from exc
+            raise ProbeError(f"cannot list {self.shown(path)}: {exc.strerror}") from exc
 
-    def link_name(self, path: str) -> str | None:
-        """The last component of a symlink's target (a PCI function's driver), or None."""
+    def readlink(self, path: str) -> str | None:
+        """A symlink's target as stored, or None when `path` is not a symlink."""
         try:
-            return os.path.basename(os.readlink(self._prefix + path))
+            return os.readlink(self._prefix + path)
         except OSError:
             return None
 
+    def link_name(self, path: str) -> str | None:
+        """The last component of a symlink's target (a PCI function's driver), or None."""
+        target = self.readlink(path)
+        return None if target is None else os.path.basename(target)
+
     def read(self, path: str, default: str | None = None) -> str | None:
-        """The file's text, stripped; `default` when it does not exist or cannot be read.
+        """The file's text, stripped; `default` when it does not exist.
 
         Sysfs attributes that exist but fail with EINVAL/EIO/ENODEV (some firmware files) count as
-        absent, as hwloc treats them; a permission error or a directory where a file belongs is an
-        error naming the path.
+        absent, as hwloc treats them. A permission error, a directory, a FIFO, socket or device
+        where a file belongs, or a file longer than `limit_for(path)` is an error naming the path.
         """
+        limit = limit_for(path)
         try:
+            # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
             # os.open/os.read: a third cheaper than open() for thousands of tiny sysfs files.
-            fd = os.open(self._prefix + path, os.O_RDONLY)
-            try:
-                data = os.read(fd, 65536)
-                if len(data) == 65536:  # rare: long cpulists on huge machines
-                    chunks = [data]
-                    while chunk := os.read(fd, 65536):
-                        chunks.append(chunk)
-                    data = b"".join(chunks)
-            finally:
-                os.close(fd)
-        except (PermissionError, IsADirectoryError) as exc:
-            # Present but unreadable: silently dropping it would yield a wrong topology.
-            raise ProbeError(
-                f"cannot read {self.path(path)}: {exc.strerror} "
-                "(run topo as a user who can read it, or point --root at a readable copy)"
-            ) from None
-        except OSError:
+            fd = os.open(self._prefix + path, os.O_RDONLY | os.O_NONBLOCK)
+        except (FileNotFoundError, NotADirectoryError):
             return default
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a socket, or a device without its driver
+                self._refuse_special(path)
+            if exc.errno in _READ_AS_ABSENT:
+                return default
+            raise self._unreadable(path, exc) from None
         try:
-            # Some captured sysfs files end in NUL bytes; the kernel pads a few attributes so.
-            return data.decode("utf-8", "replace").strip(" \t\r\n\x00")
-        except Exception:  # pragma: no cover - decode with "replace" cannot fail
-            return default
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise ProbeError(f"{self.shown(path)} is {_kind(mode)}, not a file "
+                                 "(point --root at a captured machine's copy of /sys and /proc)")
+            chunks, size = [], 0
+            while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > limit:
+                raise ProbeError(f"{self.shown(path)} is longer than {limit} bytes, more than a kernel writes "
+                                 "there (a corrupted capture?)")
+        except OSError as exc:
+            if exc.errno in _READ_AS_ABSENT:
+                return default
+            raise self._unreadable(path, exc) from None
+        finally:
+            os.close(fd)
+        # Some captured sysfs files end in NUL bytes; the kernel pads a few attributes so.
+        return b"".join(chunks).decode("utf-8", "replace").strip(" \t\r\n\x00")
+
+    def _refuse_special(self, path: str) -> None:
+        try:
+            mode = os.stat(self._prefix + path).st_mode
+        except OSError:
+            return
+        if not stat.S_ISREG(mode):
+            raise ProbeError(f"{self.shown(path)} is {_kind(mode)}, not a file "
+                             "(point --root at a captured machine's copy of /sys and /proc)")
+
+    def _unreadable(self, path: str, exc: OSError) -> ProbeError:
+        # Present but unreadable: silently dropping it would yield a wrong topology.
+        return ProbeError(f"cannot read {self.shown(path)}: {exc.strerror} "
+                          "(run topo as a user who can read it, or point --root at a readable copy)")
 
     def read_int(self, path: str, default: int | None = None) -> int | None:
         text = self.read(path)
         if text is None or text == "":
             return default
         try:
+            if len(text) > 40:
+                raise ValueError
             return int(text, 0) if text.startswith("0x") else int(text)
         except ValueError:
-            raise ProbeError(f"{self.path(path)}: expected an integer, found {text[:40]!r}") from None
+            raise ProbeError(f"{self.shown(path)}: expected an integer, found {text[:40]!r}") from None
 
     def read_cpulist(self, path: str) -> CpuSet | None:
         text = self.read(path)
@@ -97,7 +179,7 @@ class FsRoot:
         try:
             return CpuSet.parse(text)
         except ParseError as exc:
-            raise ProbeError(f"{self.path(path)}: {exc}") from None
+            raise ProbeError(f"{self.shown(path)}: {exc}") from None
 
     def read_cpumask(self, path: str) -> CpuSet | None:
         text = self.read(path)
@@ -106,7 +188,7 @@ class FsRoot:
         try:
             return CpuSet.parse_mask(text)
         except ParseError as exc:
-            raise ProbeError(f"{self.path(path)}: {exc}") from None
+            raise ProbeError(f"{self.shown(path)}: {exc}") from None
 
     def read_set(self, list_path: str, mask_path: str | None = None) -> CpuSet | None:
         """A hex-mask file, else its cpulist sibling.

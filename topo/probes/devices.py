@@ -295,11 +295,11 @@ def _vendor_absent(topology: Topology, vendor: str) -> bool:
     return bool(topology.pci_devices) and not any(d.vendor_id in ids for d in topology.pci_devices)
 
 
-def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | None = None) -> Topology:
+def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | None = None, *,
+                   live: bool = False) -> Topology:
     """Classify sysfs devices, run the runtime probes that apply, and add devices and links."""
     status = dict(topology.probes)
     devices = sysfs_devices(topology)
-    live = fs.is_this_system or os.environ.get(REPLAY_ENV) == "1"
     overlay: dict[tuple[str, str], str] = {}
     migs: dict[int, tuple[str, ...]] = {}
     for name, (kind, vendor, run) in RUNTIME_PROBES.items():

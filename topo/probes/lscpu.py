@@ -16,9 +16,7 @@ Three text formats, three pure parsers:
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from dataclasses import dataclass, field, replace
 
 from topo.cpuset import CpuSet
@@ -26,8 +24,8 @@ from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
 from topo.model import Cache, Core, NumaNode, Package
 from topo.probes.sysfs import RawCpus, RawNodes
+from topo.probes.tools import run_tool
 
-TIMEOUT = 10.0
 PARSABLE_ARGS = ["lscpu", "-p=CPU,CORE,SOCKET,NODE,CACHE"]
 _CACHE_NAME = re.compile(r"\AL(\d)([di]?)\Z", re.I)
 _SIZE = re.compile(r"\A([\d.]+)\s*([KMGT]?)(i?B)?\Z", re.I)
@@ -236,23 +234,10 @@ def build_cpus(rows: list[CpuRow], summary: LscpuSummary | None = None) -> Lscpu
 # ---- the probe ---------------------------------------------------------------------------------
 
 
-def run(args: list[str], timeout: float | None = None) -> str:
-    timeout = TIMEOUT if timeout is None else timeout
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, errors="replace",
-                              env=dict(os.environ, LC_ALL="C"))  # English keys, '.' decimals
-    except FileNotFoundError:
-        raise ProbeError("lscpu not found (install util-linux)") from None
-    except subprocess.TimeoutExpired:
-        raise ProbeError(f"'{' '.join(args)}' timed out after {timeout:g}s") from None
-    if done.returncode != 0:
-        raise ProbeError(f"'{' '.join(args)}' failed (exit {done.returncode}): {done.stderr.strip()[:120]}")
-    return done.stdout
-
-
 def probe_lscpu(runner=None) -> LscpuCpus:
-    """Run lscpu (parsable, then the summary for cache sizes) and build the CPU side."""
-    runner = runner or run
+    """Run lscpu (parsable, then the summary for cache sizes) and build the CPU side.
+    `runner(argv)` returns a command's output (default: run it here)."""
+    runner = runner or run_tool
     rows = parse_parsable(runner(PARSABLE_ARGS))
     try:
         summary = parse_summary(runner(["lscpu"]))
@@ -261,21 +246,23 @@ def probe_lscpu(runner=None) -> LscpuCpus:
     return build_cpus(rows, summary)
 
 
-def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None) -> tuple[RawCpus, RawNodes, str | None]:
+def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
+              live: bool = False) -> tuple[RawCpus, RawNodes, str | None]:
     """Discovery's hook: where sysfs had no NUMA nodes or no CPU topology, take lscpu's.
 
     Returns the (possibly replaced) CPU side and NUMA nodes, and a status for
     `Topology.probes["lscpu"]` (None when sysfs had everything and lscpu was not asked).
-    lscpu runs on this machine only: on a captured root it would describe the wrong one.
+    lscpu runs only when `live` (this machine, or a replay): on a captured root it would describe
+    the wrong machine, so there the outputs a `topo capture` stored are read instead.
     """
     need_nodes = not nodes.from_sysfs
     need_cpus = not cpus.has_topology
     if not (need_nodes or need_cpus):
         return cpus, nodes, None
-    from topo.probes.devices import REPLAY_ENV
-
-    if not (fs.is_this_system or os.environ.get(REPLAY_ENV) == "1"):
-        return cpus, nodes, "off: not this system"
+    if not live:
+        runner = _captured(fs)
+        if runner is None:
+            return cpus, nodes, "off: not this system"
     try:
         found = probe_lscpu(runner)
     except (ProbeError, ParseError) as exc:
@@ -301,3 +288,19 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None) -> tuple[
         else:
             return cpus, nodes, f"ignored: lscpu's NUMA nodes miss CPUs {online - covered}"
     return cpus, nodes, "ok (" + ", ".join(used) + ")" if used else "ok (nothing new)"
+
+
+def _captured(fs: FsRoot):
+    """A runner answering from the lscpu outputs a capture stored below `fs`, or None."""
+    from topo.capture import TOOLS, TOOLS_DIR
+
+    stored = {tuple(argv): f"/{TOOLS_DIR}/{name}" for name, argv in TOOLS.items() if argv[0] == "lscpu"}
+    if not fs.exists(stored[tuple(PARSABLE_ARGS)]):
+        return None
+
+    def runner(argv):
+        text = fs.read(stored[tuple(argv)])
+        if text is None:
+            raise ProbeError(f"{fs.shown(stored[tuple(argv)])}: not in the capture")
+        return text
+    return runner

@@ -17,11 +17,11 @@ cannot read) becomes a reason string, never an exception out of the probe.
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, field
 
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, ProbeError
+from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
 _BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\Z")
@@ -176,22 +176,9 @@ def parse_topo(text: str) -> tuple[dict[int, CpuSet], dict[tuple[int, int], str]
 # ---- the probe (runs npu-smi) ------------------------------------------------------------------
 
 
-def run(args: list[str], timeout: float | None = None) -> str:
+def run(args: list[str]) -> str:
     """npu-smi's stdout; ProbeError with msrun's kinds of message when it cannot be had."""
-    shown = " ".join(args)
-    timeout = TIMEOUT if timeout is None else timeout
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, errors="replace")
-    except FileNotFoundError:
-        raise ProbeError(f"{args[0]} not found on PATH") from None
-    except PermissionError:
-        raise ProbeError(f"permission denied to execute {args[0]}") from None
-    except subprocess.TimeoutExpired:
-        raise ProbeError(f"'{shown}' timed out after {timeout:g}s") from None
-    if done.returncode != 0:
-        err = (done.stderr or done.stdout).strip().splitlines()
-        raise ProbeError(f"'{shown}' failed (exit {done.returncode})" + (f": {err[0][:120]}" if err else ""))
-    return done.stdout
+    return run_tool(args, TIMEOUT)
 
 
 def probe_npusmi(command: str = "npu-smi") -> NpuReport:
@@ -199,9 +186,9 @@ def probe_npusmi(command: str = "npu-smi") -> NpuReport:
     table: list[NpuChip] = []
     try:
         table = parse_info_table(run([command, "info"]))
+    except ToolNotFound as exc:
+        return NpuReport(f"unavailable: {exc}")
     except ProbeError as exc:
-        if "not found on PATH" in str(exc):
-            return NpuReport(f"unavailable: {exc}")
         notes.append(str(exc))
     except ParseError as exc:
         notes.append(f"cannot read 'npu-smi info': {exc}")

@@ -1,0 +1,319 @@
+"""`topo capture`: this machine's topology files in one archive, like hwloc's hwloc-gather-topology.
+
+What goes in is what discovery reads: discovery runs once (and once more with every disallowed
+CPU and node) over a recording root, and every file it read, every directory it listed and every
+symlink on the way (the PCI tree is told by where links point) is stored at its path. Four procfs
+files are added for the bug report even when discovery does not need them: /proc/cpuinfo,
+/proc/meminfo, /proc/mounts and /proc/self/status (the process's allowed CPUs). Tool outputs go
+under `topo-capture/` (see TOOLS), with a README saying what the archive is.
+
+Nothing private is stored: no process environment or command line (`/proc/*/environ`,
+`/proc/*/cmdline`), nothing under /etc, no file longer than a kernel writes (fsroot.limit_for).
+
+`topo show --root FILE.tar.gz` reads an archive through `open_archive`: extracted into a private
+temporary directory, refusing absolute paths, `..`, links that leave it and anything but files,
+directories and symlinks; an hwloc tarball (one top folder holding sys/ and proc/) works too.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tarfile
+import tempfile
+import time
+
+from topo.errors import ProbeError, TopoError
+from topo.fsroot import PROCFS_LIMIT, TOOL_OUTPUT_LIMIT, FsRoot
+
+TOOLS_DIR = "topo-capture"
+# archive name under topo-capture/ -> the command whose output it holds (run when on PATH)
+TOOLS = {
+    "lscpu.txt": ["lscpu"],
+    "lscpu-parsable.txt": ["lscpu", "-p=CPU,CORE,SOCKET,NODE,CACHE"],
+    "nvidia-smi-topo-m.txt": ["nvidia-smi", "topo", "-m"],
+    "npu-smi-info.txt": ["npu-smi", "info"],
+    "npu-smi-info-m.txt": ["npu-smi", "info", "-m"],
+    "npu-smi-info-t-topo.txt": ["npu-smi", "info", "-t", "topo"],
+}
+EXTRA_FILES = ("/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/status")
+# An archive larger than this, or with more members, is not a capture (a 8192-CPU machine's is
+# a few MB unpacked and some 100,000 members at most).
+MAX_MEMBERS = 500_000
+MAX_UNPACKED = 512 << 20
+# Never stored, whatever discovery reads: path components naming a process's environment, command
+# line, memory or open files, and the trees holding host keys and users' files.
+_PRIVATE_NAMES = frozenset({"environ", "cmdline", "mem", "maps", "smaps", "fd", "keys", "auxv"})
+_PRIVATE_TREES = ("/etc/", "/root/", "/home/", "/var/")
+
+
+class _Recorder(FsRoot):
+    """An FsRoot of this machine that notes every path discovery looks at."""
+
+    __slots__ = ("seen", "listed", "links")
+
+    def __init__(self) -> None:
+        super().__init__("/")
+        self.seen: set[str] = set()  # read or looked up
+        self.listed: set[str] = set()
+        self.links: set[str] = set()  # read as links: the link is stored, not what it points to
+
+    def read(self, path, default=None):
+        self.seen.add(path)
+        return super().read(path, default)
+
+    def exists(self, path):
+        self.seen.add(path)
+        return super().exists(path)
+
+    def listdir(self, path):
+        self.listed.add(path)
+        return super().listdir(path)
+
+    def readlink(self, path):
+        self.links.add(path)
+        return super().readlink(path)
+
+
+def capture(dest: str | os.PathLike, *, run_tools: bool = True) -> list[str]:
+    """Write the archive `dest` (.tar.gz); returns the notes on what could not be stored."""
+    from topo.discovery import discover
+
+    recorder = _Recorder()
+    discover(recorder, probes=())
+    discover(recorder, include_disallowed=True, probes=())
+    dest = os.fspath(dest)
+    notes: list[str] = []
+    tmp = f"{dest}.tmp{os.getpid()}"
+    try:
+        with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
+            writer = _Writer(tar, recorder, notes)
+            for path in sorted(recorder.seen | recorder.listed | set(EXTRA_FILES)):
+                writer.store(path, list_it=path in recorder.listed)
+            for path in sorted(recorder.links):
+                parent, _, name = path.rpartition("/")
+                real = writer.store(parent)
+                if real and os.path.islink(os.path.join(real, name)):
+                    writer.store_link(os.path.join(real, name))
+            tools = _tool_outputs(notes) if run_tools else {}
+            for name, text in tools.items():
+                writer.add_bytes(f"{TOOLS_DIR}/{name}", text.encode())
+            writer.add_bytes(f"{TOOLS_DIR}/README.txt", _readme(tools, notes).encode())
+        os.replace(tmp, dest)
+    except OSError as exc:
+        raise ProbeError(f"cannot write {dest}: {exc.strerror}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return notes
+
+
+class _Writer:
+    """Adds paths of the live filesystem to the archive, each once, links as links."""
+
+    def __init__(self, tar: tarfile.TarFile, fs: FsRoot, notes: list[str]) -> None:
+        self.tar, self.fs, self.notes = tar, fs, notes
+        self.done: set[str] = set()
+        self.mtime = int(time.time())
+
+    def store(self, path: str, list_it: bool = False) -> str | None:
+        """`path` and everything on the way to it (each symlink met is stored and followed), and
+        with `list_it` the directory's entries; returns the real path stored, None if not stored."""
+        if _private(path):
+            return None
+        real = "/"
+        parts = [p for p in path.split("/") if p]
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            here = os.path.join(real, part)
+            try:
+                st = os.lstat(here)
+            except OSError:
+                return None  # absent: discovery saw it missing, the archive leaves it missing
+            if stat.S_ISLNK(st.st_mode) and here != "/proc/self":
+                target = os.readlink(here)
+                hops += 1
+                if hops > 40 or target.startswith("/") and not target.startswith(("/sys/", "/proc/")):
+                    return None
+                self._link(here, target)
+                resolved = os.path.normpath(os.path.join(real, target))
+                parts = [p for p in resolved.split("/") if p] + parts
+                real = "/"
+                continue
+            if stat.S_ISDIR(st.st_mode) or here == "/proc/self":
+                self._dir(here)
+                real = here
+                continue
+            if parts:
+                return None  # a file in the middle of the path
+            if stat.S_ISREG(st.st_mode):
+                self._file(here)
+            return here
+        if list_it:
+            self._listing(real)
+        return real
+
+    def store_link(self, path: str) -> None:
+        """The symlink at the real path `path` itself (a driver link: its name is what is read)."""
+        self._link(path, os.readlink(path))
+
+    def _listing(self, directory: str) -> None:
+        """The directory's subdirectories and links, so a listing of the copy names them too."""
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return
+        for name in names:
+            here = os.path.join(directory, name)
+            try:
+                mode = os.lstat(here).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
+                self._link(here, os.readlink(here))
+            elif stat.S_ISDIR(mode):
+                self._dir(here)
+
+    def _member(self, path: str, kind: bytes) -> tarfile.TarInfo | None:
+        name = _stored_name(path)
+        if name in self.done:
+            return None
+        self.done.add(name)
+        info = tarfile.TarInfo(name)
+        info.type, info.mtime = kind, self.mtime
+        info.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
+        return info
+
+    def _dir(self, path: str) -> None:
+        info = self._member(path, tarfile.DIRTYPE)
+        if info is not None:
+            self.tar.addfile(info)
+
+    def _link(self, path: str, target: str) -> None:
+        if _private(path):
+            return
+        if target.startswith("/"):  # /proc/mounts -> self/mounts is relative; keep links inside
+            target = os.path.relpath(target, os.path.dirname(path))
+        info = self._member(path, tarfile.SYMTYPE)
+        if info is not None:
+            info.linkname = target
+            self.tar.addfile(info)
+
+    def _file(self, path: str) -> None:
+        if _stored_name(path) in self.done:
+            return
+        try:
+            text = self.fs.read(path)
+        except TopoError as exc:
+            self.notes.append(str(exc))
+            return
+        if text is not None:
+            self.add_bytes(path.lstrip("/"), (text + "\n").encode())
+
+    def add_bytes(self, name: str, data: bytes) -> None:
+        info = self._member("/" + name, tarfile.REGTYPE)
+        if info is not None:
+            info.size = len(data)
+            self.tar.addfile(info, io.BytesIO(data))
+
+
+def _private(path: str) -> bool:
+    return path.startswith(_PRIVATE_TREES) or not _PRIVATE_NAMES.isdisjoint(path.split("/"))
+
+
+def _stored_name(path: str) -> str:
+    # /proc/self is a link to this process's pid; the archive keeps it as a plain directory.
+    return path.lstrip("/")
+
+
+def _tool_outputs(notes: list[str]) -> dict[str, str]:
+    import shutil
+
+    from topo.probes.tools import run_tool
+
+    out = {}
+    for name, argv in TOOLS.items():
+        if shutil.which(argv[0]) is None:
+            continue
+        try:
+            text = run_tool(argv)
+        except TopoError as exc:
+            notes.append(str(exc))
+            continue
+        out[name] = text[:TOOL_OUTPUT_LIMIT]
+    return out
+
+
+def _readme(tools: dict[str, str], notes: list[str]) -> str:
+    from topo import __version__
+
+    lines = [
+        f"A topo capture (topo {__version__}, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}).",
+        "sys/ and proc/ hold the files topo's discovery reads, at their paths; read it back with",
+        "  topo show --root THIS.tar.gz",
+        "Tool outputs in this folder:",
+        *(f"  {name}: {' '.join(TOOLS[name])}" for name in sorted(tools)),
+    ]
+    if not tools:
+        lines.append("  (none of lscpu, nvidia-smi, npu-smi was on PATH)")
+    if notes:
+        lines += ["Not stored:", *(f"  {n}" for n in notes)]
+    return "\n".join(lines) + "\n"
+
+
+# ---- reading an archive --------------------------------------------------------------------------
+
+
+def open_archive(path: str) -> tuple[tempfile.TemporaryDirectory, str]:
+    """A private temporary copy of the capture `path`, checked member by member, and the root to
+    read in it (the archive's top folder when it has a single one holding sys/, as hwloc's have).
+    The copy is removed when the TemporaryDirectory is."""
+    try:
+        tar = tarfile.open(path)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ProbeError(f"{path}: not a topo capture archive ({_reason(exc)}); "
+                         "make one with `topo capture FILE.tar.gz`") from None
+    tmp = tempfile.TemporaryDirectory(prefix="topo-capture-")
+    try:
+        with tar:
+            members = _checked_members(tar, path)
+            try:
+                tar.extractall(tmp.name, members=members, filter="data")
+            except (tarfile.TarError, OSError, EOFError) as exc:
+                raise ProbeError(f"{path}: cannot unpack ({_reason(exc)}); "
+                                 "make a new one with `topo capture FILE.tar.gz`") from None
+    except BaseException:
+        tmp.cleanup()
+        raise
+    top = os.listdir(tmp.name)
+    if "sys" not in top and len(top) == 1 and os.path.isdir(os.path.join(tmp.name, top[0], "sys")):
+        return tmp, os.path.join(tmp.name, top[0])  # hwloc-gather-topology's layout: NAME/sys, NAME/proc
+    return tmp, tmp.name
+
+
+def _checked_members(tar: tarfile.TarFile, path: str) -> list[tarfile.TarInfo]:
+    members, unpacked = [], 0
+    try:
+        for member in tar:
+            members.append(member)
+            unpacked += member.size
+            name = member.name
+            if len(members) > MAX_MEMBERS or unpacked > MAX_UNPACKED:
+                raise ProbeError(f"{path}: more than {MAX_MEMBERS} members or {MAX_UNPACKED >> 20} MiB unpacked; "
+                                 "a topo capture is a few MB")
+            if name.startswith("/") or ".." in name.split("/"):
+                raise ProbeError(f"{path}: member {name[:80]!r} points outside the archive")
+            if not (member.isfile() or member.isdir() or member.issym()):
+                raise ProbeError(f"{path}: member {name[:80]!r} is not a file, directory or symlink")
+            if member.size > PROCFS_LIMIT:
+                raise ProbeError(f"{path}: member {name[:80]!r} is {member.size} bytes, "
+                                 "more than a kernel writes in any file topo reads")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ProbeError(f"{path}: not a readable archive ({_reason(exc)})") from None
+    return members
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
