@@ -16,6 +16,7 @@ import click
 # name -> "module:attribute" in this package; one line per command.
 COMMANDS: dict[str, str] = {
     "show": "topo_cli.show:show",
+    "capture": "topo_cli.capture:capture",
     "plan": "topo_cli.plan:plan",
     "validate": "topo_cli.plan:validate",
     "launch": "topo_cli.launch:launch",
