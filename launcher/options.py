@@ -6,9 +6,12 @@ msrun reports bad values as argparse errors (exit 2) and bad resource ids later 
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Mapping
 
 from topo.errors import ParseError, UsageError
+
+_RANK = re.compile(r"-?[0-9]{1,9}")
 
 if TYPE_CHECKING:  # planners is imported only when a binding is actually given
     from planners.bindload import LoadedBind
@@ -37,12 +40,11 @@ def parse_tail_worker_log(text: str | int) -> tuple[int, ...] | None:
     ranks = []
     for part in str(text).split(","):
         part = part.strip()
-        try:
-            ranks.append(int(part))
-        except ValueError:
+        if not _RANK.fullmatch(part):  # ASCII digits only: int() would also read "١" as 1
             raise UsageError(
-                f"--tail_worker_log={text!r}: {part!r} is not a rank; give a comma list like 0,3 or -1 for all"
-            ) from None
+                f"--tail_worker_log={str(text)[:100]!r}: {part[:20]!r} is not a rank; give a comma list like 0,3 "
+                "or -1 for all")
+        ranks.append(int(part))
     if -1 in ranks:
         return None
     return tuple(ranks)

@@ -281,3 +281,78 @@ def test_distinct_sets_are_distinct_keys():
 def test_pickle_round_trip(items):
     s = CpuSet(items)
     assert pickle.loads(pickle.dumps(s)) == s
+
+
+# ---- bounds and msrun's spelling -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, members", [("0-2, 5", [0, 1, 2, 5]), (" 5-6,\t4 ", [4, 5, 6]), ("1 2", [12]),
+                                           ("", []), ("  ", []), ("007", [7])])
+def test_parse_msrun_removes_whitespace_first(text, members):
+    # msrun's _expand_ranges removes every whitespace character before splitting ("1 2" is 12)
+    assert list(CpuSet.parse_msrun(text)) == members
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("3-1", "CPU range '3-1' start should not exceed end."),
+    ("1,,2", "CPU range '1,,2' is invalid due to empty segment."),
+    ("1,", "CPU range '1,' is invalid due to empty segment."),
+    ("0,a-2", "CPU range 'a-2' is invalid."),
+    ("-1", "CPU range '-1' is invalid."),
+    ("1-2-3", "CPU range '1-2-3' is invalid."),
+    ("\u00b2", "CPU range '\u00b2' is invalid."),  # SUPERSCRIPT TWO: str.isdigit() is True, int() fails
+    ("\u0661", "CPU range '\u0661' is invalid."),  # ARABIC-INDIC DIGIT ONE: int() reads 1
+    ("\uff10", "CPU range '\uff10' is invalid."),  # FULLWIDTH DIGIT ZERO
+    ("0-99999999", f"CPU range '0-99999999' is invalid: ids above {MAX_ID} are not supported."),
+    ("1-9223372036854775808", f"CPU range '1-9223372036854775808' is invalid: ids above {MAX_ID} are not supported."),
+])
+def test_parse_msrun_messages(bad, message):
+    with pytest.raises(ParseError) as err:
+        CpuSet.parse_msrun(bad)
+    assert str(err.value) == message
+
+
+def test_ids_are_bounded_everywhere():
+    assert CpuSet([MAX_ID]).last() == MAX_ID
+    for make in (lambda: CpuSet([MAX_ID + 1]), lambda: CpuSet([10 ** 30]), lambda: CpuSet.from_mask(1 << (MAX_ID + 1)),
+                 lambda: CpuSet.parse_mask("1" + "0" * ((MAX_ID + 1) // 4)),
+                 lambda: CpuSet.parse_mask("1," + ",".join(["00000000"] * ((MAX_ID + 1) // 32)))):
+        with pytest.raises(ParseError):
+            make()
+    assert CpuSet.parse_mask("0" * 100_000 + "1") == CpuSet([0])  # leading zero words cost nothing
+
+
+def test_long_messages_are_cut():
+    with pytest.raises(ParseError) as err:
+        CpuSet.parse("x" * 1_000_000)
+    assert len(str(err.value)) < 300 and "1000000 characters" in str(err.value)
+
+
+@pytest.mark.parametrize("text", [
+    "0-1048575," * 50_000 + "0",  # every range as wide as allowed: merged, each byte written once
+    ",".join(str(MAX_ID - i) for i in range(0, 200_000, 2)),  # many runs near the top, descending
+    ",".join(["1048575"] * 200_000),
+    "9" * 1_000_000,  # one long number: refused before int() converts it
+])
+def test_time_is_linear_in_the_text(text):
+    """Hang protection only (a generous bound); benchmarks/ measures the speed."""
+    import time
+
+    for parse in (CpuSet.parse, CpuSet.parse_msrun):
+        start = time.monotonic()
+        try:
+            parse(text)
+        except ParseError:
+            pass
+        assert time.monotonic() - start < 5.0
+
+
+@given(st.lists(st.tuples(st.integers(0, MAX_ID), st.integers(0, 5000)), min_size=33, max_size=80))
+def test_many_runs_build_the_same_mask_as_few(ranges):
+    """Past 32 runs the mask is built in a byte buffer: same result as ORing each run."""
+    runs = [(lo, min(lo + n, MAX_ID)) for lo, n in ranges]
+    text = ",".join(f"{lo}-{hi}" for lo, hi in runs)
+    expected = 0
+    for lo, hi in runs:
+        expected |= ((1 << (hi - lo + 1)) - 1) << lo
+    assert CpuSet.parse(text).mask == expected
