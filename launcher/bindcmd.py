@@ -2,17 +2,20 @@
 
 Meant to sit between any launcher and the program (torchrun --no-python, srun, mpirun), so a plan
 written by `topo plan` is applied the same way `topo launch` applies it: the same entry per local
-rank, the same numactl argv for memory. A CPU-only binding needs no numactl: sched_setaffinity on
-ourselves survives the exec.
+rank, the same numactl argv for memory. A CPU-only binding needs no taskset: sched_setaffinity on
+ourselves survives the exec. Without numactl on PATH, the memory policy is set the same way
+(set_mempolicy on ourselves, kept across exec), as `topo launch` does in its children.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Mapping, Sequence
 
-from launcher.binding import binding_of, check_loaded, check_tools, device_ids
+from launcher.binding import binding_of, check_loaded, device_ids
+from launcher.environ import bind_file_env, thread_env
 from launcher.slurm import task_env
 from topo.errors import ParseError, TopoError, UsageError
 
@@ -74,27 +77,56 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
     check_loaded(loaded, topology, "--bind-file", [])
     key = f"device{device_ids(topology, rank + 1, environ)[rank]}"
     binding = binding_of(loaded.plan.get(key), topology, memory_policy=loaded.plan.memory_policy)
-    env = {}
-    if loaded.path is not None:
-        env = {"MSRUN_BIND_FILE": loaded.path, "MSRUN_BIND_FILE_HASH": loaded.sha256 or ""}
-    if binding.cpus is not None and "OMP_NUM_THREADS" not in environ:
-        env["OMP_NUM_THREADS"] = str(max(1, binding.cpus.weight()))
+    env = {**bind_file_env(loaded.path, loaded.sha256),
+           **thread_env(environ, None if binding.cpus is None else binding.cpus.weight(), 1)}
     if binding.prefix[:1] == ("taskset",):
         return list(command), binding.cpus, env, binding, key
-    check_tools([binding])
+    if binding.prefix and shutil.which(binding.prefix[0], path=environ.get("PATH", os.defpath)) is None:
+        return list(command), binding.cpus, env, binding, key  # numactl not found: applied directly
     return [*binding.prefix, *command], None, env, binding, key
 
 
-def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None) -> None:
-    """Apply the binding and replace this process by `command`; returns only by raising."""
+class BindingRefused(TopoError):
+    """The kernel refused a binding (a container without CAP_SYS_NICE, CPUs outside the cgroup)."""
+
+
+def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
+                  bind_fallback: bool = False) -> None:
+    """Apply the binding and replace this process by `command`; returns only by raising.
+
+    `bind_fallback`: when the kernel refuses the memory policy, keep the CPU binding, drop the
+    memory policy and say so, instead of failing."""
+    from topo.syscalls import SyscallError, set_mempolicy
+
     argv, cpus, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
+    direct = binding.is_bound and list(argv[:len(binding.prefix)]) != list(binding.prefix)
+    memory = binding.memory if direct else None
+    if direct and binding.prefix[0] == "numactl":
+        print(f"topo bind: {key}: {binding.describe()} (applied directly: numactl not found)", file=sys.stderr)
+    if bind_fallback and not direct and binding.memory is not None:
+        # after the exec a refusal would be numactl's, too late to fall back: ask the kernel first
+        try:
+            set_mempolicy(binding.memory_policy, binding.memory)
+        except SyscallError as exc:
+            print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
+            argv, cpus = list(command), binding.cpus
     if cpus is not None:
         try:
             os.sched_setaffinity(0, set(cpus))
         except OSError as exc:
-            raise UsageError(f"cannot bind to CPUs {cpus} ({exc.strerror}); bind within `topo show`'s allowed CPUs") from None
+            raise BindingRefused(f"the kernel refused CPUs {cpus} ({exc.strerror}), {key} of the bind JSON: "
+                                 "bind within `topo show`'s allowed CPUs") from None
+    if memory is not None:
+        try:
+            set_mempolicy(binding.memory_policy, memory)
+        except SyscallError as exc:
+            if not bind_fallback:
+                raise BindingRefused(f"the kernel refused the memory binding ({exc}), {key} of the bind JSON: "
+                                     "drop the memory binding, grant CAP_SYS_NICE, or add --bind-fallback to "
+                                     "keep only the CPU binding") from None
+            print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
     os.environ.update({**task_env(os.environ), **env})  # under srun: RANK, WORLD_SIZE, ... from Slurm
     sys.stdout.flush()
     sys.stderr.flush()

@@ -17,10 +17,10 @@ policy is `preferred` gets `numactl --preferred N` where msrun's strict one gets
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from launcher.environ import bind_file_env
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 
@@ -168,10 +168,8 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
     else:
         scheduler, workers = _from_tables(bind_core, bind_numa, physical, topology, warnings)
-    check_tools((scheduler, *workers))
-    env = {}
-    if unified and bind_numa.path is not None:
-        env = {"MSRUN_BIND_FILE": bind_numa.path, "MSRUN_BIND_FILE_HASH": bind_numa.sha256 or ""}
+    # a prefix whose tool is not on PATH is applied with system calls (launcher.job, launcher.bindcmd)
+    env = bind_file_env(bind_numa.path, bind_numa.sha256) if unified else {}
     return JobBindings(scheduler, tuple(workers), tuple(warnings), env)
 
 
@@ -293,14 +291,5 @@ def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str
     return [e if e is not None and (e.main or e.cpu_node_set) else None for e in entries]
 
 
-def check_tools(bindings: Sequence[Binding]) -> None:
-    """UsageError unless every tool the prefixes run (numactl, taskset) is on PATH."""
-    needed = {b.prefix[0] for b in bindings if b.prefix}
-    for tool in sorted(needed):
-        if shutil.which(tool) is None:
-            package = "numactl" if tool == "numactl" else "util-linux"
-            raise UsageError(f"binding needs `{tool}`, which is not on PATH: install it (apt-get install {package})")
-
-
-__all__ = ["Binding", "UNBOUND", "JobBindings", "bind_prefix", "binding_of", "check_loaded", "check_tools",
+__all__ = ["Binding", "UNBOUND", "JobBindings", "bind_prefix", "binding_of", "check_loaded",
            "device_ids", "resolve_bindings"]

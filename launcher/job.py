@@ -99,6 +99,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         warnings.append(f"all workers run on this node, so --node_rank={config.node_rank} is ignored")
 
     processes_on_node = local_worker_num + (1 if start_scheduler else 0)
+    search_path = environ.get("PATH", os.defpath)  # where the children's exec looks for numactl
     tailed = config.tail_worker_log  # None = every worker
     processes = []
 
@@ -107,7 +108,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         if tail:
             env.update(envs.unbuffered_env(environ))
         return ProcessSpec(name, (*binding.prefix, *command), env, os.path.join(log_dir, log_name), binding,
-                           _direct(binding, config.bind_fallback), role, rank, local_rank, tail)
+                           _direct(binding, config.bind_fallback, search_path), role, rank, local_rank, tail)
 
     if start_scheduler:
         processes.append(spec("scheduler", SCHEDULER, None, None, envs.scheduler_env(common),
@@ -153,10 +154,10 @@ def _cpu_count(binding: Binding) -> int | None:
     return None if binding.cpus is None else binding.cpus.weight()
 
 
-def _direct(binding: Binding, bind_fallback: bool) -> DirectBinding | None:
+def _direct(binding: Binding, bind_fallback: bool, search_path: str) -> DirectBinding | None:
     """How to apply `binding` when its tool (numactl, taskset) is not on PATH: the same CPU set
     and memory policy, set in the child before exec. None when the tool is there (msrun's argv)."""
-    if not binding.prefix or shutil.which(binding.prefix[0]) is not None:
+    if not binding.prefix or shutil.which(binding.prefix[0], path=search_path) is not None:
         return None
     return DirectBinding(
         cpus=None if binding.cpus is None else frozenset(binding.cpus),

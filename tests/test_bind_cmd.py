@@ -1,4 +1,5 @@
-"""topo bind: one process's binding from a bind JSON, applied before exec (contracts §5)."""
+"""topo bind: one process's binding from a bind JSON, applied before exec (through numactl like
+msrun, or with system calls when numactl is not installed)."""
 
 from __future__ import annotations
 
@@ -64,10 +65,27 @@ def test_cpu_only_binding_needs_no_numactl(bind_file):
                    "OMP_NUM_THREADS": "1"}
 
 
-def test_memory_binding_execs_through_numactl_like_msrun(bind_file):
-    argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=BUS_ORDER, topology=BIG)
+def fake_tools(tmp_path, *names):
+    """A PATH holding stand-ins for `names`, so what is planned does not depend on what is installed."""
+    bindir = tmp_path / "fake-bin"
+    bindir.mkdir(exist_ok=True)
+    for name in names:
+        (bindir / name).write_text("#!/bin/sh\nexit 1\n")
+        (bindir / name).chmod(0o755)
+    return str(bindir)
+
+
+def test_memory_binding_execs_through_numactl_like_msrun(bind_file, tmp_path):
+    environ = {**BUS_ORDER, "PATH": fake_tools(tmp_path, "numactl")}
+    argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
     assert argv == ["numactl", "--membind", "0", "--physcpubind", "0", "app"]
     assert cpus is None and binding.describe() == "CPUs 0, memory node 0"
+
+
+def test_memory_binding_is_applied_directly_without_numactl(bind_file, tmp_path):
+    environ = {**BUS_ORDER, "PATH": fake_tools(tmp_path)}
+    argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
+    assert (argv, str(cpus), str(binding.memory), binding.memory_policy) == (["app"], "0", "0", "bind")
 
 
 def test_visible_devices_pick_the_entry(bind_file):
@@ -133,3 +151,79 @@ def test_under_torchrun_no_python(bind_file, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert [(tmp_path / str(i)).read_text() for i in (0, 1)] == ["[1]", "[0]"]
+
+
+# ------------------------------------------------------------------ without numactl, refused memory policy
+def path_without(tmp_path, *hidden):
+    """A PATH of the usual tools minus `hidden`: a directory of symlinks."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if os.path.isdir(d):
+            for name in os.listdir(d):
+                if name not in hidden and not (bindir / name).exists() and os.access(os.path.join(d, name), os.X_OK):
+                    os.symlink(os.path.join(d, name), bindir / name)
+    return str(bindir)
+
+
+@needs_two_cpus
+@pytest.mark.skipif(not os.path.exists("/proc/self/numa_maps"), reason="kernel without NUMA")
+def test_binds_memory_without_numactl(bind_file, tmp_path):
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "1", "--", sys.executable, "-c", PROBE,
+                  env={"PATH": path_without(tmp_path, "numactl", "taskset")})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"[0] bind:0 {bind_file} 1"
+
+
+class Exec(Exception):
+    pass
+
+
+@pytest.fixture
+def no_exec(monkeypatch):
+    """bind_and_exec up to the exec: what it would run, and the CPUs it set on itself."""
+    calls = {}
+
+    def execvp(program, argv):
+        calls["argv"] = list(argv)
+        raise Exec
+
+    monkeypatch.setattr(os, "execvp", execvp)
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: calls.setdefault("cpus", sorted(cpus)))
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the env it exports stays in the test
+    return calls
+
+
+def refuse(policy, nodes=None):
+    import errno
+
+    from topo.syscalls import SyscallError
+
+    raise SyscallError("set_mempolicy", errno.EPERM, f"{policy} {nodes}")
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("numactl", [True, False])
+def test_refused_memory_policy_and_bind_fallback(bind_file, tmp_path, monkeypatch, capsys, no_exec, numactl):
+    from launcher.bindcmd import BindingRefused, bind_and_exec
+
+    path = fake_tools(tmp_path, "numactl") if numactl else str(tmp_path)
+    monkeypatch.setenv("PATH", f"{path}:{path_without(tmp_path, 'numactl', 'taskset')}")
+    monkeypatch.setattr("topo.syscalls.set_mempolicy", refuse)
+    if numactl:  # exec'd as msrun would; numactl reports its own refusal, too late to fall back
+        with pytest.raises(Exec):
+            bind_and_exec(["app"], bind_file=bind_file, local_rank=1)
+        assert no_exec == {"argv": ["numactl", "--membind", "0", "--physcpubind", "0", "app"]}
+    else:
+        with pytest.raises(BindingRefused) as refused:
+            bind_and_exec(["app"], bind_file=bind_file, local_rank=1)
+        assert str(refused.value) == ("the kernel refused the memory binding (set_mempolicy: Operation not "
+                                      "permitted (bind 0)), device1 of the bind JSON: drop the memory binding, "
+                                      "grant CAP_SYS_NICE, or add --bind-fallback to keep only the CPU binding")
+    no_exec.clear()
+    with pytest.raises(Exec):
+        bind_and_exec(["app"], bind_file=bind_file, local_rank=1, bind_fallback=True)
+    assert no_exec == {"argv": ["app"], "cpus": [0]}  # CPUs kept, no numactl to be refused again
+    err = capsys.readouterr().err
+    assert "device1: set_mempolicy: Operation not permitted (bind 0); --bind-fallback: memory policy dropped, " \
+           "CPUs kept" in err and "add --bind-fallback" not in err

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 import socket
-import sys
 
 import pytest
 
@@ -222,7 +221,7 @@ def test_interpreter_and_script_args(script):
              script_args=("--foo", "bar", "--worker_num=3"))
     assert p.processes[0].argv == ("python", script, "--foo", "bar", "--worker_num=3")
     assert plan_job(LaunchConfig(script=script, worker_num=1, local_worker_num=1, scheduler=False),
-                    environ={}).processes[0].argv[0] == sys.executable
+                    environ={}).processes[0].argv[0] == "python"  # from PATH, as msrun
     for interpreter in ("python", "python3", "pytest"):  # msrun runs these as given
         q = plan(interpreter, worker_num=1, local_worker_num=1, scheduler=False, script_args=(script,))
         assert q.processes[0].argv == (interpreter, script)
@@ -373,12 +372,21 @@ def test_inline_unified_json_sets_no_file_variables(script):
     assert "MSRUN_BIND_FILE" not in p.processes[0].env
 
 
-def test_missing_binding_tool_is_a_usage_error(script, tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))  # neither numactl nor taskset
-    with pytest.raises(UsageError, match=r"binding needs `numactl`, which is not on PATH: install it"):
-        plan(script, worker_num=1, local_worker_num=1, bind_numa='{"device0": ["0"]}')
-    with pytest.raises(UsageError, match=r"binding needs `taskset`"):
-        plan(script, worker_num=1, local_worker_num=1, bind_core='{"device0": ["0"]}')
+def test_missing_binding_tool_is_applied_directly(script, tmp_path):
+    environ = {"PATH": str(tmp_path)}  # neither numactl nor taskset
+    numa = plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_numa='{"device0": ["0"]}',
+                environ=environ).processes[0]
+    assert numa.argv == ("numactl", "--membind", "0", "--cpunodebind", "0", "python", script)  # msrun's
+    assert numa.exec_argv == ("python", script)
+    assert (sorted(numa.direct.cpus), numa.direct.memory_policy, str(numa.direct.memory_nodes),
+            numa.direct.reason) == (list(range(8)), "bind", "0", "numactl not found")
+    core = plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_core='{"device0": ["0"]}',
+                environ=environ).processes[0]
+    assert (sorted(core.direct.cpus), core.direct.memory_policy, core.direct.reason) == ([0], None, "taskset not found")
+    (tmp_path / "taskset").write_text("#!/bin/sh\n")
+    (tmp_path / "taskset").chmod(0o755)
+    assert plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_core='{"device0": ["0"]}',
+                environ=environ).processes[0].direct is None  # the tool is there: msrun's argv runs
 
 
 def test_auto_binding_with_too_few_cpus_is_refused(script):

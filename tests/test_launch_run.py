@@ -393,7 +393,8 @@ def test_dry_run_prints_msrun_argv_and_starts_nothing(dirs):
     assert f"rank 0, DEVICE_ID=0: numactl --membind 0 --physcpubind 1 python {JOB} {out} --worker_num=3 -h" in lines
     assert f"rank 1, DEVICE_ID=1: numactl --membind 0 --physcpubind 0 python {JOB} {out} --worker_num=3 -h" in lines
     assert f"scheduler: python {JOB} {out} --worker_num=3 -h" in lines
-    assert "  binding: CPUs 1, memory node 0" in lines
+    # msrun's argv above whether numactl is installed or not; without it, this line says so
+    assert any(line.startswith("  binding: CPUs 1, memory node 0") for line in lines)
     assert any(line.startswith("  env: DEVICE_ID=1 GROUP_RANK=0") and "MSRUN_BIND_FILE=" in line for line in lines)
     assert not logs.exists() and not list(out.iterdir())
 

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "launch": "topo_cli.launch:launch",
     "bind": "topo_cli.launch:bind",
     "run": "topo_cli.run:run",
+    "stop": "topo_cli.stop:stop",
 }
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}

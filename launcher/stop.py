@@ -1,0 +1,179 @@
+"""`topo stop LOG_DIR`: stop a job from its launch.json, typically one started with --join=False.
+
+What belongs to the job:
+- each recorded process, if its pid still names the same process: the start time psutil reports
+  must equal the one recorded at launch, so a pid the kernel has handed to another program since
+  is never signalled;
+- every process that carries the job's id (TOPO_JOB_ID in its environment, inherited from the
+  process the launcher started): grandchildren and daemons that left their session, which the
+  launcher never saw;
+- every process in the session of a recorded process.
+
+A launcher still following its job (--join=True) is asked instead (SIGTERM): it stops the job and
+prints its own report; whatever is left after it exits is stopped here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from launcher.supervisor import LAUNCH_JSON, SCHEMA
+from topo.errors import TopoError, UsageError
+
+POLL_INTERVAL = 0.02
+
+
+class StopError(TopoError):
+    """Something of the job could not be stopped."""
+
+
+@dataclass
+class StopReport:
+    stopped: list[str] = field(default_factory=list)  # "rank 0 (pid 12): SIGTERM"
+    gone: list[str] = field(default_factory=list)  # recorded processes that had already exited
+    reused: list[str] = field(default_factory=list)  # pids that now name another process
+    survivors: list[int] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.survivors else 0
+
+
+def read_record(log_dir: str) -> dict:
+    """The job record in `log_dir`; UsageError naming the file when it is missing or not one."""
+    path = os.path.join(log_dir, LAUNCH_JSON)
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"no job record, {path} does not exist: give the --log_dir of a job started by "
+                         "topo launch") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"unreadable job record, {path}: {exc}; was it written by topo launch?") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("processes"), list):
+        raise UsageError(f"not a job record of this topo, {path}: expected schema {SCHEMA!r}; "
+                         "stop the processes by hand (the file lists their pids)")
+    return data
+
+
+def stop_job(log_dir: str, *, grace_period: float | None = None,
+             say: Callable[[str], None] = lambda text: None) -> StopReport:
+    """SIGTERM every live process of the job recorded in `log_dir`, wait up to the grace period
+    (default: the job's own --grace-period), SIGKILL what is left, and say what was stopped."""
+    import psutil
+
+    data = read_record(log_dir)
+    grace = float(data.get("grace_period", 5.0) if grace_period is None else grace_period)
+    job_id = str(data.get("job_id", ""))
+    report = StopReport()
+
+    launcher = _same_process(data.get("launcher_pid"), data.get("launcher_create_time"))
+    if launcher and data.get("join"):
+        say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
+        _signal(launcher, signal.SIGTERM)
+        try:
+            launcher.wait(grace + 15)  # its own grace period, then its SIGKILL round
+        except psutil.TimeoutExpired:
+            say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
+
+    names: dict[int, str] = {}
+    members: dict[int, psutil.Process] = {}
+    for entry in data["processes"]:
+        name, pid = entry.get("name", "?"), entry.get("pid")
+        proc = _same_process(pid, entry.get("create_time"))
+        if proc:
+            members[proc.pid] = proc
+            names[proc.pid] = name
+        elif proc is False:
+            report.reused.append(f"{name} (pid {pid})")
+        else:
+            report.gone.append(f"{name} (pid {pid})")
+    for text in report.reused:
+        say(f"{text} is now another process (it started after the job): left alone")
+    sessions = set(names)
+
+    def scan() -> dict[int, psutil.Process]:
+        found = {pid: p for pid, p in members.items() if _alive(p)}
+        for proc in psutil.process_iter():
+            if proc.pid in found or proc.pid == os.getpid():
+                continue
+            try:
+                if os.getsid(proc.pid) in sessions or (job_id and proc.environ().get("TOPO_JOB_ID") == job_id):
+                    if _alive(proc):
+                        found[proc.pid] = proc
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    alive = scan()
+    signaled: dict[int, str] = {}
+    deadline = time.monotonic() + grace
+    while alive and time.monotonic() < deadline:
+        for pid, proc in alive.items():
+            if pid not in signaled:
+                _signal(proc, signal.SIGTERM)
+                signaled[pid] = "SIGTERM"
+        time.sleep(POLL_INTERVAL)
+        alive = scan()
+    if alive:
+        say(f"{len(alive)} process(es) still running after {grace:g} s; sending SIGKILL")
+        for pid, proc in alive.items():
+            _signal(proc, signal.SIGKILL)
+            signaled[pid] = "SIGKILL"
+        gone_by = time.monotonic() + 5
+        while alive and time.monotonic() < gone_by:
+            time.sleep(POLL_INTERVAL)
+            alive = {pid: p for pid, p in alive.items() if _alive(p)}
+    for pid, how in signaled.items():
+        what = names.get(pid, "a process the job started")
+        report.stopped.append(f"{what} (pid {pid}): {how}")
+    report.survivors = sorted(alive)
+    for text in report.stopped:
+        say(f"stopped {text}")
+    if report.gone and not report.stopped:
+        say(f"nothing to stop: {', '.join(report.gone)} had already exited")
+    elif report.gone:
+        say(f"already exited: {', '.join(report.gone)}")
+    if report.survivors:
+        raise StopError(f"processes survived SIGKILL, pids {', '.join(map(str, report.survivors))}: "
+                        "they may be stuck in the kernel (state D); check them with ps")
+    return report
+
+
+def _same_process(pid, create_time):
+    """psutil.Process for `pid` if it is still the process recorded (same start time) and alive;
+    None if it is gone (or a zombie); False if the pid now names another process."""
+    import psutil
+
+    if not isinstance(pid, int) or not isinstance(create_time, (int, float)):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) > 0.01:
+            return False
+    except psutil.Error:
+        return None
+    return proc if _alive(proc) else None
+
+
+def _alive(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal(proc, sig: int) -> None:
+    import psutil
+
+    try:
+        proc.send_signal(sig)  # psutil checks the pid still names this process first
+    except psutil.Error:
+        pass

@@ -1,0 +1,267 @@
+"""The launcher's process group with real processes: nothing outlives a SIGKILLed launcher, a low
+open-file limit, `topo stop` on a detached job, and binding applied with system calls when
+numactl / taskset are not on PATH."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+ENVDUMP = str(SCRIPTS / "envdump.py")
+JOB = str(SCRIPTS / "job.py")
+TRIVIAL = "import sys; sys.exit(0)\n"
+
+needs_two_cpus = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
+needs_numa_maps = pytest.mark.skipif(not os.path.exists("/proc/self/numa_maps"), reason="kernel without NUMA")
+
+# `python` on PATH is this interpreter, as the workers run it
+ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "OMP_NUM_THREADS")}
+ENV["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", os.defpath)
+
+
+def topo(*args, cwd, env=None, timeout=60):
+    return subprocess.run([sys.executable, "-m", "topo", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env or ENV)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def recorded_pids(logs: Path) -> list[int]:
+    return [p["pid"] for p in json.loads((logs / "launch.json").read_text())["processes"]]
+
+
+def reported_pids(out: Path) -> list[int]:
+    return [int(f.read_text()) for f in out.iterdir() if f.name.startswith(("grandchild_", "daemon_"))]
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    return tmp_path, out, tmp_path / "logs"
+
+
+def bin_without(tmp_path: Path, *hidden: str) -> str:
+    """A PATH of the usual tools minus `hidden` (numactl, taskset): a directory of symlinks."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(sys.executable, bindir / "python")
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if not os.path.isdir(d):
+            continue
+        for name in os.listdir(d):
+            target = os.path.join(d, name)
+            if name in hidden or (bindir / name).exists() or not os.access(target, os.X_OK):
+                continue
+            os.symlink(target, bindir / name)
+    return str(bindir)
+
+
+# ------------------------------------------------------------------ no orphans, even when SIGKILLed
+@needs_two_cpus
+def test_sigkilled_launcher_takes_every_process_with_it(dirs):
+    """PR_SET_PDEATHSIG is set in each child before exec, so it holds through taskset's exec too."""
+    cwd, out, logs = dirs
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2", "--join=True",
+         f"--log_dir={logs}", '--bind_core={"device0": ["0"], "device1": ["1"]}', JOB, str(out), "ready",
+         "sleep=60"], cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: len(list(out.glob("ready_*"))) == 3 and (logs / "launch.json").exists())
+        pids = recorded_pids(logs)
+        assert len(pids) == 3 and all(alive(pid) for pid in pids)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(10)
+        assert wait_for(lambda: not any(alive(pid) for pid in pids), timeout=1.0), \
+            [pid for pid in pids if alive(pid)]
+    finally:
+        launcher.kill()
+        for pid in recorded_pids(logs) if (logs / "launch.json").exists() else ():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_64_workers_under_an_open_file_limit_of_40(dirs):
+    cwd, out, logs = dirs
+    (cwd / "trivial.py").write_text(TRIVIAL)
+    command = (f"ulimit -n 40 && exec {sys.executable} -m topo launch --worker_num=64 --local_worker_num=64 "
+               f"--join=True --no-scheduler --log_dir={logs} trivial.py")
+    r = subprocess.run(["bash", "-c", command], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "all 64 workers exited successfully" in r.stderr
+    assert len(list(logs.glob("worker_*.log"))) == 64
+    assert not any(alive(pid) for pid in recorded_pids(logs))
+
+
+def test_an_open_file_limit_too_low_for_the_launcher_starts_nothing(dirs):
+    cwd, out, logs = dirs
+    command = (f"ulimit -n 12 && exec {sys.executable} -m topo launch --worker_num=2 --local_worker_num=2 "
+               f"--join=True --log_dir={logs} {JOB} {out} ready")
+    r = subprocess.run(["bash", "-c", command], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("topo: error: too few file descriptors, open-file limit 12") \
+        and r.stderr.count("\n") == 1, r.stderr
+    assert not logs.exists() and not list(out.iterdir())
+
+
+# ------------------------------------------------------------------ detached jobs and topo stop
+def test_detached_job_is_stopped_by_topo_stop_daemons_included(dirs):
+    cwd, out, logs = dirs
+    r = topo("launch", "--worker_num=2", "--local_worker_num=2", f"--log_dir={logs}", "--grace-period=1",
+             JOB, str(out), "daemon@0", "grandchild@1", "ignore-term@1", "ready", "sleep=60", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    record = logs / "launch.json"
+    assert f"the job is recorded in {record}; stop it with: topo stop {logs}" in r.stderr
+    pids = recorded_pids(logs)
+    try:
+        assert wait_for(lambda: len(list(out.glob("ready_*"))) == 3)
+        every = pids + reported_pids(out)
+        assert len(every) == 5 and all(alive(pid) for pid in every)
+        start = time.monotonic()
+        s = topo("stop", str(logs), cwd=cwd)
+        assert s.returncode == 0, s.stderr
+        assert time.monotonic() - start < 10
+        for name, pid in zip(("scheduler", "rank 0", "rank 1"), pids):
+            assert f"topo stop: stopped {name} (pid {pid}): SIG" in s.stderr, s.stderr
+        assert f"stopped rank 1 (pid {pids[2]}): SIGKILL" in s.stderr  # it ignores SIGTERM
+        assert "still running after 1 s; sending SIGKILL" in s.stderr
+        daemon = int((out / "daemon_0").read_text())
+        assert f"stopped a process the job started (pid {daemon}): SIGTERM" in s.stderr
+        assert wait_for(lambda: not any(alive(pid) for pid in every), timeout=5)
+        again = topo("stop", str(logs), cwd=cwd)
+        assert again.returncode == 0 and "nothing to stop: scheduler" in again.stderr, again.stderr
+    finally:
+        for pid in pids + reported_pids(out):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_topo_stop_never_signals_a_reused_pid(dirs):
+    cwd, out, logs = dirs
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        logs.mkdir()
+        (logs / "launch.json").write_text(json.dumps({
+            "schema": "topo.launch/2", "job_id": "0123456789abcdef", "launcher_pid": 1, "launcher_create_time": 1.0,
+            "join": False, "grace_period": 1, "log_dir": str(logs),
+            "processes": [{"name": "rank 0", "pid": bystander.pid, "create_time": 1.0}]}))
+        s = topo("stop", str(logs), cwd=cwd)
+        assert s.returncode == 0, s.stderr
+        assert f"rank 0 (pid {bystander.pid}) is now another process (it started after the job): left alone" \
+            in s.stderr
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_topo_stop_errors_are_one_line(dirs):
+    cwd, out, logs = dirs
+    s = topo("stop", str(logs), cwd=cwd)
+    assert s.returncode == 2 and s.stderr == (
+        f"topo: error: no job record, {logs / 'launch.json'} does not exist: give the --log_dir of a job "
+        "started by topo launch\n")
+    logs.mkdir()
+    (logs / "launch.json").write_text('{"schema": "other"}')
+    s = topo("stop", str(logs), cwd=cwd)
+    assert s.returncode == 2 and s.stderr.count("\n") == 1 and "not a job record of this topo" in s.stderr
+
+
+# ------------------------------------------------------------------ binding without numactl / taskset
+UNIFIED = {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
+           "bind_cpu": {"scheduler": {"main": "0"}, "device0": {"main": "1"}, "device1": {"main": "0"}},
+           "bind_memory": {"device0": 0, "device1": 0}}
+
+
+@needs_two_cpus
+@needs_numa_maps
+def test_bindings_are_applied_directly_without_numactl_and_taskset(dirs, tmp_path):
+    cwd, out, logs = dirs
+    bind = cwd / "bind.json"
+    bind.write_text(json.dumps(UNIFIED))
+    env = {**ENV, "PATH": bin_without(tmp_path, "numactl", "taskset")}
+    args = ["--worker_num=2", "--local_worker_num=2", "--join=True", f"--log_dir={logs}", f"--bind_numa={bind}",
+            ENVDUMP, str(out)]
+    dry = topo("launch", "--dry-run", *args, cwd=cwd, env=env)
+    assert dry.returncode == 0, dry.stderr
+    # the argv msrun would run, and what happens instead
+    assert f"rank 0, DEVICE_ID=0: numactl --membind 0 --physcpubind 1 python {ENVDUMP} {out}" in dry.stdout
+    assert (f"  binding: CPUs 1, memory node 0 (applied directly: numactl not found; runs python {ENVDUMP} {out})"
+            in dry.stdout.splitlines())
+    r = topo("launch", *args, cwd=cwd, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "scheduler: CPUs 0, memory node 0 (verified, applied directly: taskset not found)" in r.stderr
+    assert "rank 0: CPUs 1, memory node 0 (verified, applied directly: numactl not found)" in r.stderr
+    assert "rank 1: CPUs 0, memory node 0 (verified, applied directly: numactl not found)" in r.stderr
+    d = {f.stem: json.loads(f.read_text()) for f in out.glob("*.json")}
+    assert (d["scheduler"]["affinity"], d["scheduler"]["memory_policy"]) == ([0], "default")
+    assert (d["worker_0"]["affinity"], d["worker_0"]["memory_policy"]) == ([1], "bind:0")
+    assert (d["worker_1"]["affinity"], d["worker_1"]["memory_policy"]) == ([0], "bind:0")
+    assert d["worker_0"]["orig_argv"] == ["python", ENVDUMP, str(out)]
+    launched = json.loads((logs / "launch.json").read_text())["processes"]
+    assert launched[1]["argv"] == ["python", ENVDUMP, str(out)]
+    assert launched[1]["binding"]["applied"] == "directly"
+
+
+def _refuse_mempolicy(policy, nodes=None):
+    from topo.syscalls import SyscallError
+
+    raise SyscallError("set_mempolicy", errno.EPERM, f"{policy} {nodes}")
+
+
+@needs_numa_maps
+def test_refused_memory_policy_without_numactl(dirs, tmp_path, monkeypatch):
+    """set_mempolicy refused (a container without CAP_SYS_NICE): the child inherits the refusing
+    stand-in through fork, exactly where it would call the kernel."""
+    from launcher import LaunchConfig, launch
+    from launcher.procgroup import LaunchError
+
+    cwd, out, logs = dirs
+    monkeypatch.setattr("topo.syscalls.set_mempolicy", _refuse_mempolicy)
+    environ = {**ENV, "PATH": bin_without(tmp_path, "numactl", "taskset")}
+    allowed = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    config = dict(script=ENVDUMP, script_args=(str(out),), worker_num=1, local_worker_num=1, join=True,
+                  scheduler=False, log_dir=str(logs), bind_numa='{"device0": ["0"]}', grace_period=1)
+    messages = io.StringIO()
+    with pytest.raises(LaunchError) as refused:
+        launch(LaunchConfig(**config), environ=environ, out=io.StringIO(), err=messages)
+    assert str(refused.value).startswith("rank 0: the kernel refused the binding (topo: set_mempolicy: Operation "
+                                         "not permitted (bind 0)); drop the memory binding")
+    assert "rerun with --bind-fallback to keep only the CPU binding" in str(refused.value)
+    assert not list(out.iterdir())
+
+    messages = io.StringIO()
+    result = launch(LaunchConfig(**config, bind_fallback=True), environ=environ, out=io.StringIO(), err=messages)
+    assert result.exit_code == 0, messages.getvalue()
+    record = json.loads((out / "worker_0.json").read_text())
+    assert record["memory_policy"] == "default" and record["affinity"] == sorted(os.sched_getaffinity(0))
+    assert (f"rank 0: CPUs {allowed.replace(',', '-') if len(allowed) == 3 else allowed}, memory node 0 "
+            "(verified, applied directly: numactl not found; memory binding refused, dropped (--bind-fallback))"
+            in messages.getvalue()), messages.getvalue()
+    assert "rerun with --bind-fallback" not in messages.getvalue()
+    assert "memory policy dropped, CPUs kept" in (logs / "worker_0.log").read_text()
