@@ -1,0 +1,77 @@
+"""Group objects: the levels hwloc inserts where NUMA nodes match no CPU-side object.
+
+A NUMA node spanning several packages, or smaller than a core's cache, gets a Group holding its
+CPUs; CPU-less nodes without locality share a Group with an empty cpuset; and nodes closer to
+each other than to the rest (by the distance matrix) are clustered into Groups.
+"""
+
+from __future__ import annotations
+
+from topo.cpuset import CpuSet, union_all
+from topo.model import Group, NumaNode
+
+
+def node_groups(nodes: list[NumaNode], cpu_side: set[CpuSet], machine: CpuSet, pus: CpuSet):
+    """Groups as hwloc makes them: one per NUMA locality that matches no package/die/cache/core
+    (a node spanning packages, or smaller than a core), one holding CPU-less nodes that have no
+    locality, and those found by clustering the distance matrix."""
+    seen: set[CpuSet] = set()
+    groups = []
+    for node in nodes:
+        loc = node.locality & machine
+        if loc == machine or loc in cpu_side or loc in seen:
+            continue
+        seen.add(loc)
+        members = tuple(n.os_index for n in nodes if n.locality & machine == loc)
+        groups.append(Group(loc & pus, members, "numa" if loc else "cpu-less"))
+    for loc, members in _distance_groups(nodes, machine):
+        if loc == machine or loc in cpu_side or loc in seen:
+            continue
+        seen.add(loc)
+        groups.append(Group(loc & pus, members, "distance"))
+    groups.sort(key=lambda g: (g.cpuset.first(), -g.cpuset.weight()))
+    return tuple(groups)
+
+
+def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSet, tuple[int, ...]]]:
+    """Clusters of nodes closer to each other than to the rest (hwloc's groups by distances):
+    connect nodes whose distance is the matrix's smallest off-diagonal value; keep the result
+    only if it splits the nodes into several groups, and recurse one level up on the groups."""
+    ids = [n.os_index for n in nodes if n.distances]
+    if len(ids) <= 2:
+        return []
+    dist = {n.os_index: n.distances for n in nodes}
+    loc = {n.os_index: n.locality & machine for n in nodes}
+
+    def apart(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+        return min(dist[x].get(y, 1 << 30) for x in a for y in b)
+
+    members = [(i,) for i in ids]
+    out = []
+    while len(members) > 2:
+        best = min(apart(a, b) for a in members for b in members if a != b)
+        # union-find over "as close as the closest pair", in both directions
+        parent = list(range(len(members)))
+
+        def find(x: int, parent=parent) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for x, a in enumerate(members):
+            for y, b in enumerate(members):
+                if x < y and apart(a, b) <= best and apart(b, a) <= best:
+                    parent[find(x)] = find(y)
+        clusters: dict[int, tuple[int, ...]] = {}
+        for x, a in enumerate(members):
+            clusters[find(x)] = clusters.get(find(x), ()) + a
+        if len(clusters) in (1, len(members)):
+            break
+        members = sorted(clusters.values())
+        for group in members:
+            if len(group) > 1:
+                out.append((union_all(loc[i] for i in group), tuple(sorted(group))))
+    return out
+
+
