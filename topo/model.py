@@ -350,7 +350,8 @@ def _problems(t: Topology) -> list[str]:
 
     covered = EMPTY
     for core in t.cores:
-        if packages and not any(core.cpuset <= p for p in packages.get(core.package, ())):
+        # core.package None: sysfs gave its CPUs no package mask, so hwloc has no package there
+        if packages and core.package is not None and not any(core.cpuset <= p for p in packages.get(core.package, ())):
             problems.append(f"core P#{core.os_index} not inside a package P#{core.package}")
         if not core.cpuset:
             problems.append(f"core P#{core.os_index} of package {core.package} has no PU")
@@ -359,7 +360,7 @@ def _problems(t: Topology) -> list[str]:
         covered |= core.cpuset
         if len(problems) > 5:
             return problems  # a broken file would otherwise list every core
-    if covered != t.pus:
+    if t.cores and covered != t.pus:  # no core at all: sysfs had no core masks (hwloc has none)
         problems.append(f"PUs not in exactly one core: {_short(str(covered ^ t.pus))}")
 
     for die in t.dies:
