@@ -24,16 +24,12 @@ Where it differs, on purpose:
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
 import signal
 import socket
 import sys
-import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence, TextIO
 
@@ -387,7 +383,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     search_path = environ.get("PATH", os.defpath)
     direct = tuple(_direct(b, config.bind_fallback, search_path) for b in bindings)
     port = config.master_port if config.master_port is not None else _free_port()
-    run_id = config.run_id or str(uuid.uuid4())
+    run_id = config.run_id or _uuid4()
     return RunPlan(config, command, bindings, direct, port, run_id, base_env(environ), environ, tuple(warnings))
 
 
@@ -442,6 +438,16 @@ def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings:
         if not b.is_bound:
             warnings.append(f"local rank {rank}: mode {config.numa_binding} gives {key} no binding; it runs unbound")
     return bindings
+
+
+def _uuid4() -> str:
+    """A random UUID in its text form, as torchrun's run id (uuid.uuid4() without importing uuid,
+    which costs the launcher more start-up time than the rest of this module)."""
+    value = int.from_bytes(os.urandom(16), "big")
+    value = (value & ~(0xF000 << 64)) | (4 << 76)  # version 4
+    value = (value & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 4122 variant
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _free_port() -> int:
@@ -584,6 +590,8 @@ def _streams(config: RunConfig, local_rank: int, rank_dir: str) -> tuple[str | N
 def _make_run_dir(config: RunConfig, run_id: str) -> str:
     """`<log dir>/<run id>_<random>`, torchrun's layout; without --log-dir the base is a new
     `torchelastic_<random>` directory under the temporary directory."""
+    import tempfile
+
     from launcher.procgroup import LaunchError
 
     try:
@@ -607,6 +615,8 @@ def _describe(code: int) -> str:
 
 def describe_run(plan: RunPlan) -> str:
     """The dry-run text: per worker its argv, binding and torchrun environment."""
+    import shlex
+
     config = plan.config
     lines = [f"warning: {w}" for w in plan.warnings]
     lines.append(f"run id {plan.run_id}, {config.nnodes} node(s) x {config.nproc_per_node} worker(s), "
@@ -649,6 +659,8 @@ def read_failure(*, rank: int, local_rank: int, pid: int, exitcode: int, error_f
     """A failed worker, with the root cause its error file holds when it wrote one (torch's
     `@record` / ErrorHandler format: {"message": {"message": "...", "extraInfo": {"py_callstack":
     "...", "timestamp": "..."}}}, or the older {"message": "...", "timestamp": ...})."""
+    import json
+
     data = None
     try:
         with open(error_file) as fh:

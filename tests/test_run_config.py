@@ -44,7 +44,10 @@ def test_one_node_without_a_port_is_a_local_rendezvous(script):
     standalone, _ = config(script, standalone=True, master_addr="10.0.0.9", master_port=1234, rdzv_id="x")
     assert (standalone.master_addr, standalone.master_port, standalone.run_id) == ("localhost", None, "")
     plan = plan_run(standalone, environ={"PATH": "/usr/bin:/bin"})
-    assert 0 < plan.master_port < 65536 and len(plan.run_id) == 36
+    assert 0 < plan.master_port < 65536
+    import uuid
+
+    assert str(uuid.UUID(plan.run_id)) == plan.run_id and uuid.UUID(plan.run_id).version == 4
 
 
 def test_several_nodes_default_to_port_29500(script):
