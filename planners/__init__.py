@@ -100,6 +100,8 @@ def modes() -> list[str]:
 
 def get_planner(mode: str) -> Planner:
     name = normalize_mode(mode)
+    if name in BUILTIN:  # ours win over plug-ins: no need to scan the installed packages' entry points
+        return BUILTIN[name]
     reg = registry()
     if name not in reg:
         raise UsageError(f"unknown mode {mode!r}; choose one of {', '.join(reg)} (see `topo plan --list-modes`)")
