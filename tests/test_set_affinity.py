@@ -220,3 +220,44 @@ def test_from_topo_import_set_affinity():
 
     assert set_affinity is affinity.set_affinity
     assert "set_affinity" in topo.__all__
+
+
+def test_refused_cpus_restore_the_memory_policy(monkeypatch):
+    from topo import syscalls
+
+    calls = []
+    monkeypatch.setattr(syscalls, "get_mempolicy", lambda: ("default", CpuSet()))
+    monkeypatch.setattr(syscalls, "set_mempolicy", lambda *a: calls.append(a))
+
+    def refuse(pid, cpus):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    with pytest.raises(AffinityError, match=r"sched_setaffinity to CPUs .*: Invalid argument: the kernel refused"):
+        topo.set_affinity(0, 1, mode="node", memory="bind")
+    node = topo.discover("/").cpu_nodes()[0].os_index
+    assert calls == [("bind", CpuSet([node])), ("default", CpuSet())]
+
+
+def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkeypatch):
+    """MPOL_PREFERRED keeps one node; Linux 5.15+ prefers several with MPOL_PREFERRED_MANY, and an
+    older kernel's EINVAL falls back to the first node."""
+    from topo import syscalls
+    from topo.affinity import ProcessAffinity, _set_memory
+
+    two = ProcessAffinity(0, 1, None, CpuSet([0, 1]), CpuSet([0, 1]), "socket")
+    calls = []
+    monkeypatch.setattr(syscalls, "get_mempolicy", lambda: ("default", CpuSet()))
+    monkeypatch.setattr(syscalls, "set_mempolicy", lambda *a: calls.append(a))
+    _set_memory(two, "preferred")
+    assert calls == [("preferred-many", CpuSet([0, 1]))]
+
+    def old_kernel(policy, nodes=CpuSet()):
+        calls.append((policy, nodes))
+        if policy == "preferred-many":
+            raise syscalls.SyscallError("set_mempolicy", 22)
+
+    calls.clear()
+    monkeypatch.setattr(syscalls, "set_mempolicy", old_kernel)
+    _set_memory(two, "preferred")
+    assert calls == [("preferred-many", CpuSet([0, 1])), ("preferred", CpuSet([0, 1]))]

@@ -280,15 +280,18 @@ def _apply(affinity: ProcessAffinity, policy: str | None) -> None:
     from topo import syscalls
 
     cpus = affinity.cpus
-    before = os.sched_getaffinity(0)
+    before = os.sched_getaffinity(0)  # the threads with this affinity follow the caller
     previous = _set_memory(affinity, policy) if policy else None
     try:
         os.sched_setaffinity(0, cpus)
     except OSError as exc:
         if previous is not None:
-            syscalls.set_mempolicy(*previous)
-        raise AffinityError(f"sched_setaffinity to CPUs {cpus}: {exc.strerror}: those CPUs are not "
-                            "allowed to this process any more; call set_affinity before changing them") from exc
+            try:
+                syscalls.set_mempolicy(*previous)
+            except (TopoError, KeyError):
+                pass  # a policy this module cannot name (weighted interleave): the error below still holds
+        raise AffinityError(f"sched_setaffinity to CPUs {cpus}: {exc.strerror}: the kernel refused them (has "
+                            "the cgroup's cpuset changed since set_affinity first read this machine?)") from exc
     me = threading.get_native_id()
     for name in os.listdir("/proc/self/task"):
         tid = int(name)
