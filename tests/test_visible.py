@@ -10,7 +10,7 @@ import pytest
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Core, Device, NumaNode, Package, Topology
-from topo.visible import default_kind, device_for_rank, visible_device_ids, visible_devices
+from topo.visible import default_kind, visible_device_ids, visible_devices
 
 UUIDS = ["GPU-aab1", "GPU-aac2", "GPU-bbb3", "GPU-ccc4"]
 
@@ -139,12 +139,6 @@ def test_env_applies_on_the_live_machine_only(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert ids(visible_devices(NV)) == [0, 1, 2, 3]  # a captured machine: this shell's variable is not its
     assert ids(visible_devices(machine(gpus(), root="/"))) == [3]
-
-
-def test_device_for_rank():
-    assert device_for_rank(NV, 1, env={"CUDA_VISIBLE_DEVICES": "2,3"}).index == 3
-    with pytest.raises(UsageError, match=r"local rank 2 has no GPU: 2 visible \(CUDA_VISIBLE_DEVICES='2,3'\)"):
-        device_for_rank(NV, 2, env={"CUDA_VISIBLE_DEVICES": "2,3"})
 
 
 def test_visible_device_ids():

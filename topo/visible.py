@@ -85,19 +85,6 @@ def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None)
     return tuple(d.index for d in visible_devices(topology, env=env))
 
 
-def device_for_rank(topology: Topology, local_rank: int, kind: str | None = None,
-                    env: Mapping[str, str] | None = None) -> Device:
-    """The device of one local rank; a UsageError that counts the visible devices if there is none."""
-    devices = visible_devices(topology, kind, env)
-    if not 0 <= local_rank < len(devices):
-        what = kind or default_kind(topology) or "accelerator"
-        raise UsageError(
-            f"local rank {local_rank} has no {what.upper()}: {len(devices)} visible"
-            f"{describe_env(env if env is not None else (os.environ if topology.is_this_system else {}))}"
-        )
-    return devices[local_rank]
-
-
 # ---- NVIDIA --------------------------------------------------------------------------------------
 
 
