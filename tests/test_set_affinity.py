@@ -261,3 +261,26 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
     monkeypatch.setattr(syscalls, "set_mempolicy", old_kernel)
     _set_memory(two, "preferred")
     assert calls == [("preferred-many", CpuSet([0, 1])), ("preferred", CpuSet([0, 1]))]
+
+
+@TWO_CPUS
+def test_workers_of_topo_launch_bind_themselves(tmp_path):
+    """`topo launch` sets LOCAL_RANK and LOCAL_WORLD_SIZE; each worker's set_affinity(LOCAL_RANK)
+    then takes its own share of the CPUs, with no binding asked of the launcher."""
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, sys, topo
+        rank = int(os.environ["LOCAL_RANK"])
+        cpus = topo.set_affinity(rank)
+        with open(os.path.join(sys.argv[1], f"rank_{rank}.json"), "w") as fh:
+            json.dump(sorted(cpus), fh)
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE")}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"  # `python` = this one
+    result = subprocess.run([sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2",
+                             "--join=True", "--no-scheduler", f"--log_dir={tmp_path / 'logs'}", str(script),
+                             str(tmp_path)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    ranks = [json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in range(2)]
+    assert ranks[0] and ranks[1] and not set(ranks[0]) & set(ranks[1])
+    assert sorted(ranks[0] + ranks[1]) == ALLOWED
