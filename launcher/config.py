@@ -74,9 +74,9 @@ class LaunchConfig:
         set_ = object.__setattr__
         set_(self, "script_args", tuple(self.script_args))
         set_(self, "join", parse_literal_bool(self.join, "--join"))
-        set_(self, "bind_core", parse_bind_core(self.bind_core))
+        set_(self, "bind_core", _off_or_auto(self.bind_core, parse_bind_core))
         if not _is_bind_file(self.bind_numa):  # a file is read when the job is planned
-            set_(self, "bind_numa", parse_bind_numa(self.bind_numa))
+            set_(self, "bind_numa", _off_or_auto(self.bind_numa, parse_bind_numa))
         if not isinstance(self.tail_worker_log, tuple) and self.tail_worker_log is not None:
             set_(self, "tail_worker_log", parse_tail_worker_log(self.tail_worker_log))
         if self.worker_num <= 0:
@@ -114,6 +114,16 @@ class LaunchConfig:
     @property
     def simulation(self) -> bool:
         return self.sim_level != -1
+
+
+def _off_or_auto(value, parse):
+    """True/False as msrun spells them without loading the bind-JSON code (an unbound launch
+    does not pay for importing planners); anything else through `parse`."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return parse(value)
 
 
 def _is_bind_file(value) -> bool:

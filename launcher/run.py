@@ -61,15 +61,22 @@ def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | N
     join = config.join
     group = ProcessGroup(plan.processes, plan.base_env, job_id=os.urandom(8).hex(), inherit_stdin=join,
                          die_with_launcher=join, adopt_orphans=join)
+    record = os.path.join(plan.log_dir, LAUNCH_JSON)
+
+    def write_record(start_times: bool) -> None:
+        write_launch_json(record, group, join=join, log_dir=plan.log_dir, grace_period=config.grace_period,
+                          start_times=start_times)
+
+    # under --join the start times are recorded once the job has run a second (a short job does
+    # not pay for importing psutil); a detached job's record is complete at once
     supervisor = Supervisor(group, grace_period=config.grace_period, bind_fallback=config.bind_fallback,
-                            out=out, say=say, scheduler_role=SCHEDULER)
+                            out=out, say=say, scheduler_role=SCHEDULER, after_a_second=lambda: write_record(True))
     if join:
         supervisor.install_signal_handlers()
-    record = os.path.join(plan.log_dir, LAUNCH_JSON)
     try:
         group.start(on_start=lambda p: say(_started(p)))
         supervisor.verify_all()
-        write_launch_json(record, group, join=join, log_dir=plan.log_dir, grace_period=config.grace_period)
+        write_record(start_times=not join)
         if not join:
             say(f"{len(group.processes)} processes left running (--join=False); the job is recorded in {record}; "
                 f"stop it with: topo stop {plan.log_dir}")

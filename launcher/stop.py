@@ -2,8 +2,9 @@
 
 What belongs to the job:
 - each recorded process, if its pid still names the same process: the start time psutil reports
-  must equal the one recorded at launch, so a pid the kernel has handed to another program since
-  is never signalled;
+  must equal the one recorded at launch (or, in the first second of a --join job, whose record has
+  no start times yet, the process must carry the job id), so a pid the kernel has handed to another
+  program since is never signalled;
 - every process that carries the job's id (TOPO_JOB_ID in its environment, inherited from the
   process the launcher started): grandchildren and daemons that left their session, which the
   launcher never saw;
@@ -72,20 +73,11 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
     job_id = str(data.get("job_id", ""))
     report = StopReport()
 
-    launcher = _same_process(data.get("launcher_pid"), data.get("launcher_create_time"))
-    if launcher and data.get("join"):
-        say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
-        _signal(launcher, signal.SIGTERM)
-        try:
-            launcher.wait(grace + 15)  # its own grace period, then its SIGKILL round
-        except psutil.TimeoutExpired:
-            say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
-
     names: dict[int, str] = {}
     members: dict[int, psutil.Process] = {}
     for entry in data["processes"]:
         name, pid = entry.get("name", "?"), entry.get("pid")
-        proc = _same_process(pid, entry.get("create_time"))
+        proc = _same_process(pid, entry.get("create_time"), job_id)
         if proc:
             members[proc.pid] = proc
             names[proc.pid] = name
@@ -95,6 +87,16 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
             report.gone.append(f"{name} (pid {pid})")
     for text in report.reused:
         say(f"{text} is now another process (it started after the job): left alone")
+
+    launcher = _launcher(data, members)
+    if launcher is not None and data.get("join"):
+        say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
+        _signal(launcher, signal.SIGTERM)
+        try:
+            launcher.wait(grace + 15)  # its own grace period, then its SIGKILL round
+            say("the launcher stopped the job and exited (its report is on its own console)")
+        except psutil.TimeoutExpired:
+            say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
     sessions = set(names)
 
     def scan() -> dict[int, psutil.Process]:
@@ -145,20 +147,46 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
     return report
 
 
-def _same_process(pid, create_time):
-    """psutil.Process for `pid` if it is still the process recorded (same start time) and alive;
-    None if it is gone (or a zombie); False if the pid now names another process."""
+def _same_process(pid, create_time, job_id: str):
+    """psutil.Process for `pid` if it is still the process recorded and alive; None if it is gone
+    (or a zombie); False if the pid now names another process. Recorded with a start time, the
+    start times must match; without one (a --join job's first second), it must carry the job id."""
     import psutil
 
-    if not isinstance(pid, int) or not isinstance(create_time, (int, float)):
+    if not isinstance(pid, int):
         return None
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - create_time) > 0.01:
-            return False
+        if isinstance(create_time, (int, float)):
+            if abs(proc.create_time() - create_time) > 0.01:
+                return False
+        elif not job_id or proc.environ().get("TOPO_JOB_ID") != job_id:
+            return False if _alive(proc) else None
+    except psutil.AccessDenied:
+        return False  # not provably ours: leave it alone
     except psutil.Error:
         return None
     return proc if _alive(proc) else None
+
+
+def _launcher(data: dict, members: dict):
+    """The launcher, if it still runs: its start time matches, or (recorded without one) it is
+    the parent of a live process of the job."""
+    import psutil
+
+    pid = data.get("launcher_pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return None
+    if isinstance(data.get("launcher_create_time"), (int, float)):
+        proc = _same_process(pid, data["launcher_create_time"], "")
+        return proc or None
+    for member in members.values():
+        try:
+            if member.ppid() == pid:
+                return psutil.Process(pid)
+        except psutil.Error:
+            continue
+    return None
 
 
 def _alive(proc) -> bool:

@@ -39,13 +39,15 @@ class Supervisor:
     """Runs one started ProcessGroup to its end. `say` prints the launcher's own messages."""
 
     def __init__(self, group: ProcessGroup, *, grace_period: float, bind_fallback: bool,
-                 out: TextIO, say: Callable[[str], None], scheduler_role: str | None = None):
+                 out: TextIO, say: Callable[[str], None], scheduler_role: str | None = None,
+                 after_a_second: Callable[[], None] | None = None):
         self.group = group
         self.grace_period = grace_period
         self.bind_fallback = bind_fallback
         self.out = out
         self.say = say
         self.scheduler_role = scheduler_role  # a process whose end is awaited after the workers'
+        self.after_a_second = after_a_second  # run once if the job is still going after 1 s
         self.stop_signal: int | None = None
         self.force_kill = False
         self._old_handlers: dict[int, object] = {}
@@ -193,6 +195,9 @@ class Supervisor:
                 time.sleep(delay)
                 if time.monotonic() - started > 1.0:  # short jobs keep the fast poll
                     delay = min(delay * 1.25, MAX_POLL_INTERVAL)
+                    if self.after_a_second is not None:
+                        self.after_a_second()
+                        self.after_a_second = None
             if failure is not None:
                 proc, code = failure
                 self.say(f"{proc.name} (pid {proc.pid}) exited with {describe_code(code)}; "
@@ -229,17 +234,14 @@ class Supervisor:
 
 
 # -------------------------------------------------------------------- launch.json
-def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: str, grace_period: float) -> None:
-    """The job's record: what `topo stop` needs (pids with their start times, so a reused pid is
-    never signalled; the job id its processes carry) and what each process was asked and got."""
-    import psutil
-
-    def started(pid: int) -> float | None:
-        try:
-            return psutil.Process(pid).create_time()
-        except psutil.Error:
-            return None
-
+def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: str, grace_period: float,
+                      start_times: bool = True) -> None:
+    """The job's record: what `topo stop` needs (pids, the job id its processes carry, and each
+    pid's start time, so a pid the kernel has reused is never signalled) and what each process was
+    asked and got. `start_times=False` leaves the start times out (they cost importing psutil, which
+    a job that ends within a second should not pay); `topo stop` then tells the job's processes by
+    the job id in their environment."""
+    started = _start_time if start_times else (lambda pid: None)
     data = {
         "schema": SCHEMA,
         "job_id": group.job_id,
@@ -251,13 +253,23 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
         "processes": [],
     }
     for proc in group.processes:
-        proc.create_time = started(proc.pid)
+        if start_times:
+            proc.create_time = started(proc.pid)
         data["processes"].append(process_record(proc))
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         json.dump(data, fh, indent=2)
         fh.write("\n")
     os.replace(tmp, path)  # `topo stop` never reads half a file
+
+
+def _start_time(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def process_record(proc: Process) -> dict:

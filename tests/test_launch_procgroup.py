@@ -180,6 +180,46 @@ def test_topo_stop_never_signals_a_reused_pid(dirs):
         bystander.wait()
 
 
+def test_topo_stop_asks_a_joined_launcher_to_stop_its_job(dirs):
+    cwd, out, logs = dirs
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2", "--join=True",
+         "--grace-period=1", f"--log_dir={logs}", JOB, str(out), "daemon@0", "ready", "sleep=60"], cwd=cwd, env=ENV,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: len(list(out.glob("ready_*"))) == 3 and (logs / "launch.json").exists())
+        every = recorded_pids(logs) + reported_pids(out)
+        s = topo("stop", str(logs), cwd=cwd)
+        assert s.returncode == 0, s.stderr
+        assert f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM" in s.stderr
+        assert launcher.wait(10) == 143
+        assert "received SIGTERM; forwarding it to every process" in launcher.stderr.read()
+        assert not any(alive(pid) for pid in every)
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def test_a_record_without_start_times_is_matched_by_job_id(dirs):
+    """A --join job's record has no start times in its first second: a pid that does not carry
+    the job's id is not the job's."""
+    cwd, out, logs = dirs
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        logs.mkdir()
+        (logs / "launch.json").write_text(json.dumps({
+            "schema": "topo.launch/2", "job_id": "0123456789abcdef", "launcher_pid": os.getpid(),
+            "launcher_create_time": None, "join": True, "grace_period": 1, "log_dir": str(logs),
+            "processes": [{"name": "rank 0", "pid": bystander.pid, "create_time": None}]}))
+        s = topo("stop", str(logs), cwd=cwd)
+        assert s.returncode == 0, s.stderr
+        assert f"rank 0 (pid {bystander.pid}) is now another process" in s.stderr and "launcher" not in s.stderr
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def test_topo_stop_errors_are_one_line(dirs):
     cwd, out, logs = dirs
     s = topo("stop", str(logs), cwd=cwd)
