@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.procgroup import JOB_ID_VAR
+
 torch = pytest.importorskip("torch", reason="torch is not importable (the test extra installs torch==2.13.0)")
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -111,7 +113,7 @@ def test_workers_get_torchruns_environment(tmp_path, flags):
     for worker, theirs in envs["torchrun"].items():
         ours = envs["topo"][worker]
         # topo's job marker (`topo stop` finds a job's processes by it) is the one extra variable
-        assert set(ours) - set(theirs) == {"TOPO_JOB_ID"}, worker
+        assert set(ours) - set(theirs) == {JOB_ID_VAR}, worker
         assert set(theirs) - set(ours) == set(), worker
         different = {k for k in theirs if theirs[k] != ours[k]} - PER_RUN
         # no store runs inside topo, so workers must not look for one (gloo would wait forever)
