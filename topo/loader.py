@@ -1,38 +1,60 @@
 """load_topology(): a Topology from a file, either format a user may have.
 
 `topo show --json` output (schema topo.topology/1) and hwloc XML (`lstopo --of xml`) are told apart
-by their first character, so a file's name or extension never matters.
+by their first character, so a file's name or extension never matters. Either is checked
+(`Topology.check()`) before it is returned: a file is input, and a broken one is refused with its
+name rather than planned on.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 from topo.errors import ProbeError
 from topo.model import Topology
+
+# The largest export hwloc writes (8192 PUs, thousands of PCI functions) is some 20 MB of XML.
+MAX_BYTES = 64 << 20
+_HOW = "write one with `topo show --json > FILE` or `lstopo --of xml FILE`"
 
 
 def load_topology(path: str | os.PathLike) -> Topology:
     """The topology saved in `path`: our JSON or an hwloc XML export (v2, or v1)."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ProbeError(f"cannot read topology file {path}: {exc.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise ProbeError(f"{path}: larger than {MAX_BYTES >> 20} MiB, more than any machine's topology; {_HOW}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProbeError(f"{path}: not a text file (byte {exc.start} is not UTF-8); {_HOW}") from None
     head = text.lstrip()[:1]
     if head == "{":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ProbeError(f"{path}: not valid JSON ({exc}); write one with `topo show --json`") from None
-        return Topology.from_dict(data)
+        return _from_json(text, path)
     if head == "<":
         from topo.probes.hwloc_xml import parse_hwloc_xml
 
         return parse_hwloc_xml(text, path)
-    raise ProbeError(
-        f"{path}: neither topo JSON nor hwloc XML; write one with `topo show --json > FILE` "
-        "or `lstopo --of xml FILE`"
-    )
+    raise ProbeError(f"{path}: neither topo JSON nor hwloc XML; {_HOW}")
+
+
+def _from_json(text: str, path: str) -> Topology:
+    import json
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProbeError(f"{path}: not valid JSON ({exc}); write one with `topo show --json`") from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, arrays nested 100000 deep
+        raise ProbeError(f"{path}: not a topology JSON ({str(exc)[:80] or 'nested too deep'}); "
+                         "write one with `topo show --json`") from None
+    try:
+        topology = Topology.from_dict(data)
+        topology.check()
+    except ProbeError as exc:
+        raise ProbeError(f"{path}: {exc}") from None
+    return topology

@@ -19,6 +19,10 @@ from topo.cpuset import EMPTY, CpuSet
 from topo.errors import ParseError, ProbeError
 
 SCHEMA = "topo.topology/1"
+# The most PUs a Topology may hold: 8x the largest NR_CPUS a Linux kernel builds with (8192, x86-64
+# MAXSMP and ppc64), so every real machine fits and the 32,768-PU planner benchmarks too, while a
+# file claiming a million PUs is refused before anything walks them one by one.
+MAX_PUS = 65536
 
 
 class _Value:
@@ -330,6 +334,8 @@ def _short(obj, limit: int = 60) -> str:
 def _problems(t: Topology) -> list[str]:
     """Every invariant `check()` enforces, one message per broken one."""
     problems = []
+    if t.complete_pus.weight() > MAX_PUS:
+        return [f"{t.complete_pus.weight()} PUs, more than the {MAX_PUS} any Linux machine has"]
     # allowed <= shown <= online <= complete: discovery starts from the online PUs and narrows them.
     if not t.allowed_pus <= t.pus:
         problems.append(f"allowed PUs {_short(str(t.allowed_pus - t.pus))} not among the PUs")

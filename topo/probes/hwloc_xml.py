@@ -65,10 +65,31 @@ def _int(el, name: str, default=None):
     value = el.get(name)
     if value is None:
         return default
+    return _number(value, f"{el.get('type') or el.tag} attribute {name}")
+
+
+def _number(text: str, what: str) -> int:
+    """A non-negative integer as hwloc writes them (unsigned, at most 64 bits), ASCII digits only."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 20):
+        raise ParseError(f"hwloc XML: {what}={text[:40]!r} is not a non-negative integer")
+    return int(text)
+
+
+def _numbers(elements, what: str) -> list[int]:
+    return [_number(x, what) for e in elements for x in (e.text or "").split()]
+
+
+def _real(text: str | None, what: str) -> float:
+    """A finite decimal (hwloc v1 latencies); ParseError for absent, nan, inf or garbage."""
+    if text is None:
+        raise ParseError(f"hwloc XML: a {what.split()[0]} without a value")
     try:
-        return int(value)
+        value = float(text)
     except ValueError:
-        raise ParseError(f"hwloc XML: {el.get('type')} attribute {name}={value!r} is not an integer") from None
+        value = float("nan")
+    if not (value == value and abs(value) < 1e18):  # nan is the value that is not itself
+        raise ParseError(f"hwloc XML: {what}={str(text)[:40]!r} is not a finite number")
+    return value
 
 
 def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet) -> None:
@@ -129,8 +150,8 @@ def _distances_v2(root, nodes_by_index: dict[int, int]) -> dict[int, dict[int, i
         if d.get("type") != "NUMANode":
             continue
         # Long lists are split over several <indexes> / <u64values> elements of one matrix.
-        indexes = [int(x) for e in d.findall("indexes") for x in (e.text or "").split()]
-        values = [int(x) for e in d.findall("u64values") for x in (e.text or "").split()]
+        indexes = _numbers(d.findall("indexes"), "distances2 index")
+        values = _numbers(d.findall("u64values"), "distances2 value")
         n = len(indexes)
         if len(values) != n * n:
             raise ParseError(f"hwloc XML: distances2 has {len(values)} values for {n} nodes")
@@ -147,8 +168,8 @@ def _distances_v1(root, node_order: list[int]) -> dict[int, dict[int, int]]:
         n = _int(d, "nbobjs", 0)
         if n != len(node_order):
             continue
-        base = float(d.get("latency_base") or 1)
-        values = [float(lat.get("value")) for lat in d.findall("latency")]
+        base = _real(d.get("latency_base") or "1", "distances latency_base")
+        values = [_real(lat.get("value"), "<latency/> value") for lat in d.findall("latency")]
         if len(values) != n * n:
             continue
         for a, i in enumerate(node_order):
@@ -180,9 +201,16 @@ def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
     if machine is None or machine.get("type") not in ("Machine", "System"):
         raise ProbeError(f"{source}: hwloc XML without a Machine object")
     try:
-        return _build(root, machine, version, source)
+        topology = _build(root, machine, version, source)
     except ParseError as exc:
         raise ProbeError(f"{source}: {exc}") from None
+    except RecursionError:  # hwloc nests objects a dozen levels deep, not a thousand
+        raise ProbeError(f"{source}: objects nested too deep for an hwloc export") from None
+    try:
+        topology.check()
+    except ProbeError as exc:
+        raise ProbeError(f"{source}: {exc}; export it again with `lstopo --of xml FILE`") from None
+    return topology
 
 
 def _build(root, machine, version: int, source: str) -> Topology:
@@ -262,7 +290,7 @@ def _with_nvml_identity(devices, pci_elements):
     found = {}
     for el, _ in pci_elements:
         for osdev in el.iter("object"):
-            m = re.fullmatch(r"nvml(\d+)", osdev.get("name") or "")
+            m = re.fullmatch(r"nvml([0-9]{1,6})", osdev.get("name") or "")
             if osdev.get("type") == "OSDev" and m:
                 info = {i.get("name"): i.get("value") for i in osdev.findall("info")}
                 found[el.get("pci_busid", "").lower()] = (int(m.group(1)), info.get("GPUModel"), info.get("NVIDIAUUID"))
@@ -273,13 +301,3 @@ def _with_nvml_identity(devices, pci_elements):
             d = replace(d, index=index, name=name or d.name, uuid=uuid or d.uuid, source="hwloc-nvml")
         out.append(d)
     return out
-
-
-def load_hwloc_xml(path: str) -> Topology:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ProbeError(f"cannot read {path}: {exc.strerror}") from None
-    return parse_hwloc_xml(text, path)
-
