@@ -545,14 +545,20 @@ def _attempt(plan: RunPlan, restart: int, run_dir: str, out: TextIO,
                           "give a writable --log-dir") from None
     group = ProcessGroup(specs, plan.base_env, job_id=os.urandom(8).hex(), inherit_stdin=True,
                          die_with_launcher=True, adopt_orphans=True)
+    record = os.path.join(attempt_dir, LAUNCH_JSON)
+
+    def write_record(start_times: bool) -> None:
+        write_launch_json(record, group, join=True, log_dir=attempt_dir, grace_period=config.grace_period,
+                          start_times=start_times)
+
+    # the pids' start times (psutil) are recorded once the group has run a second, as topo launch does
     supervisor = Supervisor(group, grace_period=config.grace_period, bind_fallback=config.bind_fallback,
-                            out=out, say=say)
+                            out=out, say=say, after_a_second=lambda: write_record(True))
     supervisor.install_signal_handlers()
     try:
         group.start()
         supervisor.verify_all()
-        write_launch_json(os.path.join(attempt_dir, LAUNCH_JSON), group, join=True, log_dir=attempt_dir,
-                          grace_period=config.grace_period)
+        write_record(False)
         result = supervisor.join()
     except BaseException:
         group.stop(signal.SIGTERM, config.grace_period, say=say)
