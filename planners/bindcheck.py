@@ -21,6 +21,7 @@ JSON was read by ``planners.bindload``, which records repeated keys on the objec
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -353,29 +354,47 @@ def _overlap_allowed(notes: Mapping, allow_overlap: bool | None) -> bool:
 
 def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[Problem]:
     """A warning per process whose main CPUs overlap an earlier process's, naming the earlier
-    owners of the first CPU of each overlapping run. Owners are recorded only for CPUs seen for the
-    first time, so the work is linear in the distinct CPUs plus the processes."""
+    owners (three, then "and others"). One pass with a running union of the CPUs seen;
+    owners are recorded per run of newly seen CPUs (sorted run starts, found by bisection), so the
+    work grows with the processes and their runs, not with pairs of processes."""
     if allowed:
         return []
     problems = []
-    seen = CpuSet()
-    owner: dict[int, str] = {}
+    seen = 0  # mask of every main CPU so far
+    starts: list[int] = []  # first CPU of each recorded run, ascending
+    owner: dict[int, str] = {}  # run start -> the process that took the run
     for p in entries:
-        main = p.cpus("main")
+        main = p.cpus("main").mask
         if not main:
             continue
         shared = main & seen
         if shared:
-            owners = list(dict.fromkeys(owner[lo] for lo, _ in shared.ranges()))
-            names = ", ".join(owners[:3]) + (f" and {len(owners) - 3} more" if len(owners) > 3 else "")
-            problems.append(Problem(f"bind_cpu.{p.key}.main", f"main CPUs {shared} of {p.key} overlap those of {names}.",
+            owners = _owners(shared, starts, owner, limit=4)
+            names = ", ".join(owners[:3]) + (" and others" if len(owners) > 3 else "")
+            problems.append(Problem(f"bind_cpu.{p.key}.main",
+                                    f"main CPUs {CpuSet.from_mask(shared)} of {p.key} overlap those of {names}.",
                                     "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)",
                                     "warning"))
-        new = main - seen
-        for cpu in new:
-            owner[cpu] = p.key
+        new = main ^ shared
+        for lo, _ in CpuSet.from_mask(new).ranges():
+            insort(starts, lo)
+            owner[lo] = p.key
         seen |= new
     return problems
+
+
+def _owners(shared: int, starts: list[int], owner: dict[int, str], *, limit: int) -> list[str]:
+    """The processes owning the CPUs of mask `shared`, in CPU order, up to `limit` of them: for each
+    run of `shared`, the recorded runs from the one holding its first CPU to its last."""
+    found: dict[str, None] = {}
+    for lo, hi in CpuSet.from_mask(shared).ranges():
+        i = bisect_right(starts, lo) - 1
+        while i < len(starts) and starts[i] <= hi:
+            found[owner[starts[i]]] = None
+            if len(found) >= limit:
+                return list(found)
+            i += 1
+    return list(found)
 
 
 __all__ = ["Problem", "validate_bind", "read_plan", "check_plan"]

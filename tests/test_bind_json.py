@@ -194,3 +194,31 @@ def test_module_values_must_be_strings():
         ("bind_cpu.device0.runtime", "CPU range [1] for device0 should be a string."),
     ]
     assert problems[0].fix == 'write a cpulist string such as "5"'
+
+
+def test_overlaps_name_every_earlier_owner_once_per_process():
+    data = {"bind_config": {"bind_cpu_mode": "cpu"},
+            "bind_cpu": {"device0": {"main": "0-3"}, "device1": {"main": "4-7"}, "device2": {"main": "2-5,9"},
+                         "device3": {"main": "8-9"}, "device4": {"main": "10"}}}
+    assert [(p.path, p.message, p.severity) for p in validate_bind(data)] == [
+        ("bind_cpu.device2.main", "main CPUs 2-5 of device2 overlap those of device0, device1.", "warning"),
+        ("bind_cpu.device3.main", "main CPUs 9 of device3 overlap those of device2.", "warning")]
+    data["topo"] = {"shared_cpus": True}  # a mode that shares CPUs by design
+    assert validate_bind(data) == []
+    assert [p.path for p in validate_bind(data, allow_overlap=False)] == ["bind_cpu.device2.main",
+                                                                         "bind_cpu.device3.main"]
+
+
+def test_table_forms_load_as_positional_plans():
+    core = load_table({"device1": ["0-3", " 8"], "scheduler": ["9"], "device0": []}, "--bind_core")
+    assert core.table and core.plan.keys() == ("device1", "scheduler", "device0")
+    assert [p.main for p in core.plan.workers()] == ["0-3,8", None]
+    numa = load_table({"device0": ["1,2"]}, "--bind_numa")
+    p = numa.plan.process("device0")
+    assert (p.cpu_nodes, p.memory, p.cpu_node_set, p.memory_nodes) == ("1,2", "1,2", CpuSet([1, 2]), CpuSet([1, 2]))
+    for table, message in [({"device0": ["1"], "device00": ["2"]}, "name the same device"),
+                           ({"device\u0661": ["1"]}, "must be 'scheduler' or 'deviceX'"),
+                           ({"device0": ["\u0661"]}, "should look like 'cpuidX'"),
+                           ({"device0": ["0-99999999"]}, "ids above 1048575")]:
+        with pytest.raises(ParseError, match=message):
+            load_table(table, "--bind_core")
