@@ -17,6 +17,7 @@ scope and shared by the ranks that have it, never by scanning every core for eve
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Callable, Iterable, Sequence
 
 from topo.cpuset import CpuSet, union_all
@@ -186,25 +187,6 @@ class Layout:
         self.node_cpus: dict[int, CpuSet] = {n.os_index: n.cpuset & allowed for n in nodes}
         self.node_memory: dict[int, int] = {n.os_index: n.local_memory for n in nodes}
         self.all_nodes = {n.os_index: n for n in topology.numa_nodes}
-        whole = allowed == topology.pus  # no cgroup restriction left: cores need no intersection
-        pairs = []
-        for c in topology.cores:
-            s = c.cpuset if whole else c.cpuset & allowed
-            if s:
-                pairs.append((s.first(), s))
-        pairs.sort(key=lambda p: p[0])
-        self.core_first: list[int] = [f for f, _ in pairs]
-        self.cores: list[CpuSet] = [s for _, s in pairs]
-        self.core_of_pu: dict[int, int] = {pu: i for i, s in enumerate(self.cores) for pu in s}
-        self.node_of_pu: dict[int, int] = {pu: n for n in self.node_ids for pu in self.node_cpus[n]}
-        self.node_cores: dict[int, list[int]] = {n: [] for n in self.node_ids}
-        for i, first in enumerate(self.core_first):
-            n = self.node_of_pu.get(first)
-            if n is not None:
-                self.node_cores[n].append(i)
-        self.packages = [p.cpuset & allowed for p in topology.packages if p.cpuset.intersects(allowed)]
-        llc = [c.cpuset & allowed for c in topology.last_level_caches()]
-        self.llcs: list[CpuSet] = sorted({c for c in llc if c}, key=CpuSet.first)
         self.devices = {d.index: d for d in accelerators(topology)}
         if not self.node_ids and allowed:
             # No allowed NUMA node owns CPUs (every node memory-only, e.g. CPUs in memoryless
@@ -213,12 +195,76 @@ class Layout:
             self.node_ids = [PSEUDO_NODE]
             self.node_cpus = {PSEUDO_NODE: allowed}
             self.node_memory = {PSEUDO_NODE: 0}
-            self.node_cores = {PSEUDO_NODE: list(range(len(self.cores)))}
-            self.node_of_pu = dict.fromkeys(self.core_of_pu, PSEUDO_NODE)
         self.warnings: list[str] = []
         self._core_indexes: dict[CpuSet, tuple[int, ...]] = {}
         self._packages: dict[CpuSet, CpuSet] = {}
         self._homes: dict[int, tuple[int, ...]] = {}
+
+    # ---- indexes, each built on first use (node and socket plans need no per-core index) ----------
+    @cached_property
+    def node_of_pu(self) -> dict[int, int]:
+        return {pu: n for n in self.node_ids for pu in self.node_cpus[n]}
+
+    @cached_property
+    def _core_index(self) -> tuple[list[int], list[int], dict[int, int]]:
+        # Cores by lowest allowed PU. A core's mask is as wide as the machine, so every whole-mask
+        # operation on it costs O(PUs / 30): this takes one per core (its lowest bit).
+        restrict = None if self.allowed == self.topology.pus else self.allowed.mask
+        masks = [c.cpuset.mask for c in self.topology.cores]
+        if restrict is not None:
+            masks = [m & restrict for m in masks if m & restrict]
+        firsts = [(m & -m).bit_length() - 1 for m in masks]
+        if any(a > b for a, b in zip(firsts, firsts[1:])):
+            order = sorted(range(len(masks)), key=firsts.__getitem__)
+            firsts = [firsts[i] for i in order]
+            masks = [masks[i] for i in order]
+        highs = [m.bit_length() - 1 for m in masks]  # O(1) each
+        two = sum(1 for f, h in zip(firsts, highs) if f != h)
+        if len(masks) + two == self.allowed.weight():
+            # The cores hold at most the allowed PUs, and each holds >= 2 when its lowest and highest
+            # bits differ: equality means none holds a third, so lowest and highest are all its PUs.
+            core_of_pu = dict(zip(firsts, range(len(masks))))
+            core_of_pu.update(zip(highs, range(len(masks))))
+        else:  # SMT4/SMT8, or PUs outside every core
+            core_of_pu = {pu: i for i, m in enumerate(masks) for pu in CpuSet.from_mask(m)}
+        return firsts, masks, core_of_pu
+
+    @property
+    def core_first(self) -> list[int]:
+        return self._core_index[0]
+
+    @property
+    def core_masks(self) -> list[int]:
+        return self._core_index[1]
+
+    @property
+    def core_of_pu(self) -> dict[int, int]:
+        return self._core_index[2]
+
+    @cached_property
+    def node_cores(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {n: [] for n in self.node_ids}
+        node_of_pu = self.node_of_pu
+        for i, first in enumerate(self.core_first):
+            n = node_of_pu.get(first)
+            if n is not None:
+                out[n].append(i)
+        return out
+
+    @cached_property
+    def cores(self) -> list[CpuSet]:
+        """Core i's allowed PUs as a CpuSet."""
+        return [CpuSet.from_mask(m) for m in self.core_masks]
+
+    @cached_property
+    def packages(self) -> list[CpuSet]:
+        return [p.cpuset & self.allowed for p in self.topology.packages if p.cpuset.intersects(self.allowed)]
+
+    @cached_property
+    def llcs(self) -> list[CpuSet]:
+        """Last-level cache groups (allowed part), by lowest PU."""
+        llc = {c.cpuset & self.allowed for c in self.topology.last_level_caches()}
+        return sorted((c for c in llc if c), key=CpuSet.first)
 
     # ---- locality -------------------------------------------------------
     def home_of(self, device_id: int) -> tuple[int, ...]:
@@ -328,15 +374,20 @@ class Layout:
 
     def cores_in(self, cpus: CpuSet) -> list[CpuSet]:
         """Physical cores (restricted to ``cpus``) with a PU in ``cpus``, by lowest PU (a new list)."""
-        return [self.cores[i] & cpus for i in self.core_indexes(cpus)]
+        return [CpuSet.from_mask(self.core_masks[i] & cpus.mask) for i in self.core_indexes(cpus)]
 
     def union_of_cores(self, indexes: Iterable[int], multithreading: str = "all-logical") -> CpuSet:
         """The PUs of cores ``indexes``: every thread, or only each core's lowest (single-logical)."""
+        mask = 0
         if multithreading == "all-logical":
-            cores = self.cores
-            return union_all(cores[i] for i in indexes)
-        firsts = self.core_first
-        return CpuSet(firsts[i] for i in indexes)
+            masks = self.core_masks
+            for i in indexes:
+                mask |= masks[i]
+        else:
+            firsts = self.core_first
+            for i in indexes:
+                mask |= 1 << firsts[i]
+        return CpuSet.from_mask(mask)
 
     def package_cpus(self, cpus: CpuSet) -> CpuSet:
         hit = self._packages.get(cpus)
@@ -349,12 +400,6 @@ def nodes_text(nodes: Iterable[int]) -> str:
     """Node ids for messages: ``0-1,3``; the pseudo node (no NUMA node with CPUs) as ``-``."""
     real = [n for n in nodes if n != PSEUDO_NODE]
     return CpuSet(real).to_list() if real else "-"
-
-
-def node_value(nodes: Iterable[int]) -> int | str:
-    """A node set as the bind JSON writes it: an int for one node, else a cpulist string."""
-    s = CpuSet(nodes)
-    return s.first() if s.weight() == 1 else s.to_list()
 
 
 def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] | None], *,
@@ -370,25 +415,41 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     texts: dict[CpuSet, str] = {}  # ranks sharing a set (shared modes) format it once
     for r in range(job.nproc):
         mem = [n for n in (memory[r] or ()) if n != PSEUDO_NODE]
-        if memory[r] and not mem and options.memory != "none":
+        bound = options.memory != "none"
+        if memory[r] and not mem and bound:
             warnings.append("no allowed NUMA node has CPUs: memory is left unbound")
-        mem_value = node_value(mem if options.memory == "numa" else mem[:1]) if (mem and options.memory != "none") else None  # preferred: one node
         main = cpus[r]
         if options.modules:
             order = list(orders[r]) if orders is not None else list(main)
-            modules = tuple((name, CpuSet(_slice(order, lo, hi, job.key(r), name)).to_list())
-                            for name, lo, hi in options.modules)
+            sets = [(name, CpuSet(_slice(order, lo, hi, job.key(r), name))) for name, lo, hi in options.modules]
         else:
-            text = texts.get(main)
+            sets = [("main", main)] if main else []
+        modules = []
+        for name, cpuset in sets:
+            text = texts.get(cpuset)
             if text is None:
-                text = texts[main] = main.to_list()
-            modules = (("main", text),) if main else ()
-        procs.append(ProcessBinding(job.key(r), modules, memory=mem_value, local_rank=r))
+                text = texts[cpuset] = cpuset.to_list()
+            modules.append((name, text, cpuset))
+        procs.append(ProcessBinding.from_parsed(job.key(r), modules=modules, local_rank=r,
+                                                memory=_memory_entry(mem, options)))
     if options.modules or options.scheduler_range:
         procs.append(_scheduler(cpus, orders, options, layout, warnings))
-    return finish(BindPlan.build(procs, cpu_mode="cpu", memory_mode=options.memory,
-                                 actor_thread_fix_bind=options.actor_thread_fix_bind),
-                  options=options, layout=layout, warnings=warnings)
+    return finish(procs, cpu_mode="cpu", options=options, layout=layout, warnings=warnings)
+
+
+def _memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, CpuSet] | None:
+    """Memory nodes as written: all of them (numa), the first (preferred: one node), or none."""
+    if options.memory == "none":
+        return None
+    return _nodes_entry(nodes if options.memory == "numa" else nodes[:1])
+
+
+def _nodes_entry(nodes: Sequence[int]) -> tuple[int | str, CpuSet] | None:
+    """A memory or cpu-node entry for `ProcessBinding.from_parsed`: its JSON value and its set."""
+    if not nodes:
+        return None
+    s = CpuSet(nodes)
+    return (s.first() if s.weight() == 1 else s.to_list()), s
 
 
 def _slice(order: Sequence[int], lo: int, hi: int, owner: str, label: str) -> list[int]:
@@ -416,7 +477,8 @@ def _scheduler(cpus, orders, options: Options, layout: Layout, warnings: list) -
     return ProcessBinding("scheduler", (("main", main.to_list()),))
 
 
-def finish(plan: BindPlan, *, options: Options, layout: Layout, warnings: Iterable[str] = ()) -> BindPlan:
+def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Options, layout: Layout,
+           warnings: Iterable[str] = ()) -> BindPlan:
     """The plan with its notes: options that differ from the defaults, the topology it was made for,
     and every warning once (`planners.plan` adds the mode and whether it shares CPUs)."""
     meta = {}
@@ -424,10 +486,9 @@ def finish(plan: BindPlan, *, options: Options, layout: Layout, warnings: Iterab
     if opts:
         meta["options"] = opts
     meta["topology"] = layout.topology.root
-    all_warnings = list(dict.fromkeys([*layout.warnings, *warnings, *plan.warnings]))
-    return BindPlan.build(plan.processes, cpu_mode=plan.cpu_mode, memory_mode=plan.memory_mode,
-                          actor_thread_fix_bind=plan.actor_thread_fix_bind, meta=meta,
-                          warnings=all_warnings)
+    return BindPlan.build(processes, cpu_mode=cpu_mode, memory_mode=options.memory,
+                          actor_thread_fix_bind=options.actor_thread_fix_bind, meta=meta,
+                          warnings=dict.fromkeys([*layout.warnings, *warnings]))
 
 
 Strategy = Callable[[Topology, Job, Options], BindPlan]

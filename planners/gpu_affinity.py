@@ -179,7 +179,7 @@ def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPl
             if pick is None:
                 raise UsageError(
                     f"single-unique needs one physical core per process, but {job.nproc} processes "
-                    f"share {len(layout.cores)} allowed cores; use mode single (shared cores) "
+                    f"share {len(layout.core_masks)} allowed cores; use mode single (shared cores) "
                     "or fewer processes")
             warnings.append(f"{job.key(r)}: every core of its NUMA node is taken; given core "
                             f"{layout.cores[pick]} {where}")
@@ -201,7 +201,7 @@ def _by_distance_from(layout: Layout, home: int) -> list[int]:
     """Every core, those of the nodes nearest to ``home`` first (then by core order)."""
     rank = {n: k for k, n in enumerate(layout.by_distance(home, layout.node_ids))}
     far = len(rank)
-    return sorted(range(len(layout.cores)),
+    return sorted(range(len(layout.core_masks)),
                   key=lambda i: (rank.get(layout.node_of_pu.get(layout.core_first[i]), far), i))
 
 

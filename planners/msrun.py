@@ -37,7 +37,7 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindplan import BindPlan, ProcessBinding
-from planners.core import PSEUDO_NODE, Job, Layout, Options, build_plan, finish
+from planners.core import PSEUDO_NODE, Job, Layout, Options, _memory_entry, _nodes_entry, build_plan, finish
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -124,12 +124,10 @@ def _bind_numa(layout: Layout, job: Job, options: Options) -> BindPlan:
                                      available=available)
         warnings += more
         nodes = [mapping[d] for d in job.devices]
-    procs = [ProcessBinding(job.key(r), cpu_nodes=nodes[r],
-                            memory=nodes[r] if options.memory != "none" else None, local_rank=r)
+    procs = [ProcessBinding.from_parsed(job.key(r), cpu_nodes=_nodes_entry((nodes[r],)), local_rank=r,
+                                        memory=_memory_entry((nodes[r],), options))
              for r in range(job.nproc)]
-    plan = BindPlan.build(procs, cpu_mode="numa", memory_mode=options.memory,
-                          actor_thread_fix_bind=options.actor_thread_fix_bind)
-    return finish(plan, options=options, layout=layout, warnings=warnings)
+    return finish(procs, cpu_mode="numa", options=options, layout=layout, warnings=warnings)
 
 
 class _Pools:

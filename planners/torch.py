@@ -80,9 +80,16 @@ def plan_core_complex(topology: Topology, job: Job, options: Options) -> BindPla
     homes = layout.homes(job)
     cpus: list[CpuSet] = [CpuSet()] * job.nproc
     warnings = []
+    llcs_of_node: dict[int, set[int]] = {}  # which cache groups touch each node: one pass over the PUs
+    for i, llc in enumerate(layout.llcs):
+        for pu in llc:
+            n = layout.node_of_pu.get(pu)
+            if n is not None:
+                llcs_of_node.setdefault(n, set()).add(i)
     for home, ranks in _groups(job, homes).items():
         node_cpus = layout.cpus_of_nodes(home)
-        groups = [c & node_cpus for c in layout.llcs if c.intersects(node_cpus)]
+        touching = sorted(set().union(*(llcs_of_node.get(n, ()) for n in home)))
+        groups = [layout.llcs[i] & node_cpus for i in touching]
         if not groups:
             warnings.append(f"no cache information for node {nodes_text(home)}: each process gets the whole node")
             groups = [node_cpus]

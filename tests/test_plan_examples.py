@@ -309,3 +309,25 @@ def test_gpu_affinity_uses_nvml_socket_scope_when_known():
     assert mains(planners.plan(t, "all", scope="socket")) == {"device0": "0-11"}
     nvml = t.with_devices([dataclasses.replace(t.devices[0], socket_cpus=CpuSet.parse("0-7"))])
     assert mains(planners.plan(nvml, "all", scope="socket")) == {"device0": "0-7"}
+
+
+def test_unique_contiguous_unbalanced_leaves_the_remainder_unused():
+    """gpu_affinity's grouped[j*cpd:(j+1)*cpd]: a cgroup leaving 51 cores for 4 GPUs gives 12 each and
+    3 cores to nobody (interleaved hands the remainder to the lower ranks, as gpu_affinity does)."""
+    t = synthetic("pack:1 core:64 pu:1", gpu_nodes=[0, 0, 0, 0], allowed="0-50")
+    plan = planners.plan(t, "unique-contiguous", balanced=False)
+    assert mains(plan) == {"device0": "0-11", "device1": "12-23", "device2": "24-35", "device3": "36-47"}
+    plan = planners.plan(t, "unique-interleaved", balanced=False)
+    assert [p.cpus().weight() for p in plan.workers()] == [13, 13, 13, 12]
+
+
+@pytest.mark.parametrize("machine", [dgx_a100, atlas800,
+                                     lambda: synthetic("pack:1 numa:4 core:8 pu:1", gpu_nodes=[0, 0, 0, 2, 2])])
+def test_msrun_auto_memory_is_the_node_bind_numa_assigns(machine):
+    """msrun-auto with memory numa is `msrun --bind_core=True --bind_numa=True`: numactl --membind gets
+    the node --bind_numa=True gives the device (its own node unless taken, then a free one)."""
+    t = machine()
+    cores = planners.plan(t, "msrun-auto")
+    nodes = planners.plan(t, "msrun-auto", msrun_bind="numa")
+    assert memory(cores) == {p.key: p.cpu_nodes for p in nodes.workers()}
+    assert len(set(memory(cores).values())) > len({d.numa_node for d in t.devices})  # some moved
