@@ -227,7 +227,8 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         return next((p.os_index for p in packages if s <= p.cpuset), None)
 
     cores = [replace(c, package=package_of(c.cpuset)) for c in cores]
-    die_objs = [Die(i, package_of(s), s) for i, s in dies]
+    # A die outside every package (its CPUs had no package mask) has nothing to sit in.
+    die_objs = [Die(i, p, s) for i, s in dies if (p := package_of(s)) is not None]
     if all(d.cpuset in {p.cpuset for p in packages} for d in die_objs):
         die_objs = []  # one die per package: sysfs says nothing the package does not
     caches = _caches(fs, cpus, online)
@@ -349,6 +350,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     memory: dict[int, int] = {}
     distances: dict[int, dict[int, int]] = {}
     initiators: dict[int, CpuSet] = {}
+    shared: dict[int, CpuSet] = {}  # each kept node's cpumap, CPUs claimed by an earlier node included
     taken = EMPTY
     for i in ids:
         d = f"{NODE}/node{i}"
@@ -363,8 +365,11 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
             notes.append(f"NUMA node P#{i} ignored: its CPUs {c & taken} belong to an earlier node "
                          f"({fs.path(d + '/cpumap')})")
             continue
+        # Under numa=fake a CPU is listed by several nodes; it belongs to the first (a CPU has one
+        # node in topo's model) and the others are attached at their CPUs like CPU-less nodes.
+        shared[i] = c
+        cpus[i] = c - taken
         taken |= c
-        cpus[i] = c
         memory[i] = _meminfo_total(fs, f"{d}/meminfo") or 0
         dist = fs.read(f"{d}/distance")
         if dist:
@@ -395,10 +400,10 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
             busid = gpu_memory[i]
             gpu_cpus = fs.read_set(f"{PCI}/{busid}/local_cpulist", f"{PCI}/{busid}/local_cpus")
             locality, subtype = (gpu_cpus or EMPTY) & online, "GPUMemory"
-        elif c:
+        elif shared[i]:
             # hwloc adds the initiators' CPUs to a node's own (a node some other node's CPUs
             # reach as fast as their own).
-            locality = c | initiators.get(i, EMPTY)
+            locality = shared[i] | initiators.get(i, EMPTY)
         elif i in initiators:
             locality = initiators[i]
         else:

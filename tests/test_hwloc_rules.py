@@ -1,0 +1,326 @@
+"""hwloc's discovery rules on generated machines the captured set lacks, checked against lstopo.
+
+Each test writes a root with `sysfs_builder`, bends the files a real machine of that kind has,
+and compares topo with what the installed hwloc (`lstopo-no-graphics` with HWLOC_FSROOT) reports
+for the same files; without lstopo, the expected values written in the test still apply.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import topo
+from lstopo_oracle import LSTOPO, answer
+from sysfs_builder import Machine, Node, Pci, _mask, build
+from topo.cpuset import CpuSet
+from topo.errors import ProbeError
+from topo_cli import main
+
+TOPOLOGY = "sys/devices/system/cpu/cpu{}/topology"
+
+
+def discover(root: Path) -> topo.Topology:
+    t = topo.discover(root)
+    t.check()
+    return t
+
+
+def ours(t: topo.Topology) -> dict:
+    return {
+        "packages": sorted((p.os_index, p.cpuset.to_list()) for p in t.packages),
+        "cores": sorted((c.os_index, c.cpuset.to_list()) for c in t.cores),
+        "numa_nodes": sorted((n.os_index, n.locality.to_list(), n.subtype) for n in t.numa_nodes),
+    }
+
+
+def theirs(root: Path, **env: str) -> dict | None:
+    """lstopo's answer in the same shape, None when lstopo is not installed."""
+    if LSTOPO is None:
+        return None
+    a = answer(root, env=env)
+    return {
+        "packages": sorted(a.packages, key=repr),
+        "cores": sorted(a.cores, key=repr),
+        "numa_nodes": sorted(a.numa_nodes, key=repr),
+    }
+
+
+def agree(t: topo.Topology, root: Path, *keys: str, **env: str) -> None:
+    expected = theirs(root, **env)
+    if expected is None:
+        return
+    got = ours(t)
+    for key in keys or ("packages", "cores", "numa_nodes"):
+        assert sorted(got[key], key=repr) == expected[key], key
+
+
+def set_mask(root: Path, cpu: int, stem: str, cpus: str) -> None:
+    d = root / TOPOLOGY.format(cpu)
+    (d / f"{stem}_list").write_text(cpus + "\n")
+    (d / stem).write_text(_mask(CpuSet.parse(cpus), 1) + "\n")
+
+
+def set_package_mask(root: Path, cpu: int, cpus: str) -> None:
+    set_mask(root, cpu, "package_cpus", cpus)
+    set_mask(root, cpu, "core_siblings", cpus)
+
+
+def drop_core_masks(root: Path, cpu: int) -> None:
+    for name in ("core_cpus", "core_cpus_list", "thread_siblings", "thread_siblings_list"):
+        (root / TOPOLOGY.format(cpu) / name).unlink()
+
+
+# ---- compute units -----------------------------------------------------------------------
+
+
+def test_amd_compute_units_are_two_cores(tmp_path):
+    # Bulldozer-class (family 15h): thread_siblings pairs CPUs 0,2 and 1,3, whose core_ids differ.
+    root = build(tmp_path, Machine(cores=2, threads=2, compute_units=True, vendor="AuthenticAMD", family=21))
+    assert (root / TOPOLOGY.format(2) / "thread_siblings_list").read_text() == "0,2\n"
+    t = discover(root)
+    assert ours(t)["cores"] == [(0, "0"), (1, "2"), (2, "1"), (3, "3")]
+    assert t.summary() == "1 package, 1 NUMA node, 4 cores, 4 PUs"
+    agree(t, root)
+
+
+def test_other_vendors_keep_siblings_in_one_core(tmp_path):
+    # The same files on an Intel CPU: hwloc applies the compute-unit rule to AMD 15h/16h only.
+    root = build(tmp_path, Machine(cores=2, threads=2, compute_units=True))
+    t = discover(root)
+    assert ours(t)["cores"] == [(0, "0,2"), (2, "1,3")]
+    agree(t, root)
+
+
+def test_amd_hyperthreads_stay_one_core(tmp_path):
+    # Family 15h siblings sharing one core_id are threads of one core.
+    root = build(tmp_path, Machine(cores=2, threads=2, vendor="AuthenticAMD", family=21))
+    t = discover(root)
+    assert ours(t)["cores"] == [(0, "0,2"), (1, "1,3")]
+    agree(t, root)
+
+
+# ---- packages from sibling masks ---------------------------------------------------------
+
+TWO_BY_TWO = dict(packages=2, cores=2, threads=1, caches=False)  # package 0 = 0-1, package 1 = 2-3
+
+
+def test_stale_package_mask_after_hotplug_stays_in_its_package(tmp_path):
+    # CPU 1 came back from hot-plug with a mask of itself only; physical_package_id says 0.
+    root = build(tmp_path, Machine(**TWO_BY_TWO))
+    set_package_mask(root, 1, "1")
+    t = discover(root)
+    assert ours(t)["packages"] == [(0, "0-1"), (1, "2-3")]
+    assert [c.package for c in t.cores] == [0, 0, 1, 1]
+    agree(t, root)
+
+
+def test_sockets_sharing_a_package_id_stay_apart(tmp_path):
+    # ia64 dumps give every socket physical_package_id 0; the masks tell them apart.
+    root = build(tmp_path, Machine(**TWO_BY_TWO))
+    for cpu in range(4):
+        (root / TOPOLOGY.format(cpu) / "physical_package_id").write_text("0\n")
+    t = discover(root)
+    assert ours(t)["packages"] == [(0, "0-1"), (0, "2-3")]
+    agree(t, root)
+
+
+def test_overlapping_package_mask_is_ignored_and_said(tmp_path):
+    # CPUs 1 and 2 claim a package across both sockets: hwloc keeps the package it saw first and
+    # rejects the one that overlaps it; CPUs 2-3 then have no package (lstopo agrees). Without
+    # die masks (older kernels) CPU 1 is the first of its die and its package mask is read.
+    root = build(tmp_path, Machine(**TWO_BY_TWO, die_id=False, cluster_id=False))
+    set_package_mask(root, 1, "1-2")
+    set_package_mask(root, 2, "1-2")
+    t = discover(root)
+    assert ours(t)["packages"] == [(0, "0-1")]
+    assert [c.package for c in t.cores] == [0, 0, None, None]
+    assert "package P#0 with CPUs 1-2 ignored: it overlaps package P#0 with CPUs 0-1" in t.probes["sysfs"]
+    agree(t, root)
+
+
+def test_package_mask_naming_another_first_cpu_creates_nothing(tmp_path):
+    # Only the first CPU of a mask creates its package: CPU 2 and 3 point at a set whose first
+    # CPU (0) made a smaller package, so hwloc has no package for them.
+    root = build(tmp_path, Machine(**TWO_BY_TWO))
+    set_package_mask(root, 2, "0-3")
+    set_package_mask(root, 3, "0-3")
+    t = discover(root)
+    assert ours(t)["packages"] == [(0, "0-1")]
+    agree(t, root)
+
+
+# ---- PUs without core information --------------------------------------------------------
+
+
+def test_pus_without_core_masks_get_no_invented_core(tmp_path):
+    root = build(tmp_path, Machine(packages=2, cores=2, threads=2, caches=False))
+    for cpu in range(8):
+        drop_core_masks(root, cpu)
+    t = discover(root)
+    assert t.cores == () and t.pus.to_list() == "0-7"
+    assert ours(t)["packages"] == [(0, "0-1,4-5"), (1, "2-3,6-7")]
+    agree(t, root)
+
+
+def test_core_without_core_id_has_no_os_index(tmp_path):
+    root = build(tmp_path, Machine(packages=2, cores=2, threads=2, caches=False))
+    for cpu in range(8):
+        (root / TOPOLOGY.format(cpu) / "core_id").unlink()
+    t = discover(root)
+    assert ours(t)["cores"] == [(None, "0,4"), (None, "1,5"), (None, "2,6"), (None, "3,7")]
+    agree(t, root)
+
+
+def test_machine_without_any_topology_files_has_pus_only(tmp_path):
+    # No topology/ directory at all (some containers): PUs, and neither cores nor packages made
+    # up. (lstopo's Linux backend gives up on such a root, so there is nothing to compare.)
+    root = build(tmp_path, Machine(packages=2, cores=2, threads=2, caches=False))
+    for cpu in range(8):
+        shutil.rmtree(root / TOPOLOGY.format(cpu))
+    t = discover(root)
+    assert (t.pus.to_list(), t.cores, t.packages) == ("0-7", (), ())
+    assert "no CPU sibling masks" in t.probes["sysfs"]
+    assert t.summary() == "0 packages, 2 NUMA nodes, 0 cores, 8 PUs"
+
+
+# ---- overlapping NUMA nodes --------------------------------------------------------------
+
+
+def test_node_claiming_claimed_cpus_is_ignored_and_said(tmp_path):
+    # A buggy BIOS lists CPUs 0-1,4-5 in nodes 0 and 1: the first claim wins, as in hwloc.
+    nodes = [Node("0-1,4-5"), Node("0-1,4-5"), Node("2-3,6-7")]
+    root = build(tmp_path, Machine(packages=2, cores=2, threads=2, caches=False, nodes=nodes))
+    t = discover(root)
+    assert [n.os_index for n in t.numa_nodes] == [0, 2]
+    assert "NUMA node P#1 ignored: its CPUs 0-1,4-5 belong to an earlier node" in t.probes["sysfs"]
+    agree(t, root, "numa_nodes")
+
+
+def test_fake_numa_nodes_share_their_physical_node_cpus(tmp_path):
+    # numa=fake=2U cuts each node in two and puts every CPU in both halves: hwloc (2.10 and
+    # later; lstopo 2.9 predates the rule) keeps every node, each at the CPUs it lists. A CPU has
+    # one node in topo's model, the first; the second half sits at the same CPUs, CPU-less.
+    nodes = [Node("0-1,4-5"), Node("0-1,4-5"), Node("2-3,6-7"), Node("2-3,6-7")]
+    root = build(tmp_path, Machine(packages=2, cores=2, threads=2, caches=False, nodes=nodes,
+                                   cmdline="ro numa=fake=2U"))
+    t = discover(root)
+    assert [(n.os_index, n.cpuset.to_list(), n.memory_only, n.locality.to_list()) for n in t.numa_nodes] == [
+        (0, "0-1,4-5", False, "0-1,4-5"), (1, "", True, "0-1,4-5"),
+        (2, "2-3,6-7", False, "2-3,6-7"), (3, "", True, "2-3,6-7")]
+    assert "ignored" not in t.probes["sysfs"]
+
+
+# ---- GPU memory as NUMA nodes ------------------------------------------------------------
+
+
+def test_gpu_memory_node_sits_at_its_gpu(tmp_path):
+    # Grace/POWER9: the driver onlines GPU memory as node 2; its locality is the GPU's local CPUs
+    # (package 1), not what distances would suggest.
+    nodes = [Node("0-3"), Node("4-7"), Node("", 16 << 30, [40, 40, 10])]
+    pci = [Pci("0000:00:00.0", "0x060000", numa_node=0, local_cpulist="0-3"),
+           Pci("0000:40:00.0", "0x030200", numa_node=1, local_cpulist="4-7")]
+    root = build(tmp_path, Machine(packages=2, cores=4, caches=False, nodes=nodes, pci=pci))
+    status = root / "proc/driver/nvidia/gpus/0000:40:00.0/numa_status"
+    status.parent.mkdir(parents=True)
+    status.write_text("Node: 2\nStatus: online\n")
+    t = discover(root)
+    gpu_node = t.numa_node(2)
+    assert (gpu_node.locality.to_list(), gpu_node.subtype, gpu_node.memory_only) == ("4-7", "GPUMemory", True)
+    agree(t, root, "numa_nodes", HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES="1")
+
+    (root / "sys/bus/pci/devices/0000:40:00.0/local_cpus").unlink()
+    (root / "sys/bus/pci/devices/0000:40:00.0/local_cpulist").unlink()
+    assert discover(root).numa_node(2).locality.to_list() == ""  # no locality: the machine
+    agree(discover(root), root, "numa_nodes", HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES="1")
+
+
+# ---- PCI locality ------------------------------------------------------------------------
+
+
+def test_pci_devices_sit_where_their_host_bridge_sits(tmp_path):
+    pci = [
+        # root bus 00: its first function says package 0; the GPU behind the root port says
+        # package 1 in its own file, and hwloc does not read it.
+        Pci("0000:00:00.0", "0x060000", vendor="0x8086", device="0x2020", numa_node=0, local_cpulist="0-3"),
+        Pci("0000:00:01.0", "0x060400", vendor="0x8086", device="0x2030", numa_node=0, local_cpulist="0-3",
+            bridge_buses=(1, 1)),
+        Pci("0000:01:00.0", "0x030200", numa_node=1, local_cpulist="4-7"),
+        # root bus 40: the NVMe is its first function, its own file decides
+        Pci("0000:40:00.0", "0x010802", vendor="0x144d", device="0xa808", numa_node=1, local_cpulist="4-7"),
+        # root bus 80: the root port has no local_cpus, so everything below goes to the machine
+        Pci("0000:80:01.0", "0x060400", vendor="0x8086", device="0x2030", bridge_buses=(0x81, 0x82)),
+        Pci("0000:81:00.0", "0x060400", vendor="0x10b5", device="0x8747", local_cpulist="4-7",
+            bridge_buses=(0x82, 0x82)),
+        Pci("0000:82:00.0", "0x020700", vendor="0x15b3", device="0x1017", numa_node=1, local_cpulist="4-7"),
+    ]
+    root = build(tmp_path, Machine(packages=2, cores=4, caches=False, pci=pci))
+    t = discover(root)
+    where = {d.busid: d.local_cpus.to_list() for d in t.pci_devices}
+    assert where == {"0000:01:00.0": "0-3", "0000:40:00.0": "4-7", "0000:82:00.0": "0-7"}
+    assert {d.busid: d.numa_node for d in t.pci_devices}["0000:01:00.0"] == 1  # its own numa_node stays
+    if LSTOPO is not None:
+        assert {b: s for b, s in answer(root).pci.items() if b in where} == where
+
+
+def test_bridge_without_config_space_is_a_device_as_in_hwloc(tmp_path):
+    # Unreadable config space: hwloc sees no bridge header, so the bus behind it is a root bus of
+    # its own and its first function's local_cpus decide.
+    pci = [Pci("0000:00:01.0", "0x060400", local_cpulist="0-3", bridge_buses=(1, 1)),
+           Pci("0000:01:00.0", "0x030200", local_cpulist="4-7")]
+    root = build(tmp_path, Machine(packages=2, cores=4, caches=False, pci=pci))
+    assert {d.busid: d.local_cpus.to_list() for d in discover(root).pci_devices} == {"0000:01:00.0": "0-3"}
+    (root / "sys/bus/pci/devices/0000:00:01.0/config").unlink()
+    assert {d.busid: d.local_cpus.to_list() for d in discover(root).pci_devices} == {"0000:01:00.0": "4-7"}
+    if LSTOPO is not None:
+        assert answer(root).pci["0000:01:00.0"] == "4-7"
+
+
+# ---- damaged captures: named errors, not another machine ---------------------------------
+
+NODE0 = "sys/devices/system/node/node0"
+
+
+@pytest.mark.parametrize("damage", ["empty", "dangling", "missing"])
+def test_damaged_node_cpumap_is_an_error_naming_it(tmp_path, damage):
+    root = build(tmp_path, Machine(packages=2, cores=2, caches=False))
+    cpumap, cpulist = root / NODE0 / "cpumap", root / NODE0 / "cpulist"
+    if damage == "empty":
+        cpumap.write_text("")
+        named = cpumap
+    elif damage == "dangling":
+        cpumap.unlink()
+        cpumap.symlink_to(root / "gone")
+        named = cpumap
+    else:
+        cpumap.unlink()
+        cpulist.unlink()
+        named = root / NODE0
+    with pytest.raises(ProbeError) as err:
+        topo.discover(root)
+    assert str(named) in str(err.value) and "capture the machine again" in str(err.value)
+    result = CliRunner().invoke(main, ["show", "--root", str(root)])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("topo: error: ") and str(named) in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_cpu_less_node_with_a_zero_mask_is_fine(tmp_path):
+    # What the kernel writes for a node without CPUs: a mask of zeros, not an empty file.
+    nodes = [Node("0-1"), Node("2-3"), Node("", 8 << 30, [20, 20, 10])]
+    t = discover(build(tmp_path, Machine(packages=2, cores=2, caches=False, nodes=nodes)))
+    assert t.numa_node(2).memory_only
+
+
+@pytest.mark.parametrize("entry", ["sys/devices/system/cpu/cpu99999999999", "sys/devices/system/node/node99999999"])
+def test_absurd_cpu_or_node_number_is_an_error_naming_it(tmp_path, entry):
+    root = build(tmp_path, Machine(packages=2, cores=2, caches=False))
+    (root / entry).mkdir()
+    with pytest.raises(ProbeError) as err:
+        topo.discover(root)
+    assert str(root / entry) in str(err.value) and "exceeds" in str(err.value)
+    result = CliRunner().invoke(main, ["show", "--root", str(root)])
+    assert result.exit_code == 1 and str(root / entry) in result.stderr and "Traceback" not in result.output
