@@ -371,11 +371,13 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     """Check and decide everything (command, bindings, port, run id). Raises UsageError before
     anything is created or started."""
     from launcher.environ import base_env
-    from launcher.job import _direct  # the launcher's rule for binding without numactl / taskset
+    from launcher.job import _direct, check_log_dir  # the launcher's rules, shared with topo launch
 
     environ = dict(os.environ if environ is None else environ)
     command = _command(config)
     _check_command(config, command, environ)
+    if config.log_dir:
+        check_log_dir(config.log_dir, "--log-dir")
     warnings: list[str] = []
     bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
     if config.numa_binding:

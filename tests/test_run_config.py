@@ -187,6 +187,8 @@ def test_usage_errors_are_one_line_and_exit_2(script, tmp_path):
     assert missing.exit_code == 2 and "does not exist" in missing.output
     mode = dry_run("--numa-binding=bogus", script)
     assert mode.exit_code == 2 and "unknown mode 'bogus'" in mode.output
+    proc = dry_run("--log-dir=/proc/x", script)
+    assert proc.exit_code == 2 and "pseudo-filesystem, --log-dir=/proc/x" in proc.output
     unknown = dry_run("--elastic", script)
     assert unknown.exit_code == 2 and "No such option" in unknown.output
 
