@@ -246,6 +246,7 @@ def build(machine: Machine, dest: Path) -> Path:
         _write(t / "core_id", str(core))
         _write(t / "thread_siblings_list", _cpulist(siblings))
         _write(t / "core_cpus_list", _cpulist(siblings))
+        _write(t / "package_cpus_list", _cpulist(x for x in all_cpus if machine.cpu(x)[0] == pkg))
     node_dir = sys_ / "devices/system/node"
     ids = _cpulist(range(machine.nodes))
     for f in ("possible", "online", "has_memory", "has_cpu"):

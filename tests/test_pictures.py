@@ -81,8 +81,26 @@ def test_dgx_a100_drawing_shows_nodes_memory_devices_and_cores(dgx_root):
     # each core a box of its two threads, cores folded into rows of at most 8
     cores = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "c"]
     assert len(cores) == 128
-    rows = Counter((round(float(r.get("y"))), round(float(r.get("x")) // 600)) for r in cores)
-    assert max(rows.values()) <= 8
+    assert max(_row_runs(cores)) == 8
+
+
+def _row_runs(cores: list[ET.Element]) -> list[int]:
+    """Lengths of the runs of cores side by side (same row, next to each other) in a drawing."""
+    rows: dict[float, list[tuple[float, float]]] = {}
+    for r in cores:
+        rows.setdefault(float(r.get("y")), []).append((float(r.get("x")), float(r.get("width"))))
+    runs = []
+    for row in rows.values():
+        row.sort()
+        n = 1
+        for (x0, w0), (x1, _) in zip(row, row[1:]):
+            if x1 - (x0 + w0) < 6:  # the grid gap; neighbouring boxes add their padding
+                n += 1
+            else:
+                runs.append(n)
+                n = 1
+        runs.append(n)
+    return runs
 
 
 def test_show_output_writes_the_format_its_extension_names(dgx_root, tmp_path):
@@ -172,6 +190,7 @@ def test_large_machines_fold_and_stay_small():
         width, height = float(root.get("width")), float(root.get("height"))
         assert width < 3000 and height < 3000, (desc, width, height)
         assert 1 / 3 < width / height < 3
+        assert max(_row_runs([r for r in root.iter(f"{SVG}rect") if r.get("class") == "c"])) == 8
         assert len(plan_map(t, plan).splitlines()) == 1 + 2 * (1 if "numa:1" in desc else 4)
 
 

@@ -4,7 +4,7 @@ The drawing nests boxes as `topo.render` nests the tree (Machine > Package > ...
 with three changes that keep a 2,048-PU machine readable:
 
 - a cache whose CPUs are exactly one core's (a private L1/L2) is not drawn as a box: it is named
-  in the core's tooltip and once in the lowest drawn ancestor's header;
+  in the core's tooltip and, when every core has the same ones, once in its package's header;
 - an object whose CPUs equal its only child's shares that child's box ("Package P#0 · L3 32MiB");
 - cores fold into rows of at most 8, and other boxes into the grid whose shape is closest to a
   landscape page, so nothing grows into one endless row.
@@ -96,6 +96,7 @@ class _Paint:
         self.remote: set[int] = set()
         self.memory_of: dict[int, list[int]] = {}
         self.device_owner: dict[tuple[str, int], int] = {}
+        self.split_cores: set[CpuSet] = set()  # cores whose threads went to different owners
         if overlay is None:
             return
         for i, o in enumerate(overlay.owners):
@@ -106,10 +107,9 @@ class _Paint:
                 self.memory_of.setdefault(node, []).append(i)
             if o.device is not None:
                 self.device_owner.setdefault(o.device, i)
-        self.split_cores: set[CpuSet] = set()
         for core in topology.cores:
             sets = {tuple(self.owners_of.get(pu, ())) for pu in core.cpuset}
-            if len(sets) > 1 and any(sets):
+            if len(sets) > 1 and len({i for owners in sets for i in owners}) > 1:
                 self.split_cores.add(core.cpuset)
 
 
@@ -135,7 +135,7 @@ def _text_w(text: str) -> float:
     return len(text) * CHAR + 6
 
 
-@dataclass
+@dataclass(eq=False)
 class _Box:
     kind: str  # "Machine", "Package", "Cache", "Core", "PU", ...
     title: str  # the tooltip, and the header when drawn
@@ -161,7 +161,9 @@ def _label(node: _Node) -> str:
 
 
 def _short(node: _Node) -> str:
-    if node.kind.startswith("L") and node.kind[1:2].isdigit():
+    """A header's part: 'Package P#0', 'L3 16MiB' (the model name and other details stay in the
+    tooltip)."""
+    if _is_cache(node):
         return f"{node.kind} {node.detail.strip('()')}"
     if node.os_index is not None or node.detail.startswith("(P#"):
         inner = node.detail.strip("()").split(" ", 1)[0]
@@ -215,8 +217,9 @@ def _gather_by_node(box: _Box) -> None:
             kept.append((node, devices))
             continue
         group = _Box("Group", _label(node), node.cpuset, "", memory=[(node, devices)], children=members)
-        first = children.index(members[0])
-        children = [c for c in children if c not in members]
+        first = next(i for i, c in enumerate(children) if c is members[0])
+        taken = {id(c) for c in members}
+        children = [c for c in children if id(c) not in taken]
         children.insert(first, group)
     box.memory, box.children = kept, children
 
@@ -363,7 +366,7 @@ CSS = (
     "text{font:%gpx 'DejaVu Sans','Liberation Sans',Arial,sans-serif;fill:#000}"
     ".b{stroke:#000;stroke-width:1}.c{stroke:#555;stroke-width:.6}"
     ".pu{fill:#fff;stroke:#000;stroke-width:.6}.no{fill:#9a9a9a}.no+text{fill:#444}"
-    ".idle{fill:#fff}.bar{fill:#d2e7a4;stroke:#000;stroke-width:.8}"
+    ".bar{fill:#d2e7a4;stroke:#000;stroke-width:.8}"
     ".chip{fill:#f2e2c4;stroke:#000;stroke-width:.8}.n{font-weight:bold}"
     ".remote{fill:#000;stroke:#fff;stroke-width:.8}"
     ".h{paint-order:stroke;stroke:#fff;stroke-width:2.6px;stroke-linejoin:round;fill:#000}"
@@ -452,7 +455,7 @@ def _emit_box(out: list[str], box: _Box, topology: Topology, paint: _Paint) -> N
     fill = _STYLE.get(box.kind, "#ffffff")
     cls = "c" if box.kind == "Core" else "b"
     out.append(f"<g><title>{escape(box.title)}</title>{_rect(box.x, box.y, box.w, box.h, cls, fill)}")
-    if box.kind == "Core" and box.cpuset in getattr(paint, "split_cores", ()):
+    if box.kind == "Core" and box.cpuset in paint.split_cores:
         out.append(_rect(box.x + 1, box.y + 1, box.w - 2, box.h - 2, "split"))
     if box.header and box.kind != "Core":
         out.append(_text(box.x + PAD, box.y + PAD + FONT, _fit(box.header, box.w - PAD)))
