@@ -76,10 +76,6 @@ class LoadedBind:
     sha256: str | None = None
     table: bool = False  # msrun's dict form: read by position, combined with the other flag's table
 
-    @property
-    def where(self) -> str:
-        return self.path or ("msrun table" if self.table else "inline bind JSON")
-
 
 def read_bind_json(value: str) -> BindSource:
     """A bind JSON from a file path or inline JSON text, with msrun's argparse-time checks."""
