@@ -126,7 +126,8 @@ class Supervisor:
             proc.status = "not bound"
             return None
         tool = spec.binding.prefix[0]
-        reached = verify.wait_for_exec(proc.pid, proc.argv[:len(proc.argv) - len(spec.command)], EXEC_TIMEOUT)
+        reached = verify.wait_for_exec(proc.pid, (proc.shim, proc.argv[:len(proc.argv) - len(spec.command)]),
+                                       EXEC_TIMEOUT)
         proc.observed = verify.read_observed(proc.pid)  # a zombie still shows its last affinity
         how = "verified" if proc.direct is None else f"verified, applied directly: {proc.direct.reason}"
         if not reached:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 from launcher.binding import Binding
 from topo.cpuset import CpuSet
@@ -74,21 +75,22 @@ def read_observed(pid: int, proc: str = "/proc", *, memory_policy: bool = True) 
     return Observed(cpus, mems, policy, nodes)
 
 
-def wait_for_exec(pid: int, prefix: tuple[str, ...], timeout: float) -> bool:
-    """Wait until `pid` has left its binding prefix (numactl / taskset applied the binding and
-    exec'd what follows it). Its new command line is not compared with the one asked for: `python`
-    may be a wrapper (pyenv's shim) that execs the real interpreter under another name. False if it
-    did not get there (it exited, or the timeout passed)."""
+def wait_for_exec(pid: int, prefixes: Sequence[tuple[str, ...]], timeout: float) -> bool:
+    """Wait until `pid` has left every argv prefix in `prefixes` (the death-signal shim, then
+    numactl / taskset: each applied its part and exec'd what follows it). Its new command line is
+    not compared with the one asked for: `python` may be a wrapper (pyenv's shim) that execs the
+    real interpreter under another name. False if it did not get there (it exited, or the timeout
+    passed)."""
     import psutil
 
-    want = list(prefix)
+    wants = [list(p) for p in prefixes if p]
     deadline = time.monotonic() + timeout
     delay = 0.0005
     try:
         process = psutil.Process(pid)
         while True:
             got = process.cmdline()
-            if got and (not want or got[:len(want)] != want):
+            if got and not any(got[:len(want)] == want for want in wants):
                 return True
             # Empty: a zombie (it exited before or instead of running the command), or a process
             # in the middle of exec, whose new mm has no arguments yet.
