@@ -93,9 +93,10 @@ PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 
 
 @pytest.mark.parametrize("flags", [
-    ["--nproc-per-node=2", "--master-port={port}"],
+    # static: the default address, a given port and run id; one worker (no OMP_NUM_THREADS)
+    ["--nnodes=1", "--nproc_per_node=1", "--master-port={port}", "--rdzv-id=abc"],
+    # torchrun's local rendezvous: localhost, a free port, a new run id; two workers share the node
     ["--standalone", "--nproc-per-node=2", "--role=trainer", "--max-restarts=1"],
-    ["--nnodes=1", "--nproc_per_node=1", "--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=abc"],
 ])
 def test_workers_get_torchruns_environment(tmp_path, flags):
     envs = {}
