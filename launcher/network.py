@@ -1,10 +1,9 @@
-"""The master address as msrun treats it (spec/anchors.md §1.2, §1.4): resolved to an IP, "local"
-when one of this machine's interfaces carries it, and the source IP used to reach it ({ip})."""
+"""The master address as msrun treats it: resolved to an IP, "local" when one of this machine's
+interfaces carries it, and the source IP used to reach it ({ip} in --worker_log_name)."""
 
 from __future__ import annotations
 
 import functools
-import ipaddress
 import socket
 
 from topo.errors import UsageError
@@ -15,10 +14,11 @@ def resolve_master(addr: str) -> str:
     text = addr.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        pass
+    for family in (socket.AF_INET, socket.AF_INET6):  # a literal, written the canonical way
+        try:
+            return socket.inet_ntop(family, socket.inet_pton(family, text))
+        except OSError:
+            continue
     try:
         return socket.getaddrinfo(text, None, socket.AF_UNSPEC, socket.SOCK_STREAM)[0][4][0]
     except (OSError, IndexError) as exc:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
+from topo.cpuset import CpuSet
 from topo.errors import TopoError
 
 JOB_ID_VAR = "TOPO_JOB_ID"
@@ -58,7 +59,7 @@ class DirectBinding:
 
     cpus: frozenset[int] | None  # sched_setaffinity
     memory_policy: str | None  # "bind" | "preferred" for set_mempolicy; None: memory not bound
-    memory_nodes: object = None  # CpuSet of the policy's nodes
+    memory_nodes: CpuSet | None = None  # the policy's nodes
     keep_cpus_if_memory_refused: bool = False  # --bind-fallback
     reason: str = ""  # "numactl not found"
 
