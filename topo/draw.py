@@ -206,7 +206,24 @@ def _convert(node: _Node, devices_by_node: dict[int, list[Device]]) -> _Box:
     box.children = [_convert(c, devices_by_node) for c in node.children]
     if len(box.memory) > 1:
         _gather_by_node(box)
+    if len({c.kind == "Core" for c in box.children}) > 1:
+        _gather_cores(box)
     return box
+
+
+def _gather_cores(box: _Box) -> None:
+    """Cores beside other boxes (a hybrid CPU's P-cores next to its E-core clusters) go into one
+    unframed block, folded into rows like any cores, instead of a grid cell each."""
+    children: list[_Box] = []
+    for c in box.children:
+        if c.kind == "Core" and children and children[-1].kind == "Cores":
+            children[-1].children.append(c)
+            children[-1].cpuset |= c.cpuset
+        elif c.kind == "Core":
+            children.append(_Box("Cores", "", c.cpuset, children=[c]))
+        else:
+            children.append(c)
+    box.children = children
 
 
 def _gather_by_node(box: _Box) -> None:
@@ -283,6 +300,9 @@ def _measure(box: _Box, pu_w: float) -> None:
     else:
         cols = _best_cols(cells)
     grid_w, grid_h, pos = _grid(cells, cols)
+    if box.kind == "Cores":  # unframed: just the folded rows
+        box.w, box.h, box.child_pos = grid_w, grid_h, pos
+        return
     header = HEAD if box.header else 0.0
     top = PAD + header
     inner_w = max(grid_w, _text_w(box.header) if box.header else 0, 60)
@@ -451,6 +471,8 @@ def _fit(text: str, width: float) -> str:
 def _emit_box(out: list[str], box: _Box, topology: Topology, paint: _Paint) -> None:
     if box.kind == "PU":
         _emit_pu(out, box, topology, paint)
+        return
+    if box.kind == "Cores":
         return
     fill = _STYLE.get(box.kind, "#ffffff")
     cls = "c" if box.kind == "Core" else "b"
