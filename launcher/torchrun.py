@@ -40,6 +40,7 @@ DEFAULT_MASTER_PORT = 29500
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 NO_ERROR_FILE = "<N/A>"
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
+MEMORY_POLICIES = ("none", "numa", "preferred")  # --memory with --numa-binding; none is torch's
 STD_NONE, STD_OUT, STD_ERR = 0, 1, 2  # torchrun's Std flags: -r/-t values 0..3, per rank as "0:1,1:2"
 
 # torchrun's defaults for the flags `topo run` shares with it (nnodes and nproc_per_node as text,
@@ -170,7 +171,7 @@ class RunConfig:
         max_restarts: restarts of the whole local worker group after a failure.
         monitor_interval: torchrun's polling period; topo's supervisor polls at least this often
             (5 ms, backing off to 100 ms), so it only needs to be valid.
-        role: ROLE_NAME and the console prefix of --tee ("[role<local rank>]:").
+        role: the workers' ROLE_NAME.
         log_dir: base directory of `<run id>_<random>/attempt_<n>/<local rank>/`; None: a new
             directory under the system's temporary directory, removed after a successful run.
         redirects / tee: per local rank, which of stdout (1) and stderr (2) go to files / to files
@@ -229,6 +230,8 @@ class RunConfig:
             raise UsageError(f"--grace-period={self.grace_period} must not be negative")
         if self.module and self.no_python and not self.run_path:
             raise UsageError("--no-python and --module together: a module needs the interpreter; drop one")
+        if self.memory not in MEMORY_POLICIES:
+            raise UsageError(f"--memory={self.memory!r}: choose one of {', '.join(MEMORY_POLICIES)}")
         if not self.role or any(c.isspace() for c in self.role):
             raise UsageError(f"--role={self.role!r}: give a name without spaces")
         parse_signals(self.signals_to_handle)
@@ -262,7 +265,6 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     environ = os.environ if environ is None else environ
     topology = topology or _discover
     flags = dict(given)
-    warnings: list[str] = []
     if flags.get("standalone"):
         # torchrun: "--rdzv-backend, --rdzv-endpoint, --rdzv-id are auto-assigned and any explicitly
         # set values are ignored"; the job is this one node

@@ -4,7 +4,6 @@ the workers' environment next to real torchrun's, and @record's error file as th
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
