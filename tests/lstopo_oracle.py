@@ -30,6 +30,7 @@ class Answer:
     packages: list[tuple[int | None, str]] = field(default_factory=list)
     cores: list[tuple[int | None, str]] = field(default_factory=list)
     numa_nodes: list[tuple[int, str, str | None]] = field(default_factory=list)  # (P#, cpuset, subtype)
+    caches: list[tuple[int, str, str]] = field(default_factory=list)  # (level, type, cpuset)
     pci: dict[str, str] = field(default_factory=dict)  # busid -> cpuset of the normal parent
     stderr: str = ""
 
@@ -65,6 +66,9 @@ def answer(root: Path, *args: str, env: dict[str, str] | None = None) -> Answer:
         elif kind == "NUMANode":
             subtype = el.get("subtype")
             out.numa_nodes.append((_index(el), _set(el.get("cpuset")), subtype))
+        elif kind.startswith("L") and kind.endswith("Cache"):
+            cache_type = {"0": "unified", "1": "data", "2": "instruction"}[el.get("cache_type")]
+            out.caches.append((int(el.get("depth")), cache_type, _set(el.get("cpuset"))))
         elif kind == "PCIDev":
             out.pci[el.get("pci_busid")] = _set(normal_parent.get("cpuset"))
         parent = normal_parent if kind in _IO_TYPES else el

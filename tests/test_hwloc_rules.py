@@ -324,3 +324,31 @@ def test_absurd_cpu_or_node_number_is_an_error_naming_it(tmp_path, entry):
     assert str(root / entry) in str(err.value) and "exceeds" in str(err.value)
     result = CliRunner().invoke(main, ["show", "--root", str(root)])
     assert result.exit_code == 1 and str(root / entry) in result.stderr and "Traceback" not in result.output
+
+
+# ---- ordinary shapes: topo and lstopo agree object for object ----------------------------
+
+SHAPES = {
+    "2s-4c-smt2": Machine(packages=2, cores=4, threads=2),
+    "sparse-offline": Machine(packages=2, cores=2, threads=2, cpu_ids=[0, 1, 2, 3, 8, 9, 10, 11], offline="3,9"),
+    "per-cpu-online": Machine(packages=2, cores=2, threads=2, offline="5", global_online=False),
+    "2-dies-2-core-clusters": Machine(packages=1, cores=8, dies=2, cluster_cores=2),
+    "old-kernel": Machine(packages=2, cores=2, threads=2, die_id=False, cluster_id=False),
+    "2-nodes-per-package": Machine(packages=2, cores=4, nodes=[Node("0-1"), Node("2-3"), Node("4-5"), Node("6-7")]),
+    "cpu-less-node": Machine(packages=2, cores=2, nodes=[Node("0-1", 4 << 30, [10, 20, 30]), Node("2-3", 4 << 30, [20, 10, 20]),
+                                                          Node("", 16 << 30, [30, 20, 10])]),
+    "compute-units-2s": Machine(packages=2, cores=2, threads=2, compute_units=True, vendor="AuthenticAMD", family=21),
+}
+
+
+@pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_generated_shape_matches_lstopo(tmp_path, name):
+    root = build(tmp_path, SHAPES[name])
+    t = discover(root)
+    a = answer(root)
+    assert t.pus.to_list() == a.pus
+    assert sorted((p.os_index, p.cpuset.to_list()) for p in t.packages) == sorted(a.packages, key=repr)
+    assert sorted((c.os_index, c.cpuset.to_list()) for c in t.cores) == sorted(a.cores, key=repr)
+    assert sorted((n.os_index, n.locality.to_list(), n.subtype) for n in t.numa_nodes) == sorted(a.numa_nodes, key=repr)
+    assert sorted((c.level, c.type, c.cpuset.to_list()) for c in t.caches) == sorted(a.caches)
