@@ -191,6 +191,8 @@ class CpuSet:
         """The inclusive range lo..hi."""
         if hi < lo:
             return EMPTY
+        if lo < 0 or hi > MAX_ID:
+            raise ParseError(f"range {lo}-{_shown(str(hi))} is outside 0-{MAX_ID}, the CPU and node ids topo accepts")
         return cls.from_mask(((1 << (hi - lo + 1)) - 1) << lo)
 
     # ---- formatting ---------------------------------------------------
