@@ -6,12 +6,15 @@ and `topo show [--json] --root` against what the description implies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from pyfakefs.fake_filesystem import set_uid
+from pyfakefs.fake_filesystem_unittest import Patcher
 
 import topo
 from sysfs_builder import Cgroup, Machine, Node, Pci, build
@@ -376,10 +379,29 @@ def test_file_that_refuses_to_be_read_is_an_error_naming_it(tmp_path, rel, how):
     if how == "directory":
         target.unlink()
         target.mkdir()
-    else:
-        if os.geteuid() == 0:
-            pytest.skip("root reads files whatever their mode")
+        check_refused(root, target)
+        return
+    # Root reads a file whatever its mode, and CI runs as root: pyfakefs serves the same tree to
+    # a user it treats as unprivileged, so EACCES happens as it does for everyone else.
+    topo.discover(root)  # every module discovery imports is loaded from the real filesystem first
+    with as_unprivileged_user(root):
         target.chmod(0)
+        check_refused(root, target)
+
+
+@contextlib.contextmanager
+def as_unprivileged_user(root: Path):
+    """The generated tree under pyfakefs, seen by a user who is not root (uid 1000)."""
+    with Patcher() as patcher:
+        patcher.fs.add_real_directory(str(root), read_only=False, lazy_read=False)
+        set_uid(1000)
+        try:
+            yield
+        finally:
+            set_uid(0)
+
+
+def check_refused(root: Path, target: Path) -> None:
     with pytest.raises(ProbeError) as err:
         topo.discover(root)
     assert str(target) in str(err.value)
