@@ -185,6 +185,11 @@ def run_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> Fro
     node = slurm_node(environ)
     if node is None:
         return FromSlurm({}, {})
+    tasks_here = _tasks_on_node(environ) if environ.get("SLURM_STEP_ID") else None
+    if tasks_here is not None and tasks_here > 1 and "node_rank" not in given:
+        raise UsageError(f"this Slurm step runs {tasks_here} tasks on this node, and each would start the node's "
+                         "workers with the same node rank: start topo run once per node (srun --ntasks-per-node=1), "
+                         "or give each task its own --node-rank")
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
     if "nnodes" not in given and node.nnodes is not None:

@@ -94,6 +94,14 @@ def test_run_defaults_fill_what_was_not_given_and_say_so():
     assert "master_addr" not in endpoint.values
 
 
+def test_one_topo_run_per_node():
+    step = {**STEP, "SLURM_STEP_ID": "0"}
+    with pytest.raises(UsageError, match="runs 4 tasks on this node.*--ntasks-per-node=1"):
+        run_defaults(step, {})
+    assert run_defaults(step, {"node_rank": 5}).values["nnodes"] == 2
+    assert run_defaults({**step, "SLURM_STEP_TASKS_PER_NODE": "1(x2)"}, {}).values["node_rank"] == 1
+
+
 def test_a_single_node_rendezvouses_on_itself():
     one = {**STEP, "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "gpu03"}
     assert run_defaults(one, {}).values == {"nnodes": 1, "nproc_per_node": 4}
