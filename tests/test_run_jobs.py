@@ -99,6 +99,15 @@ def test_sigterm_stops_every_worker(tmp_path):
     assert "received SIGTERM" in err
 
 
+def test_no_daemon_outlives_the_run(tmp_path):
+    r = topo_run("--nproc-per-node=2", WORKER, str(tmp_path), "daemon")
+    assert r.returncode == 0, r.stderr
+    pids = [int((tmp_path / f"daemon{rank}.pid").read_text()) for rank in (0, 1)]
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_dry_run_starts_nothing(tmp_path):
     r = topo_run("--dry-run", "--nproc-per-node=2", "--master-port=29518", WORKER, str(tmp_path), "ok")
     assert r.returncode == 0, r.stderr

@@ -5,7 +5,9 @@ pid, affinity), prints one line to stdout and one to stderr, then:
 - ok: exits 0;
 - fail-once: rank 1 exits 3 on the first attempt, every worker exits 0 after a restart;
 - fail: rank 1 exits 3 on every attempt;
-- sleep: sleeps until it is killed.
+- sleep: sleeps until it is killed;
+- daemon: leaves a daemonised grandchild (double fork, own session) sleeping, writes its pid to
+  OUT_DIR/daemon<RANK>.pid, and exits 0.
 """
 import json
 import os
@@ -24,6 +26,18 @@ if action == "fail-once" and rank == "1" and attempt == "0":
     sys.exit(3)
 if action == "fail" and rank == "1":
     sys.exit(3)
+if action == "daemon":
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(os.path.join(out_dir, f"daemon{rank}.pid"), "w") as fh:
+                fh.write(str(os.getpid()))
+            time.sleep(600)
+        os._exit(0)
+    os.wait()
+    deadline = time.monotonic() + 10
+    while not os.path.exists(os.path.join(out_dir, f"daemon{rank}.pid")) and time.monotonic() < deadline:
+        time.sleep(0.01)
 if action == "sleep":
     while True:
         time.sleep(1)
