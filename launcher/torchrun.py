@@ -178,7 +178,8 @@ class RunConfig:
             and the console.
         local_ranks_filter: the local ranks whose output reaches the console (None: all).
         numa_binding / memory: a topo planner mode, and its memory policy (none, numa, preferred).
-        bind_fallback: run a worker unbound (or without its memory policy) when its binding is refused.
+        bind_fallback: as topo launch's: a refused memory policy is dropped and the CPUs kept, a
+            binding that does not take leaves the worker as the kernel placed it.
         dry_run: print every worker's argv, binding and environment; start nothing.
         grace_period: seconds between SIGTERM and SIGKILL when the workers are stopped.
         signals_to_handle: TORCHELASTIC_SIGNALS_TO_HANDLE.

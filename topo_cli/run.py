@@ -61,7 +61,8 @@ def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
 @_torchrun_option("memory", env=False, type=click.Choice(["none", "numa", "preferred"]),
                   help="Memory policy of --numa-binding: none (torch's), numa (bind), preferred [default: none].")
 @_torchrun_option("bind_fallback", env=False, is_flag=True,
-                  help="Run a worker unbound (or without its memory policy) when its binding is refused.")
+                  help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "
+                       "(and keep a worker whose binding does not take as placed) instead of failing.")
 @_torchrun_option("dry_run", env=False, is_flag=True,
                   help="Print each worker's argv, binding and environment; start nothing.")
 @click.option("--grace-period", "--grace_period", "--shutdown-timeout", "--shutdown_timeout", "grace_period",
