@@ -146,6 +146,21 @@ def test_no_lscpu_fallback_on_a_captured_root(hidden_numa_root):
     assert len(t.numa_nodes) == 1 and t.probes["lscpu"] == "off: not this system"
 
 
+def test_captured_lscpu_outputs_are_read_on_a_captured_root(hidden_numa_root, monkeypatch):
+    # `topo capture` stores lscpu's outputs; a captured root answers from them, never from this
+    # machine's lscpu.
+    parsable = "# CPU,Core,Socket,Node,,L1d,L1i,L2,L3\n" + "".join(
+        f"{c},{c},{c // 48},{c // 24},,{c},{c},{c},{c // 24}\n" for c in range(192))
+    (hidden_numa_root / "topo-capture").mkdir()
+    (hidden_numa_root / "topo-capture/lscpu-parsable.txt").write_text(parsable)
+    (hidden_numa_root / "topo-capture/lscpu.txt").write_text(
+        sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt"))
+    monkeypatch.setattr(lscpu, "run_tool", None)  # running lscpu here would fail the test
+    t = topo.discover(hidden_numa_root, probes=())
+    assert [n.cpuset for n in t.numa_nodes] == list(KUNPENG_NODES.values())
+    assert t.probes["lscpu"] == "ok (8 NUMA nodes)"
+
+
 def test_lscpu_failure_keeps_sysfs_view(hidden_numa_root, monkeypatch):
     def broken(args, timeout=None):
         raise topo.ProbeError("'lscpu -p=CPU,CORE,SOCKET,NODE,CACHE' timed out after 10s")

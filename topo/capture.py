@@ -316,4 +316,8 @@ def _checked_members(tar: tarfile.TarFile, path: str) -> list[tarfile.TarInfo]:
 
 
 def _reason(exc: BaseException) -> str:
-    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    """One short line: tarfile's messages can span several (one per compression it tried)."""
+    if isinstance(exc, tarfile.ReadError):
+        return "not a tar archive, compressed or not"
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return text.splitlines()[0][:100]

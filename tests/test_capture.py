@@ -1,0 +1,125 @@
+"""`topo capture`: one small archive of what discovery reads, which `--root` reads back as the
+machine it came from."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from topo.capture import TOOLS, TOOLS_DIR, capture
+from topo.fsroot import PROCFS_LIMIT, SYSFS_LIMIT, TOOL_OUTPUT_LIMIT
+from topo_cli import main
+
+# What must come back the same; source.probes and info say how it was read, and runtime probes
+# (NVML, npu-smi) answer only on the live machine.
+SAME = ("pus", "allowed_pus", "complete_pus", "online_pus", "allowed_numa_nodes", "packages", "dies",
+        "clusters", "numa_nodes", "cores", "caches", "memory_side_caches", "groups", "pci_devices")
+
+
+def run(*args: str, env: dict | None = None):
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+def show_json(*args: str) -> dict:
+    result = run("show", "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("capture") / "machine.tar.gz"
+    result = run("capture", str(path))
+    assert result.exit_code == 0, result.output
+    assert f"wrote {path}" in result.stdout
+    return path
+
+
+@pytest.mark.parametrize("view", [(), ("--include-disallowed",)], ids=["allowed", "whole"])
+def test_round_trip_on_this_machine(captured, view):
+    if not view and os.sched_getaffinity(0) != set(range(os.cpu_count() or 1)) - _offline():
+        pytest.skip("this process's affinity is narrower than its cgroup: a capture cannot know it")
+    live = show_json(*view)
+    again = show_json("--root", str(captured), *view)
+    for key in SAME:
+        assert again[key] == live[key], key
+    sysfs_devices = [d for d in live["devices"] if d["source"] == "sysfs"]
+    assert [d for d in again["devices"] if d["source"] == "sysfs"] == sysfs_devices
+    assert again["source"]["root"] == str(captured)
+
+
+def _offline() -> set[int]:
+    text = Path("/sys/devices/system/cpu/offline").read_text().strip() if Path(
+        "/sys/devices/system/cpu/offline").exists() else ""
+    from topo.cpuset import CpuSet
+
+    return set(CpuSet.parse(text))
+
+
+def test_plan_reads_a_capture(captured):
+    result = run("plan", "--mode", "exclusive", "--nproc-per-node", "1", "--root", str(captured))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["bind_cpu"]
+
+
+def test_archive_is_small_bounded_and_private(captured):
+    with tarfile.open(captured) as tar:
+        members = tar.getmembers()
+    names = {m.name for m in members}
+    assert captured.stat().st_size < 4 << 20
+    for m in members:
+        assert m.isfile() or m.isdir() or m.issym(), m.name
+        assert not m.name.startswith("/") and ".." not in m.name.split("/")
+        parts = set(m.name.split("/"))
+        assert not parts & {"environ", "cmdline", "mem", "maps", "keys"}, m.name
+        assert not m.name.startswith(("etc/", "root/", "home/")), m.name
+        limit = SYSFS_LIMIT if m.name.startswith("sys/") else PROCFS_LIMIT
+        assert m.size <= max(limit, TOOL_OUTPUT_LIMIT) + 1, m.name
+        if m.issym():
+            assert not m.linkname.startswith("/"), m.name
+    for wanted in ("proc/cpuinfo", "proc/meminfo", "proc/self/status", "proc/self/cgroup",
+                   "sys/devices/system/cpu/online", f"{TOOLS_DIR}/README.txt"):
+        assert wanted in names or any(n.startswith(wanted) for n in names), wanted
+    assert any(n.startswith("sys/devices/system/cpu/cpu0/") for n in names)
+
+
+def test_tool_outputs_are_stored_under_documented_names(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho \"GPU0 X NV12 args: $*\"\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    broken = bin_dir / "npu-smi"
+    broken.write_text("#!/bin/sh\necho 'dcmi module initialize failed' >&2\nexit 3\n")
+    broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    path = tmp_path / "c.tar.gz"
+    notes = capture(path)
+    with tarfile.open(path) as tar:
+        stored = {m.name: m for m in tar.getmembers()}
+        topo_m = tar.extractfile(f"{TOOLS_DIR}/nvidia-smi-topo-m.txt").read().decode()
+        readme = tar.extractfile(f"{TOOLS_DIR}/README.txt").read().decode()
+    assert topo_m == "GPU0 X NV12 args: topo -m\n"
+    assert f"{TOOLS_DIR}/npu-smi-info.txt" not in stored
+    assert any("'npu-smi info' failed (exit 3): dcmi module initialize failed" in n for n in notes)
+    assert "nvidia-smi-topo-m.txt: nvidia-smi topo -m" in readme
+    assert set(TOOLS) >= {"lscpu.txt", "nvidia-smi-topo-m.txt", "npu-smi-info.txt"}
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["capture", "machine.zip"], 2, "name the archive FILE.tar.gz"),
+    (["capture", "/nonexistent/dir/m.tar.gz"], 1, "cannot write /nonexistent/dir/m.tar.gz"),
+    (["show", "--root", sys.executable], 1, "not a topo capture archive"),
+])
+def test_errors_are_one_line(args, code, words):
+    result = run(*args)
+    assert result.exit_code == code
+    assert result.stderr.startswith("topo: error: ") and words in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
