@@ -309,7 +309,7 @@ class ProcessGroup:
 
         from topo.syscalls import prctl
 
-        self._children_before = frozenset(_children_of(os.getpid()))
+        self._children_before = frozenset(_children())
         value = ctypes.c_int(0)
         try:
             prctl(_PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
@@ -336,12 +336,16 @@ class ProcessGroup:
                 return
 
 
-def _children_of(pid: int) -> list[int]:
+def _children() -> list[int]:
+    """This process's children (a host program's own, when launch() is a library call); asking
+    the kernel whether there are any at all spares importing psutil in the usual case."""
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(x) for x in fh.read().split()]
-    except OSError:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
         return []
+    import psutil
+
+    return [child.pid for child in psutil.Process().children()]
 
 
 def raise_open_file_limit() -> int:
