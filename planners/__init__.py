@@ -104,7 +104,7 @@ def get_planner(mode: str) -> Planner:
         return BUILTIN[name]
     reg = registry()
     if name not in reg:
-        raise UsageError(f"unknown mode {mode!r}; choose one of {', '.join(reg)} (see `topo plan --list-modes`)")
+        raise UsageError(f"unknown mode {mode!r}; choose one of {', '.join(reg)}")
     return reg[name]
 
 

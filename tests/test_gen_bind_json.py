@@ -18,7 +18,7 @@ import gen_bind_json  # noqa: E402
 
 
 def two_nodes():
-    # the anchors' hand-derived host: cpuset 0-63, node0 0-31, node1 32-63, no NPU found
+    # MindSpore's script worked by hand on a host with cpuset 0-63, node0 0-31, node1 32-63, no NPU found
     return synthetic("pack:2 core:32 pu:1")
 
 

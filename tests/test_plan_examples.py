@@ -38,7 +38,7 @@ def atlas800():
                      vendor="huawei")
 
 
-# ---- torch (anchors §2.4) ----------------------------------------------------------------------
+# ---- torch (torch.numa.binding) -------------------------------------------------------------------
 def test_torch_exclusive_docstring_example():
     """torch's AffinityMode.EXCLUSIVE: "If NUMA node 1 has 16 physical cores and GPUs 2 and 3, then
     the worker whose local rank is 2 will be bound to cores 0-7, and ... 3 to cores 8-15"."""
@@ -89,7 +89,7 @@ def test_torch_socket_on_cpu_less_and_excluded_nodes():
     assert mains(plan) == {"device0": "0-7"}
 
 
-# ---- gpu_affinity (anchors §3.4-3.5) -----------------------------------------------------------
+# ---- gpu_affinity (NVIDIA gpu_affinity) --------------------------------------------------------
 def test_gpu_affinity_socket_scope_keeps_every_core():
     """gpu_affinity ran: socket 0-9, node 0-2 => unique/socket gives 0-8, CPU 9 lost (zip truncates)."""
     t = from_nodes(["0-2", "3-9"], gpu_nodes=[0])
@@ -159,7 +159,7 @@ def test_multithreading_single_logical():
     assert mains(plan)["device1"] == "56-63"
 
 
-# ---- msrun (anchors §1.9-1.10) -----------------------------------------------------------------
+# ---- msrun (--bind_core / --bind_numa) --------------------------------------------------------------
 def test_msrun_bind_core_affinity_pool_then_non_affinity_pool():
     # the msrun-auto docstring example: two devices on node 0, node 1 device-less
     t = synthetic("pack:1 numa:2 core:32 pu:1", gpu_nodes=[0, 0], device_kind="npu", vendor="huawei")

@@ -22,12 +22,11 @@ from topo.synthetic import synthetic
 sys.path.insert(0, str(Path(__file__).parent))
 import machines  # noqa: E402
 
-MODES = ["msrun-auto", "node", "socket", "exclusive", "core-complex", "all", "single", "single-unique",
-         "unique-interleaved", "unique-contiguous"]
-UNIQUE = {"exclusive", "single-unique", "unique-interleaved", "unique-contiguous", "msrun-auto"}
-GPU_AFFINITY = {"all", "single", "single-unique", "unique-interleaved", "unique-contiguous"}
-WHOLE_CORES = {"node", "socket", "exclusive", "core-complex", "all", "single", "single-unique",
-               "unique-interleaved", "unique-contiguous"}
+# from the registry, where the mode names and their facts are written
+MODES = list(planners.BUILTIN)
+UNIQUE = {name for name, p in planners.BUILTIN.items() if not p.shares_cpus}
+GPU_AFFINITY = {name for name, p in planners.BUILTIN.items() if p.strategy.startswith("planners.gpu_affinity:")}
+WHOLE_CORES = {name for name, p in planners.BUILTIN.items() if not p.strategy.startswith("planners.msrun:")}
 
 SYNTHETIC = {
     "2pack-8numa-gpu-per-node": lambda: synthetic("pack:2 numa:4 l3:2 core:8 pu:2", gpus_per_numa=1),
