@@ -13,7 +13,8 @@ file, binding) and gets processes. How each process is contained:
   `setpriv --pdeathsig KILL --` in front of the argv sets it when installed: the child is then
   spawned with vfork, while a Python function between fork and exec (the fallback, and what a
   directly applied binding needs anyway) makes every spawn wait for a full fork of the launcher
-  and for the child to be scheduled, about 15 ms per process on a loaded 2-CPU machine;
+  and for the child to be scheduled, about 15 ms per process on a loaded 2-CPU machine. Unlike
+  the fallback, setpriv cannot check that the launcher did not die in the instant before it asked;
 - with `adopt_orphans`, the launcher is a child subreaper (PR_SET_CHILD_SUBREAPER): a grandchild
   that daemonises out of its session is re-parented to the launcher instead of init, and is
   stopped with the rest;

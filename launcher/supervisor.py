@@ -105,8 +105,9 @@ class Supervisor:
             self.say(f"{problem}; --bind-fallback: memory policy dropped, CPUs {spec.binding.cpus} kept")
         else:
             self.say(f"{problem}; --bind-fallback: running it unbound")
-        with open(spec.log_path, "a") as log:
-            log.write(f"topo launch: starting again {'with CPUs only' if cpus else 'unbound'}: {problem}\n")
+        if spec.log_path:
+            with open(spec.log_path, "a") as log:
+                log.write(f"topo launch: starting again {'with CPUs only' if cpus else 'unbound'}: {problem}\n")
         direct = DirectBinding(cpus, None, reason="memory binding refused") if cpus is not None else None
         proc = self.group.start_one(spec, direct=direct, argv=spec.command, log_mode="a")
         self.group.replace(index, proc)
