@@ -19,9 +19,8 @@ def process_cpus(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> CpuSet
     """The CPUs a process ends up on: main CPUs (cpu mode) or its nodes' CPUs (numa mode)."""
     if plan.cpu_mode == "cpu":
         return proc.cpus("main")
-    if plan.cpu_mode == "numa" and proc.cpu_nodes is not None:
-        nodes = CpuSet((proc.cpu_nodes,)) if isinstance(proc.cpu_nodes, int) else CpuSet.parse(proc.cpu_nodes)
-        return union_all(layout.node_cpus.get(n, CpuSet()) for n in nodes)
+    if plan.cpu_mode == "numa" and proc.cpu_node_set is not None:
+        return union_all(layout.node_cpus.get(n, CpuSet()) for n in proc.cpu_node_set)
     return CpuSet()
 
 
