@@ -29,13 +29,20 @@ class Observed:
     policy_nodes: CpuSet  # nodes of the policy (empty for default)
 
     def describe(self) -> str:
+        """"CPUs 1, memory node 0", as Binding.describe words what was asked."""
         if self.policy == "bind":
-            memory = f"memory {'node' if self.policy_nodes.weight() == 1 else 'nodes'} {self.policy_nodes}"
+            memory = f"memory {_nodes(self.policy_nodes)}"
         elif self.policy in ("default", ""):
-            memory = f"memory {'node' if self.mems_allowed.weight() == 1 else 'nodes'} {self.mems_allowed}"
+            memory = f"memory {_nodes(self.mems_allowed)}"
+        elif self.policy == "prefer":
+            memory = f"memory preferred {_nodes(self.policy_nodes)}"
         else:
             memory = f"memory {self.policy} {self.policy_nodes}"
         return f"CPUs {self.cpus}, {memory}"
+
+
+def _nodes(nodes: CpuSet) -> str:
+    return f"{'node' if nodes.weight() == 1 else 'nodes'} {nodes}"
 
 
 def read_observed(pid: int, proc: str = "/proc", *, memory_policy: bool = True) -> Observed | None:

@@ -274,6 +274,27 @@ def test_bindings_are_applied_directly_without_numactl_and_taskset(dirs, tmp_pat
     assert launched[1]["binding"]["applied"] == "directly"
 
 
+@needs_two_cpus
+@needs_numa_maps
+@pytest.mark.parametrize("numactl", [True, False], ids=["numactl", "direct"])
+def test_preferred_memory_policy(dirs, tmp_path, numactl):
+    cwd, out, logs = dirs
+    if numactl and shutil.which("numactl") is None:
+        pytest.skip("numactl not installed")
+    bind = cwd / "bind.json"
+    bind.write_text(json.dumps({"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "none"},
+                                "bind_cpu": {"device0": {"main": "1"}}, "bind_memory": {"device0": 0},
+                                "topo": {"memory_policy": "preferred"}}))
+    env = ENV if numactl else {**ENV, "PATH": bin_without(tmp_path, "numactl", "taskset")}
+    r = topo("launch", "--worker_num=1", "--local_worker_num=1", "--join=True", "--no-scheduler", f"--log_dir={logs}",
+             f"--bind_numa={bind}", ENVDUMP, str(out), cwd=cwd, env=env)
+    assert r.returncode == 0, r.stderr
+    how = "verified" if numactl else "verified, applied directly: numactl not found"
+    assert f"rank 0: CPUs 1, memory preferred node 0 ({how})" in r.stderr
+    record = json.loads((out / "worker_0.json").read_text())
+    assert (record["affinity"], record["memory_policy"]) == ([1], "prefer:0")
+
+
 def _refuse_mempolicy(policy, nodes=None):
     from topo.syscalls import SyscallError
 
