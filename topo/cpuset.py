@@ -312,7 +312,8 @@ class CpuSet:
         return (CpuSet.from_mask, (self._mask,))
 
 
-_BYTE_TOKENS = re.compile(rb"\xff+|[^\x00\xff]")  # a run of full bytes, or one partial byte
+# zero bytes skipped in one tight loop, then a run of full bytes or one partial byte
+_BYTE_TOKENS = re.compile(rb"\x00*(\xff+|[^\x00\xff])")
 _BYTE_RUNS = tuple(
     tuple((lo, hi) for lo in range(8) for hi in range(lo, 8)
           if all(v >> b & 1 for b in range(lo, hi + 1))
@@ -326,8 +327,8 @@ def _ranges_of_bytes(mask: int, base: int) -> Iterator[tuple[int, int]]:
     data = mask.to_bytes((mask.bit_length() + 7) // 8, "little")
     lo = hi = -2
     for token in _BYTE_TOKENS.finditer(data):
-        at = base + token.start() * 8
-        text = token.group()
+        at = base + token.start(1) * 8
+        text = token.group(1)
         runs = ((0, 8 * len(text) - 1),) if text[0] == 0xFF else _BYTE_RUNS[text[0]]
         for a, b in runs:
             if at + a == hi + 1:
