@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from topo_cli.launch import bind, launch
 from topo_cli import main
+from topo_cli.launch import bind, launch
+from topo_cli.stop import stop
 
 
 def dry_run(*args):
@@ -44,7 +45,19 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path):
 
 
 def test_commands_have_help_with_examples():
-    for command in (launch, bind):
+    for command in (launch, bind, stop):
         assert "Examples:" in command.help
     r = CliRunner().invoke(main, ["launch", "--help"])
     assert r.exit_code == 0 and "--bind_numa, --bind-numa" in r.output
+
+
+def test_the_interpreter_is_python_from_path_as_msrun(tmp_path):
+    script = tmp_path / "net.py"
+    script.write_text("")
+    r = CliRunner().invoke(main, ["launch", "--dry-run", "--worker_num=1", "--local_worker_num=1", "--no-scheduler",
+                                  str(script)])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0] == f"rank 0, DEVICE_ID=0: python {script}"
+    r = CliRunner().invoke(main, ["launch", "--dry-run", "--python", "/no/such/python", str(script)])
+    assert (r.exit_code, r.output) == (2, "topo: error: interpreter does not exist, --python=/no/such/python: "
+                                          "give an interpreter that runs, e.g. --python python3\n")
