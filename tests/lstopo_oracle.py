@@ -36,9 +36,14 @@ class Answer:
 
 
 def _set(text: str | None) -> str:
+    """hwloc's XML bitmap: 32-bit words most significant first, "0x" each, an all-zero word
+    possibly left empty ("0x000000ff,,0x0000ffff")."""
     if not text:
         return ""
-    return CpuSet.parse_mask(text.replace("0x", "")).to_list()
+    mask = 0
+    for word in text.split(","):
+        mask = (mask << 32) | int(word.removeprefix("0x") or "0", 16)
+    return CpuSet.from_mask(mask).to_list()
 
 
 def _index(el: ET.Element) -> int | None:

@@ -18,6 +18,7 @@ from topo_cli import main as cli
 from topo.cpuset import CpuSet
 
 from conftest import SYSFS, fixture_names, parse_test_file
+from lstopo_oracle import LSTOPO, answer
 
 # hwloc's "important" PCI filter (hwloc_filter_check_pcidev_subtype_important): what lstopo shows
 # by default. Bridges never reach our list.
@@ -175,3 +176,47 @@ def test_include_disallowed_shows_whole_machine(hwloc_roots):
     assert [n.os_index for n in full.numa_nodes] == list(range(8))
     assert [n.os_index for n in restricted.numa_nodes] == list(range(6))
     full.check()
+
+
+def test_pci_function_sits_at_its_host_bridge_not_its_own_file(hwloc_roots):
+    # 0000:00:02.0 (NVMe) says CPUs 0-3 in its own local_cpus; the first function on its root bus
+    # (0000:00:00.0) says 0-7, and lstopo puts the NVMe in package 0 (0-7) with the whole bus.
+    root = hwloc_roots.for_fixture("32em64t-2n8c+dax+nvme+mic+dimms")
+    assert (root / "sys/bus/pci/devices/0000:00:02.0/local_cpus").read_text().strip().endswith(",0000000f")
+    local = {d.busid: d.local_cpus.to_list() for d in topo.discover(root).pci_devices}
+    assert local["0000:00:02.0"] == "0-7"
+
+
+@pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
+def test_kept_gpu_memory_nodes_sit_where_lstopo_keeps_them(hwloc_roots):
+    # POWER9 + V100: six GPU memory nodes. topo always shows them; lstopo does so with
+    # HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES=1, each at its GPU's local CPUs.
+    root = hwloc_roots.for_fixture("nvidiagpunumanodes")
+    ours = sorted((n.os_index, n.locality.to_list(), n.subtype) for n in topo.discover(root).numa_nodes)
+    theirs = sorted(answer(root, env={"HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES": "1"}).numa_nodes)
+    assert [n for n in ours if n[2] == "GPUMemory"] and ours == theirs
+
+
+def _tarballs() -> list[str]:
+    """One fixture per captured tarball (several fixtures reuse one with other lstopo options)."""
+    seen = {}
+    for name in fixture_names():
+        source = parse_test_file(name)["source"]
+        if source and source.endswith(".tar.bz2"):
+            seen.setdefault(source, name)
+    return sorted(seen.values())
+
+
+@pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
+@pytest.mark.parametrize("name", _tarballs())
+def test_captured_root_matches_lstopo_run_here(hwloc_roots, name):
+    # The installed hwloc on the raw root, with topo's defaults (GPU memory nodes kept, no .test
+    # options): packages, cores, NUMA nodes and the object each PCI device hangs from.
+    root = hwloc_roots.for_fixture(name)
+    ours = topo.discover(root).to_dict()
+    theirs = answer(root, env={"HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES": "1"})
+    assert Counter((p["os_index"], p["cpuset"]) for p in ours["packages"]) == Counter(theirs.packages)
+    assert Counter((c["os_index"], c["cpuset"]) for c in ours["cores"]) == Counter(theirs.cores)
+    assert Counter((n["os_index"], n["locality"], n["subtype"]) for n in ours["numa_nodes"]) == Counter(theirs.numa_nodes)
+    where = {d["busid"]: _parent_cpuset(ours, d["local_cpus"]) for d in ours["pci_devices"]}
+    assert {b: s for b, s in theirs.pci.items() if b in where} == {b: where[b] for b in theirs.pci if b in where}
