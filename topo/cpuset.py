@@ -218,8 +218,8 @@ class CpuSet:
         m = self._mask
         base = 0
         # Each step below costs a pass over the whole mask: fine for a few ranges, quadratic for
-        # many (every other CPU of a 32768-PU machine took 0.2 s). After a few, read bytes instead.
-        for _ in range(8):
+        # many (every other CPU of a 32768-PU machine took 0.2 s). After four, read bytes instead.
+        for _ in range(4):
             if not m:
                 return
             # skip zeros
