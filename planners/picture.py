@@ -2,13 +2,14 @@
 
 `plan_overlay` turns a BindPlan into the drawing's overlay: one owner per process, in its own
 colour, tagged with its local rank ("S" for MindSpore's scheduler entry), with its memory node(s),
-the device it drives, and its CPUs outside that device's home node(s) flagged as remote. The legend
-row is the `--explain` row: rank, device, CPUs, memory node, locality.
+the device it drives, and its CPUs outside that device's home node(s) flagged as remote. A process's
+CPUs are all its thread modules' (runtime, minddata, main, ...). The legend row follows `--explain`:
+rank, device, CPUs, cores, memory node, the device's node, locality.
 """
 
 from __future__ import annotations
 
-from topo.cpuset import CpuSet
+from topo.cpuset import CpuSet, union_all
 from topo.draw import Overlay, Owner, colour, draw_html, draw_svg, text_map
 from topo.model import Topology
 
@@ -24,25 +25,36 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     rows, warnings = analyse(topology, plan)
     owners = []
     for i, (proc, row) in enumerate(zip(plan.processes, rows)):
-        cpus = process_cpus(plan, proc, layout)
+        cpus = _all_cpus(plan, proc, layout)
         dev = proc.device if proc.device in layout.devices and not proc.is_scheduler else None
-        device = None
-        remote = CpuSet()
-        if dev is not None:
+        device, remote, local = None, CpuSet(), "-"
+        if dev is not None and cpus:
             d = layout.devices[dev]
             device = (d.kind, d.index)
-            remote = cpus - layout.cpus_of_nodes(layout.home_of(dev))
-        local = {"yes": "local", "partly": "partly remote", "no": "remote"}.get(row["local"], "-")
+            home = layout.cpus_of_nodes(layout.home_of(dev))
+            remote = cpus - home
+            local = "local" if not remote else ("partly remote" if cpus & home else "remote")
         tag = "S" if proc.is_scheduler else (row["rank"] if row["rank"] != "-" else str(i))
-        name = "scheduler" if proc.is_scheduler else f"rank {tag}"
-        device_text = f"{device[0].upper()} {dev}" if device else "-"
+        cores = sum(1 for c in topology.cores if c.cpuset & cpus)
         owners.append(Owner(
-            tag=tag, label="S" if proc.is_scheduler else f"r{tag}", colour=colour(i), cpus=cpus, memory=proc.memory_nodes or CpuSet(), device=device, remote=remote,
-            legend=(name, device_text, row["cpus"], row["cores"], row["memory"], row["node"], local)))
+            tag=tag, label="S" if proc.is_scheduler else f"r{tag}", colour=colour(i), cpus=cpus,
+            memory=proc.memory_nodes or CpuSet(), device=device, remote=remote,
+            legend=("scheduler" if proc.is_scheduler else f"rank {tag}",
+                    f"{device[0].upper()} {dev}" if device else "-", cpus.to_list() or "-",
+                    f"{cores} ({cpus.weight()} PUs)" if cpus else "-", row["memory"], row["node"], local)))
     n = len(plan.workers())
     title = (f"topo plan --mode {plan.meta.get('mode', '?')}: {n} process{'es' if n != 1 else ''} on "
              f"{topology.summary()}")
     return Overlay(tuple(owners), title=title, legend_header=LEGEND, notes=tuple(warnings))
+
+
+def _all_cpus(plan: BindPlan, proc, layout: Layout) -> CpuSet:
+    """Every CPU the process runs on: with MindSpore's thread modules, runtime's and minddata's
+    besides main's (`--explain`'s table counts main only)."""
+    cpus = process_cpus(plan, proc, layout)
+    if plan.cpu_mode == "cpu":
+        cpus = union_all([cpus, *(proc.cpus(name) for name, _ in proc.modules)])
+    return cpus
 
 
 def plan_svg(topology: Topology, plan: BindPlan) -> str:
