@@ -208,24 +208,31 @@ class Layout:
     @cached_property
     def _core_index(self) -> tuple[list[int], list[int], dict[int, int]]:
         # Cores by lowest allowed PU. A core's mask is as wide as the machine, so every whole-mask
-        # operation on it costs O(PUs / 30): this takes one per core (its lowest bit).
+        # operation on it costs O(PUs / 30); this takes about one per core. Its highest PU is free
+        # (bit_length); clearing that bit leaves its lowest when it has at most two PUs.
         restrict = None if self.allowed == self.topology.pus else self.allowed.mask
         masks = [c.cpuset.mask for c in self.topology.cores]
         if restrict is not None:
             masks = [m & restrict for m in masks if m & restrict]
-        firsts = [(m & -m).bit_length() - 1 for m in masks]
+        highs = [m.bit_length() - 1 for m in masks]
+        seconds = [(m ^ (1 << h)).bit_length() - 1 for m, h in zip(masks, highs)]  # -1: a one-PU core
+        two = sum(1 for x in seconds if x >= 0)
+        # The cores hold at most the allowed PUs, and each holds >= 2 when a second bit is left:
+        # equality means none holds a third, so highest and second are all its PUs.
+        pairs = len(masks) + two == self.allowed.weight()
+        if pairs:
+            firsts = [x if x >= 0 else h for x, h in zip(seconds, highs)]
+        else:  # SMT4/SMT8, or PUs outside every core
+            firsts = [(m & -m).bit_length() - 1 for m in masks]
         if any(a > b for a, b in zip(firsts, firsts[1:])):
             order = sorted(range(len(masks)), key=firsts.__getitem__)
             firsts = [firsts[i] for i in order]
             masks = [masks[i] for i in order]
-        highs = [m.bit_length() - 1 for m in masks]  # O(1) each
-        two = sum(1 for f, h in zip(firsts, highs) if f != h)
-        if len(masks) + two == self.allowed.weight():
-            # The cores hold at most the allowed PUs, and each holds >= 2 when its lowest and highest
-            # bits differ: equality means none holds a third, so lowest and highest are all its PUs.
+            highs = [highs[i] for i in order]
+        if pairs:
             core_of_pu = dict(zip(firsts, range(len(masks))))
             core_of_pu.update(zip(highs, range(len(masks))))
-        else:  # SMT4/SMT8, or PUs outside every core
+        else:
             core_of_pu = {pu: i for i, m in enumerate(masks) for pu in CpuSet.from_mask(m)}
         return firsts, masks, core_of_pu
 

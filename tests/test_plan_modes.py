@@ -258,7 +258,7 @@ def test_random_machines(shape, gpus, hbm, mode, data, scatter):
         # the only refusals: not enough cores / CPUs / nodes for what was asked, and they say so
         assert any(w in str(exc) for w in ("cores", "CPUs", "no allowed CPU", "NUMA node")), exc
         return
-    checked = {k: v for k, v in opts.items() if k in ("multithreading", "balanced", "memory")}
+    checked = {k: v for k, v in opts.items() if k in ("multithreading", "balanced", "memory", "scope")}
     if opts.get("msrun_bind") == "numa" and mode == "msrun-auto":
         assert plan.cpu_mode == "numa"
     check_plan(t, mode, plan, **checked)
