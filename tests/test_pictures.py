@@ -117,7 +117,7 @@ def test_show_output_writes_the_format_its_extension_names(dgx_root, tmp_path):
     page = (tmp_path / "m.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page
     assert "<script" not in page and "src=" not in page and "href=" not in page
-    assert "<th>GPU0</th>" in page and "<td>PXB</td>" in page  # the link matrix
+    assert "<th>GPU0</th>" in page and '<td class="lsw">PXB</td>' in page  # the link matrix
     assert "2 packages, 8 NUMA nodes, 128 cores, 256 PUs, 8 GPUs" in page
 
 

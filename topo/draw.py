@@ -628,7 +628,8 @@ _PAGE_CSS = (
     "h1{font-size:18px;margin:0 0 6px}p{margin:4px 0}table{border-collapse:collapse;margin:8px 0}"
     "td,th{border:1px solid #bbb;padding:2px 6px;text-align:left;font-size:12px}"
     "th{background:#eee}.sw{display:inline-block;width:12px;height:12px;border:1px solid #000;"
-    "vertical-align:middle}.figure{overflow:auto}"
+    "vertical-align:middle}.figure{overflow:auto}.lnv{background:#b9e3a8}.lsw{background:#d8e8f8}"
+    ".lhb{background:#f6efd6}"
 )
 
 
@@ -660,11 +661,18 @@ def draw_html(topology: Topology, overlay: Overlay | None = None) -> str:
         parts.append("<h2 style=\"font-size:15px\">Device links (as nvidia-smi topo -m)</h2><table><tr><th></th>"
                      + "".join(f"<th>{escape(n)}</th>" for n in names) + "</tr>")
         for a in names:
-            cells = "".join(f"<td>{escape(topology.links[a].get(b, 'X' if a == b else '-'))}</td>" for b in names)
+            cells = "".join(_link_cell(topology.links[a].get(b, "X" if a == b else "-")) for b in names)
             parts.append(f"<tr><th>{escape(a)}</th>{cells}</tr>")
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _link_cell(link: str) -> str:
+    """A matrix cell shaded by how close the two devices are: NVLink/HCCS, one switch, the host."""
+    shade = ("lnv" if link.startswith(("NV", "HCCS")) else "lsw" if link in ("PIX", "PXB")
+             else "lhb" if link in ("PHB", "NODE") else "")
+    return f'<td class="{shade}">{escape(link)}</td>' if shade else f"<td>{escape(link)}</td>"
 
 
 # ---- terminal -------------------------------------------------------------------------------------
