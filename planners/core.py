@@ -420,8 +420,9 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     warnings = list(warnings)
     procs = []
     texts: dict[CpuSet, str] = {}  # ranks sharing a set (shared modes) format it once
+    entries: dict[tuple[int, ...], tuple | None] = {}  # likewise ranks sharing memory nodes
     for r in range(job.nproc):
-        mem = [n for n in (memory[r] or ()) if n != PSEUDO_NODE]
+        mem = tuple(n for n in (memory[r] or ()) if n != PSEUDO_NODE)
         bound = options.memory != "none"
         if memory[r] and not mem and bound:
             warnings.append("no allowed NUMA node has CPUs: memory is left unbound")
@@ -438,7 +439,8 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
                 text = texts[cpuset] = cpuset.to_list()
             modules.append((name, text, cpuset))
         procs.append(ProcessBinding.from_parsed(job.key(r), modules=modules, local_rank=r,
-                                                memory=_memory_entry(mem, options)))
+                                                memory=entries[mem] if mem in entries else
+                                                entries.setdefault(mem, _memory_entry(mem, options))))
     if options.modules or options.scheduler_range:
         procs.append(_scheduler(cpus, orders, options, layout, warnings))
     return finish(procs, cpu_mode="cpu", options=options, layout=layout, warnings=warnings)
