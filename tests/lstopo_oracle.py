@@ -62,9 +62,11 @@ def answer(root: Path, *args: str, env: dict[str, str] | None = None) -> Answer:
     assert top is not None and top.get("type") == "Machine"
     out.pus = _set(top.get("cpuset"))
 
-    def walk(el: ET.Element, normal_parent: ET.Element) -> None:
+    def walk(el: ET.Element, normal_parent: ET.Element, in_package: bool = False) -> None:
         kind = el.get("type")
-        if kind == "Package":
+        if kind == "Package" and not in_package:
+            # A Package hwloc nests inside another (a CPU's smaller, stale package mask) is not
+            # listed: topo's packages are disjoint and keep the outer one.
             out.packages.append((_index(el), _set(el.get("cpuset"))))
         elif kind == "Core":
             out.cores.append((_index(el), _set(el.get("cpuset"))))
@@ -78,7 +80,7 @@ def answer(root: Path, *args: str, env: dict[str, str] | None = None) -> Answer:
             out.pci[el.get("pci_busid")] = _set(normal_parent.get("cpuset"))
         parent = normal_parent if kind in _IO_TYPES else el
         for child in el.findall("object"):
-            walk(child, parent)
+            walk(child, parent, in_package or kind == "Package")
 
     walk(top, top)
     return out

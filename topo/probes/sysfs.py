@@ -247,14 +247,14 @@ def _os_index(value: int | None) -> int | None:
 
 
 def _add_package(packages: list[Package], new: Package, notes: list[str]) -> None:
-    """Insert a package made from one CPU's mask, as hwloc's insertion by cpuset treats it.
+    """Add a package made from one CPU's mask unless it overlaps one already made.
 
     Masks are normally identical for all CPUs of a package. After CPU hot-plug or with a buggy
-    BIOS a CPU may report a stale, smaller mask: a set inside an existing package with the same
-    physical_package_id is that package again. Any other set that overlaps an existing package
-    (hwloc nests or rejects it) is ignored here, and noted, since a package cannot contain
-    another. Distinct sockets that reuse one physical_package_id (ia64 dumps) have disjoint
-    masks and stay two packages.
+    BIOS a CPU may report a stale, smaller mask: hwloc then nests a second Package inside the
+    first, and topo, whose packages are disjoint, keeps the outer one (said in the notes unless
+    the ids agree). A mask that straddles another package hwloc rejects, and so does topo (noted).
+    Distinct sockets that reuse one physical_package_id (ia64 dumps) have disjoint masks and stay
+    two packages.
     """
     for p in packages:
         if not new.cpuset.intersects(p.cpuset):
