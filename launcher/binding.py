@@ -230,10 +230,10 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
     workers = []
     for i in range(n):
         b = _combine(core[i], numa[i], topology)
-        listed = cpu_lists[i] if cpu_lists[i] is not None else (b.cpus if core[i] is not None and bind_core is True
-                                                                else None)
-        if listed and b.is_bound:
-            b = Binding(b.prefix, b.cpus, b.memory, str(list(listed)), b.memory_policy)
+        if bind_core is True and core[i] is not None:
+            cpu_lists[i] = b.cpus  # msrun exports the automatic split's CPUs too
+        if cpu_lists[i] and b.is_bound:
+            b = Binding(b.prefix, b.cpus, b.memory, str(list(cpu_lists[i])), b.memory_policy)
         workers.append(b)
     return scheduler, workers
 
