@@ -404,3 +404,53 @@ def test_random_machine_matches_lstopo(tmp_path, seed):
     assert Counter((c.os_index, c.cpuset.to_list()) for c in t.cores) == Counter(a.cores)
     assert Counter((n.os_index, n.locality.to_list(), n.subtype) for n in t.numa_nodes) == Counter(a.numa_nodes)
     assert Counter((c.level, c.type, c.cpuset.to_list()) for c in t.caches) == Counter(a.caches)
+
+
+def _random_pci(seed: int) -> list[Pci]:
+    """A random PCI hierarchy: root buses with devices and bridges (nested up to two deep), each
+    function with some local_cpus or none, chosen by `seed`."""
+    import random
+
+    rng = random.Random(seed)
+    localities = ["0-3", "4-7", "0-7", "2-5", None]
+    out: list[Pci] = []
+    next_bus = [1]
+
+    def bus_of(domain: int, bus: int, depth: int) -> None:
+        for dev in range(rng.randint(1, 3)):
+            busid = f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+            local = rng.choice(localities)
+            if depth < 2 and rng.random() < 0.5:
+                secondary = next_bus[0]
+                next_bus[0] += 1
+                bridge = Pci(busid, "0x060400", vendor="0x8086", device="0x2030", local_cpulist=local,
+                             bridge_buses=(secondary, secondary))
+                out.append(bridge)
+                start = len(out)
+                bus_of(domain, secondary, depth + 1)
+                # the bridge's range covers every bus allocated below it
+                out[start - 1] = Pci(busid, "0x060400", vendor="0x8086", device="0x2030", local_cpulist=local,
+                                     bridge_buses=(secondary, next_bus[0] - 1))
+            else:
+                kind = rng.choice(["0x030200", "0x020000", "0x010802", "0x120000"])
+                out.append(Pci(busid, kind, vendor="0x10de", device="0x20b0", local_cpulist=local))
+
+    for domain in range(rng.randint(1, 2)):
+        for _ in range(rng.randint(1, 3)):
+            root_bus = next_bus[0] = next_bus[0] + rng.randint(1, 16)
+            next_bus[0] += 1
+            bus_of(domain, root_bus, 0)
+    return out
+
+
+@pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
+@pytest.mark.parametrize("seed", range(12))
+def test_random_pci_tree_matches_lstopo(tmp_path, seed):
+    root = build(tmp_path, Machine(packages=2, cores=4, caches=False, pci=_random_pci(seed)))
+    t = discover(root)
+    objects = [t.pus, *(p.cpuset for p in t.packages), *(c.cpuset for c in t.cores)]
+    # the smallest object holding a device's locality is where lstopo hangs it
+    where = {d.busid: min((o for o in objects if d.local_cpus <= o), key=CpuSet.weight).to_list()
+             for d in t.pci_devices}
+    theirs = answer(root).pci
+    assert where and {b: theirs[b] for b in where} == where
