@@ -49,9 +49,10 @@ def _from_json(text: str, path: str) -> Topology:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ProbeError(f"{path}: not valid JSON ({exc}); write one with `topo show --json`") from None
-    except (ValueError, RecursionError) as exc:  # a 5000-digit number, arrays nested 100000 deep
-        raise ProbeError(f"{path}: not a topology JSON ({str(exc)[:80] or 'nested too deep'}); "
-                         "write one with `topo show --json`") from None
+    except RecursionError:  # arrays nested 100000 deep
+        raise ProbeError(f"{path}: not a topology JSON (nested too deep); write one with `topo show --json`") from None
+    except ValueError as exc:  # a 5000-digit number
+        raise ProbeError(f"{path}: not a topology JSON ({str(exc)[:80]}); write one with `topo show --json`") from None
     try:
         topology = Topology.from_dict(data)
         topology.check()
