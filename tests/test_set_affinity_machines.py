@@ -137,3 +137,18 @@ def test_where_gpu_affinity_breaks_topo_says_why():
                                     if d.index == 1 else d for d in t.devices))
     got = plan_affinity(lost, 1, mode="node", env=PCI)
     assert got.cpus and any("no NUMA node or local CPUs known" in w for w in got.warnings)
+
+
+def test_a_plug_in_mode_that_binds_whole_nodes(monkeypatch):
+    """A plug-in planner may bind NUMA nodes (bind_cpu_mode "numa"): the rank gets its nodes' allowed
+    CPUs, and its memory on them."""
+    from planners.bindplan import BindPlan, ProcessBinding
+
+    def by_node(topology, job, options):
+        return BindPlan.build([ProcessBinding(job.key(r), cpu_nodes=r, memory=r) for r in range(job.nproc)],
+                              cpu_mode="numa")
+
+    t = synthetic("pack:2 numa:1 core:4 pu:1", allowed="0-6")  # node 0: CPUs 0-3, node 1: 4-7 (7 not allowed)
+    monkeypatch.setattr(planners, "_registry", {**planners.BUILTIN, "by-node": planners.Planner("by-node", "", by_node)})
+    got = plan_affinity(t, 1, 2, mode="by-node", env={})
+    assert (str(got.cpus), str(got.memory_nodes)) == ("4-6", "1")

@@ -127,7 +127,7 @@ def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multit
     for rank in range(job.nproc):
         process = plan.process(job.key(rank))
         if plan.cpu_mode == "numa":  # a plug-in mode that binds whole nodes
-            nodes = CpuSet.parse(str(process.cpu_nodes))
+            nodes = process.cpu_node_set or CpuSet()
             cpus = union_all(n.cpuset for n in topology.numa_nodes if n.os_index in nodes) & topology.allowed_pus
         else:
             cpus = process.cpus("main")
