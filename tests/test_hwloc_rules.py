@@ -454,3 +454,37 @@ def test_random_pci_tree_matches_lstopo(tmp_path, seed):
              for d in t.pci_devices}
     theirs = answer(root).pci
     assert where and {b: theirs[b] for b in where} == where
+
+
+def _random_numa(seed: int) -> Machine:
+    """Random NUMA layouts: one or two nodes per package, CPU-less nodes, random distances."""
+    import random
+
+    rng = random.Random(seed)
+    packages, cores = rng.randint(1, 4), rng.choice([2, 4])
+    split = rng.random() < 0.5
+    cpu_nodes = []
+    for p in range(packages):
+        first = p * cores
+        if split:
+            half = cores // 2
+            cpu_nodes += [CpuSet.range(first, first + half - 1), CpuSet.range(first + half, first + cores - 1)]
+        else:
+            cpu_nodes.append(CpuSet.range(first, first + cores - 1))
+    n = len(cpu_nodes) + rng.randint(0, 2)
+    matrix = [[10 if i == j else 0 for j in range(n)] for i in range(n)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            matrix[i][j] = matrix[j][i] = rng.choice([12, 20, 21, 32])
+    nodes = [Node(s.to_list(), 4 << 30, matrix[i]) for i, s in enumerate(cpu_nodes)]
+    nodes += [Node("", 8 << 30, matrix[i]) for i in range(len(cpu_nodes), n)]
+    return Machine(packages=packages, cores=cores, caches=rng.random() < 0.5, nodes=nodes)
+
+
+@pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
+@pytest.mark.parametrize("seed", range(12))
+def test_random_numa_layout_matches_lstopo(tmp_path, seed):
+    root = build(tmp_path, _random_numa(seed))
+    t = discover(root)
+    got = Counter((n.os_index, n.locality.to_list(), n.subtype) for n in t.numa_nodes)
+    assert got == Counter(answer(root).numa_nodes)

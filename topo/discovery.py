@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from topo.cpuset import CpuSet
 from topo.fsroot import FsRoot
-from topo.groups import node_groups
+from topo.groups import fit_localities, node_groups
 from topo.model import Topology
 from topo.probes import cgroup as cgroup_probe
 from topo.probes import sysfs
@@ -61,7 +61,8 @@ def _probe_sysfs(fs: FsRoot, live: bool, status: dict[str, str]) -> tuple[sysfs.
         cpus, nodes, lscpu_status = lscpu_probe.fill_gaps(fs, cpus, nodes, live=live)
         if lscpu_status:
             status["lscpu"] = lscpu_status
-    return cpus, nodes
+    cpu_side = [o.cpuset for o in (*cpus.packages, *cpus.dies, *cpus.clusters, *cpus.caches, *cpus.cores)]
+    return cpus, replace(nodes, nodes=fit_localities(nodes.nodes, cpu_side, cpus.online))
 
 
 @dataclass(frozen=True)

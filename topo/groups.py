@@ -75,3 +75,27 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
     return out
 
 
+
+
+def fit_localities(nodes: list[NumaNode], cpu_side: list[CpuSet], machine: CpuSet) -> list[NumaNode]:
+    """Each node's locality as the tree can hold it, by hwloc's insertion of memory objects.
+
+    hwloc attaches a NUMA node below the smallest object covering its CPUs, through a new Group
+    when no object has exactly those CPUs. A Group that would straddle an existing object (CPUs
+    2-3 of package 0 and 6-7 of package 1, near a CPU-less node by distance) cannot be inserted:
+    the node then hangs from the covering object, whose CPUs become its locality. Nodes with CPUs
+    are placed first, then CPU-less ones, each in node order, as hwloc inserts them.
+    """
+    placed = list(cpu_side)
+    out = {}
+    for node in sorted(nodes, key=lambda n: (not n.cpuset, n.os_index)):
+        loc = node.locality & machine
+        if loc and loc != machine and loc not in placed:
+            if all(loc <= o or o <= loc or not loc.intersects(o) for o in placed):
+                placed.append(loc)  # a Group of these CPUs fits
+            else:
+                cover = min((o for o in placed if loc <= o), key=CpuSet.weight, default=machine)
+                node = NumaNode(node.os_index, node.cpuset, node.local_memory, node.memory_only, cover | node.cpuset,
+                                node.distances, node.subtype)
+        out[node.os_index] = node
+    return [out[n.os_index] for n in nodes]

@@ -390,25 +390,27 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
                 break
 
     nvm = _dax_target_nodes(fs)
-    nodes = []
-    for i, c in cpus.items():
-        mine = {j: v for j, v in distances.get(i, {}).items() if j in cpus}
-        subtype = "NVM" if i in nvm else None
+    subtype = {i: "NVM" for i in cpus if i in nvm}
+    locality: dict[int, CpuSet] = {}
+    for i in cpus:
         if i in gpu_memory:
             # A GPU's memory exposed as a node (POWER9 and Grace with NVLink-C2C): hwloc gives it
             # the GPU's local CPUs, or the whole machine when the GPU has no local_cpus.
             busid = gpu_memory[i]
             gpu_cpus = fs.read_set(f"{PCI}/{busid}/local_cpulist", f"{PCI}/{busid}/local_cpus")
-            locality, subtype = (gpu_cpus or EMPTY) & online, "GPUMemory"
+            locality[i], subtype[i] = (gpu_cpus or EMPTY) & online, "GPUMemory"
         elif shared[i]:
             # hwloc adds the initiators' CPUs to a node's own (a node some other node's CPUs
             # reach as fast as their own).
-            locality = shared[i] | initiators.get(i, EMPTY)
-        elif i in initiators:
-            locality = initiators[i]
-        else:
-            locality = _nearest_cpus(i, cpus, distances)
-        nodes.append(NumaNode(i, c, memory[i], not c, locality, mine, subtype))
+            locality[i] = shared[i] | initiators.get(i, EMPTY)
+    # Then CPU-less nodes in order, as hwloc fixes them: a node near an earlier CPU-less node
+    # inherits the locality found for it.
+    for i in cpus:
+        if i not in locality:
+            locality[i] = initiators[i] if i in initiators else _nearest_cpus(i, cpus, locality, distances)
+    nodes = [NumaNode(i, c, memory[i], not c, locality[i],
+                      {j: v for j, v in distances.get(i, {}).items() if j in cpus}, subtype.get(i))
+             for i, c in cpus.items()]
     return RawNodes(nodes, _memory_side_caches(fs, nodes), True, notes)
 
 
@@ -449,19 +451,20 @@ def _nvidia_gpu_memory_nodes(fs: FsRoot) -> dict[int, str]:
     return out
 
 
-def _nearest_cpus(i: int, cpus: dict[int, CpuSet], distances: dict[int, dict[int, int]]) -> CpuSet:
+def _nearest_cpus(i: int, nodes: dict, locality: dict[int, CpuSet], distances: dict[int, dict[int, int]]) -> CpuSet:
     """CPUs of the node(s) closest to CPU-less node i, by hwloc's rule: the nearest other nodes
     must be strictly farther than i itself and must not be *all* the other nodes (a node
-    equidistant from everything has no locality: empty, attached to the machine)."""
+    equidistant from everything has no locality: empty, attached to the machine). A nearest node
+    contributes the locality known for it so far (none yet for a later CPU-less node)."""
     row = distances.get(i, {})
-    others = [(row[j], j) for j in cpus if j != i and j in row]
+    others = [(row[j], j) for j in nodes if j != i and j in row]
     if not others:
         return EMPTY
     best = min(d for d, _ in others)
     nearest = [j for d, j in others if d == best]
-    if best <= row.get(i, 0) or len(nearest) == len(cpus) - 1:
+    if best <= row.get(i, 0) or len(nearest) == len(nodes) - 1:
         return EMPTY
-    return union_all(cpus[j] for j in nearest)
+    return union_all(locality.get(j, EMPTY) for j in nearest)
 
 
 def _dax_target_nodes(fs: FsRoot) -> set[int]:
