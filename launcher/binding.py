@@ -17,11 +17,11 @@ policy is `preferred` gets `numactl --preferred N` where msrun's strict one gets
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping
 
 from launcher.environ import bind_file_env
-from topo.cpuset import CpuSet
+from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 
 if TYPE_CHECKING:  # planners and the model are imported only when something is bound
@@ -130,10 +130,7 @@ def _text(value: int | str | None) -> str | None:
 
 def _node_cpus(topology: Topology, nodes: CpuSet) -> CpuSet:
     """The allowed CPUs of NUMA nodes `nodes` (what --cpunodebind leaves a process)."""
-    mask = 0
-    for node in nodes:
-        mask |= topology.numa_node(node).cpuset.mask
-    return CpuSet.from_mask(mask) & topology.allowed_pus
+    return union_all(topology.numa_node(node).cpuset for node in nodes) & topology.allowed_pus
 
 
 # ------------------------------------------------------------------ a job's bindings
@@ -151,7 +148,8 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
     True, or a planners.bindload.LoadedBind from a table or a unified bind JSON).
 
     Raises UsageError, before anything starts, for CPUs or nodes that do not exist or are not
-    allowed on `topology`, and for a missing numactl / taskset.
+    allowed on `topology`. A prefix whose tool (numactl, taskset) is not on PATH is still built
+    here; the launcher then applies it with system calls (launcher.job, launcher.bindcmd).
     """
     if not bind_core and not bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {})
@@ -168,7 +166,6 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
     else:
         scheduler, workers = _from_tables(bind_core, bind_numa, physical, topology, warnings)
-    # a prefix whose tool is not on PATH is applied with system calls (launcher.job, launcher.bindcmd)
     env = bind_file_env(bind_numa.path, bind_numa.sha256) if unified else {}
     return JobBindings(scheduler, tuple(workers), tuple(warnings), env)
 
@@ -233,7 +230,7 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
         if bind_core is True and core[i] is not None:
             cpu_lists[i] = b.cpus  # msrun exports the automatic split's CPUs too
         if cpu_lists[i] and b.is_bound:
-            b = Binding(b.prefix, b.cpus, b.memory, str(list(cpu_lists[i])), b.memory_policy)
+            b = replace(b, cpu_list_env=str(list(cpu_lists[i])))
         workers.append(b)
     return scheduler, workers
 
@@ -286,8 +283,8 @@ def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str
 
     plan = msrun_auto(topology, physical, kind)
     warnings.extend(plan.warnings)
+    # without accelerators, `physical` holds the local ranks, which is how the plan keys them too
     entries = [plan.get(f"device{d}") for d in physical]
-    # a CPU-only job's plan is keyed by local rank
     return [e if e is not None and (e.main or e.cpu_node_set) else None for e in entries]
 
 
