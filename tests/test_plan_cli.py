@@ -171,6 +171,7 @@ def test_plugin_mode_is_a_cli_choice_and_its_facts_come_from_the_planner(monkeyp
 # ---- purity: no file, directory, process or environment access while a strategy plans ------------
 FORBIDDEN_EVENTS = ("open", "os.", "glob.", "shutil.", "subprocess.", "socket.", "ctypes.", "fcntl.", "mmap.")
 _watch: list[list[str]] = []  # the innermost active recorder; audit hooks cannot be removed
+_hooked: list[bool] = []  # installed once per interpreter
 
 
 def _audit(event, args):
@@ -182,9 +183,9 @@ def _audit(event, args):
 @contextlib.contextmanager
 def no_io(monkeypatch):
     """Record (and refuse) every audited file, directory and process access, and environment reads."""
-    if not getattr(sys, "_topo_audit", False):
+    if not _hooked:
         sys.addaudithook(_audit)
-        sys._topo_audit = True
+        _hooked.append(True)
 
     def env(*a, **k):
         seen.append("os.environ")
