@@ -26,12 +26,11 @@ MAX_PUS = 65536
 
 
 class _Value:
-    """Equality, hashing, repr and immutability of a frozen dataclass, written once for all model
-    classes: `@dataclass(frozen=True)` compiles five methods per class at import, about 0.5 ms a
-    class paid by every `topo` command. The dataclass fields stay, so `dataclasses.replace` and
-    `dataclasses.fields` work as usual."""
+    """Equality, hashing, repr and immutability of a frozen dataclass, written once for every
+    `@value` class: `@dataclass(frozen=True)` compiles five methods per class at import, about
+    0.5 ms a class paid by every `topo` command. The dataclass fields stay, so
+    `dataclasses.replace` and `dataclasses.fields` work as usual."""
 
-    __slots__ = ()
     _field_values: attrgetter  # set by @value: the tuple of an instance's field values
 
     def __eq__(self, other):
@@ -54,13 +53,16 @@ class _Value:
 
 
 def value(cls=None, *, kw_only: bool = False):
-    """Make a `_Value` subclass a frozen dataclass whose one generated method is `__init__`.
+    """`@dataclass(frozen=True)` at a fraction of its import cost: a dataclass whose one generated
+    method is `__init__`, with `_Value`'s equality, hashing, repr and immutability.
 
     The class needs a docstring: without one, dataclass() builds one from the signature with
     `inspect`, which costs more than all the rest.
     """
     def wrap(cls):
         cls = dataclass(init=False, repr=False, eq=False, kw_only=kw_only)(cls)
+        for name in ("__eq__", "__hash__", "__repr__", "__setattr__", "__delattr__"):
+            setattr(cls, name, getattr(_Value, name))
         cls._field_values = attrgetter(*(f.name for f in fields(cls)))
         cls.__init__ = _init_for(cls)
         return cls
@@ -90,7 +92,7 @@ def _init_for(cls):
 
 
 @value
-class Package(_Value):
+class Package:
     """A processor package (socket)."""
 
     os_index: int
@@ -99,7 +101,7 @@ class Package(_Value):
 
 
 @value
-class Die(_Value):
+class Die:
     """A die inside a package."""
 
     os_index: int
@@ -108,7 +110,7 @@ class Die(_Value):
 
 
 @value
-class Cluster(_Value):
+class Cluster:
     """A cluster of cores sharing something below the die (ARM clusters)."""
 
     os_index: int
@@ -117,7 +119,7 @@ class Cluster(_Value):
 
 
 @value
-class Core(_Value):
+class Core:
     """A physical core and its PUs (hardware threads)."""
 
     os_index: int | None  # sysfs core_id: unique only within a package; None when sysfs has none
@@ -126,7 +128,7 @@ class Core(_Value):
 
 
 @value
-class Cache(_Value):
+class Cache:
     """A CPU cache and the PUs sharing it."""
 
     level: int
@@ -143,7 +145,7 @@ class Cache(_Value):
 
 
 @value
-class MemorySideCache(_Value):
+class MemorySideCache:
     """A cache in front of NUMA nodes' memory (hwloc's MemCache)."""
 
     size: int
@@ -152,7 +154,7 @@ class MemorySideCache(_Value):
 
 
 @value
-class NumaNode(_Value):
+class NumaNode:
     """A NUMA node: memory, the CPUs it owns and the CPUs it is local to."""
 
     os_index: int
@@ -165,7 +167,7 @@ class NumaNode(_Value):
 
 
 @value
-class Group(_Value):
+class Group:
     """A level hwloc inserts where no package/die/cache matches: NUMA nodes spanning several
     packages, or nodes clustered by their distances."""
 
@@ -175,7 +177,7 @@ class Group(_Value):
 
 
 @value
-class PciDevice(_Value):
+class PciDevice:
     """A PCI function as sysfs lists it."""
 
     busid: str  # "0000:07:00.0"
@@ -194,7 +196,7 @@ class PciDevice(_Value):
 
 
 @value
-class Device(_Value):
+class Device:
     """An accelerator or NIC that planners place processes next to."""
 
     kind: str  # "gpu" | "npu" | "nic" | "nvme" | "accel"
@@ -211,7 +213,7 @@ class Device(_Value):
 
 
 @value(kw_only=True)
-class Topology(_Value):
+class Topology:
     """One machine: its PU sets, its objects by type, and how each probe fared.
 
     Fields are in the order of the JSON keys; `root` and `probes` go under "source".

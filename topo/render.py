@@ -9,8 +9,6 @@ given in tree order, as hwloc numbers them; OS indices (P#) come from the model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from topo.cpuset import CpuSet
 from topo.model import Topology
 
@@ -18,17 +16,24 @@ from topo.model import Topology
 _RANK = {"Machine": 0, "Package": 1, "Die": 2, "Group": 3, "Cluster": 4, "Cache": 5, "Core": 9, "PU": 10}
 
 
-@dataclass
 class _Node:
-    kind: str  # L# counter key: "Package", "L3", "Core", "NUMANode", ...
-    detail: str  # what follows "KIND L#n": "(P#3 ...)"
-    cpuset: CpuSet
-    rank: int
-    os_index: int | None = None
-    children: list["_Node"] = field(default_factory=list)
-    memory: list["_Node"] = field(default_factory=list)
-    extras: list[str] = field(default_factory=list)
-    label: str = ""
+    """One line of the tree and the lines below it (a plain class: a dataclass here would cost
+    more at import than building the tree of a small machine)."""
+
+    __slots__ = ("kind", "detail", "cpuset", "rank", "os_index", "children", "memory", "extras", "label",
+                 "numa_members")
+
+    def __init__(self, kind: str, detail: str, cpuset: CpuSet, rank: int, os_index: int | None = None):
+        self.kind = kind  # L# counter key: "Package", "L3", "Core", "NUMANode", ...
+        self.detail = detail  # what follows "KIND L#n": "(P#3 ...)"
+        self.cpuset = cpuset
+        self.rank = rank
+        self.os_index = os_index
+        self.children: list[_Node] = []
+        self.memory: list[_Node] = []
+        self.extras: list[str] = []
+        self.label = ""
+        self.numa_members: tuple[int, ...] = ()  # a Group's NUMA nodes
 
 
 def _fmt_size(n: int) -> str:
@@ -53,7 +58,7 @@ def _cpu_objects(t: Topology) -> list[_Node]:
         objs.append(_Node("Die", _pindex(d.os_index), d.cpuset, _RANK["Die"]))
     for g in t.groups:
         node = _Node("Group", "", g.cpuset, _RANK["Group"])
-        node.numa_members = g.numa_nodes  # type: ignore[attr-defined]
+        node.numa_members = g.numa_nodes
         objs.append(node)
     for c in t.clusters:
         objs.append(_Node("Cluster", _pindex(c.os_index), c.cpuset, _RANK["Cluster"]))
@@ -118,7 +123,7 @@ def _attach_memory(machine: _Node, numa: _Node) -> None:
     else:
         # No locality: the group hwloc makes for such nodes holds them.
         for n in machine.children:
-            if n.kind == "Group" and numa.os_index in getattr(n, "numa_members", ()):
+            if n.kind == "Group" and numa.os_index in n.numa_members:
                 best = n
                 break
     best.memory.append(numa)

@@ -17,18 +17,21 @@ cannot read) becomes a reason string, never an exception out of the probe.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, ProbeError
+from topo.model import value
 from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
 _BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\Z")
 
 
-@dataclass(frozen=True)
+@value
 class NpuChip:
+    """One NPU chip as npu-smi lists it."""
+
     logical_id: int  # the device index: what ASCEND_RT_VISIBLE_DEVICES and DEVICE_ID count
     npu_id: int
     chip_id: int
@@ -37,8 +40,10 @@ class NpuChip:
     cpus: CpuSet | None = None  # npu-smi's CPU Affinity
 
 
-@dataclass(frozen=True)
+@value
 class NpuReport:
+    """What the probe found, and how it fared (`status`)."""
+
     status: str
     chips: tuple[NpuChip, ...] = ()
     links: dict[tuple[int, int], str] = field(default_factory=dict)  # logical ids -> HCCS, PIX, ...

@@ -4,7 +4,7 @@ gets the same timeout, locale and one-line failure."""
 from __future__ import annotations
 
 import os
-import subprocess
+import shutil
 
 from topo.errors import ProbeError
 
@@ -23,6 +23,10 @@ def run_tool(argv: list[str], timeout: float | None = None) -> str:
     """
     shown = " ".join(argv)
     timeout = TIMEOUT if timeout is None else timeout
+    if shutil.which(argv[0]) is None:  # before importing subprocess, which most runs never need
+        raise ToolNotFound(f"{argv[0]} not found on PATH")
+    import subprocess
+
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, errors="replace",
                               env=dict(os.environ, LC_ALL="C"))
