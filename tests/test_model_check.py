@@ -174,3 +174,15 @@ def test_not_a_topology():
     for data in ([], {"schema": "x"}, "text"):
         with pytest.raises(TopoError, match="not a topo topology"):
             Topology.from_dict(data)
+
+
+def test_a_file_saved_on_a_live_machine_is_not_this_machine(tmp_path):
+    from topo.loader import load_topology
+
+    data = json.loads((GOLDEN / "synthetic-pack2-numa2-gpu.json").read_text())
+    data["source"]["root"] = "/"
+    saved = tmp_path / "live.json"
+    saved.write_text(json.dumps(data))
+    assert Topology.from_dict(data).is_this_system
+    loaded = load_topology(saved)
+    assert not loaded.is_this_system and loaded.root == str(saved)

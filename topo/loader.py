@@ -9,6 +9,7 @@ name rather than planned on.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from topo.errors import ProbeError
 from topo.model import Topology
@@ -58,4 +59,9 @@ def _from_json(text: str, path: str) -> Topology:
         topology.check()
     except ProbeError as exc:
         raise ProbeError(f"{path}: {exc}") from None
+    if topology.is_this_system:
+        # Saved on some machine's "/", read here from a file: never this machine (hwloc marks an
+        # XML-loaded topology is_thissystem=0), so nothing binds or reads this shell's
+        # CUDA_VISIBLE_DEVICES against it.
+        topology = replace(topology, root=path)
     return topology
