@@ -34,10 +34,10 @@ from typing import Any, Mapping
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 
-from planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding
+from planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding, normalize_key
 
 UNIFIED_KEYS = ("bind_config", "bind_cpu", "bind_memory")
-_TABLE_KEY = re.compile(r"device([0-9]{1,18})|scheduler")
+_TABLE_KEY = re.compile(r"device[0-9]{1,18}|scheduler")
 # msrun's per-item pattern (ASCII digits): "0-9" or "1,2,3"; a mixed "0-3,5" must be ["0-3", "5"].
 _TABLE_ITEM = re.compile(r"[0-9]+-[0-9]+|[0-9]+(?:,[0-9]+)*")
 _WHITESPACE = re.compile(r"\s")
@@ -140,15 +140,15 @@ def plan_from_json(data: Any, *, where: str = "bind JSON") -> BindPlan:
 def load_table(value: Mapping, flag: str) -> LoadedBind:
     """msrun's table form of --bind_core (CPUs) or --bind_numa (NUMA nodes), as a positional plan."""
     label, desc = ("NUMA", "numaidX") if flag == "--bind_numa" else ("CPU", "cpuidX")
-    for key in getattr(value, "duplicate_keys", ()):
-        raise ParseError(f"{flag}: key {key!r} appears more than once; keep one entry per device")
+    repeated = getattr(value, "duplicate_keys", ())
+    if repeated:
+        raise ParseError(f"{flag}: key {repeated[0]!r} appears more than once; keep one entry per device")
     seen: dict[str, str] = {}
     processes = []
     for key, items in value.items():
-        m = _TABLE_KEY.fullmatch(str(key))
-        if not m:
+        if not _TABLE_KEY.fullmatch(str(key)):
             raise ParseError(f"{flag}: key {key!r} must be 'scheduler' or 'deviceX'")
-        norm = "scheduler" if m.group(1) is None else f"device{int(m.group(1))}"
+        norm = normalize_key(key)
         if norm in seen:
             raise ParseError(f"{flag}: keys {seen[norm]!r} and {key!r} name the same device; keep one")
         seen[norm] = key

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from launcher.binding import binding_of
-from planners.bindcheck import read_plan, validate_bind
-from planners.bindload import load_bind, load_table, plan_from_json
+from planners.bindcheck import validate_bind
+from planners.bindload import load_bind, load_table, parse_json, plan_from_json
 from planners.bindplan import BindPlan, ProcessBinding
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
@@ -217,6 +217,7 @@ def test_table_forms_load_as_positional_plans():
     p = numa.plan.process("device0")
     assert (p.cpu_nodes, p.memory, p.cpu_node_set, p.memory_nodes) == ("1,2", "1,2", CpuSet([1, 2]), CpuSet([1, 2]))
     for table, message in [({"device0": ["1"], "device00": ["2"]}, "name the same device"),
+                           (parse_json('{"device0": ["1"], "device0": ["2"]}'), "'device0' appears more than once"),
                            ({"device\u0661": ["1"]}, "must be 'scheduler' or 'deviceX'"),
                            ({"device0": ["\u0661"]}, "should look like 'cpuidX'"),
                            ({"device0": ["0-99999999"]}, "ids above 1048575")]:
