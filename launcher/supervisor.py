@@ -33,6 +33,7 @@ class JobResult:
     exit_code: int
     processes: tuple[Process, ...] = ()
     failed: str | None = None  # "rank 1 exited with exit code 3", "received SIGTERM", ...
+    failed_process: Process | None = None  # the first process seen failing, whose code exit_code is
 
 
 class Supervisor:
@@ -223,7 +224,7 @@ class Supervisor:
             if proc.spec.role == self.scheduler_role:
                 self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
                          "other jobs (PyTorch) need none: pass --no-scheduler")
-            return JobResult(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}")
+            return JobResult(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
         if self.stop_signal is not None:
             name = signal.Signals(self.stop_signal).name
             return JobResult(128 + self.stop_signal, tuple(procs), f"received {name}")

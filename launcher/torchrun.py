@@ -510,7 +510,7 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
         print(format_failures(f"{os.path.basename(config.script)} FAILED", failure, others), file=err, flush=True)
         say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with "
             f"{_describe(failure.exitcode)} on attempt {restart}; logs and error files under {run_dir}")
-    elif code == 0 and config.log_dir is None:
+    elif config.log_dir is None:  # a success, or a stop by signal: no error file to keep
         import shutil
 
         shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)  # the temporary base made for this run
@@ -571,12 +571,10 @@ def _attempt(plan: RunPlan, restart: int, run_dir: str, out: TextIO,
     finally:
         supervisor.restore_signal_handlers()
         group.close()
-    if result.exit_code == 0 or result.failed is None or result.failed.startswith("received "):
+    first = result.failed_process
+    if first is None:  # success, or stopped by a signal
         return result.exit_code, None, ()
     failed = [p for p in result.processes if p.popen.returncode not in (None, 0)]
-    first = next((p for p in failed if result.failed.startswith(f"{p.name} ")), None)
-    if first is None:
-        return result.exit_code, None, ()
 
     def failure(p) -> Failure:
         return read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid,
