@@ -25,7 +25,7 @@ from bisect import bisect_right, insort
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from topo.cpuset import CpuSet
+from topo.cpuset import CpuSet, excerpt
 from topo.errors import ParseError
 
 from planners.bindplan import (
@@ -300,7 +300,7 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
     for p in entries:
         for module, cpus in p.module_cpus:
             path = f"bind_cpu.{p.key}.{module}"
-            written = _shown(str(dict(p.modules)))
+            written = excerpt(str(dict(p.modules)), 120)
             missing = cpus - present
             if missing:
                 problems.append(Problem(path, f"CPU id {missing.first()} in {written} for {p.key} is not available: "
@@ -319,11 +319,6 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
             problems += _node_problems(f"bind_memory.{p.key}", p.key, p.memory, p.memory_nodes,
                                        nodes, allowed_nodes, None)
     return problems
-
-
-def _shown(text: str, limit: int = 120) -> str:
-    """What a message quotes of a value: long texts are cut (a 100 kB range is one mistake, not the message)."""
-    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} characters)"
 
 
 def _node_problems(path, key, value, ids: CpuSet, nodes, allowed_nodes, cpu_nodes) -> list[Problem]:

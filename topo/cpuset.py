@@ -36,7 +36,7 @@ _MAX_DIGITS = len(str(MAX_ID))
 _DIRECT_RUNS = 32
 
 
-def _shown(text: str, limit: int = 60) -> str:
+def excerpt(text: str, limit: int = 60) -> str:
     """Text for an error message: long inputs are cut, so a 100 MB file does not become the message."""
     return text if len(text) <= limit else f"{text[:limit]}...({len(text)} characters)"
 
@@ -91,7 +91,7 @@ class CpuSet:
             if i < 0:
                 raise ParseError(f"negative id {i} in CPU set")
             if i > MAX_ID:
-                raise ParseError(f"id {_shown(str(i))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
+                raise ParseError(f"id {excerpt(str(i))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
             mask |= 1 << i
         object.__setattr__(self, "_mask", mask)
 
@@ -123,13 +123,13 @@ class CpuSet:
         for part in s.split(","):
             m = _RANGE.fullmatch(part.strip())
             if not m:
-                raise ParseError(f"malformed cpulist {_shown(s)!r}: bad element {_shown(part)!r}")
+                raise ParseError(f"malformed cpulist {excerpt(s)!r}: bad element {excerpt(part)!r}")
             lo = _number(m.group(1))
             hi = lo if m.group(2) is None else _number(m.group(2))
             if lo is None or hi is None:
-                raise ParseError(f"malformed cpulist {_shown(s)!r}: id in {_shown(part)!r} exceeds {MAX_ID}")
+                raise ParseError(f"malformed cpulist {excerpt(s)!r}: id in {excerpt(part)!r} exceeds {MAX_ID}")
             if hi < lo:
-                raise ParseError(f"malformed cpulist {_shown(s)!r}: range {part!r} runs backwards")
+                raise ParseError(f"malformed cpulist {excerpt(s)!r}: range {part!r} runs backwards")
             runs.append((lo, hi))
         return cls.from_mask(_mask_of_runs(runs))
 
@@ -146,14 +146,14 @@ class CpuSet:
         runs = []
         for seg in s.split(","):
             if not seg:
-                raise ParseError(f"CPU range '{_shown(s)}' is invalid due to empty segment.")
+                raise ParseError(f"CPU range '{excerpt(s)}' is invalid due to empty segment.")
             m = _RANGE.fullmatch(seg)
             if not m:
-                raise ParseError(f"CPU range '{_shown(seg)}' is invalid.")
+                raise ParseError(f"CPU range '{excerpt(seg)}' is invalid.")
             lo = _number(m.group(1))
             hi = lo if m.group(2) is None else _number(m.group(2))
             if lo is None or hi is None:
-                raise ParseError(f"CPU range '{_shown(seg)}' is invalid: ids above {MAX_ID} are not supported.")
+                raise ParseError(f"CPU range '{excerpt(seg)}' is invalid: ids above {MAX_ID} are not supported.")
             if lo > hi:
                 raise ParseError(f"CPU range '{seg}' start should not exceed end.")
             runs.append((lo, hi))
@@ -172,18 +172,18 @@ class CpuSet:
         words = s.split(",")
         for word in words:
             if not _HEXWORD.match(word):
-                raise ParseError(f"malformed CPU mask {_shown(s)!r}: bad word {_shown(word)!r}")
+                raise ParseError(f"malformed CPU mask {excerpt(s)!r}: bad word {excerpt(word)!r}")
         words = [w[2:] if w.startswith("0x") else w for w in words]
         if len(words) == 1:  # old 2.6 kernels wrote one long word without commas
             return cls._from_hex(words[0], s)
         if any(len(w) > 8 for w in words):
-            raise ParseError(f"malformed CPU mask {_shown(s)!r}: a word has more than 32 bits")
+            raise ParseError(f"malformed CPU mask {excerpt(s)!r}: a word has more than 32 bits")
         return cls._from_hex("".join(w.zfill(8) for w in words), s)
 
     @classmethod
     def _from_hex(cls, digits: str, text: str) -> "CpuSet":
         if len(digits.lstrip("0")) > (MAX_ID + 1) // 4:
-            raise ParseError(f"CPU mask {_shown(text)!r} has bits above {MAX_ID}, the largest CPU or node id")
+            raise ParseError(f"CPU mask {excerpt(text)!r} has bits above {MAX_ID}, the largest CPU or node id")
         return cls.from_mask(int(digits, 16))
 
     @classmethod
@@ -192,7 +192,7 @@ class CpuSet:
         if hi < lo:
             return EMPTY
         if lo < 0 or hi > MAX_ID:
-            raise ParseError(f"range {lo}-{_shown(str(hi))} is outside 0-{MAX_ID}, the CPU and node ids topo accepts")
+            raise ParseError(f"range {lo}-{excerpt(str(hi))} is outside 0-{MAX_ID}, the CPU and node ids topo accepts")
         return cls.from_mask(((1 << (hi - lo + 1)) - 1) << lo)
 
     # ---- formatting ---------------------------------------------------
