@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field, replace
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet, union_all
@@ -158,69 +157,7 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         return RawCpus(complete | online, online, [], [], [], [], [], {}, False)
 
     online = CpuSet(c.os_index for c in cpus)
-    notes: list[str] = []
-    cores: list[Core] = []
-    clusters: list[tuple[int, CpuSet]] = []
-    dies: list[tuple[int, CpuSet]] = []
-    packages: list[Package] = []
-    compute_units = _amd_compute_units(fs)
-    thread_with_core_id: bool | None = None if compute_units else False
-    for cpu in cpus:
-        i = cpu.os_index
-        d = f"{cpu.dir}/topology"
-        first_of_core = True
-        core_set = _mask_file(fs, cpu, names["core"])
-        if core_set is not None:
-            core_set &= online
-            cpu.core_cpus = core_set
-            if thread_with_core_id is None and core_set.weight() > 1:
-                # Compute units or hyper-threads? Decided once for the machine, on the first
-                # core with two PUs: siblings with different core_ids are distinct cores.
-                sibling = next(c for c in core_set if c != i)
-                thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{dirs[sibling]}/topology/core_id")
-            first_of_core = core_set.first() == i
-            if first_of_core or thread_with_core_id:
-                core_id = fs.read_int(f"{d}/core_id")
-                cores.append(Core(_os_index(core_id), None, CpuSet([i]) if thread_with_core_id else core_set))
-        if not first_of_core:
-            continue  # the core's first CPU has looked at its cluster, die and package
-
-        cluster_set = _mask_file(fs, cpu, "cluster_cpus")
-        first_of_cluster = True
-        if cluster_set is not None:
-            cluster_set &= online
-            if cluster_set.first() != i:
-                first_of_cluster = cluster_set.weight() == 1
-                cluster_set = None
-            elif cluster_set.weight() == 1:
-                cluster_set = None  # one PU per cluster: the kernel's default, no real cluster
-        if not first_of_cluster:
-            continue
-        die_set = _mask_file(fs, cpu, "die_cpus")
-        first_of_die = True
-        if die_set is not None:
-            die_set &= online
-            if die_set.first() != i:
-                first_of_die = die_set.weight() == 1
-                die_set = None
-            elif die_set.weight() == 1:
-                die_set = None  # one PU per die: non-x86 kernels' default values
-            if cluster_set is not None and die_set == cluster_set:
-                cluster_set = None
-        if first_of_die:
-            package_set = _mask_file(fs, cpu, names["package"])
-            if package_set is not None:
-                package_set &= online
-                if cluster_set is not None and package_set == cluster_set:
-                    cluster_set = None
-                if package_set.first() == i:
-                    _add_package(packages, Package(_os_index(fs.read_int(f"{d}/physical_package_id")), package_set),
-                                 notes)
-        if cluster_set is not None:
-            clusters.append((_os_index(fs.read_int(f"{d}/cluster_id")), cluster_set))
-        if die_set is not None:
-            dies.append((_os_index(fs.read_int(f"{d}/die_id")), die_set))
-
+    cores, clusters, dies, packages, notes = _mask_objects(fs, cpus, names, online, _amd_compute_units(fs))
     packages.sort(key=lambda p: p.cpuset.first())
 
     def package_of(s: CpuSet) -> int | None:
@@ -239,6 +176,72 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     redundant = {o.cpuset for o in (*packages, *die_objs, *cores, *caches)}
     cluster_objs = [Cluster(i, package_of(s), s) for i, s in clusters if s not in redundant]
     return RawCpus(complete | online, online, packages, die_objs, cluster_objs, cores, caches, models, True, notes)
+
+
+def _mask_objects(fs: FsRoot, cpus: list[_Cpu], names: dict[str, str], online: CpuSet, compute_units: bool):
+    """Cores, (cluster id, set)s, (die id, set)s, packages and notes, CPU by CPU as hwloc goes.
+
+    Only the first CPU of a core looks at its cluster, only the first of a cluster at its die,
+    only the first of a die at its package; an object is made by the first CPU of its set.
+    """
+    cores: list[Core] = []
+    clusters: list[tuple[int | None, CpuSet]] = []
+    dies: list[tuple[int | None, CpuSet]] = []
+    packages: list[Package] = []
+    notes: list[str] = []
+    by_index = {c.os_index: c for c in cpus}
+    thread_with_core_id: bool | None = None if compute_units else False
+    for cpu in cpus:
+        i = cpu.os_index
+        d = f"{cpu.dir}/topology"
+        core_set = _mask_file(fs, cpu, names["core"])
+        if core_set is not None:
+            core_set = cpu.core_cpus = core_set & online
+            if thread_with_core_id is None and core_set.weight() > 1:
+                # Compute units or hyper-threads? Decided once for the machine, on the first
+                # core with two PUs: siblings with different core_ids are distinct cores.
+                sibling = by_index[next(c for c in core_set if c != i)]
+                thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{sibling.dir}/topology/core_id")
+            if core_set.first() == i or thread_with_core_id:
+                core_id = _os_index(fs.read_int(f"{d}/core_id"))
+                cores.append(Core(core_id, None, CpuSet([i]) if thread_with_core_id else core_set))
+            if core_set.first() != i:
+                continue  # the core's first CPU looks at its cluster, die and package
+        first_of_cluster, cluster_set = _group_mask(fs, cpu, "cluster_cpus", online)
+        if not first_of_cluster:
+            continue
+        first_of_die, die_set = _group_mask(fs, cpu, "die_cpus", online)
+        if cluster_set is not None and cluster_set == die_set:
+            cluster_set = None
+        if first_of_die:
+            package_set = _mask_file(fs, cpu, names["package"])
+            if package_set is not None:
+                package_set &= online
+                if cluster_set is not None and package_set == cluster_set:
+                    cluster_set = None
+                if package_set.first() == i:
+                    package_id = _os_index(fs.read_int(f"{d}/physical_package_id"))
+                    _add_package(packages, Package(package_id, package_set), notes)
+        if cluster_set is not None:
+            clusters.append((_os_index(fs.read_int(f"{d}/cluster_id")), cluster_set))
+        if die_set is not None:
+            dies.append((_os_index(fs.read_int(f"{d}/die_id")), die_set))
+    return cores, clusters, dies, packages, notes
+
+
+def _group_mask(fs: FsRoot, cpu: _Cpu, name: str, online: CpuSet) -> tuple[bool, CpuSet | None]:
+    """(whether `cpu` goes on to look at the next level up, the set when it makes an object) for
+    a cluster_cpus or die_cpus mask. A one-PU set is the kernel's default on machines without
+    that level (every CPU its own cluster or die): no object, and no CPU is the worse for it."""
+    found = _mask_file(fs, cpu, name)
+    if found is None:
+        return True, None
+    found &= online
+    if found.weight() == 1:
+        return True, None
+    if found.first() != cpu.os_index:
+        return False, None
+    return True, found
 
 
 def _os_index(value: int | None) -> int | None:
@@ -574,19 +577,8 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
 
 def _config_space(fs: FsRoot, path: str) -> bytes | None:
     """The first 64 bytes of a PCI function's config space (what an unprivileged reader gets:
-    the standard header), None when absent or not a regular file."""
-    try:
-        fd = os.open(fs.path(path), os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, 64)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    the standard header), None when absent. Read through FsRoot, so `topo capture` stores it."""
+    return fs.read_bytes(path, 64)
 
 
 def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
