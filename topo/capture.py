@@ -59,9 +59,9 @@ class _Recorder(FsRoot):
         self.listed: set[str] = set()
         self.links: set[str] = set()  # read as links: the link is stored, not what it points to
 
-    def read(self, path, default=None):
+    def read_bytes(self, path, prefix=None):  # read() comes here too
         self.seen.add(path)
-        return super().read(path, default)
+        return super().read_bytes(path, prefix)
 
     def exists(self, path):
         self.seen.add(path)
@@ -205,12 +205,12 @@ class _Writer:
         if _stored_name(path) in self.done:
             return
         try:
-            text = self.fs.read(path)
+            data = self.fs.read_bytes(path)  # as it is: binary attributes (PCI config) stay binary
         except TopoError as exc:
             self.notes.append(str(exc))
             return
-        if text is not None:
-            self.add_bytes(path.lstrip("/"), (text + "\n").encode())
+        if data is not None:
+            self.add_bytes(path.lstrip("/"), data)
 
     def add_bytes(self, name: str, data: bytes) -> None:
         info = self._member("/" + name, tarfile.REGTYPE)

@@ -113,39 +113,49 @@ class FsRoot:
         absent, as hwloc treats them. A permission error, a directory, a FIFO, socket or device
         where a file belongs, or a file longer than `limit_for(path)` is an error naming the path.
         """
-        limit = limit_for(path)
+        data = self.read_bytes(path)
+        if data is None:
+            return default
+        # Some captured sysfs files end in NUL bytes; the kernel pads a few attributes so.
+        return data.decode("utf-8", "replace").strip(" \t\r\n\x00")
+
+    def read_bytes(self, path: str, prefix: int | None = None) -> bytes | None:
+        """The file's bytes, or only its first `prefix` bytes (a PCI function's `config` header);
+        None when it does not exist. Errors as for `read`."""
+        limit = limit_for(path) if prefix is None else prefix
         try:
             # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
             # os.open/os.read: a third cheaper than open() for thousands of tiny sysfs files.
             fd = os.open(self._prefix + path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError):
-            return default
+            return None
         except OSError as exc:
             if exc.errno == errno.ENXIO:  # a socket, or a device without its driver
                 self._refuse_special(path)
             if exc.errno in _READ_AS_ABSENT:
-                return default
+                return None
             raise self._unreadable(path, exc) from None
         try:
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):
                 raise ProbeError(f"{self.shown(path)} is {_kind(mode)}, not a file "
                                  "(point --root at a captured machine's copy of /sys and /proc)")
-            chunks, size = [], 0
-            while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks, got = [], 0
+            while got <= limit and (chunk := os.read(fd, limit + 1 - got)):
                 chunks.append(chunk)
-                size += len(chunk)
-            if size > limit:
+                got += len(chunk)
+            if got > limit:
+                if prefix is not None:
+                    return b"".join(chunks)[:prefix]
                 raise ProbeError(f"{self.shown(path)} is longer than {limit} bytes, more than a kernel writes "
                                  "there (a corrupted capture?)")
         except OSError as exc:
             if exc.errno in _READ_AS_ABSENT:
-                return default
+                return None
             raise self._unreadable(path, exc) from None
         finally:
             os.close(fd)
-        # Some captured sysfs files end in NUL bytes; the kernel pads a few attributes so.
-        return b"".join(chunks).decode("utf-8", "replace").strip(" \t\r\n\x00")
+        return b"".join(chunks)
 
     def _refuse_special(self, path: str) -> None:
         try:
