@@ -187,7 +187,7 @@ def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: li
     """UsageError for the first problem that stops a binding (CPUs or nodes that are not there or
     not allowed): the same check, with the same words, as `topo validate`. Overlapping main CPUs
     only cost speed, and msrun runs such files, so they become warnings."""
-    from planners.bindcheck import check_plan
+    from planners.bindcheck import check_plan, one_line
 
     errors = []
     for problem in check_plan(loaded.plan, topology):
@@ -196,8 +196,7 @@ def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: li
         else:
             errors.append(problem)
     if errors:
-        more = f" (and {len(errors) - 1} more; run `topo validate`)" if len(errors) > 1 else ""
-        raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {errors[0]}{more}")
+        raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {one_line(errors)}")
 
 
 def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str]):

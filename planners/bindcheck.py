@@ -76,6 +76,12 @@ def check_plan(plan: BindPlan, topology, *, allow_overlap: bool | None = None) -
             + _overlap_problems(plan.processes, _overlap_allowed(plan.meta, allow_overlap)))
 
 
+def one_line(errors: list[Problem]) -> str:
+    """The first of `errors`, and how many more there are: what a refused launch or load says."""
+    more = f" (and {len(errors) - 1} more; run `topo validate`)" if len(errors) > 1 else ""
+    return f"{errors[0]}{more}"
+
+
 # --------------------------------------------------------------------------- schema
 def _type_name(value: Any) -> str:
     return type(value).__name__
@@ -392,4 +398,4 @@ def _owners(shared: int, starts: list[int], owner: dict[int, str], *, limit: int
     return list(found)
 
 
-__all__ = ["Problem", "validate_bind", "read_plan", "check_plan"]
+__all__ = ["Problem", "validate_bind", "read_plan", "check_plan", "one_line"]

@@ -127,13 +127,11 @@ def plan_of(source: BindSource) -> LoadedBind:
 
 def plan_from_json(data: Any, *, where: str = "bind JSON") -> BindPlan:
     """The BindPlan of a decoded bind JSON object; ParseError naming the first schema error."""
-    from planners.bindcheck import read_plan
+    from planners.bindcheck import one_line, read_plan
 
     plan, problems = read_plan(data)
     if plan is None:
-        errors = [p for p in problems if p.severity == "error"]
-        more = f" (and {len(errors) - 1} more; run `topo validate`)" if len(errors) > 1 else ""
-        raise ParseError(f"{where}: {errors[0]}{more}")
+        raise ParseError(f"{where}: {one_line([p for p in problems if p.severity == 'error'])}")
     return plan
 
 

@@ -223,3 +223,20 @@ def test_table_forms_load_as_positional_plans():
                            ({"device0": ["0-99999999"]}, "ids above 1048575")]:
         with pytest.raises(ParseError, match=message):
             load_table(table, "--bind_core")
+
+
+def test_a_refusal_names_the_first_error_and_counts_the_rest():
+    from launcher.binding import check_loaded
+    from planners.bindload import LoadedBind
+    from topo.errors import UsageError
+
+    bad = {"bind_config": {"bind_cpu_mode": "cpu"}, "bind_cpu": {"device0": {"main": "2-1"}, "device1": {"main": "x"}}}
+    with pytest.raises(ParseError) as err:
+        plan_from_json(bad, where="b.json")
+    assert str(err.value) == ("b.json: bind_cpu.device0.main: CPU range '2-1' start should not exceed end. Fix: "
+                              'write a cpulist such as "0-4,8" (ranges ascending) (and 1 more; run `topo validate`)')
+    absent = plan_from_json({"bind_config": {"bind_cpu_mode": "cpu"},
+                             "bind_cpu": {"device0": {"main": "60"}, "device1": {"main": "70"}}})
+    with pytest.raises(UsageError, match=r"^--bind_numa inline bind JSON: bind_cpu\.device0\.main: CPU id 60 .*"
+                                         r"\(and 1 more; run `topo validate`\)$"):
+        check_loaded(LoadedBind(absent), MACHINE, "--bind_numa", [])
