@@ -128,11 +128,14 @@ def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequ
     result = planner.load()(topology, job, opts)
     if not isinstance(result, BindPlan):
         raise UsageError(f"planner {planner.name!r} returned {type(result).__name__}, not a BindPlan")
-    # the notes a reader of the file needs, from the registry: which mode, and whether its
-    # processes share CPUs by design (then `topo validate` accepts overlapping sets)
+    # the notes a reader of the file needs: which mode, whether its processes share CPUs by design
+    # (then `topo validate` accepts overlapping sets), and whether the job drives no device (its
+    # keys are then msrun's DEVICE_ID, the rank, and name no device: --explain shows no locality)
     meta = {"schema": "topo.bind/1", "mode": planner.name}
     if planner.shares_cpus:
         meta["shared_cpus"] = True
+    if job.cpu_only:
+        meta["cpu_only"] = True
     meta.update(result.meta)
     return BindPlan.build(result.processes, cpu_mode=result.cpu_mode, memory_mode=result.memory_mode,
                           actor_thread_fix_bind=result.actor_thread_fix_bind, meta=meta,

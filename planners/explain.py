@@ -24,6 +24,15 @@ def process_cpus(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> CpuSet
     return CpuSet()
 
 
+def driven_device(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> int | None:
+    """The accelerator a process drives: its key's physical id when the topology has that device;
+    None for the scheduler and for every rank of a CPU-only job (whose ``deviceN`` key is its rank,
+    as msrun's DEVICE_ID, not a device it uses)."""
+    if proc.is_scheduler or plan.meta.get("cpu_only"):
+        return None
+    return proc.device if proc.device in layout.devices else None
+
+
 def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
     layout = Layout(topology)
     rows: list[dict] = []
@@ -36,7 +45,7 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
     for proc in plan.processes:
         cpus = process_cpus(plan, proc, layout)
         sets[proc.key] = cpus
-        dev = proc.device if proc.device in layout.devices and not proc.is_scheduler else None
+        dev = driven_device(plan, proc, layout)
         home = layout.home_of(dev) if dev is not None else ()
         raw_node = layout.devices[dev].numa_node if dev is not None else None
         if dev is None:

@@ -15,7 +15,7 @@ from topo.model import Topology
 
 from planners.bindplan import BindPlan
 from planners.core import Layout
-from planners.explain import analyse, process_cpus
+from planners.explain import analyse, driven_device, process_cpus
 
 LEGEND = ("rank", "device", "CPUs", "cores", "memory node", "device node", "local")
 
@@ -26,7 +26,7 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     owners = []
     for i, (proc, row) in enumerate(zip(plan.processes, rows)):
         cpus = _all_cpus(plan, proc, layout)
-        dev = proc.device if proc.device in layout.devices and not proc.is_scheduler else None
+        dev = driven_device(plan, proc, layout)
         device, remote, local = None, CpuSet(), "-"
         if dev is not None and cpus:
             d = layout.devices[dev]

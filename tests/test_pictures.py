@@ -159,6 +159,17 @@ def test_exclusive_plan_on_dgx_a100_paints_each_process(dgx_root, tmp_path):
     assert any(w.startswith("topo plan --mode exclusive: 8 processes") for w in words)
 
 
+def test_cpu_only_plan_drives_no_device(dgx_root):
+    # its ranks' keys are device0..3 (msrun's DEVICE_ID), yet no rank drives GPU r
+    t = topo.discover(dgx_root)
+    overlay = plan_overlay(t, planners.plan(t, "exclusive", devices=(), nproc=4))
+    assert [(o.device, o.remote, o.legend[1], o.legend[-2:]) for o in overlay.owners] == \
+        [(None, CpuSet(), "-", ("-", "-"))] * 4
+    root = parse_svg(plan_svg(t, planners.plan(t, "exclusive", devices=(), nproc=4)))
+    assert not [p for p in root.iter(f"{SVG}path") if p.get("class") == "link"]
+    assert len([p for p in root.iter(f"{SVG}path") if p.get("class") == "remote"]) == 1  # the legend's
+
+
 def test_shared_remote_split_and_disallowed_cpus_are_flagged():
     t = from_nodes(["0-3", "4-7"], threads_per_core=2, gpu_nodes=[0, 1])
     owners = (

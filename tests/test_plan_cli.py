@@ -83,6 +83,19 @@ def test_plan_cpu_only_nproc(dgx):
     assert data["bind_cpu"] == {"device0": {"main": "0-63,128-191"}, "device1": {"main": "64-127,192-255"}}
 
 
+def test_cpu_only_job_says_so_and_explain_shows_no_device(dgx):
+    # rank r's key is device<r> (msrun's DEVICE_ID), not GPU r: no device, node or locality verdict
+    result = run("plan", "--mode", "exclusive", "--topology", dgx, "--devices", "none", "--nproc-per-node", "4")
+    assert json.loads(result.stdout)["topo"]["cpu_only"] is True
+    result = run("plan", "--mode", "exclusive", "--topology", dgx, "--devices", "none", "--nproc-per-node", "4",
+                 "--explain")
+    rows = [line.split() for line in result.output.splitlines()[2:6]]
+    assert [(r[1], r[2], r[3], r[-1]) for r in rows] == [(f"device{i}", "-", "-", "-") for i in range(4)]
+    assert "remote" not in result.output
+    with_devices = run("plan", "--mode", "exclusive", "--topology", dgx, "--nproc-per-node", "4")
+    assert "cpu_only" not in json.loads(with_devices.stdout)["topo"]
+
+
 def test_explain_table(dgx, tmp_path):
     out = tmp_path / "b.json"
     result = run("plan", "--mode", "exclusive", "--topology", dgx, "--explain", "-o", str(out))
