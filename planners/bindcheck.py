@@ -14,7 +14,9 @@ accepts the others accept, with the same messages:
    written by `topo plan` for node, socket, core-complex, all and single). One pass with a running
    union of the CPUs seen so far, so a job of n processes costs O(n), not n^2 pairs.
 
-Messages reuse msrun's wording. Duplicate keys are errors: two spellings of one process
+Messages reuse msrun's wording. A section its mode turns off (``bind_cpu`` with ``bind_cpu_mode``
+"none", ``bind_memory`` with ``bind_memory_mode`` "none") is a warning: msrun ignores it, and the
+process runs unbound. Duplicate keys are errors: two spellings of one process
 (``device0``, ``device_0``, ``device00``) and a key written twice in one JSON object (seen when the
 JSON was read by ``planners.bindload``, which records repeated keys on the objects it returns).
 """
@@ -126,6 +128,7 @@ class _Reader:
         if self.cpu_mode == "cpu" and "bind_cpu" not in data:
             self.error("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
                        'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
+        self.ignored_sections(data)
         cpu = self.read_cpu(sections["bind_cpu"])
         memory = self.read_memory(sections["bind_memory"])
         ranks = self.notes.get("local_ranks")
@@ -139,6 +142,21 @@ class _Reader:
                 local_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
                 has_cpu_entry=value[2]))
         self.entries = entries
+
+    def ignored_sections(self, data: Mapping) -> None:
+        """A section its mode turns off (msrun reads bind_cpu only in cpu/numa mode, bind_memory only
+        in numa mode) binds nothing: say so, as a file that runs unbound is rarely what was meant."""
+        config = data.get("bind_config", {})
+        if not isinstance(config, Mapping):
+            return
+        for section, mode_key, mode in (("bind_cpu", "bind_cpu_mode", self.cpu_mode),
+                                        ("bind_memory", "bind_memory_mode", self.memory_mode)):
+            written = config.get(mode_key, "none")
+            if data.get(section) and mode == "none" and isinstance(written, str) and written.lower() == "none":
+                self.error(section, f"ignored, because {mode_key} is 'none'"
+                                    f"{'' if mode_key in config else ' (the default)'}.",
+                           f'set "{mode_key}" in bind_config to bind what {section} says, or remove {section}',
+                           "warning")
 
     def read_config(self, config: Any) -> None:
         if not isinstance(config, Mapping):

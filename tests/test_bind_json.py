@@ -240,3 +240,20 @@ def test_a_refusal_names_the_first_error_and_counts_the_rest():
     with pytest.raises(UsageError, match=r"^--bind_numa inline bind JSON: bind_cpu\.device0\.main: CPU id 60 .*"
                                          r"\(and 1 more; run `topo validate`\)$"):
         check_loaded(LoadedBind(absent), MACHINE, "--bind_numa", [])
+
+
+def test_a_section_its_mode_turns_off_is_a_warning():
+    """msrun reads bind_cpu only when bind_cpu_mode is cpu or numa, bind_memory only in numa mode: a
+    file whose sections are all off runs unbound, which validate says instead of a bare "ok"."""
+    problems = validate_bind({"bind_cpu": {"device0": {"main": "0-99999999"}}})
+    assert [(p.path, p.message, p.severity) for p in problems] == [
+        ("bind_cpu", "ignored, because bind_cpu_mode is 'none' (the default).", "warning")]
+    cpu_only = {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "none"},
+                "bind_cpu": {"device0": {"main": "0"}}, "bind_memory": {"device0": 0}}
+    assert [(p.path, p.message) for p in validate_bind(cpu_only)] == [
+        ("bind_memory", "ignored, because bind_memory_mode is 'none'.")]
+    # a preferred plan writes its nodes under bind_memory_mode "none" for msrun: topo applies them
+    assert validate_bind({**cpu_only, "topo": {"memory_policy": "preferred"}}) == []
+    # a mode that is wrong is one error, not also an ignored section
+    assert [p.severity for p in validate_bind({"bind_config": {"bind_cpu_mode": "core"},
+                                               "bind_cpu": {"device0": {"main": "0"}}})] == ["error"]
