@@ -70,7 +70,7 @@ def test_cuda_visible_devices_errors(spec, message):
 
 def test_uuid_without_nvml_says_where_uuids_come_from():
     t = machine([replace(d, uuid=None, source="sysfs") for d in gpus()])
-    with pytest.raises(UsageError, match="no GPU UUIDs .*NVML"):
+    with pytest.raises(UsageError, match=r"no GPU UUIDs .*NVML: install .topo-affinity\[nvidia\]."):
         visible_devices(t, env={"CUDA_VISIBLE_DEVICES": "GPU-aab1"})
 
 

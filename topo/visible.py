@@ -136,7 +136,7 @@ def _by_uuid_prefix(devices: list[Device], prefix: str, var: str, what: str) -> 
     if not known:
         raise UsageError(
             f"{var} names {prefix!r} but the topology has no {what} UUIDs "
-            f"(they come from NVML: install 'topo[nvidia]' and the NVIDIA driver, or use indices)"
+            f"(they come from NVML: install 'topo-affinity[nvidia]' and the NVIDIA driver, or use indices)"
         )
     hits = [d for d in known if d.uuid.startswith(prefix)]
     if len(hits) == 1:
