@@ -252,13 +252,13 @@ def test_bindings_are_applied_directly_without_numactl_and_taskset(dirs, tmp_pat
     bind.write_text(json.dumps(UNIFIED))
     env = {**ENV, "PATH": bin_without(tmp_path, "numactl", "taskset")}
     args = ["--worker_num=2", "--local_worker_num=2", "--join=True", f"--log_dir={logs}", f"--bind_numa={bind}",
-            ENVDUMP, str(out)]
+            ENVDUMP, str(out), "--linger"]
     dry = topo("launch", "--dry-run", *args, cwd=cwd, env=env)
     assert dry.returncode == 0, dry.stderr
     # the argv msrun would run, and what happens instead
-    assert f"rank 0, DEVICE_ID=0: numactl --membind 0 --physcpubind 1 python {ENVDUMP} {out}" in dry.stdout
-    assert (f"  binding: CPUs 1, memory node 0 (applied directly: numactl not found; runs python {ENVDUMP} {out})"
-            in dry.stdout.splitlines())
+    assert f"rank 0, DEVICE_ID=0: numactl --membind 0 --physcpubind 1 python {ENVDUMP} {out} --linger" in dry.stdout
+    assert (f"  binding: CPUs 1, memory node 0 (applied directly: numactl not found; runs python {ENVDUMP} {out} "
+            "--linger)" in dry.stdout.splitlines())
     r = topo("launch", *args, cwd=cwd, env=env)
     assert r.returncode == 0, r.stderr
     assert "scheduler: CPUs 0, memory node 0 (verified, applied directly: taskset not found)" in r.stderr
@@ -268,9 +268,9 @@ def test_bindings_are_applied_directly_without_numactl_and_taskset(dirs, tmp_pat
     assert (d["scheduler"]["affinity"], d["scheduler"]["memory_policy"]) == ([0], "default")
     assert (d["worker_0"]["affinity"], d["worker_0"]["memory_policy"]) == ([1], "bind:0")
     assert (d["worker_1"]["affinity"], d["worker_1"]["memory_policy"]) == ([0], "bind:0")
-    assert d["worker_0"]["orig_argv"] == ["python", ENVDUMP, str(out)]
+    assert d["worker_0"]["orig_argv"] == ["python", ENVDUMP, str(out), "--linger"]
     launched = json.loads((logs / "launch.json").read_text())["processes"]
-    assert launched[1]["argv"] == ["python", ENVDUMP, str(out)]
+    assert launched[1]["argv"] == ["python", ENVDUMP, str(out), "--linger"]
     assert launched[1]["binding"]["applied"] == "directly"
 
 
@@ -287,7 +287,7 @@ def test_preferred_memory_policy(dirs, tmp_path, numactl):
                                 "topo": {"memory_policy": "preferred"}}))
     env = ENV if numactl else {**ENV, "PATH": bin_without(tmp_path, "numactl", "taskset")}
     r = topo("launch", "--worker_num=1", "--local_worker_num=1", "--join=True", "--no-scheduler", f"--log_dir={logs}",
-             f"--bind_numa={bind}", ENVDUMP, str(out), cwd=cwd, env=env)
+             f"--bind_numa={bind}", ENVDUMP, str(out), "--linger", cwd=cwd, env=env)
     assert r.returncode == 0, r.stderr
     how = "verified" if numactl else "verified, applied directly: numactl not found"
     assert f"rank 0: CPUs 1, memory preferred node 0 ({how})" in r.stderr

@@ -153,7 +153,7 @@ def test_unified_json_bindings_are_verified(dirs):
         "bind_cpu": {"scheduler": {"main": "0"}, "device0": {"main": "1"}, "device1": {"main": "0"}},
         "bind_memory": {"device0": 0, "device1": 0}}))
     r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", f"--log_dir={logs}",
-                     f"--bind_numa={bind}", ENVDUMP, str(out)], cwd=cwd)
+                     f"--bind_numa={bind}", ENVDUMP, str(out), "--linger"], cwd=cwd)
     assert r.returncode == 0, r.stderr
     d = dumps(out)
     assert (d["scheduler"]["affinity"], d["scheduler"]["memory_policy"]) == ([0], "default")
@@ -173,7 +173,7 @@ def test_unified_json_bindings_are_verified(dirs):
 def test_bind_core_true_splits_cpus(dirs):
     cwd, out, logs = dirs
     r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", "--no-scheduler",
-                     f"--log_dir={logs}", "--bind_core=True", ENVDUMP, str(out)], cwd=cwd)
+                     f"--log_dir={logs}", "--bind_core=True", ENVDUMP, str(out), "--linger"], cwd=cwd)
     assert r.returncode == 0, r.stderr
     d = dumps(out)
     assert [d[f"worker_{i}"]["affinity"] for i in (0, 1)] == [[0], [1]]
@@ -192,7 +192,7 @@ def test_refused_memory_binding_is_reported_with_the_fix(dirs, tmp_path):
     (fake / "numactl").chmod(0o755)
     env = {**BASE_ENV, "PATH": f"{fake}:{os.environ['PATH']}"}
     args = ["--worker_num=1", "--local_worker_num=1", "--join=True", "--no-scheduler", f"--log_dir={logs}",
-            '--bind_numa={"device0": ["0"]}', ENVDUMP, str(out)]
+            '--bind_numa={"device0": ["0"]}', ENVDUMP, str(out), "--linger"]
     r = topo_launch(args, cwd=cwd, env=env)
     assert r.returncode == 1
     assert "rank 0: numactl refused the binding (set_mempolicy: Operation not permitted)" in r.stderr

@@ -1,6 +1,7 @@
 """Write this process's environment, affinity, memory policy and argv to OUT_DIR/<role>_<rank>.json.
 
-Used by the launcher tests as the job script: `envdump.py OUT_DIR [ARGS...]`.
+Used by the launcher tests as the job script: `envdump.py OUT_DIR [ARGS...]`. With `--linger` among
+the ARGS it stays 1 s after writing, so the launcher reads its binding from a live process.
 """
 import json
 import os
@@ -25,3 +26,7 @@ record = {
 with open(os.path.join(out_dir, name + ".json"), "w") as fh:
     json.dump(record, fh)
 print(f"[envdump] {name} pid={os.getpid()} affinity={record['affinity']}")
+if "--linger" in sys.argv[2:]:
+    import time
+
+    time.sleep(1)
