@@ -34,13 +34,12 @@ from typing import Any, Mapping
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 
-from planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding, normalize_key
+from planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding, as_written, normalize_key
 
 UNIFIED_KEYS = ("bind_config", "bind_cpu", "bind_memory")
 _TABLE_KEY = re.compile(r"device[0-9]{1,18}|scheduler")
 # msrun's per-item pattern (ASCII digits): "0-9" or "1,2,3"; a mixed "0-3,5" must be ["0-3", "5"].
 _TABLE_ITEM = re.compile(r"[0-9]+-[0-9]+|[0-9]+(?:,[0-9]+)*")
-_WHITESPACE = re.compile(r"\s")
 
 
 class JsonObject(dict):
@@ -156,7 +155,7 @@ def load_table(value: Mapping, flag: str) -> LoadedBind:
         for item in items:
             if not isinstance(item, str):
                 raise ParseError(f"{flag}: {label} {item!r} of {key} should be a string")
-            item = _WHITESPACE.sub("", item)
+            item = as_written(item)
             if not _TABLE_ITEM.fullmatch(item):
                 raise ParseError(
                     f"{flag}: {label} {item[:60]!r} of {key} should look like '{desc}', "
