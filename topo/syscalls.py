@@ -64,7 +64,7 @@ def _numbers() -> tuple[int, int]:
 
 
 def _mask(nodes: CpuSet) -> tuple[ctypes.Array, int]:
-    words = max(1, (nodes.last() // _MASK_BITS + 1) if nodes else 1)
+    words = nodes.last() // _MASK_BITS + 1 if nodes else 1
     arr = (ctypes.c_ulong * words)()
     bits = nodes.mask
     for i in range(words):
