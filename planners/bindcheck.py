@@ -100,25 +100,25 @@ class _Reader:
         self.cpu_mode = self.memory_mode = "none"
         self.fix_bind: bool | None = None
         if not isinstance(data, Mapping):
-            self.error("", f"bind JSON should be a json object, got {_type_name(data)}.",
+            self.problem("", f"bind JSON should be a json object, got {_type_name(data)}.",
                        "write an object with bind_config / bind_cpu / bind_memory keys")
             return
         self.read(data)
 
-    def error(self, path: str, message: str, fix: str = "", severity: str = "error") -> None:
+    def problem(self, path: str, message: str, fix: str = "", severity: str = "error") -> None:
         self.problems.append(Problem(path, message, fix, severity))
 
     def duplicates(self, obj: Mapping, where: str) -> None:
         for key in getattr(obj, "duplicate_keys", ()):
             path = f"{where}.{key}" if where else str(key)
-            self.error(path, f"key '{key}' appears more than once{' in ' + where if where else ''}; "
+            self.problem(path, f"key '{key}' appears more than once{' in ' + where if where else ''}; "
                              "JSON keeps only the last.", "keep one entry per key")
 
     def read(self, data: Mapping) -> None:
         self.duplicates(data, "")
         for k in data:
             if k not in TOP_KEYS:
-                self.error(str(k), f"unknown top-level key '{k}'.",
+                self.problem(str(k), f"unknown top-level key '{k}'.",
                            "use only bind_config, bind_cpu, bind_memory (and topo for notes)", "warning")
         self.read_config(data.get("bind_config", {}))
         notes = data.get("topo")
@@ -126,7 +126,7 @@ class _Reader:
         self.read_policy()
         sections = {s: self.read_section(data, s) for s in ("bind_cpu", "bind_memory")}
         if self.cpu_mode == "cpu" and "bind_cpu" not in data:
-            self.error("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
+            self.problem("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
                        'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
         self.ignored_sections(data)
         cpu = self.read_cpu(sections["bind_cpu"])
@@ -153,30 +153,30 @@ class _Reader:
                                         ("bind_memory", "bind_memory_mode", self.memory_mode)):
             written = config.get(mode_key, "none")
             if data.get(section) and mode == "none" and isinstance(written, str) and written.lower() == "none":
-                self.error(section, f"ignored, because {mode_key} is 'none'"
+                self.problem(section, f"ignored, because {mode_key} is 'none'"
                                     f"{'' if mode_key in config else ' (the default)'}.",
                            f'set "{mode_key}" in bind_config to bind what {section} says, or remove {section}',
                            "warning")
 
     def read_config(self, config: Any) -> None:
         if not isinstance(config, Mapping):
-            self.error("bind_config", "bind_config must be a json object.",
+            self.problem("bind_config", "bind_config must be a json object.",
                        'write {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}')
             return
         self.duplicates(config, "bind_config")
         for k in config:
             if k not in CONFIG_KEYS:
-                self.error(f"bind_config.{k}", f"unknown key '{k}' in bind_config.",
+                self.problem(f"bind_config.{k}", f"unknown key '{k}' in bind_config.",
                            "keys are bind_cpu_mode, bind_memory_mode, actor_thread_fix_bind", "warning")
         raw = config.get("bind_cpu_mode", "none")
         if not isinstance(raw, str) or raw.lower() not in CPU_MODES:
-            self.error("bind_config.bind_cpu_mode", "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.",
+            self.problem("bind_config.bind_cpu_mode", "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.",
                        f"replace {raw!r} by one of \"cpu\", \"numa\", \"none\"")
         else:
             self.cpu_mode = raw.lower()
         raw = config.get("bind_memory_mode", "none")
         if not isinstance(raw, str) or raw.lower() not in MEMORY_MODES:
-            self.error("bind_config.bind_memory_mode", "'bind_memory_mode' only supports 'numa'/'none'.",
+            self.problem("bind_config.bind_memory_mode", "'bind_memory_mode' only supports 'numa'/'none'.",
                        f"replace {raw!r} by \"numa\" or \"none\"")
         else:
             self.memory_mode = raw.lower()
@@ -184,7 +184,7 @@ class _Reader:
             if isinstance(config["actor_thread_fix_bind"], bool):
                 self.fix_bind = config["actor_thread_fix_bind"]
             else:
-                self.error("bind_config.actor_thread_fix_bind",
+                self.problem("bind_config.actor_thread_fix_bind",
                            "'actor_thread_fix_bind' only supports bool type True/False.",
                            "write true or false (JSON booleans, not strings)")
 
@@ -196,10 +196,10 @@ class _Reader:
         if policy == "bind":
             return
         if policy != "preferred":
-            self.error(path, f"memory policy {policy!r} is not one topo applies.",
+            self.problem(path, f"memory policy {policy!r} is not one topo applies.",
                        'write "preferred", or remove the key for msrun\'s strict binding (--membind)')
         elif self.memory_mode == "numa":
-            self.error(path, "a preferred memory policy with bind_memory_mode 'numa': msrun would bind "
+            self.problem(path, "a preferred memory policy with bind_memory_mode 'numa': msrun would bind "
                              "memory strictly (numactl --membind), which is not what the file asks.",
                        'set "bind_memory_mode": "none" (topo applies the preferred nodes, msrun leaves memory alone)')
         else:
@@ -210,7 +210,7 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, Mapping):
-            self.error(section, f"{section} must be a json object, got {_type_name(value)}.",
+            self.problem(section, f"{section} must be a json object, got {_type_name(value)}.",
                        f'write {{"device0": ...}} under {section}')
             return None
         self.duplicates(value, section)
@@ -219,12 +219,12 @@ class _Reader:
         for k, v in value.items():
             norm = normalize_key(k)
             if norm is None:
-                self.error(f"{section}.{k}",
+                self.problem(f"{section}.{k}",
                            f"Invalid key '{k}'. Only 'deviceX', 'device_X' (where X is a number), "
                            "and 'scheduler' are supported.",
                            "name the process 'deviceN' (N = physical device id) or 'scheduler'")
             elif norm in seen:
-                self.error(f"{section}.{k}", f"key '{k}' names the same process as '{seen[norm]}'.",
+                self.problem(f"{section}.{k}", f"key '{k}' names the same process as '{seen[norm]}'.",
                            "keep one of the two entries")
             else:
                 seen[norm] = k
@@ -247,7 +247,7 @@ class _Reader:
                 out[norm] = ((), None, True)
                 continue
             if not isinstance(value, Mapping):
-                self.error(path, f"'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for "
+                self.problem(path, f"'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for "
                                  f"{k}:{value} should be dict, but got {type(value)}.",
                            f'write {{"main": "{value}"}}')
                 continue
@@ -256,11 +256,11 @@ class _Reader:
             for module, text in value.items():
                 mpath = f"{path}.{module}"
                 if module not in MODULES:
-                    self.error(mpath, f"unknown module '{module}'.", "modules are main, runtime, pynative, minddata",
+                    self.problem(mpath, f"unknown module '{module}'.", "modules are main, runtime, pynative, minddata",
                                "warning")
                     continue
                 if not isinstance(text, str):  # msrun strips and expands strings only
-                    self.error(mpath, f"CPU range {text!r} for {k} should be a string.",
+                    self.problem(mpath, f"CPU range {text!r} for {k} should be a string.",
                                f'write a cpulist string such as "{text}"'
                                if isinstance(text, int) and not isinstance(text, bool)
                                else 'write a cpulist string such as "0-4,8"')
@@ -268,7 +268,7 @@ class _Reader:
                 try:
                     cpus = CpuSet.parse_msrun(text)
                 except ParseError as exc:
-                    self.error(mpath, str(exc), CPULIST_FIX)
+                    self.problem(mpath, str(exc), CPULIST_FIX)
                     continue
                 modules.append((module, as_written(text), cpus))
             out[norm] = (tuple(modules), None, True)
@@ -285,7 +285,7 @@ class _Reader:
             if nodes is None:
                 continue
             if self.memory_mode == "preferred" and nodes[1].weight() > 1:
-                self.error(path, f"a preferred memory policy takes one node, got {value!r} for {k} "
+                self.problem(path, f"a preferred memory policy takes one node, got {value!r} for {k} "
                                  "(numactl --preferred accepts a single node).",
                            f"name one node, e.g. {nodes[1].first()}")
                 continue
@@ -294,13 +294,13 @@ class _Reader:
 
     def nodes(self, path, key, value, mode_name, section) -> tuple[int | str, CpuSet] | None:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            self.error(path, f"{mode_name} is 'numa', in '{section}', type of value for {key}:{value} "
+            self.problem(path, f"{mode_name} is 'numa', in '{section}', type of value for {key}:{value} "
                              f"should be int/str, but got {type(value)}.", NODES_FIX)
             return None
         try:
             nodes = parse_nodes(value)
         except ParseError as exc:
-            self.error(path, str(exc), NODES_FIX)
+            self.problem(path, str(exc), NODES_FIX)
             return None
         return (value if isinstance(value, int) else as_written(value)), nodes
 
