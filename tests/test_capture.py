@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import tarfile
@@ -123,3 +124,30 @@ def test_errors_are_one_line(args, code, words):
     assert result.exit_code == code
     assert result.stderr.startswith("topo: error: ") and words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
+
+
+# One machine per kind of file discovery follows: PCI bridges (config space) and DAX, a cgroup,
+# offline CPUs, memory-side caches, GPU memory nodes, initiators, ARM clusters.
+ROUND_TRIP = ["40intel64-2g2n4c+pcilocality", "32em64t-2n8c+dax+nvme+mic+dimms", "32amd64-4s2n4c-cgroup2",
+              "16em64t-4s2c2t-offlines", "memorysidecaches", "nvidiagpunumanodes",
+              "fakememinitiators-1np2c+1npp+gi", "128arm-2pa2n8cluster4co"]
+
+
+@pytest.mark.parametrize("tarball", [f"{name}.tar.bz2" for name in ROUND_TRIP])
+def test_round_trip_of_captured_machines(hwloc_roots, tmp_path, tarball):
+    # Capturing a root records what discovery reads there: read back, it is the same machine,
+    # PCI bridges (config space), cgroups, offline CPUs and memory-only nodes included.
+    import topo
+
+    root = hwloc_roots.root(tarball)
+    path = tmp_path / "again.tar.gz"
+    capture(path, root=root)
+    for view in ({}, {"include_disallowed": True}):
+        want, got = topo.discover(root, **view).to_dict(), topo.discover(path, **view).to_dict()
+        for data in (want, got):
+            source = data.pop("source")  # the root, and file names in the probes' notes, differ
+            data["probes"] = {k: re.sub(r"\S*/sys/\S*", "FILE", v) for k, v in source["probes"].items()}
+        assert got == want

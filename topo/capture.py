@@ -53,8 +53,8 @@ class _Recorder(FsRoot):
 
     __slots__ = ("seen", "listed", "links")
 
-    def __init__(self) -> None:
-        super().__init__("/")
+    def __init__(self, root: str | os.PathLike) -> None:
+        super().__init__(root)
         self.seen: set[str] = set()  # read or looked up
         self.listed: set[str] = set()
         self.links: set[str] = set()  # read as links: the link is stored, not what it points to
@@ -76,11 +76,14 @@ class _Recorder(FsRoot):
         return super().readlink(path)
 
 
-def capture(dest: str | os.PathLike, *, run_tools: bool = True) -> list[str]:
-    """Write the archive `dest` (.tar.gz); returns the notes on what could not be stored."""
+def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools: bool = True) -> list[str]:
+    """Write the archive `dest` (.tar.gz) of the machine below `root` (this one by default);
+    returns the notes on what could not be stored."""
     from topo.discovery import discover
 
-    recorder = _Recorder()
+    recorder = _Recorder(root)
+    if recorder.root != "/" and not os.path.isdir(recorder.root):
+        raise ProbeError(f"{root}: capture a directory, not an archive")
     discover(recorder, probes=())
     discover(recorder, include_disallowed=True, probes=())
     dest = os.fspath(dest)
@@ -94,9 +97,9 @@ def capture(dest: str | os.PathLike, *, run_tools: bool = True) -> list[str]:
             for path in sorted(recorder.links):
                 parent, _, name = path.rpartition("/")
                 real = writer.store(parent)
-                if real and os.path.islink(os.path.join(real, name)):
+                if real and os.path.islink(writer.base + os.path.join(real, name)):
                     writer.store_link(os.path.join(real, name))
-            tools = _tool_outputs(notes) if run_tools else {}
+            tools = _tool_outputs(notes) if run_tools and recorder.is_this_system else {}
             for name, text in tools.items():
                 writer.add_bytes(f"{TOOLS_DIR}/{name}", text.encode())
             writer.add_bytes(f"{TOOLS_DIR}/README.txt", _readme(tools, notes).encode())
@@ -114,6 +117,7 @@ class _Writer:
 
     def __init__(self, tar: tarfile.TarFile, fs: FsRoot, notes: list[str]) -> None:
         self.tar, self.fs, self.notes = tar, fs, notes
+        self.base = fs.path("")  # the real location of "/"
         self.done: set[str] = set()
         self.mtime = int(time.time())
 
@@ -129,11 +133,11 @@ class _Writer:
             part = parts.pop(0)
             here = os.path.join(real, part)
             try:
-                st = os.lstat(here)
+                st = os.lstat(self.base + here)
             except OSError:
                 return None  # absent: discovery saw it missing, the archive leaves it missing
             if stat.S_ISLNK(st.st_mode) and here != "/proc/self":
-                target = os.readlink(here)
+                target = os.readlink(self.base + here)
                 hops += 1
                 if hops > 40 or target.startswith("/") and not target.startswith(("/sys/", "/proc/")):
                     return None
@@ -157,22 +161,22 @@ class _Writer:
 
     def store_link(self, path: str) -> None:
         """The symlink at the real path `path` itself (a driver link: its name is what is read)."""
-        self._link(path, os.readlink(path))
+        self._link(path, os.readlink(self.base + path))
 
     def _listing(self, directory: str) -> None:
         """The directory's subdirectories and links, so a listing of the copy names them too."""
         try:
-            names = os.listdir(directory)
+            names = os.listdir(self.base + directory)
         except OSError:
             return
         for name in names:
             here = os.path.join(directory, name)
             try:
-                mode = os.lstat(here).st_mode
+                mode = os.lstat(self.base + here).st_mode
             except OSError:
                 continue
             if stat.S_ISLNK(mode):
-                self._link(here, os.readlink(here))
+                self._link(here, os.readlink(self.base + here))
             elif stat.S_ISDIR(mode):
                 self._dir(here)
 
