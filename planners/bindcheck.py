@@ -101,7 +101,7 @@ class _Reader:
         self.fix_bind: bool | None = None
         if not isinstance(data, Mapping):
             self.problem("", f"bind JSON should be a json object, got {_type_name(data)}.",
-                       "write an object with bind_config / bind_cpu / bind_memory keys")
+                         "write an object with bind_config / bind_cpu / bind_memory keys")
             return
         self.read(data)
 
@@ -112,14 +112,14 @@ class _Reader:
         for key in getattr(obj, "duplicate_keys", ()):
             path = f"{where}.{key}" if where else str(key)
             self.problem(path, f"key '{key}' appears more than once{' in ' + where if where else ''}; "
-                             "JSON keeps only the last.", "keep one entry per key")
+                               "JSON keeps only the last.", "keep one entry per key")
 
     def read(self, data: Mapping) -> None:
         self.duplicates(data, "")
         for k in data:
             if k not in TOP_KEYS:
                 self.problem(str(k), f"unknown top-level key '{k}'.",
-                           "use only bind_config, bind_cpu, bind_memory (and topo for notes)", "warning")
+                             "use only bind_config, bind_cpu, bind_memory (and topo for notes)", "warning")
         self.read_config(data.get("bind_config", {}))
         notes = data.get("topo")
         self.notes = notes if isinstance(notes, Mapping) else {}
@@ -127,7 +127,7 @@ class _Reader:
         sections = {s: self.read_section(data, s) for s in ("bind_cpu", "bind_memory")}
         if self.cpu_mode == "cpu" and "bind_cpu" not in data:
             self.problem("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
-                       'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
+                         'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
         self.ignored_sections(data)
         cpu = self.read_cpu(sections["bind_cpu"])
         memory = self.read_memory(sections["bind_memory"])
@@ -154,30 +154,30 @@ class _Reader:
             written = config.get(mode_key, "none")
             if data.get(section) and mode == "none" and isinstance(written, str) and written.lower() == "none":
                 self.problem(section, f"ignored, because {mode_key} is 'none'"
-                                    f"{'' if mode_key in config else ' (the default)'}.",
-                           f'set "{mode_key}" in bind_config to bind what {section} says, or remove {section}',
-                           "warning")
+                                      f"{'' if mode_key in config else ' (the default)'}.",
+                             f'set "{mode_key}" in bind_config to bind what {section} says, or remove {section}',
+                             "warning")
 
     def read_config(self, config: Any) -> None:
         if not isinstance(config, Mapping):
             self.problem("bind_config", "bind_config must be a json object.",
-                       'write {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}')
+                         'write {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}')
             return
         self.duplicates(config, "bind_config")
         for k in config:
             if k not in CONFIG_KEYS:
                 self.problem(f"bind_config.{k}", f"unknown key '{k}' in bind_config.",
-                           "keys are bind_cpu_mode, bind_memory_mode, actor_thread_fix_bind", "warning")
+                             "keys are bind_cpu_mode, bind_memory_mode, actor_thread_fix_bind", "warning")
         raw = config.get("bind_cpu_mode", "none")
         if not isinstance(raw, str) or raw.lower() not in CPU_MODES:
             self.problem("bind_config.bind_cpu_mode", "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.",
-                       f"replace {raw!r} by one of \"cpu\", \"numa\", \"none\"")
+                         f"replace {raw!r} by one of \"cpu\", \"numa\", \"none\"")
         else:
             self.cpu_mode = raw.lower()
         raw = config.get("bind_memory_mode", "none")
         if not isinstance(raw, str) or raw.lower() not in MEMORY_MODES:
             self.problem("bind_config.bind_memory_mode", "'bind_memory_mode' only supports 'numa'/'none'.",
-                       f"replace {raw!r} by \"numa\" or \"none\"")
+                         f"replace {raw!r} by \"numa\" or \"none\"")
         else:
             self.memory_mode = raw.lower()
         if "actor_thread_fix_bind" in config:
@@ -185,8 +185,8 @@ class _Reader:
                 self.fix_bind = config["actor_thread_fix_bind"]
             else:
                 self.problem("bind_config.actor_thread_fix_bind",
-                           "'actor_thread_fix_bind' only supports bool type True/False.",
-                           "write true or false (JSON booleans, not strings)")
+                             "'actor_thread_fix_bind' only supports bool type True/False.",
+                             "write true or false (JSON booleans, not strings)")
 
     def read_policy(self) -> None:
         if MEMORY_POLICY_KEY not in self.notes:
@@ -197,11 +197,11 @@ class _Reader:
             return
         if policy != "preferred":
             self.problem(path, f"memory policy {policy!r} is not one topo applies.",
-                       'write "preferred", or remove the key for msrun\'s strict binding (--membind)')
+                         'write "preferred", or remove the key for msrun\'s strict binding (--membind)')
         elif self.memory_mode == "numa":
             self.problem(path, "a preferred memory policy with bind_memory_mode 'numa': msrun would bind "
-                             "memory strictly (numactl --membind), which is not what the file asks.",
-                       'set "bind_memory_mode": "none" (topo applies the preferred nodes, msrun leaves memory alone)')
+                               "memory strictly (numactl --membind), which is not what the file asks.",
+                         'set "bind_memory_mode": "none" (topo applies the preferred nodes, msrun leaves memory alone)')
         else:
             self.memory_mode = "preferred"
 
@@ -211,7 +211,7 @@ class _Reader:
             return None
         if not isinstance(value, Mapping):
             self.problem(section, f"{section} must be a json object, got {_type_name(value)}.",
-                       f'write {{"device0": ...}} under {section}')
+                         f'write {{"device0": ...}} under {section}')
             return None
         self.duplicates(value, section)
         seen: dict[str, str] = {}
@@ -220,12 +220,12 @@ class _Reader:
             norm = normalize_key(k)
             if norm is None:
                 self.problem(f"{section}.{k}",
-                           f"Invalid key '{k}'. Only 'deviceX', 'device_X' (where X is a number), "
-                           "and 'scheduler' are supported.",
-                           "name the process 'deviceN' (N = physical device id) or 'scheduler'")
+                             f"Invalid key '{k}'. Only 'deviceX', 'device_X' (where X is a number), "
+                             "and 'scheduler' are supported.",
+                             "name the process 'deviceN' (N = physical device id) or 'scheduler'")
             elif norm in seen:
                 self.problem(f"{section}.{k}", f"key '{k}' names the same process as '{seen[norm]}'.",
-                           "keep one of the two entries")
+                             "keep one of the two entries")
             else:
                 seen[norm] = k
                 out[norm] = (k, v)
@@ -248,8 +248,8 @@ class _Reader:
                 continue
             if not isinstance(value, Mapping):
                 self.problem(path, f"'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for "
-                                 f"{k}:{value} should be dict, but got {type(value)}.",
-                           f'write {{"main": "{value}"}}')
+                                   f"{k}:{value} should be dict, but got {type(value)}.",
+                             f'write {{"main": "{value}"}}')
                 continue
             self.duplicates(value, path)
             modules = []
@@ -257,13 +257,13 @@ class _Reader:
                 mpath = f"{path}.{module}"
                 if module not in MODULES:
                     self.problem(mpath, f"unknown module '{module}'.", "modules are main, runtime, pynative, minddata",
-                               "warning")
+                                 "warning")
                     continue
                 if not isinstance(text, str):  # msrun strips and expands strings only
                     self.problem(mpath, f"CPU range {text!r} for {k} should be a string.",
-                               f'write a cpulist string such as "{text}"'
-                               if isinstance(text, int) and not isinstance(text, bool)
-                               else 'write a cpulist string such as "0-4,8"')
+                                 f'write a cpulist string such as "{text}"'
+                                 if isinstance(text, int) and not isinstance(text, bool)
+                                 else 'write a cpulist string such as "0-4,8"')
                     continue
                 try:
                     cpus = CpuSet.parse_msrun(text)
@@ -286,8 +286,8 @@ class _Reader:
                 continue
             if self.memory_mode == "preferred" and nodes[1].weight() > 1:
                 self.problem(path, f"a preferred memory policy takes one node, got {value!r} for {k} "
-                                 "(numactl --preferred accepts a single node).",
-                           f"name one node, e.g. {nodes[1].first()}")
+                                   "(numactl --preferred accepts a single node).",
+                             f"name one node, e.g. {nodes[1].first()}")
                 continue
             out[norm] = nodes
         return out
@@ -295,7 +295,7 @@ class _Reader:
     def nodes(self, path, key, value, mode_name, section) -> tuple[int | str, CpuSet] | None:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             self.problem(path, f"{mode_name} is 'numa', in '{section}', type of value for {key}:{value} "
-                             f"should be int/str, but got {type(value)}.", NODES_FIX)
+                               f"should be int/str, but got {type(value)}.", NODES_FIX)
             return None
         try:
             nodes = parse_nodes(value)
