@@ -256,3 +256,12 @@ def test_input_that_once_broke_the_reader(tmp_path, name):
     assert time.monotonic() - start < SECONDS
     assert words in str(err.value) and str(file) in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_fifo_given_as_a_topology_file_does_not_block(tmp_path):
+    fifo = tmp_path / "machine.json"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(TopoError, match="not a regular file"):
+        load_topology(fifo)
+    assert time.monotonic() - start < SECONDS

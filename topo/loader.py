@@ -9,6 +9,7 @@ name rather than planned on.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import replace
 
 from topo.errors import ProbeError
@@ -23,7 +24,10 @@ def load_topology(path: str | os.PathLike) -> Topology:
     """The topology saved in `path`: our JSON or an hwloc XML export (v2, or v1)."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ProbeError(f"{path}: not a regular file; {_HOW}")
             data = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ProbeError(f"cannot read topology file {path}: {exc.strerror}") from None
