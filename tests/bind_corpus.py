@@ -76,7 +76,7 @@ SUITE = [
     ("bind-json-bad-cpu-mode", '{"bind_config": {"bind_cpu_mode": "core"}}'),
 ]
 
-# Inputs that once hung topo, raised a traceback, or were silently merged (issue "Nothing unhandled").
+# Inputs that once hung topo, raised a traceback, or were silently merged.
 REGRESSIONS = [
     ("range-0-99999999", _cpu({"device0": {"main": "0-99999999"}})),  # hung (quadratic)
     ("range-0-99999999-no-config", '{"bind_cpu":{"device0":{"main":"0-99999999"}}}'),
