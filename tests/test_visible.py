@@ -50,6 +50,8 @@ NV = machine(gpus())
     ("1,1,2", [1]),  # a repeated device ends the list too
     ("GPU-bbb,0", [2, 0]),
     ("GPU-aac2", [1]),
+    ("1,99999999999,2", [1]),  # no GPU has a 11-digit index: the list ends there
+    ("2," + "9" * 5000, [2]),  # int() alone refuses more than 4300 digits
 ])
 def test_cuda_visible_devices(spec, expected):
     env = {} if spec is None else {"CUDA_VISIBLE_DEVICES": spec}
@@ -60,6 +62,7 @@ def test_cuda_visible_devices(spec, expected):
     ("GPU-aa", "'GPU-aa' matches 2 GPUs (GPU-aab1, GPU-aac2); give more of the UUID"),
     ("GPU-zzz", "no GPU UUID starts with 'GPU-zzz' (known: GPU-aab1, GPU-aac2, GPU-bbb3, GPU-ccc4)"),
     ("gpu0", "entry 'gpu0' is neither a GPU index nor a GPU-/MIG- UUID"),
+    ("0,\u0661", "entry '\u0661' is neither a GPU index"),  # ARABIC-INDIC DIGIT ONE: int() reads 1
     ("MIG-1234", "names MIG instance 'MIG-1234' but no GPU has MIG mode enabled"),
 ])
 def test_cuda_visible_devices_errors(spec, message):
@@ -100,6 +103,9 @@ def test_rocm_rocr_then_hip():
     assert ids(visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "1,2,3", "HIP_VISIBLE_DEVICES": "2,0"})) == [3, 1]
     assert ids(visible_devices(amd, env={"CUDA_VISIBLE_DEVICES": "3"})) == [3]  # HIP honours it
     assert ids(visible_devices(amd, env={"HIP_VISIBLE_DEVICES": ""})) == []
+    assert ids(visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "3," + "9" * 5000})) == [3]
+    with pytest.raises(UsageError, match="ROCR_VISIBLE_DEVICES entry '\u0661' is neither a GPU index"):
+        visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "\u0661"})
     with pytest.raises(UsageError, match="HIP_VISIBLE_DEVICES entry 'x'"):
         visible_devices(amd, env={"HIP_VISIBLE_DEVICES": "x"})
 

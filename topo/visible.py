@@ -29,7 +29,13 @@ from topo.model import Device, Topology
 from topo.probes.devices import ACCELERATOR_KINDS
 from topo.probes.sysfs import _bus_key
 
-_INT = re.compile(r"\A[+-]?\d+\Z")
+_INDEX = re.compile(r"\A[+-]?[0-9]+\Z")  # ASCII digits only: int() would also read "١" as 1
+
+
+def _index(token: str) -> int:
+    """The index an `_INDEX` token names; -1 (no device) past 9 digits, where int() would also
+    refuse numbers of more than 4300 digits."""
+    return int(token) if len(token.lstrip("+-")) <= 9 else -1
 # The variables that choose or order a job's devices.
 VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
              "ASCEND_RT_VISIBLE_DEVICES")
@@ -110,8 +116,8 @@ def _cuda(gpus: list[Device], migs: list[Device], env: Mapping[str, str]) -> lis
     for token in (t.strip() for t in spec.split(",")):
         if token == "" and spec.strip() == "":
             break  # CUDA_VISIBLE_DEVICES="" hides every GPU
-        if _INT.match(token):
-            n = int(token)
+        if _INDEX.match(token):
+            n = _index(token)
             if not 0 <= n < len(base) or base[n] in chosen:
                 break  # CUDA stops at the first index that is not a new, existing GPU
             chosen.append(base[n])
@@ -184,8 +190,8 @@ def _select(devices: list[Device], spec: str, var: str) -> list[Device]:
     if spec.strip() == "":
         return chosen
     for token in (t.strip() for t in spec.split(",")):
-        if _INT.match(token):
-            n = int(token)
+        if _INDEX.match(token):
+            n = _index(token)
             if not 0 <= n < len(devices) or devices[n] in chosen:
                 break
             chosen.append(devices[n])
