@@ -176,9 +176,10 @@ def test_device_count_from_local_world_size(untouched, monkeypatch):
     with pytest.raises(AffinityError, match=r"device_id=3 should be smaller than nproc_per_node=3 "
                                             r"\(from LOCAL_WORLD_SIZE\)"):
         topo.set_affinity(3)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
-    with pytest.raises(AffinityError, match="LOCAL_WORLD_SIZE='two' is not a positive number of processes"):
-        topo.set_affinity(0)
+    for bad in ("two", "\u00b2", "\u0661", "9" * 5000):  # SUPERSCRIPT TWO, ARABIC-INDIC ONE: int() misreads them
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", bad)
+        with pytest.raises(AffinityError, match=f"LOCAL_WORLD_SIZE='{bad[:20]}.*' is not a positive number"):
+            topo.set_affinity(0)
 
 
 def test_refused_memory_policy_leaves_the_cpus_alone(monkeypatch):
