@@ -189,13 +189,8 @@ class ProcessGroup:
         if self._shim is None:
             self._shim = ()
             setpriv = shutil.which("setpriv", path=self.base_env.get("PATH", os.defpath))
-            if setpriv is not None:
-                try:
-                    usage = subprocess.run([setpriv, "--help"], capture_output=True, timeout=5).stdout
-                except (OSError, subprocess.SubprocessError):
-                    usage = b""
-                if b"--pdeathsig" in usage:
-                    self._shim = (setpriv, "--pdeathsig", "KILL", "--")
+            if setpriv is not None and _names_option(setpriv, b"pdeathsig"):
+                self._shim = (setpriv, "--pdeathsig", "KILL", "--")
         return self._shim
 
     def replace(self, index: int, proc: Process) -> None:
@@ -347,6 +342,16 @@ def _children() -> list[int]:
     import psutil
 
     return [child.pid for child in psutil.Process().children()]
+
+
+def _names_option(program: str, option: bytes) -> bool:
+    """Whether `program` knows `option` (util-linux added setpriv's --pdeathsig in 2.33): its
+    option table holds the name as text, found without starting it."""
+    try:
+        with open(program, "rb") as fh:
+            return option in fh.read(1 << 22)
+    except OSError:
+        return False
 
 
 def raise_open_file_limit() -> int:
