@@ -206,16 +206,18 @@ class Layout:
         return {pu: n for n in self.node_ids for pu in self.node_cpus[n]}
 
     @cached_property
-    def _core_index(self) -> tuple[list[int], list[int], dict[int, int]]:
+    def _core_index(self) -> tuple[list[int], list[int], dict[int, int], list[int] | None]:
         # Cores by lowest allowed PU. A core's mask is as wide as the machine, so every whole-mask
-        # operation on it costs O(PUs / 30); this takes about one per core. Its highest PU is free
-        # (bit_length); clearing that bit leaves its lowest when it has at most two PUs.
-        restrict = None if self.allowed == self.topology.pus else self.allowed.mask
+        # operation on it costs O(PUs / 30): this does one per core (two under a cgroup). Its
+        # highest PU is free (bit_length); ANDing it with the allowed PUs that are no core's highest
+        # leaves its others, i.e. its lowest when it has at most two PUs.
         masks = [c.cpuset.mask for c in self.topology.cores]
-        if restrict is not None:
-            masks = [m & restrict for m in masks if m & restrict]
+        if self.allowed != self.topology.pus:
+            restrict = self.allowed.mask
+            masks = [r for m in masks if (r := m & restrict)]
         highs = [m.bit_length() - 1 for m in masks]
-        seconds = [(m ^ (1 << h)).bit_length() - 1 for m, h in zip(masks, highs)]  # -1: a one-PU core
+        below = self.allowed.mask & ~_mask_of(highs)
+        seconds = [(m & below).bit_length() - 1 for m in masks]  # -1: a one-PU core
         two = sum(1 for x in seconds if x >= 0)
         # The cores hold at most the allowed PUs, and each holds >= 2 when a second bit is left:
         # equality means none holds a third, so highest and second are all its PUs.
@@ -232,9 +234,9 @@ class Layout:
         if pairs:
             core_of_pu = dict(zip(firsts, range(len(masks))))
             core_of_pu.update(zip(highs, range(len(masks))))
-        else:
-            core_of_pu = {pu: i for i, m in enumerate(masks) for pu in CpuSet.from_mask(m)}
-        return firsts, masks, core_of_pu
+            return firsts, masks, core_of_pu, highs
+        core_of_pu = {pu: i for i, m in enumerate(masks) for pu in CpuSet.from_mask(m)}
+        return firsts, masks, core_of_pu, None
 
     @property
     def core_first(self) -> list[int]:
@@ -385,15 +387,15 @@ class Layout:
 
     def union_of_cores(self, indexes: Iterable[int], multithreading: str = "all-logical") -> CpuSet:
         """The PUs of cores ``indexes``: every thread, or only each core's lowest (single-logical)."""
+        firsts, masks, _, highs = self._core_index
+        if multithreading != "all-logical":
+            return CpuSet.from_mask(_mask_of([firsts[i] for i in indexes]))
+        if highs is not None:  # every core is its lowest and highest PU: no machine-wide OR per core
+            indexes = list(indexes)
+            return CpuSet.from_mask(_mask_of([firsts[i] for i in indexes] + [highs[i] for i in indexes]))
         mask = 0
-        if multithreading == "all-logical":
-            masks = self.core_masks
-            for i in indexes:
-                mask |= masks[i]
-        else:
-            firsts = self.core_first
-            for i in indexes:
-                mask |= 1 << firsts[i]
+        for i in indexes:
+            mask |= masks[i]
         return CpuSet.from_mask(mask)
 
     def package_cpus(self, cpus: CpuSet) -> CpuSet:
@@ -401,6 +403,17 @@ class Layout:
         if hit is None:
             hit = self._packages[cpus] = union_all(p for p in self.packages if p.intersects(cpus))
         return hit
+
+
+def _mask_of(pus: Sequence[int]) -> int:
+    """The bitmask of ``pus``, each bit written once into a byte buffer (ORing bits into a big int
+    one by one costs the int's size each time)."""
+    if not pus:
+        return 0
+    buf = bytearray(max(pus) // 8 + 1)
+    for pu in pus:
+        buf[pu >> 3] |= 1 << (pu & 7)
+    return int.from_bytes(buf, "little")
 
 
 def nodes_text(nodes: Iterable[int]) -> str:
