@@ -20,7 +20,6 @@ from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.config import LaunchConfig
 from launcher.environ import MANAGED_VARS
 from launcher.procgroup import DirectBinding, ProcessSpec
-from launcher.verify import memory_policy
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -161,7 +160,7 @@ def _direct(binding: Binding, bind_fallback: bool, search_path: str) -> DirectBi
         return None
     return DirectBinding(
         cpus=None if binding.cpus is None else frozenset(binding.cpus),
-        memory_policy=None if binding.memory is None else memory_policy(binding),
+        memory_policy=None if binding.memory is None else binding.memory_policy,
         memory_nodes=binding.memory, keep_cpus_if_memory_refused=bind_fallback,
         reason=f"{binding.prefix[0]} not found")
 

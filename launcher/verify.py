@@ -115,21 +115,15 @@ def wait_for_exec(pid: int, prefixes: Sequence[tuple[str, ...]], timeout: float)
 _POLICY_WORDS = {"bind": "bind", "preferred": "prefer", "interleave": "interleave"}
 
 
-def memory_policy(binding: Binding) -> str:
-    """The set_mempolicy mode of a binding's memory: "bind" (numactl --membind) unless the
-    binding says otherwise ("preferred")."""
-    return getattr(binding, "memory_policy", None) or "bind"
-
-
 def mismatch(binding: Binding, observed: Observed) -> str | None:
     """What differs between the binding asked for and what the kernel shows; None if it matches."""
     problems = []
     if binding.cpus is not None and observed.cpus != binding.cpus:
         problems.append(f"asked for CPUs {binding.cpus}, runs on CPUs {observed.cpus}")
-    want = _POLICY_WORDS.get(memory_policy(binding), memory_policy(binding))
+    want = _POLICY_WORDS.get(binding.memory_policy, binding.memory_policy)
     if binding.memory is not None and (observed.policy != want or observed.policy_nodes != binding.memory):
         shown = f"{observed.policy}:{observed.policy_nodes}" if observed.policy_nodes else observed.policy
-        asked = "bound to" if want == "bind" else f"{memory_policy(binding)} on"
+        asked = "bound to" if want == "bind" else f"{binding.memory_policy} on"
         problems.append(f"asked for memory {asked} nodes {binding.memory}, memory policy is {shown or 'unreadable'}")
     return "; ".join(problems) or None
 
