@@ -141,14 +141,16 @@ def test_where_gpu_affinity_breaks_topo_says_why():
 
 def test_a_plug_in_mode_that_binds_whole_nodes(monkeypatch):
     """A plug-in planner may bind NUMA nodes (bind_cpu_mode "numa"): the rank gets its nodes' allowed
-    CPUs, and its memory on them."""
+    CPUs, and its memory on them. One that leaves a rank out is an error naming the rank."""
     from planners.bindplan import BindPlan, ProcessBinding
 
     def by_node(topology, job, options):
-        return BindPlan.build([ProcessBinding(job.key(r), cpu_nodes=r, memory=r) for r in range(job.nproc)],
-                              cpu_mode="numa")
+        nodes = range(min(job.nproc, len(topology.numa_nodes)))  # one process per node, at most
+        return BindPlan.build([ProcessBinding(job.key(r), cpu_nodes=r, memory=r) for r in nodes], cpu_mode="numa")
 
     t = synthetic("pack:2 numa:1 core:4 pu:1", allowed="0-6")  # node 0: CPUs 0-3, node 1: 4-7 (7 not allowed)
     monkeypatch.setattr(planners, "_registry", {**planners.BUILTIN, "by-node": planners.Planner("by-node", "", by_node)})
     got = plan_affinity(t, 1, 2, mode="by-node", env={})
     assert (str(got.cpus), str(got.memory_nodes)) == ("4-6", "1")
+    with pytest.raises(AffinityError, match=r"^mode 'by-node' planned no binding for device2 \(local rank 2\)"):
+        plan_affinity(t, 0, 3, mode="by-node", env={})

@@ -125,7 +125,10 @@ def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multit
         raise AffinityError(_api_words(str(exc))) from exc
     ranks = []
     for rank in range(job.nproc):
-        process = plan.process(job.key(rank))
+        process = plan.get(job.key(rank))
+        if process is None:  # a plug-in planner that left a process out
+            raise AffinityError(f"mode {mode_name!r} planned no binding for {job.key(rank)} (local rank {rank}); "
+                                "choose another mode")
         if plan.cpu_mode == "numa":  # a plug-in mode that binds whole nodes
             nodes = process.cpu_node_set or CpuSet()
             cpus = union_all(n.cpuset for n in topology.numa_nodes if n.os_index in nodes) & topology.allowed_pus
