@@ -3,13 +3,13 @@
 A strategy is a pure function ``(Topology, Job, Options) -> BindPlan``: no files, no environment,
 no clock. The command line reads those and builds the arguments.
 
-Locality in one place (`Layout.home_of`): a device's *home* is the allowed NUMA node(s) with CPUs it
+Locality in one place (`AllowedResources.home_of`): a device's *home* is the allowed NUMA node(s) with CPUs it
 belongs to. A device on a memory-only node (GH200/GB200 HBM) or on a node the cgroup does not allow
 is homed on the nearest allowed CPU-bearing node by the node distance matrix; a device with no NUMA
 information on the nodes its `local_cpus` touch. CPU-only ranks are homed on consecutive blocks of
 nodes, so a CPU-only job splits all allowed CPUs.
 
-Planning stays near-linear in the machine's size: `Layout` indexes cores once (by lowest PU, per
+Planning stays near-linear in the machine's size: `AllowedResources` indexes cores once (by lowest PU, per
 node) and every per-rank question is asked of those indexes or answered once per distinct home or
 scope and shared by the ranks that have it, never by scanning every core for every device.
 """
@@ -162,7 +162,7 @@ class Options:
         return out
 
 
-# --------------------------------------------------------------------------- layout
+# --------------------------------------------------------------------------- allowed resources
 PSEUDO_NODE = -1
 
 
@@ -171,7 +171,7 @@ def _cpu_nodes(topology: Topology):
     return [n for n in topology.cpu_nodes() if n.cpuset.intersects(allowed)]
 
 
-class Layout:
+class AllowedResources:
     """Allowed resources of one topology, indexed once per plan in O(PUs + cores + nodes).
 
     Cores are numbered 0..n-1 by their lowest allowed PU (torch's order): ``cores[i]`` is the
@@ -381,10 +381,6 @@ class Layout:
             hit = self._core_indexes[cpus] = tuple(sorted({core_of_pu[pu] for pu in cpus if pu in core_of_pu}))
         return hit
 
-    def cores_in(self, cpus: CpuSet) -> list[CpuSet]:
-        """Physical cores (restricted to ``cpus``) with a PU in ``cpus``, by lowest PU (a new list)."""
-        return [CpuSet.from_mask(self.core_masks[i] & cpus.mask) for i in self.core_indexes(cpus)]
-
     def union_of_cores(self, indexes: Iterable[int], multithreading: str = "all-logical") -> CpuSet:
         """The PUs of cores ``indexes``: every thread, or only each core's lowest (single-logical)."""
         firsts, masks, _, highs = self._core_index
@@ -423,12 +419,12 @@ def nodes_text(nodes: Iterable[int]) -> str:
 
 
 def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] | None], *,
-               options: Options, layout: Layout, warnings: Iterable[str] = (),
+               options: Options, resources: AllowedResources, warnings: Iterable[str] = (),
                orders: Sequence[Sequence[int]] | None = None) -> BindPlan:
     """A cpu-mode plan from per-rank CPU sets and memory nodes (rank order).
 
     With ``options.modules`` each rank's CPU list (``orders[r]``, else ascending) is cut into
-    thread modules at relative positions, and a scheduler entry is added (gen_bind_json's layout).
+    thread modules at relative positions, and a scheduler entry is added (gen_bind_json's resources).
     """
     warnings = list(warnings)
     procs = []
@@ -455,8 +451,8 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
                                                 memory=entries[mem] if mem in entries else
                                                 entries.setdefault(mem, _memory_entry(mem, options))))
     if options.modules or options.scheduler_range:
-        procs.append(_scheduler(cpus, orders, options, layout, warnings))
-    return finish(procs, cpu_mode="cpu", options=options, layout=layout, warnings=warnings)
+        procs.append(_scheduler(cpus, orders, options, resources, warnings))
+    return finish(procs, cpu_mode="cpu", options=options, resources=resources, warnings=warnings)
 
 
 def _memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, CpuSet] | None:
@@ -481,25 +477,25 @@ def _slice(order: Sequence[int], lo: int, hi: int, owner: str, label: str) -> li
     return list(order[lo:hi + 1])
 
 
-def _scheduler(cpus, orders, options: Options, layout: Layout, warnings: list) -> ProcessBinding:
+def _scheduler(cpus, orders, options: Options, resources: AllowedResources, warnings: list) -> ProcessBinding:
     lo, hi = options.scheduler_range or (20, 23)
     if options.scheduler_base == "device0":
         base = list(orders[0]) if orders is not None else list(cpus[0])
         if not base:
             raise UsageError("scheduler base device0 has no CPUs; use scheduler base free or global")
     elif options.scheduler_base == "global":
-        base = list(layout.allowed)
+        base = list(resources.allowed)
     else:
-        free = layout.allowed - union_all(cpus)
+        free = resources.allowed - union_all(cpus)
         if free.weight() < hi + 1:
             warnings.append("free CPU pool insufficient, using global available CPUs.")
-            free = layout.allowed
+            free = resources.allowed
         base = list(free)
     main = CpuSet(_slice(base, lo, hi, "scheduler", "main"))
     return ProcessBinding("scheduler", (("main", main.to_list()),))
 
 
-def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Options, layout: Layout,
+def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Options, resources: AllowedResources,
            warnings: Iterable[str] = ()) -> BindPlan:
     """The plan with its notes: options that differ from the defaults, the topology it was made for,
     and every warning once (`planners.plan` adds the mode and whether it shares CPUs)."""
@@ -507,10 +503,10 @@ def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Optio
     opts = options.to_meta()
     if opts:
         meta["options"] = opts
-    meta["topology"] = layout.topology.root
+    meta["topology"] = resources.topology.root
     return BindPlan.build(processes, cpu_mode=cpu_mode, memory_mode=options.memory,
                           actor_thread_fix_bind=options.actor_thread_fix_bind, meta=meta,
-                          warnings=dict.fromkeys([*layout.warnings, *warnings]))
+                          warnings=dict.fromkeys([*resources.warnings, *warnings]))
 
 
 Strategy = Callable[[Topology, Job, Options], BindPlan]

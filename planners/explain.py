@@ -12,49 +12,49 @@ from topo.cpuset import CpuSet, union_all
 from topo.model import Topology
 
 from planners.bindplan import BindPlan, ProcessBinding
-from planners.core import Layout, nodes_text
+from planners.core import AllowedResources, nodes_text
 
 
-def process_cpus(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> CpuSet:
+def process_cpus(plan: BindPlan, proc: ProcessBinding, resources: AllowedResources) -> CpuSet:
     """The CPUs a process ends up on: main CPUs (cpu mode) or its nodes' CPUs (numa mode)."""
     if plan.cpu_mode == "cpu":
         return proc.cpus("main")
     if plan.cpu_mode == "numa" and proc.cpu_node_set is not None:
-        return union_all(layout.node_cpus.get(n, CpuSet()) for n in proc.cpu_node_set)
+        return union_all(resources.node_cpus.get(n, CpuSet()) for n in proc.cpu_node_set)
     return CpuSet()
 
 
-def driven_device(plan: BindPlan, proc: ProcessBinding, layout: Layout) -> int | None:
+def driven_device(plan: BindPlan, proc: ProcessBinding, resources: AllowedResources) -> int | None:
     """The accelerator a process drives: its key's physical id when the topology has that device;
     None for the scheduler and for every rank of a CPU-only job (whose ``deviceN`` key is its rank,
     as msrun's DEVICE_ID, not a device it uses)."""
     if proc.is_scheduler or plan.meta.get("cpu_only"):
         return None
-    return proc.device if proc.device in layout.devices else None
+    return proc.device if proc.device in resources.devices else None
 
 
 def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
-    layout = Layout(topology)
+    resources = AllowedResources(topology)
     rows: list[dict] = []
     warnings: list[str] = list(plan.warnings)
     options = plan.meta.get("options", {})
     want_max = options.get("max_physical_cores")
     owners: dict[int, list[str]] = {}  # core index -> keys touching it
     sets: dict[str, CpuSet] = {}
-    llc_of_pu = {pu: i for i, g in enumerate(layout.llcs) for pu in g}
+    llc_of_pu = {pu: i for i, g in enumerate(resources.llcs) for pu in g}
     for proc in plan.processes:
-        cpus = process_cpus(plan, proc, layout)
+        cpus = process_cpus(plan, proc, resources)
         sets[proc.key] = cpus
-        dev = driven_device(plan, proc, layout)
-        home = layout.home_of(dev) if dev is not None else ()
-        raw_node = layout.devices[dev].numa_node if dev is not None else None
+        dev = driven_device(plan, proc, resources)
+        home = resources.home_of(dev) if dev is not None else ()
+        raw_node = resources.devices[dev].numa_node if dev is not None else None
         if dev is None:
             node_text = "-"
         elif raw_node is not None and home == (raw_node,):
             node_text = str(raw_node)
         else:
             node_text = f"{'?' if raw_node is None else raw_node}>{nodes_text(home)}"
-        home_cpus = layout.cpus_of_nodes(home) if home else CpuSet()
+        home_cpus = resources.cpus_of_nodes(home) if home else CpuSet()
         if dev is None or not cpus:
             local = "-"
         elif cpus <= home_cpus:
@@ -63,10 +63,10 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
             local = "partly"
         else:
             local = "no"
-        cores = layout.core_indexes(cpus)
+        cores = resources.core_indexes(cpus)
         for i in cores:
             owners.setdefault(i, []).append(proc.key)
-        l3 = {llc_of_pu[pu] for i in cores for pu in layout.cores[i] & cpus if pu in llc_of_pu}
+        l3 = {llc_of_pu[pu] for i in cores for pu in resources.cores[i] & cpus if pu in llc_of_pu}
         rows.append({
             "rank": "-" if proc.local_rank is None else str(proc.local_rank),
             "key": proc.key,
@@ -89,7 +89,7 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
         keys = sorted(set(owners[idx]))
         if len(keys) < 2:
             continue
-        core = layout.cores[idx]
+        core = resources.cores[idx]
         parts = [sets[k] & core for k in keys]
         if any(p != core for p in parts):
             warnings.append(f"SMT siblings of core {core} are split across processes "

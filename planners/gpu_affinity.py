@@ -42,20 +42,20 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindplan import BindPlan
-from planners.core import Job, Layout, Options, build_plan
+from planners.core import Job, AllowedResources, Options, build_plan
 
 CoreGroup = tuple[int, ...]  # a node core's number, then the numbers of the socket cores dealt to it
 
 
 class _Affinity:
-    """Node and socket affinity of every rank, as core numbers of the layout, grouped by node."""
+    """Node and socket affinity of every rank, as core numbers of the resources, grouped by node."""
 
     def __init__(self, topology: Topology, job: Job):
-        self.layout = layout = Layout(topology)
+        self.resources = resources = AllowedResources(topology)
         self.job = job
-        self.homes = layout.homes(job)
-        self.node_aff = {h: layout.cpus_of_nodes(h) for h in dict.fromkeys(self.homes)}
-        self.node_cores = {h: layout.core_indexes(cpus) for h, cpus in self.node_aff.items()}
+        self.homes = resources.homes(job)
+        self.node_aff = {h: resources.cpus_of_nodes(h) for h in dict.fromkeys(self.homes)}
+        self.node_cores = {h: resources.core_indexes(cpus) for h, cpus in self.node_aff.items()}
         self.socket_aff = [self._socket(job.devices[r], self.node_aff[h]) for r, h in enumerate(self.homes)]
         # group by node: per socket, the cores outside every device's node, dealt round-robin to
         # the socket's node cores in core order
@@ -69,7 +69,7 @@ class _Affinity:
         dealt = set(self.node_union)
         extra: dict[int, list[int]] = {}
         for s, heads in on_socket.items():
-            unassigned = [i for i in layout.core_indexes(s) if i not in dealt]
+            unassigned = [i for i in resources.core_indexes(s) if i not in dealt]
             dealt.update(unassigned)
             for head, core in zip(cycle(sorted(heads)), unassigned):
                 extra.setdefault(head, []).append(core)
@@ -79,23 +79,23 @@ class _Affinity:
 
     def _socket(self, device: int | None, node_aff: CpuSet) -> CpuSet:
         """NVML's SOCKET-scope affinity when the probe recorded it, else the node's package."""
-        dev = self.layout.devices.get(device) if device is not None else None
+        dev = self.resources.devices.get(device) if device is not None else None
         nvml = getattr(dev, "socket_cpus", None) if dev is not None else None
-        if nvml is not None and nvml.intersects(self.layout.allowed):
-            return (nvml & self.layout.allowed) | node_aff
-        return self.layout.package_cpus(node_aff) or node_aff
+        if nvml is not None and nvml.intersects(self.resources.allowed):
+            return (nvml & self.resources.allowed) | node_aff
+        return self.resources.package_cpus(node_aff) or node_aff
 
     def scope_cpus(self, rank: int, scope: str) -> CpuSet:
         return self.socket_aff[rank] if scope == "socket" else self.node_aff[self.homes[rank]]
 
     def cpus(self, rank: int, cores: list[int], options: Options) -> CpuSet:
         """The PUs of ``cores`` a rank may use: all threads or the lowest, within its scope."""
-        return self.layout.union_of_cores(cores, options.multithreading) & self.scope_cpus(rank, options.scope)
+        return self.resources.union_of_cores(cores, options.multithreading) & self.scope_cpus(rank, options.scope)
 
     def check_and_cap(self, cores: list[int], rank: int, lo: int, hi: int | None) -> list[int]:
         if len(cores) < lo:
             d = self.job.devices[rank]
-            have = self.layout.union_of_cores(cores)
+            have = self.resources.union_of_cores(cores)
             raise UsageError(
                 f"Number of available physical cores for GPU {d if d is not None else f'rank {rank}'} is less "
                 f"the predefinied minimum, min_physical_cores={lo}, available physical cores: {have} "
@@ -104,7 +104,7 @@ class _Affinity:
 
     def finish(self, per_rank: list[list[int]], options: Options) -> BindPlan:
         cpus = [self.cpus(r, cores, options) for r, cores in enumerate(per_rank)]
-        return build_plan(self.job, cpus, self.homes, options=options, layout=self.layout)
+        return build_plan(self.job, cpus, self.homes, options=options, resources=self.resources)
 
 
 def ungroup(groups: tuple[CoreGroup, ...], scope: str) -> list[int]:
@@ -124,12 +124,12 @@ def plan_all(topology: Topology, job: Job, options: Options) -> BindPlan:
     for r in range(job.nproc):
         scope = aff.scope_cpus(r, options.scope)
         if scope not in of_scope:  # node-local cores (of any device) first, then the rest, by core order
-            idx = aff.layout.core_indexes(scope)
+            idx = aff.resources.core_indexes(scope)
             cores = [i for i in idx if i in aff.node_union] + [i for i in idx if i not in aff.node_union]
             cores = aff.check_and_cap(cores, r, options.min_physical_cores, options.max_physical_cores)
             of_scope[scope] = aff.cpus(r, cores, options)
         cpus.append(of_scope[scope])
-    return build_plan(job, cpus, aff.homes, options=options, layout=aff.layout)
+    return build_plan(job, cpus, aff.homes, options=options, resources=aff.resources)
 
 
 def plan_single(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -142,12 +142,12 @@ def plan_single(topology: Topology, job: Job, options: Options) -> BindPlan:
             first = aff.check_and_cap(ungroup(aff.grouped[h][:1], options.scope)[:1], r, 1, 1)
             of_scope[key] = aff.cpus(r, first, options)
         cpus.append(of_scope[key])
-    return build_plan(job, cpus, aff.homes, options=options, layout=aff.layout)
+    return build_plan(job, cpus, aff.homes, options=options, resources=aff.resources)
 
 
 def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPlan:
     aff = _Affinity(topology, job)
-    layout = aff.layout
+    resources = aff.resources
     taken: set[int] = set()
     # cursors only move forward: a core once taken stays taken
     node_cursor = dict.fromkeys(aff.grouped, 0)
@@ -168,26 +168,26 @@ def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPl
             # gpu_affinity skips this device and misaligns the list (IndexError); take a free core
             # of the socket, else the nearest free one anywhere.
             socket = aff.socket_aff[r]
-            pick, socket_cursor[socket] = _next_free(layout.core_indexes(socket), socket_cursor.get(socket, 0),
+            pick, socket_cursor[socket] = _next_free(resources.core_indexes(socket), socket_cursor.get(socket, 0),
                                                      taken)
             where = "of its socket"
             if pick is None:
                 if h not in near_order:
-                    near_order[h] = _by_distance_from(layout, h[0])
+                    near_order[h] = _by_distance_from(resources, h[0])
                 pick, near_cursor[h] = _next_free(near_order[h], near_cursor.get(h, 0), taken)
                 where = "elsewhere"
             if pick is None:
                 raise UsageError(
                     f"single-unique needs one physical core per process, but {job.nproc} processes "
-                    f"share {len(layout.core_masks)} allowed cores; use mode single (shared cores) "
+                    f"share {len(resources.core_masks)} allowed cores; use mode single (shared cores) "
                     "or fewer processes")
             warnings.append(f"{job.key(r)}: every core of its NUMA node is taken; given core "
-                            f"{layout.cores[pick]} {where}")
+                            f"{resources.cores[pick]} {where}")
         taken.add(pick)
         per_rank.append([pick])
     # a core given elsewhere is outside the rank's scope: whole cores, not restricted to it
-    cpus = [layout.union_of_cores(cores, options.multithreading) for cores in per_rank]
-    return build_plan(job, cpus, aff.homes, options=options, layout=layout, warnings=warnings)
+    cpus = [resources.union_of_cores(cores, options.multithreading) for cores in per_rank]
+    return build_plan(job, cpus, aff.homes, options=options, resources=resources, warnings=warnings)
 
 
 def _next_free(order, start: int, taken: set[int]) -> tuple[int | None, int]:
@@ -197,12 +197,12 @@ def _next_free(order, start: int, taken: set[int]) -> tuple[int | None, int]:
     return (order[i] if i < len(order) else None), i
 
 
-def _by_distance_from(layout: Layout, home: int) -> list[int]:
+def _by_distance_from(resources: AllowedResources, home: int) -> list[int]:
     """Every core, those of the nodes nearest to ``home`` first (then by core order)."""
-    rank = {n: k for k, n in enumerate(layout.by_distance(home, layout.node_ids))}
+    rank = {n: k for k, n in enumerate(resources.by_distance(home, resources.node_ids))}
     far = len(rank)
-    return sorted(range(len(layout.core_masks)),
-                  key=lambda i: (rank.get(layout.node_of_pu.get(layout.core_first[i]), far), i))
+    return sorted(range(len(resources.core_masks)),
+                  key=lambda i: (rank.get(resources.node_of_pu.get(resources.core_first[i]), far), i))
 
 
 def _unique(topology: Topology, job: Job, options: Options, interleaved: bool) -> BindPlan:

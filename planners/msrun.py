@@ -37,24 +37,24 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindplan import BindPlan, ProcessBinding
-from planners.core import PSEUDO_NODE, Job, Layout, Options, _memory_entry, _nodes_entry, build_plan, finish
+from planners.core import PSEUDO_NODE, Job, AllowedResources, Options, _memory_entry, _nodes_entry, build_plan, finish
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
-    layout = Layout(topology)
+    resources = AllowedResources(topology)
     if options.msrun_bind == "numa":
-        return _bind_numa(layout, job, options)
-    return _bind_core(layout, job, options)
+        return _bind_numa(resources, job, options)
+    return _bind_core(resources, job, options)
 
 
-def _participants(layout: Layout, job: Job, options: Options) -> list[int]:
+def _participants(resources: AllowedResources, job: Job, options: Options) -> list[int]:
     """Device ids the CPUs are divided among, in id order (msrun iterates devices by id)."""
     if options.share == "host":
-        return sorted(layout.devices)
+        return sorted(resources.devices)
     return sorted(d for d in job.devices if d is not None)
 
 
-def assign_nodes(layout: Layout, devices: list[int], *, use_affinity: bool,
+def assign_nodes(resources: AllowedResources, devices: list[int], *, use_affinity: bool,
                  available: list[int]) -> tuple[dict[int, int], list[str]]:
     """Device -> one NUMA node, msrun's `_assign_numa_by_affinity` (or equal distribution).
 
@@ -73,8 +73,8 @@ def assign_nodes(layout: Layout, devices: list[int], *, use_affinity: bool,
     usable = set(available)
     affine = {}
     for d in devices:
-        home = layout.home_of(d)[0]
-        affine[d] = home if home in usable else layout.nearest(home, available)
+        home = resources.home_of(d)[0]
+        affine[d] = home if home in usable else resources.nearest(home, available)
     claimed = set(affine.values())
     pool = [n for n in available if n not in claimed]
     used: set[int] = set()
@@ -83,7 +83,7 @@ def assign_nodes(layout: Layout, devices: list[int], *, use_affinity: bool,
         node = affine[d]
         if node in used:
             if pool:  # msrun takes the lowest free node; we take the nearest (the same when distances tie)
-                node = layout.nearest(node, pool)
+                node = resources.nearest(node, pool)
                 pool.remove(node)
             else:
                 warnings.append(f"device {d}: no free NUMA node left (msrun raises StopIteration); "
@@ -93,41 +93,41 @@ def assign_nodes(layout: Layout, devices: list[int], *, use_affinity: bool,
     return out, warnings
 
 
-def _available_numa(layout: Layout) -> tuple[list[int], list[str]]:
-    if layout.node_ids == [PSEUDO_NODE]:
+def _available_numa(resources: AllowedResources) -> tuple[list[int], list[str]]:
+    if resources.node_ids == [PSEUDO_NODE]:
         raise UsageError("no allowed NUMA node has CPUs, so there is no node to bind; "
                          "use msrun_bind core")
-    memless = [n for n in layout.node_ids if layout.node_memory.get(n, 1) == 0]
+    memless = [n for n in resources.node_ids if resources.node_memory.get(n, 1) == 0]
     warnings = []
-    if memless and len(memless) < len(layout.node_ids):
+    if memless and len(memless) < len(resources.node_ids):
         warnings.append(f"memoryless NUMA nodes {CpuSet(memless)} are not used for NUMA binding")
-        return [n for n in layout.node_ids if n not in memless], warnings
-    return list(layout.node_ids), warnings
+        return [n for n in resources.node_ids if n not in memless], warnings
+    return list(resources.node_ids), warnings
 
 
-def _numa_nodes(layout: Layout, devices: list[int], options: Options) -> tuple[dict[int, int], list[str]]:
+def _numa_nodes(resources: AllowedResources, devices: list[int], options: Options) -> tuple[dict[int, int], list[str]]:
     """What ``--bind_numa=True`` gives each device: its node, or a free one when it is taken."""
-    available, warnings = _available_numa(layout)
-    mapping, more = assign_nodes(layout, devices, use_affinity=options.affinity, available=available)
+    available, warnings = _available_numa(resources)
+    mapping, more = assign_nodes(resources, devices, use_affinity=options.affinity, available=available)
     return mapping, warnings + more
 
 
-def _bind_numa(layout: Layout, job: Job, options: Options) -> BindPlan:
-    available, warnings = _available_numa(layout)
+def _bind_numa(resources: AllowedResources, job: Job, options: Options) -> BindPlan:
+    available, warnings = _available_numa(resources)
     if len(available) < job.nproc:
         warnings.append(f"{job.nproc} processes but only {len(available)} NUMA nodes: nodes are shared "
                         "(msrun would bind nothing)")
     if job.cpu_only:
         nodes = [available[r % len(available)] for r in range(job.nproc)]
     else:
-        mapping, more = assign_nodes(layout, _participants(layout, job, options), use_affinity=options.affinity,
+        mapping, more = assign_nodes(resources, _participants(resources, job, options), use_affinity=options.affinity,
                                      available=available)
         warnings += more
         nodes = [mapping[d] for d in job.devices]
     procs = [ProcessBinding.from_parsed(job.key(r), cpu_nodes=_nodes_entry((nodes[r],)), local_rank=r,
                                         memory=_memory_entry((nodes[r],), options))
              for r in range(job.nproc)]
-    return finish(procs, cpu_mode="numa", options=options, layout=layout, warnings=warnings)
+    return finish(procs, cpu_mode="numa", options=options, resources=resources, warnings=warnings)
 
 
 class _Pools:
@@ -136,9 +136,9 @@ class _Pools:
 
     ORPHANS = -2  # the allowed CPUs on no allowed node (their node's memory is not allowed)
 
-    def __init__(self, layout: Layout):
-        self.sets = dict(layout.node_cpus)
-        orphans = layout.orphan_cpus()
+    def __init__(self, resources: AllowedResources):
+        self.sets = dict(resources.node_cpus)
+        orphans = resources.orphan_cpus()
         if orphans:
             self.sets[self.ORPHANS] = orphans
         self.lists = {x: list(s) for x, s in self.sets.items()}
@@ -153,8 +153,8 @@ class _Pools:
         return part, self.sets[node] & CpuSet.range(part[0], part[-1])
 
 
-def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
-    allowed = layout.allowed
+def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindPlan:
+    allowed = resources.allowed
     cpus = list(allowed)
     warnings: list[str] = []
     if job.cpu_only:
@@ -165,16 +165,16 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
         lists = [cpus[r * n:(r + 1) * n] for r in range(job.nproc)]
         lists[-1] = cpus[(job.nproc - 1) * n:]
         sets = [_span(allowed, lst) for lst in lists]
-        return _emit(layout, job, options, lists, sets, [layout.memory_for(s) for s in sets], warnings)
+        return _emit(resources, job, options, lists, sets, [resources.memory_for(s) for s in sets], warnings)
 
-    devs = _participants(layout, job, options)
+    devs = _participants(resources, job, options)
     n = len(cpus) // len(devs)
     if n < 1:
         raise UsageError(f"Available CPUs is less than 1 per device: {len(cpus)} allowed CPUs for "
                          f"{len(devs)} devices; use fewer processes")
-    numa = options.memory != "none" and layout.node_ids != [PSEUDO_NODE]
+    numa = options.memory != "none" and resources.node_ids != [PSEUDO_NODE]
     if numa or options.spread_nodes:
-        mapping, more = _numa_nodes(layout, devs, options)
+        mapping, more = _numa_nodes(resources, devs, options)
         warnings += more
     if not options.affinity and not options.spread_nodes:
         # msrun's "Affinity binding not applicable, fall back to average CPU distribution."
@@ -182,12 +182,12 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
         slot = {d: i for i, d in enumerate(devs)}
         lists = [cpus[slot[d] * n:(slot[d] + 1) * n] for d in job.devices]
         memory = [(mapping[d],) if numa else None for d in job.devices]
-        return _emit(layout, job, options, lists, [_span(allowed, lst) for lst in lists], memory, warnings)
+        return _emit(resources, job, options, lists, [_span(allowed, lst) for lst in lists], memory, warnings)
 
-    homes = {d: (mapping[d],) for d in devs} if options.spread_nodes else {d: layout.home_of(d) for d in devs}
+    homes = {d: (mapping[d],) for d in devs} if options.spread_nodes else {d: resources.home_of(d) for d in devs}
     affinity_nodes = {x for h in homes.values() for x in h}
-    pools = _Pools(layout)
-    non_affinity = [x for x in layout.node_ids if x not in affinity_nodes]  # msrun's "-1" pool
+    pools = _Pools(resources)
+    non_affinity = [x for x in resources.node_ids if x not in affinity_nodes]  # msrun's "-1" pool
     if _Pools.ORPHANS in pools.sets:  # last in the non-affinity pool
         non_affinity.append(_Pools.ORPHANS)
     nearest_first: dict[int, list[int]] = {}  # per home node, memoised
@@ -195,7 +195,7 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
     def by_distance(home: int, nodes: list[int], tag: str) -> list[int]:
         key = (home, tag)
         if key not in nearest_first:
-            nearest_first[key] = layout.by_distance(home, nodes)
+            nearest_first[key] = resources.by_distance(home, nodes)
         return nearest_first[key]
 
     job_devices = set(job.devices)
@@ -231,7 +231,7 @@ def _bind_core(layout: Layout, job: Job, options: Options) -> BindPlan:
     lists = [got[d] for d in job.devices]
     sets = [union_all(got_sets[d]) for d in job.devices]
     memory = [(mapping[d],) if numa else homes[d] for d in job.devices]
-    return _emit(layout, job, options, lists, sets, memory, warnings)
+    return _emit(resources, job, options, lists, sets, memory, warnings)
 
 
 def _span(allowed: CpuSet, lst: list[int]) -> CpuSet:
@@ -239,9 +239,9 @@ def _span(allowed: CpuSet, lst: list[int]) -> CpuSet:
     return allowed & CpuSet.range(lst[0], lst[-1]) if lst else CpuSet()
 
 
-def _emit(layout: Layout, job: Job, options: Options, lists: list[list[int]], sets: list[CpuSet], memory,
+def _emit(resources: AllowedResources, job: Job, options: Options, lists: list[list[int]], sets: list[CpuSet], memory,
           warnings) -> BindPlan:
-    return build_plan(job, sets, memory, options=options, layout=layout, warnings=warnings, orders=lists)
+    return build_plan(job, sets, memory, options=options, resources=resources, warnings=warnings, orders=lists)
 
 
 __all__ = ["plan_msrun_auto", "assign_nodes"]

@@ -14,24 +14,24 @@ from topo.draw import Overlay, Owner, colour, draw_html, draw_svg, text_map
 from topo.model import Topology
 
 from planners.bindplan import BindPlan
-from planners.core import Layout
+from planners.core import AllowedResources
 from planners.explain import analyse, driven_device, process_cpus
 
 LEGEND = ("rank", "device", "CPUs", "cores", "memory node", "device node", "local")
 
 
 def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
-    layout = Layout(topology)
+    resources = AllowedResources(topology)
     rows, warnings = analyse(topology, plan)
     owners = []
     for i, (proc, row) in enumerate(zip(plan.processes, rows)):
-        cpus = _all_cpus(plan, proc, layout)
-        dev = driven_device(plan, proc, layout)
+        cpus = _all_cpus(plan, proc, resources)
+        dev = driven_device(plan, proc, resources)
         device, remote, local = None, CpuSet(), "-"
         if dev is not None and cpus:
-            d = layout.devices[dev]
+            d = resources.devices[dev]
             device = (d.kind, d.index)
-            home = layout.cpus_of_nodes(layout.home_of(dev))
+            home = resources.cpus_of_nodes(resources.home_of(dev))
             remote = cpus - home
             local = "local" if not remote else ("partly remote" if cpus & home else "remote")
         tag = "S" if proc.is_scheduler else (row["rank"] if row["rank"] != "-" else str(i))
@@ -48,10 +48,10 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     return Overlay(tuple(owners), title=title, legend_header=LEGEND, notes=tuple(warnings))
 
 
-def _all_cpus(plan: BindPlan, proc, layout: Layout) -> CpuSet:
+def _all_cpus(plan: BindPlan, proc, resources: AllowedResources) -> CpuSet:
     """Every CPU the process runs on: with MindSpore's thread modules, runtime's and minddata's
     besides main's (`--explain`'s table counts main only)."""
-    cpus = process_cpus(plan, proc, layout)
+    cpus = process_cpus(plan, proc, resources)
     if plan.cpu_mode == "cpu":
         cpus = union_all([cpus, *(proc.cpus(name) for name, _ in proc.modules)])
     return cpus

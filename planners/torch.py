@@ -24,7 +24,7 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindplan import BindPlan
-from planners.core import Job, Layout, Options, build_plan, nodes_text
+from planners.core import Job, AllowedResources, Options, build_plan, nodes_text
 
 
 def _groups(job: Job, homes) -> dict[tuple[int, ...], list[int]]:
@@ -38,28 +38,28 @@ def _groups(job: Job, homes) -> dict[tuple[int, ...], list[int]]:
 
 
 def plan_node(topology: Topology, job: Job, options: Options) -> BindPlan:
-    layout = Layout(topology)
-    homes = layout.homes(job)
-    per_home = {h: layout.cpus_of_nodes(h) for h in set(homes)}
-    return build_plan(job, [per_home[h] for h in homes], homes, options=options, layout=layout)
+    resources = AllowedResources(topology)
+    homes = resources.homes(job)
+    per_home = {h: resources.cpus_of_nodes(h) for h in set(homes)}
+    return build_plan(job, [per_home[h] for h in homes], homes, options=options, resources=resources)
 
 
 def plan_socket(topology: Topology, job: Job, options: Options) -> BindPlan:
-    layout = Layout(topology)
-    homes = layout.homes(job)
+    resources = AllowedResources(topology)
+    homes = resources.homes(job)
     per_home = {}
     for h in set(homes):
-        node_cpus = layout.cpus_of_nodes(h)
-        per_home[h] = layout.package_cpus(node_cpus) or node_cpus
-    return build_plan(job, [per_home[h] for h in homes], homes, options=options, layout=layout)
+        node_cpus = resources.cpus_of_nodes(h)
+        per_home[h] = resources.package_cpus(node_cpus) or node_cpus
+    return build_plan(job, [per_home[h] for h in homes], homes, options=options, resources=resources)
 
 
 def plan_exclusive(topology: Topology, job: Job, options: Options) -> BindPlan:
-    layout = Layout(topology)
-    homes = layout.homes(job)
+    resources = AllowedResources(topology)
+    homes = resources.homes(job)
     cpus: list[CpuSet] = [CpuSet()] * job.nproc
     for home, ranks in _groups(job, homes).items():
-        cores = layout.cores_of_nodes(home)
+        cores = resources.cores_of_nodes(home)
         q, m = divmod(len(cores), len(ranks))
         if q < 1:
             what = "GPUs" if job.devices[ranks[0]] is not None else "processes"
@@ -67,29 +67,29 @@ def plan_exclusive(topology: Topology, job: Job, options: Options) -> BindPlan:
                 f"There are only {len(cores)} physical cores on numa_node_index={nodes_text(home)}, but there "
                 f"are {len(ranks)} {what} associated with this NUMA node; use mode node (shared CPUs) "
                 "or fewer processes")
-        node_cpus = layout.cpus_of_nodes(home)
+        node_cpus = resources.cpus_of_nodes(home)
         for i, r in enumerate(ranks):
             start = i * q + min(i, m)
             end = start + q + (1 if i < m else 0)
-            cpus[r] = layout.union_of_cores(cores[start:end]) & node_cpus
-    return build_plan(job, cpus, homes, options=options, layout=layout)
+            cpus[r] = resources.union_of_cores(cores[start:end]) & node_cpus
+    return build_plan(job, cpus, homes, options=options, resources=resources)
 
 
 def plan_core_complex(topology: Topology, job: Job, options: Options) -> BindPlan:
-    layout = Layout(topology)
-    homes = layout.homes(job)
+    resources = AllowedResources(topology)
+    homes = resources.homes(job)
     cpus: list[CpuSet] = [CpuSet()] * job.nproc
     warnings = []
     llcs_of_node: dict[int, set[int]] = {}  # which cache groups touch each node: one pass over the PUs
-    for i, llc in enumerate(layout.llcs):
+    for i, llc in enumerate(resources.llcs):
         for pu in llc:
-            n = layout.node_of_pu.get(pu)
+            n = resources.node_of_pu.get(pu)
             if n is not None:
                 llcs_of_node.setdefault(n, set()).add(i)
     for home, ranks in _groups(job, homes).items():
-        node_cpus = layout.cpus_of_nodes(home)
+        node_cpus = resources.cpus_of_nodes(home)
         touching = sorted(set().union(*(llcs_of_node.get(n, ()) for n in home)))
-        groups = [layout.llcs[i] & node_cpus for i in touching]
+        groups = [resources.llcs[i] & node_cpus for i in touching]
         if not groups:
             warnings.append(f"no cache information for node {nodes_text(home)}: each process gets the whole node")
             groups = [node_cpus]
@@ -99,4 +99,4 @@ def plan_core_complex(topology: Topology, job: Job, options: Options) -> BindPla
                             f"{len(ranks)} processes: some processes share one (as torch does)")
         for i, r in enumerate(ranks):
             cpus[r] = groups[i % len(groups)]
-    return build_plan(job, cpus, homes, options=options, layout=layout, warnings=warnings)
+    return build_plan(job, cpus, homes, options=options, resources=resources, warnings=warnings)

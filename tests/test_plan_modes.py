@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import planners
 import topo
 from planners.bindcheck import validate_bind
-from planners.core import PSEUDO_NODE, Layout
+from planners.core import PSEUDO_NODE, AllowedResources
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.synthetic import synthetic
@@ -42,8 +42,13 @@ SYNTHETIC = {
 }
 
 
+def cores_in(resources: AllowedResources, cpus: CpuSet) -> list[CpuSet]:
+    """The physical cores (restricted to ``cpus``) with a PU in ``cpus``, by lowest PU."""
+    return [CpuSet.from_mask(resources.core_masks[i] & cpus.mask) for i in resources.core_indexes(cpus)]
+
+
 def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:
-    layout = Layout(t)
+    resources = AllowedResources(t)
     allowed = t.allowed_pus & t.pus
     workers = plan.workers()
     assert workers, "a plan has at least one process"
@@ -56,12 +61,12 @@ def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:
             mains[p.key] = cpus
         else:
             assert plan.cpu_mode == "numa"
-            assert p.cpu_nodes is not None and CpuSet((p.cpu_nodes,)) <= CpuSet(layout.node_ids)
-        if opts.get("memory", "numa") == "numa" and layout.node_ids != [PSEUDO_NODE]:
+            assert p.cpu_nodes is not None and CpuSet((p.cpu_nodes,)) <= CpuSet(resources.node_ids)
+        if opts.get("memory", "numa") == "numa" and resources.node_ids != [PSEUDO_NODE]:
             nodes = p.memory_nodes
             assert nodes, f"{mode}: {p.key} has no memory node"
             for n in nodes:
-                assert n in t.allowed_numa_nodes and n in layout.node_cpus, \
+                assert n in t.allowed_numa_nodes and n in resources.node_cpus, \
                     f"{mode}: {p.key} memory on node {n}, not an allowed node with CPUs"
         elif opts.get("memory") == "none":
             assert p.memory is None
@@ -73,13 +78,13 @@ def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:
     if mode in WHOLE_CORES and (mode not in GPU_AFFINITY
                                 or opts.get("multithreading", "all-logical") == "all-logical"):
         for k, cpus in mains.items():
-            for core in layout.cores_in(cpus):
-                full = layout.cores[layout.core_of_pu[core.first()]]
+            for core in cores_in(resources, cpus):
+                full = resources.cores[resources.core_of_pu[core.first()]]
                 assert full <= cpus, f"{mode}: {k} holds part of core {full}"
     if opts.get("multithreading") == "single-logical" and mode in GPU_AFFINITY:
         for k, cpus in mains.items():
-            assert all(c.weight() == 1 for c in layout.cores_in(cpus)), f"{mode}: {k} has two threads of a core"
-    ncores = {k: len(layout.cores_in(v)) for k, v in mains.items()}
+            assert all(c.weight() == 1 for c in cores_in(resources, cpus)), f"{mode}: {k} has two threads of a core"
+    ncores = {k: len(cores_in(resources, v)) for k, v in mains.items()}
     if mode in ("unique-interleaved", "unique-contiguous") and opts.get("balanced", True):
         # balanced = the same number of node cores (gpu_affinity's groups) for everyone; with scope
         # socket each also holds the socket cores dealt to its node cores, which may differ by one
@@ -87,14 +92,14 @@ def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:
         if opts.get("scope", "node") == "node":
             assert len(set(ncores.values())) == 1, f"{mode}: unbalanced {ncores}"
         elif all(p.memory_nodes for p in workers):
-            local = {p.key: len(layout.cores_in(mains[p.key] & layout.cpus_of_nodes(p.memory_nodes)))
+            local = {p.key: len(cores_in(resources, mains[p.key] & resources.cpus_of_nodes(p.memory_nodes)))
                      for p in workers}
             assert len(set(local.values())) == 1, f"{mode}: unbalanced {local}"
     if mode == "exclusive":
         # balance among processes sharing a home node
         homes = {}
         for r, p in enumerate(workers):
-            nodes = tuple(n for n in layout.node_ids if mains[p.key].intersects(layout.node_cpus[n]))
+            nodes = tuple(n for n in resources.node_ids if mains[p.key].intersects(resources.node_cpus[n]))
             homes.setdefault(nodes, []).append(ncores[p.key])
         for counts in homes.values():
             assert max(counts) - min(counts) <= 1, f"exclusive: unbalanced {counts}"
@@ -198,7 +203,7 @@ def test_every_mode_on_hwloc_fixtures(hwloc_topologies, mode):
         if isinstance(t, Exception) or not (t.allowed_pus & t.pus):
             continue
         plan_and_check(t, mode)
-        plan_and_check(t, mode, devices=(), nproc=min(3, len(Layout(t).cores)))
+        plan_and_check(t, mode, devices=(), nproc=min(3, len(AllowedResources(t).cores)))
         planned += 1
     assert planned >= len(hwloc_topologies) // 2
 
@@ -216,10 +221,10 @@ def test_every_mode_on_accelerator_servers(servers, mode):
         assert len(plan.workers()) == 8, name
         if mode in ("node", "exclusive", "core-complex", "all", "single-unique", "unique-contiguous"):
             # node-local modes keep every process on its device's node
-            layout = Layout(t)
+            resources = AllowedResources(t)
             for p in plan.workers():
-                home = layout.home_of(p.device)
-                assert p.cpus() <= layout.cpus_of_nodes(home), (name, mode, p.key)
+                home = resources.home_of(p.device)
+                assert p.cpus() <= resources.cpus_of_nodes(home), (name, mode, p.key)
 
 
 # ---- hypothesis: random shapes, random cgroups -------------------------------------------------
