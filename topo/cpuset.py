@@ -20,6 +20,7 @@ messages). Both are bounded:
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Iterator
 
@@ -314,12 +315,13 @@ class CpuSet:
 
 # zero bytes skipped in one tight loop, then a run of full bytes or one partial byte
 _BYTE_TOKENS = re.compile(rb"\x00*(\xff+|[^\x00\xff])")
-_BYTE_RUNS = tuple(
-    tuple((lo, hi) for lo in range(8) for hi in range(lo, 8)
-          if all(v >> b & 1 for b in range(lo, hi + 1))
-          and (lo == 0 or not v >> (lo - 1) & 1) and (hi == 7 or not v >> (hi + 1) & 1))
-    for v in range(256)
-)  # the runs of ones in each byte value, lowest first
+@functools.cache
+def _byte_runs(v: int) -> tuple[tuple[int, int], ...]:
+    """The runs of ones in byte value ``v``, lowest first (computed on first use: a table of all 256
+    built at import would cost every command several milliseconds)."""
+    return tuple((lo, hi) for lo in range(8) for hi in range(lo, 8)
+                 if all(v >> b & 1 for b in range(lo, hi + 1))
+                 and (lo == 0 or not v >> (lo - 1) & 1) and (hi == 7 or not v >> (hi + 1) & 1))
 
 
 def _ranges_of_bytes(mask: int, base: int) -> Iterator[tuple[int, int]]:
@@ -329,7 +331,7 @@ def _ranges_of_bytes(mask: int, base: int) -> Iterator[tuple[int, int]]:
     for token in _BYTE_TOKENS.finditer(data):
         at = base + token.start(1) * 8
         text = token.group(1)
-        runs = ((0, 8 * len(text) - 1),) if text[0] == 0xFF else _BYTE_RUNS[text[0]]
+        runs = ((0, 8 * len(text) - 1),) if text[0] == 0xFF else _byte_runs(text[0])
         for a, b in runs:
             if at + a == hi + 1:
                 hi = at + b
