@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+import machines
 from topo_cli import COMMANDS, main
 
 
@@ -37,3 +38,45 @@ def test_library_errors_use_the_same_format(tmp_path):
     result = CliRunner().invoke(main, ["show", "--topology", str(missing)])
     assert result.exit_code != 0
     assert result.output.startswith("topo: error: ") and len(result.output.strip().splitlines()) == 1
+
+
+# The commands whose examples run here, in the order they produce each other's files; launch, bind,
+# run and stop start processes (their examples run in their own tests).
+RUNNABLE = ("show", "capture", "plan", "validate")
+
+
+def examples(command: str) -> list[str]:
+    """The `topo ...` lines of a command's --help examples, without their comments."""
+    text = CliRunner().invoke(main, [command, "--help"]).output.split("Examples:", 1)[1]
+    lines = (line.split("  #")[0].strip() for line in text.splitlines())
+    return [line for line in lines if line.startswith("topo ")]
+
+
+def test_the_examples_of_show_capture_plan_and_validate_work(tmp_path, monkeypatch):
+    import shlex
+    import shutil
+
+    from conftest import SYSFS
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOPO_ROOT", raising=False)
+    # the inputs the examples name and nothing else produces: a captured directory, an hwloc XML
+    # export, another host's JSON (written once `topo show --json > machine.json` has run)
+    captured = machines.build(machines.dgx_a100(), tmp_path / "captured")
+    shutil.copy(SYSFS / "16em64t-4s2c2t-xml.xml", tmp_path / "machine.xml")
+    ran = []
+    for command in RUNNABLE:
+        for line in examples(command):
+            args = shlex.split(line.replace("/tmp/captured", str(captured)))[1:]
+            if args[0] not in RUNNABLE:  # e.g. plan's `topo launch ...`: a launcher example
+                continue
+            redirect = args.index(">") if ">" in args else None
+            result = CliRunner().invoke(main, args[:redirect])
+            assert result.exit_code == 0, (line, result.output)
+            if redirect is not None:
+                (tmp_path / args[redirect + 1]).write_text(result.stdout)
+            if not (tmp_path / "other-host.json").exists() and (tmp_path / "machine.json").exists():
+                shutil.copy(tmp_path / "machine.json", tmp_path / "other-host.json")
+            ran.append(args[0])
+    assert set(ran) == set(RUNNABLE), ran
+    assert (tmp_path / "bind.json").exists() and (tmp_path / "plan.html").exists()

@@ -1,4 +1,5 @@
-"""Where the machine comes from, declared once for every command that reads one.
+"""Where the machine comes from, declared once for every command that reads one; where a
+command's output file goes (`write_text`).
 
 `--root DIR` (env `TOPO_ROOT`) reads a captured sysfs/procfs below DIR, like hwloc's
 `HWLOC_FSROOT`; `--topology FILE` (also spelled `--from`) reads a saved `topo show --json` or an
@@ -10,6 +11,7 @@ the command line is refused.
 from __future__ import annotations
 
 import functools
+import os
 
 import click
 from click.core import ParameterSource
@@ -54,3 +56,13 @@ class MachineSource:
         from topo.discovery import discover
 
         return discover(self.root, include_disallowed=include_disallowed, probes=probes)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write a command's output file (bind JSON, picture, machine), creating its directory."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc

@@ -14,7 +14,7 @@ import click
 
 from topo.errors import ParseError, UsageError
 from topo_cli import CONTEXT
-from topo_cli.machine import machine_options
+from topo_cli.machine import machine_options, write_text
 
 
 class _ModeOption(click.Option):
@@ -68,7 +68,7 @@ def _list_modes() -> str:
 @machine_options
 @click.option("--mode", metavar="MODE", type=_ModeType(), cls=_ModeOption)
 @click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
-@click.option("--nproc-per-node", type=int, default=None,
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
 @click.option("--devices", default=None, metavar="IDS",
               help="Physical device ids, comma separated, in local-rank order; 'none' for a CPU-only job. "
@@ -81,9 +81,9 @@ def _list_modes() -> str:
               help="gpu_affinity modes: all threads of each core, or the first one.")
 @click.option("--balanced/--no-balanced", default=True, show_default=True,
               help="unique-* modes: the same number of cores for every device.")
-@click.option("--min-physical-cores", type=int, default=1, show_default=True,
+@click.option("--min-physical-cores", type=click.IntRange(min=1), default=1, show_default=True,
               help="gpu_affinity modes: fail if a device gets fewer physical cores.")
-@click.option("--max-physical-cores", type=int, default=None,
+@click.option("--max-physical-cores", type=click.IntRange(min=1), default=None,
               help="gpu_affinity modes: at most this many physical cores per device.")
 @click.option("--memory", type=click.Choice(["numa", "preferred", "none"]), default="numa", show_default=True,
               help="numa: bind each process's memory to its device's NUMA node; preferred: prefer that "
@@ -140,7 +140,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     )
     text = json.dumps(result.to_json(), indent=2) + "\n"
     if output and output != "-":
-        _write(output, text)
+        write_text(output, text)
     if picture is not None or explain:
         # drawn on the view with disallowed CPUs, so they show greyed
         drawn = topology if machine.file is not None else machine.load(include_disallowed=True)
@@ -148,7 +148,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         from planners.picture import plan_html, plan_svg
 
         draw = plan_svg if picture.lower().endswith(".svg") else plan_html
-        _write(picture, draw(drawn, result))
+        write_text(picture, draw(drawn, result))
     if explain:
         from planners.explain import explain as render
         from planners.picture import plan_map
@@ -161,16 +161,6 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     if not explain:
         for w in result.warnings:
             click.echo(f"topo: warning: {w}", err=True)
-
-
-def _write(path: str, text: str) -> None:
-    try:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
 
 
 @click.command(context_settings=CONTEXT)

@@ -10,7 +10,7 @@ import click
 from topo.errors import UsageError
 
 from topo_cli import CONTEXT
-from topo_cli.machine import machine_options
+from topo_cli.machine import machine_options, write_text
 
 
 @click.command(context_settings=CONTEXT)
@@ -39,9 +39,7 @@ def show(machine, as_json, include_disallowed, probes, output):
     wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
     topology = machine.load(include_disallowed=include_disallowed, probes=wanted)
     if output is not None:
-        from topo_cli.plan import _write
-
-        _write(output, writer(topology))
+        write_text(output, writer(topology))
     elif as_json:
         import json
 
