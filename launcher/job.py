@@ -107,7 +107,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         if tail:
             env.update(envs.unbuffered_env(environ))
         return ProcessSpec(name, (*binding.prefix, *command), env, os.path.join(log_dir, log_name), binding,
-                           _direct(binding, config.bind_fallback, search_path), role, rank, local_rank, tail)
+                           direct_binding(binding, config.bind_fallback, search_path), role, rank, local_rank, tail)
 
     if start_scheduler:
         processes.append(spec("scheduler", SCHEDULER, None, None, envs.scheduler_env(common),
@@ -153,7 +153,7 @@ def _cpu_count(binding: Binding) -> int | None:
     return None if binding.cpus is None else binding.cpus.weight()
 
 
-def _direct(binding: Binding, bind_fallback: bool, search_path: str) -> DirectBinding | None:
+def direct_binding(binding: Binding, bind_fallback: bool, search_path: str) -> DirectBinding | None:
     """How to apply `binding` when its tool (numactl, taskset) is not on PATH: the same CPU set
     and memory policy, set in the child before exec. None when the tool is there (msrun's argv)."""
     if not binding.prefix or shutil.which(binding.prefix[0], path=search_path) is not None:
@@ -287,4 +287,4 @@ def describe_plan(plan: JobPlan) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ProcessSpec", "JobPlan", "plan_job", "describe_plan", "MANAGED_VARS", "check_log_dir"]
+__all__ = ["ProcessSpec", "JobPlan", "plan_job", "describe_plan", "MANAGED_VARS", "check_log_dir", "direct_binding"]

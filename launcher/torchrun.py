@@ -374,7 +374,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     """Check and decide everything (command, bindings, port, run id). Raises UsageError before
     anything is created or started."""
     from launcher.environ import base_env
-    from launcher.job import _direct, check_log_dir  # the launcher's rules, shared with topo launch
+    from launcher.job import check_log_dir, direct_binding  # the launcher's rules, shared with topo launch
 
     environ = dict(os.environ if environ is None else environ)
     command = _command(config)
@@ -386,7 +386,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     if config.numa_binding:
         bindings = _bindings(config, environ, topology, warnings)
     search_path = environ.get("PATH", os.defpath)
-    direct = tuple(_direct(b, config.bind_fallback, search_path) for b in bindings)
+    direct = tuple(direct_binding(b, config.bind_fallback, search_path) for b in bindings)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or _uuid4()
     return RunPlan(config, command, bindings, direct, port, run_id, base_env(environ), environ, tuple(warnings))
