@@ -170,3 +170,13 @@ def test_archive_copy_is_removed(root, tmp_path):
     assert os.path.isdir(copy) and fs.shown("/sys").startswith(f"{path}:")
     del fs
     assert not os.path.exists(copy)
+
+
+def test_errors_inside_an_archive_name_the_file_in_the_archive(root, tmp_path):
+    (root / "sys/devices/system/node/node0/cpumap").write_text("")
+    path = tmp_path / "machine.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(root, arcname=".")
+    with pytest.raises(ProbeError) as err:
+        topo.discover(path)
+    assert str(err.value).startswith(f"{path}:/sys/devices/system/node/node0/cpumap: empty")

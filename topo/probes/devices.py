@@ -168,9 +168,8 @@ def _numa_from_cpus(device: Device, topology: Topology) -> Device:
 def pci_chain(fs: FsRoot, busid: str) -> tuple[str, tuple[str, ...]] | None:
     """(host bridge, bridges from the root port down) of a PCI function, from where its
     /sys/bus/pci/devices link points: ../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0."""
-    try:
-        target = os.readlink(fs.path(f"{PCI}/{busid}"))
-    except OSError:
+    target = fs.readlink(f"{PCI}/{busid}")
+    if target is None:
         return None
     parts = target.split("/")
     hosts = [i for i, p in enumerate(parts) if _HOST_BRIDGE.match(p)]

@@ -7,7 +7,6 @@ normal input here, not errors; a file with garbage in it is an error naming that
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field, replace
 
@@ -70,7 +69,7 @@ def _size_bytes(fs: FsRoot, path: str) -> int | None:
         return None
     m = _SIZE.match(text)
     if not m:
-        raise ProbeError(f"{fs.path(path)}: expected a size like '32K', found {text[:40]!r}")
+        raise ProbeError(f"{fs.shown(path)}: expected a size like '32K', found {text[:40]!r}")
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
 
 
@@ -83,7 +82,7 @@ def _numbered_dirs(fs: FsRoot, base: str, pattern: re.Pattern) -> dict[int, str]
         if m:
             n = int(m.group(1))
             if n > MAX_ID:
-                raise ProbeError(f"{fs.path(base + '/' + name)}: id {n} exceeds {MAX_ID}, no kernel numbers "
+                raise ProbeError(f"{fs.shown(base + '/' + name)}: id {n} exceeds {MAX_ID}, no kernel numbers "
                                  "CPUs or nodes so high (remove the entry or recapture the machine)")
             dirs[n] = f"{base}/{name}"
     return dirs
@@ -152,7 +151,7 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         online = CpuSet(c.os_index for c in cpus) or (online_file & complete if complete else online_file)
         if not online:
             raise ProbeError(
-                f"no CPU found under {fs.path(CPU)} (is --root a captured machine with sys/ and proc/?)"
+                f"no CPU found under {fs.shown(CPU)} (is --root a captured machine with sys/ and proc/?)"
             )
         return RawCpus(complete | online, online, [], [], [], [], [], {}, False)
 
@@ -366,7 +365,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
             # A CPU belongs to one node on Linux; overlapping cpumaps come from a buggy BIOS,
             # and hwloc keeps the first node that claims the CPUs.
             notes.append(f"NUMA node P#{i} ignored: its CPUs {c & taken} belong to an earlier node "
-                         f"({fs.path(d + '/cpumap')})")
+                         f"({fs.shown(d + '/cpumap')})")
             continue
         # Under numa=fake a CPU is listed by several nodes; it belongs to the first (a CPU has one
         # node in topo's model) and the others are attached at their CPUs like CPU-less nodes.
@@ -379,7 +378,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
             try:
                 values = [int(v) for v in dist.split()]
             except ValueError:
-                raise ProbeError(f"{fs.path(d + '/distance')}: expected integers, found {dist[:40]!r}") from None
+                raise ProbeError(f"{fs.shown(d + '/distance')}: expected integers, found {dist[:40]!r}") from None
             distances[i] = dict(zip(ids, values))
         if fake_numa:
             continue
@@ -428,17 +427,17 @@ def _node_cpus(fs: FsRoot, i: int) -> CpuSet:
         path = f"{NODE}/node{i}/{name}"
         text = fs.read(path)
         if text is None:
-            if os.path.islink(fs.path(path)):
-                raise ProbeError(f"{fs.path(path)}: a symbolic link to nothing (capture the machine again)")
+            if fs.readlink(path) is not None:
+                raise ProbeError(f"{fs.shown(path)}: a symbolic link to nothing (capture the machine again)")
             continue
         if not text:
-            raise ProbeError(f"{fs.path(path)}: empty, where the kernel writes a mask even for a node "
+            raise ProbeError(f"{fs.shown(path)}: empty, where the kernel writes a mask even for a node "
                              "without CPUs (capture the machine again)")
         try:
             return parse(text)
         except ParseError as exc:
-            raise ProbeError(f"{fs.path(path)}: {exc}") from None
-    raise ProbeError(f"{fs.path(f'{NODE}/node{i}')}: neither cpumap nor cpulist, which every kernel writes "
+            raise ProbeError(f"{fs.shown(path)}: {exc}") from None
+    raise ProbeError(f"{fs.shown(f'{NODE}/node{i}')}: neither cpumap nor cpulist, which every kernel writes "
                      "(capture the machine again)")
 
 
@@ -486,7 +485,7 @@ def _meminfo_total(fs: FsRoot, path: str) -> int | None:
             try:
                 value = int(parts[0])
             except (ValueError, IndexError):
-                raise ProbeError(f"{fs.path(path)}: malformed MemTotal line {line.strip()[:60]!r}") from None
+                raise ProbeError(f"{fs.shown(path)}: malformed MemTotal line {line.strip()[:60]!r}") from None
             unit = parts[1].lower() if len(parts) > 1 else "kb"
             return value * (1024 if unit == "kb" else 1)
     return None
@@ -530,7 +529,7 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
         try:
             class_id = f"{int(cls, 16) >> 8:04x}"
         except ValueError:
-            raise ProbeError(f"{fs.path(d + '/class')}: expected a hex class, found {cls[:20]!r}") from None
+            raise ProbeError(f"{fs.shown(d + '/class')}: expected a hex class, found {cls[:20]!r}") from None
         buses = None
         if class_id == "0604":
             config = _config_space(fs, f"{d}/config")
