@@ -19,9 +19,6 @@ class CgroupCpuset:
     cpus: CpuSet | None
     mems: CpuSet | None
 
-    def describe(self) -> str:
-        return f"cgroup {self.version} {self.path}"
-
 
 def _mounts(fs: FsRoot) -> list[tuple[str, str, list[str]]]:
     text = fs.read("/proc/mounts") or fs.read("/proc/self/mounts") or ""
