@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import Callable, Sequence, TextIO
 
 from launcher import verify
 from launcher.procgroup import INHERIT, DirectBinding, LaunchError, Process, ProcessGroup
@@ -54,10 +54,11 @@ class Supervisor:
         self._old_handlers: dict[int, object] = {}
 
     # ---------------------------------------------------------------- signals
-    def install_signal_handlers(self) -> None:
-        """SIGINT/SIGTERM/SIGHUP stop the job (forwarded, then SIGKILL after the grace period); a
-        second one skips the grace period. Only the main thread can install handlers; a library
-        caller on another thread handles its own signals."""
+    def install_signal_handlers(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
+        """Each of `signals` (SIGINT/SIGTERM/SIGHUP unless given; topo run passes its
+        --signals-to-handle) stops the job: forwarded to every process, then SIGKILL after the grace
+        period; a second one skips the grace period. Only the main thread can install handlers; a
+        library caller on another thread handles its own signals."""
         if threading.current_thread() is not threading.main_thread():
             return
 
@@ -67,7 +68,7 @@ class Supervisor:
             else:
                 self.stop_signal = signum
 
-        for sig in HANDLED_SIGNALS:
+        for sig in signals:
             self._old_handlers[sig] = signal.signal(sig, on_signal)
 
     def restore_signal_handlers(self) -> None:

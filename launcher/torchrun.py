@@ -51,7 +51,10 @@ TORCHRUN_DEFAULTS: Mapping[str, object] = {
     "max_restarts": 0, "monitor_interval": 0.1, "start_method": "spawn", "role": "default",
     "module": False, "no_python": False, "run_path": False, "log_dir": None, "redirects": "0", "tee": "0",
     "local_ranks_filter": "", "signals_to_handle": DEFAULT_SIGNALS, "numa_binding": None,
+    "local_addr": None, "event_log_handler": "null", "logs_specs": None, "duplicate_stdout_filters": "",
+    "duplicate_stderr_filters": "", "virtual_local_rank": False,
 }
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # torchrun's, when neither the flag nor TORCH_ELASTIC_SHUTDOWN_TIMEOUT is set
 
 
 # ------------------------------------------------------------------ parsing torchrun's values
@@ -124,6 +127,8 @@ def parse_signals(text: str) -> tuple[str, ...]:
     for name in names:
         if name not in signal.Signals.__members__:
             raise UsageError(f"--signals-to-handle: {name!r} is not a signal name (SIGTERM, SIGUSR1, ...)")
+        if name in ("SIGKILL", "SIGSTOP"):
+            raise UsageError(f"--signals-to-handle: {name} cannot be caught, so it cannot be forwarded; drop it")
     return names
 
 
@@ -143,6 +148,9 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable) -
         return n
     if value == "cpu":
         return len(os.sched_getaffinity(0))
+    if value == "xpu":
+        # torchrun counts torch.xpu's devices; topo's device probes know NVIDIA/AMD GPUs and Ascend NPUs
+        raise UsageError("--nproc-per-node=xpu: topo does not count Intel XPUs; give the number of workers")
     if value in ("gpu", "auto"):
         from topo.visible import visible_devices
 
@@ -153,7 +161,7 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable) -
             raise UsageError("--nproc-per-node=gpu: no GPU is visible on this machine (see `topo show` and "
                              "CUDA_VISIBLE_DEVICES); give a number of workers")
         return len(os.sched_getaffinity(0))
-    raise UsageError(f"--nproc-per-node={text!r}: give a number, or gpu, cpu or auto")
+    raise UsageError(f"--nproc-per-node={text!r}: give a number, or gpu, cpu, xpu or auto")
 
 
 # ------------------------------------------------------------------ the configuration
@@ -169,8 +177,8 @@ class RunConfig:
             free port on this node at launch (single-node jobs, as torchrun's local rendezvous).
         run_id: TORCHELASTIC_RUN_ID; "" means a fresh UUID at launch.
         max_restarts: restarts of the whole local worker group after a failure.
-        monitor_interval: torchrun's polling period; topo's supervisor polls at least this often
-            (5 ms, backing off to 100 ms), so it only needs to be valid.
+        monitor_interval: torchrun's polling period, checked and otherwise unused: the supervisor
+            polls on its own schedule (5 ms, backing off to 100 ms).
         role: the workers' ROLE_NAME.
         log_dir: base directory of `<run id>_<random>/attempt_<n>/<local rank>/`; None: a new
             directory under the system's temporary directory, removed after a successful run.
@@ -181,8 +189,11 @@ class RunConfig:
         bind_fallback: as topo launch's: a refused memory policy is dropped and the CPUs kept, a
             binding that does not take leaves the worker as the kernel placed it.
         dry_run: print every worker's argv, binding and environment; start nothing.
-        grace_period: seconds between SIGTERM and SIGKILL when the workers are stopped.
-        signals_to_handle: TORCHELASTIC_SIGNALS_TO_HANDLE.
+        grace_period: seconds between SIGTERM and SIGKILL when the workers are stopped
+            (--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).
+        signals_to_handle: the signals forwarded to the workers to stop them; also
+            TORCHELASTIC_SIGNALS_TO_HANDLE.
+        virtual_local_rank: LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its own GPU.
         python: the interpreter ($PYTHON_EXEC, else the one running topo).
     """
 
@@ -210,6 +221,7 @@ class RunConfig:
     dry_run: bool = False
     grace_period: float = 30.0
     signals_to_handle: str = DEFAULT_SIGNALS
+    virtual_local_rank: bool = False
     python: str = field(default_factory=lambda: sys.executable or "python3")
 
     def __post_init__(self):
@@ -291,6 +303,14 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
                          "and keep --rdzv-endpoint=HOST:PORT as rank 0's address")
     if values["rdzv_conf"]:
         raise UsageError(f"--rdzv-conf={values['rdzv_conf']!r}: the static rendezvous takes no options; drop it")
+    if values["logs_specs"]:
+        raise UsageError(f"--logs-specs={values['logs_specs']!r}: topo run writes torchrun's default log layout "
+                         "(<log dir>/<run id>_<random>/attempt_<n>/<local rank>/) and loads no LogsSpecs plug-in; "
+                         "drop it")
+    for stream in ("stdout", "stderr"):
+        if str(values[f"duplicate_{stream}_filters"]).strip():
+            raise UsageError(f"--duplicate-{stream}-filters: topo run does not copy matching lines to "
+                             f"filtered_{stream}.log; use -t/--tee and grep the {stream}.log files instead")
 
     master_addr = str(values["master_addr"])
     master_port = values["master_port"]
@@ -316,10 +336,25 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         local_ranks_filter=parse_ranks_filter(str(values["local_ranks_filter"])),
         numa_binding=values["numa_binding"], memory=str(values.get("memory") or "none"),
         bind_fallback=bool(values.get("bind_fallback", False)), dry_run=bool(values.get("dry_run", False)),
-        grace_period=float(values.get("grace_period", 30.0)), signals_to_handle=str(values["signals_to_handle"]),
+        grace_period=_shutdown_timeout(values.get("grace_period"), environ),
+        signals_to_handle=str(values["signals_to_handle"]), virtual_local_rank=bool(values["virtual_local_rank"]),
         python=environ.get("PYTHON_EXEC") or sys.executable or "python3",
     )
     return config, from_slurm.note()
+
+
+def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
+    """--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's order)."""
+    if given is not None:
+        return float(given)
+    text = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_SHUTDOWN_TIMEOUT
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={text!r} is not a number of seconds: "
+                         "fix it or give --shutdown-timeout") from None
 
 
 def _discover():
@@ -364,9 +399,24 @@ class RunPlan:
             "TORCHELASTIC_ERROR_FILE": error_file,
             "TORCHELASTIC_SIGNALS_TO_HANDLE": c.signals_to_handle,
         }
+        if c.virtual_local_rank:
+            # torchrun's --virtual-local-rank: every worker is local rank 0 and sees only its own GPU,
+            # the local_rank-th entry of CUDA_VISIBLE_DEVICES (or GPU local_rank when it is unset)
+            env["LOCAL_RANK"] = "0"
+            env["CUDA_VISIBLE_DEVICES"] = self.virtual_device(local_rank)
         cpus = None if binding.cpus is None else binding.cpus.weight()
         env.update(thread_env(self.environ, cpus, c.nproc_per_node))
         return env
+
+    def virtual_device(self, local_rank: int) -> str:
+        visible = self.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is None:
+            return str(local_rank)
+        ids = visible.split(",")
+        if local_rank >= len(ids):
+            raise UsageError(f"--virtual-local-rank: local rank {local_rank} has no GPU in "
+                             f"CUDA_VISIBLE_DEVICES={visible}; start at most {len(ids)} workers")
+        return ids[local_rank].strip()
 
 
 def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
@@ -389,7 +439,11 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     direct = tuple(direct_binding(b, config.bind_fallback, search_path) for b in bindings)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or _uuid4()
-    return RunPlan(config, command, bindings, direct, port, run_id, base_env(environ), environ, tuple(warnings))
+    plan = RunPlan(config, command, bindings, direct, port, run_id, base_env(environ), environ, tuple(warnings))
+    if config.virtual_local_rank:
+        for local_rank in range(config.nproc_per_node):
+            plan.virtual_device(local_rank)  # a rank without a GPU is refused before anything starts
+    return plan
 
 
 def _command(config: RunConfig) -> tuple[str, ...]:
@@ -559,7 +613,7 @@ def _attempt(plan: RunPlan, restart: int, run_dir: str, out: TextIO,
     # the pids' start times (psutil) are recorded once the group has run a second, as topo launch does
     supervisor = Supervisor(group, grace_period=config.grace_period, bind_fallback=config.bind_fallback,
                             out=out, say=say, after_a_second=lambda: write_record(True))
-    supervisor.install_signal_handlers()
+    supervisor.install_signal_handlers(tuple(signal.Signals[name] for name in parse_signals(config.signals_to_handle)))
     try:
         group.start()
         supervisor.verify_all()

@@ -73,7 +73,7 @@ def test_rdzv_endpoint_is_the_static_master(script):
     ({"master_port": 70000}, "outside 1-65535"),
     ({"nnodes": "2", "node_rank": 2}, "give 0 to 1"),
     ({"nproc_per_node": "0"}, "at least 1 worker"),
-    ({"nproc_per_node": "many"}, "gpu, cpu or auto"),
+    ({"nproc_per_node": "many"}, "gpu, cpu, xpu or auto"),
     ({"max_restarts": -1}, "0 or more"),
     ({"monitor_interval": 0}, "more than 0"),
     ({"redirects": "4"}, "is not 0 .none., 1"),
@@ -82,10 +82,44 @@ def test_rdzv_endpoint_is_the_static_master(script):
     ({"module": True, "no_python": True}, "together"),
     ({"standalone": True, "nnodes": "2"}, "one node"),
     ({"signals_to_handle": "SIGNOPE"}, "not a signal name"),
+    ({"signals_to_handle": "SIGTERM,SIGKILL"}, "SIGKILL cannot be caught"),
+    ({"nproc_per_node": "xpu"}, "does not count Intel XPUs"),
+    ({"logs_specs": "mine"}, "loads no LogsSpecs plug-in"),
+    ({"duplicate_stdout_filters": "loss"}, "does not copy matching lines to filtered_stdout.log"),
+    ({"duplicate_stderr_filters": "NaN"}, "filtered_stderr.log"),
 ])
 def test_bad_values_are_named(script, given, words):
     with pytest.raises(UsageError, match=words):
         config(script, **given)
+
+
+def test_shutdown_timeout_flag_then_torchs_variable_then_30(script):
+    assert config(script)[0].grace_period == 30.0
+    assert config(script, environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "7"})[0].grace_period == 7.0
+    assert config(script, environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "7"}, grace_period=2)[0].grace_period == 2.0
+    with pytest.raises(UsageError, match="TORCH_ELASTIC_SHUTDOWN_TIMEOUT='soon' is not a number"):
+        config(script, environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"})
+
+
+def test_flags_accepted_for_torchrun_change_nothing(script):
+    """--local-addr (the static rendezvous never uses it), --event-log-handler (no events are
+    recorded), empty duplicate filters, --monitor-interval and --start-method: the same job."""
+    plain = dry_run("--master-port=29510", "--rdzv-id=r", script)
+    extra = dry_run("--master-port=29510", "--rdzv-id=r", "--local-addr=10.1.1.1", "--event_log_handler=console",
+                    "--duplicate-stdout-filters=", "--monitor-interval=5", "--start-method=fork", script)
+    assert plain.exit_code == extra.exit_code == 0, plain.output + extra.output
+    assert plain.output == extra.output
+
+
+def test_virtual_local_rank(script):
+    c, _ = config(script, nproc_per_node="2", virtual_local_rank=True, master_port=29510)
+    plan = plan_run(c, environ={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "3,5"})
+    envs = [plan.worker_env(r, 0, "e") for r in (0, 1)]
+    assert [(e["LOCAL_RANK"], e["RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in envs] == [("0", "0", "3"), ("0", "1", "5")]
+    unset = plan_run(c, environ={"PATH": "/usr/bin:/bin"})
+    assert [unset.worker_env(r, 0, "e")["CUDA_VISIBLE_DEVICES"] for r in (0, 1)] == ["0", "1"]
+    with pytest.raises(UsageError, match="local rank 1 has no GPU in CUDA_VISIBLE_DEVICES=3"):
+        plan_run(c, environ={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "3"})
 
 
 def test_c10d_is_static_when_each_node_knows_its_rank(script):

@@ -82,21 +82,26 @@ def test_redirects_tee_and_the_ranks_filter(tmp_path):
     assert [p["rank"] for p in launch["processes"]] == [0, 1]
 
 
-def test_sigterm_stops_every_worker(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "topo", "run", "--nproc-per-node=2", WORKER, str(tmp_path),
-                             "sleep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("flags, sig", [
+    ([], signal.SIGTERM),
+    ([], signal.SIGQUIT),  # in torchrun's default --signals-to-handle
+    (["--signals-to-handle=SIGTERM,SIGUSR1"], signal.SIGUSR1),  # Slurm's pre-emption warning
+])
+def test_handled_signals_stop_every_worker(tmp_path, flags, sig):
+    proc = subprocess.Popen([sys.executable, "-m", "topo", "run", "--nproc-per-node=2", *flags, WORKER,
+                             str(tmp_path), "sleep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while len(records(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     pids = [r["pid"] for r in records(tmp_path).values()]
     assert len(pids) == 2
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert proc.returncode == 128 + sig, err
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    assert "received SIGTERM" in err
+    assert f"received {sig.name}; forwarding it to every process" in err
 
 
 def test_no_daemon_outlives_the_run(tmp_path):

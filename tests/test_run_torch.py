@@ -136,3 +136,27 @@ def test_record_error_file_is_the_root_cause(tmp_path):
     assert re.search(r"error_file: /\S+/attempt_0/1/error\.json", report)
     assert "traceback : Traceback (most recent call last):" in report
     assert 'raise ValueError("boom on rank 1")' in report and "ValueError: boom on rank 1" in report
+
+
+def test_every_torchrun_flag_and_default():
+    """Each option string of torchrun's own parser is an option of topo run, and topo run's
+    defaults for them are torchrun's."""
+    from torch.distributed.run import get_args_parser
+
+    from launcher.torchrun import DEFAULT_SHUTDOWN_TIMEOUT, TORCHRUN_DEFAULTS
+    from topo_cli.run import run as run_command
+
+    ours = {opt for p in run_command.params for opt in (*p.opts, *p.secondary_opts)}
+    parser = get_args_parser()
+    actions = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    missing = {opt for a in actions for opt in a.option_strings} - ours
+    assert not missing, missing
+    for a in actions:
+        if a.dest == "shutdown_timeout":
+            assert a.default is None and DEFAULT_SHUTDOWN_TIMEOUT == 30.0  # torchrun: the variable, else 30
+        elif a.dest in ("duplicate_stdout_filters", "duplicate_stderr_filters"):
+            assert a.default == [] and TORCHRUN_DEFAULTS[a.dest] == ""
+        elif a.dest == "check_env" or a.default is None and a.dest not in TORCHRUN_DEFAULTS:
+            continue
+        else:
+            assert TORCHRUN_DEFAULTS[a.dest] == a.default, a.dest

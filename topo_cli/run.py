@@ -54,7 +54,21 @@ def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
                   help="Write std streams to files: 0 none, 1 stdout, 2 stderr, 3 both, or per rank 0:1,1:2.")
 @_torchrun_option("tee", "-t", metavar="STD", help="As --redirects, and copy the files to the console.")
 @_torchrun_option("local_ranks_filter", metavar="RANKS", help="Show only these local ranks' output (0,1).")
-@_torchrun_option("signals_to_handle", help="TORCHELASTIC_SIGNALS_TO_HANDLE [default: SIGTERM,SIGINT,SIGHUP,SIGQUIT].")
+@_torchrun_option("signals_to_handle",
+                  help="Signals forwarded to every worker, which then stop (SIGKILL after --shutdown-timeout); "
+                       "also TORCHELASTIC_SIGNALS_TO_HANDLE [default: SIGTERM,SIGINT,SIGHUP,SIGQUIT].")
+@_torchrun_option("virtual_local_rank", is_flag=True,
+                  help="LOCAL_RANK=0 for every worker, each seeing only its own GPU in CUDA_VISIBLE_DEVICES.")
+@_torchrun_option("local_addr", metavar="ADDR",
+                  help="Accepted for torchrun; the static rendezvous never uses this node's address.")
+@_torchrun_option("event_log_handler", metavar="NAME",
+                  help="Accepted for torchrun; topo run records no torchelastic events.")
+@_torchrun_option("duplicate_stdout_filters", metavar="WORDS",
+                  help="Refused unless empty: topo run writes no filtered_stdout.log.")
+@_torchrun_option("duplicate_stderr_filters", metavar="WORDS",
+                  help="Refused unless empty: topo run writes no filtered_stderr.log.")
+@_torchrun_option("logs_specs", metavar="NAME", env=False,
+                  help="Refused: topo run writes torchrun's default log layout only.")
 @_torchrun_option("numa_binding", metavar="MODE", env=False,
                   help="Bind each worker with a topo mode: node, socket, exclusive, core-complex, or any of "
                        "`topo plan --list-modes`.")
@@ -66,7 +80,9 @@ def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
 @_torchrun_option("dry_run", env=False, is_flag=True,
                   help="Print each worker's argv, binding and environment; start nothing.")
 @click.option("--grace-period", "--grace_period", "--shutdown-timeout", "--shutdown_timeout", "grace_period",
-              type=float, default=None, help="Seconds between SIGTERM and SIGKILL when stopping workers [default: 30].")
+              type=float, default=None, envvar="PET_SHUTDOWN_TIMEOUT",
+              help="Seconds between SIGTERM and SIGKILL when stopping workers [default: "
+                   "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30].")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
