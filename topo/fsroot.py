@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import Callable
 
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, ProbeError
@@ -183,22 +184,7 @@ class FsRoot:
             raise ProbeError(f"{self.shown(path)}: expected an integer, found {text[:40]!r}") from None
 
     def read_cpulist(self, path: str) -> CpuSet | None:
-        text = self.read(path)
-        if text is None:
-            return None
-        try:
-            return CpuSet.parse(text)
-        except ParseError as exc:
-            raise ProbeError(f"{self.shown(path)}: {exc}") from None
-
-    def read_cpumask(self, path: str) -> CpuSet | None:
-        text = self.read(path)
-        if text is None:
-            return None
-        try:
-            return CpuSet.parse_mask(text)
-        except ParseError as exc:
-            raise ProbeError(f"{self.shown(path)}: {exc}") from None
+        return self._read_parsed(path, CpuSet.parse)
 
     def read_set(self, list_path: str, mask_path: str | None = None) -> CpuSet | None:
         """A hex-mask file, else its cpulist sibling.
@@ -206,7 +192,15 @@ class FsRoot:
         The mask is read first because hwloc does so: where a (fake or buggy) dump has both and
         they disagree, lstopo's answer is the mask's.
         """
-        found = self.read_cpumask(mask_path) if mask_path else None
-        if found is None:
-            found = self.read_cpulist(list_path)
-        return found
+        found = self._read_parsed(mask_path, CpuSet.parse_mask) if mask_path else None
+        return found if found is not None else self.read_cpulist(list_path)
+
+    def _read_parsed(self, path: str, parse: Callable[[str], CpuSet]) -> CpuSet | None:
+        """`parse` of the file's text; None when it does not exist; an error naming it when it does not parse."""
+        text = self.read(path)
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except ParseError as exc:
+            raise ProbeError(f"{self.shown(path)}: {exc}") from None
