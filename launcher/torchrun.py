@@ -561,7 +561,7 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
             f"restarting it, {left} of {config.max_restarts} restarts left")
         restart += 1
     if failure is not None:
-        print(format_failures(f"{os.path.basename(config.script)} FAILED", failure, others), file=err, flush=True)
+        print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
         say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with "
             f"{_describe(failure.exitcode)} on attempt {restart}; logs and error files under {run_dir}")
     elif config.log_dir is None:  # a success, or a stop by signal: no error file to keep

@@ -131,6 +131,7 @@ def test_workers_get_torchruns_environment(tmp_path, flags):
 def test_record_error_file_is_the_root_cause(tmp_path):
     r = topo_run("--nproc-per-node=2", str(SCRIPTS / "torch_record_fail.py"))
     assert r.returncode == 1, r.stdout + r.stderr
+    assert f"\n{SCRIPTS / 'torch_record_fail.py'} FAILED\n" in r.stderr  # torchrun's title: the script as given
     report = r.stderr.split("Root Cause (first observed failure):")[1]
     assert "rank      : 1 (local_rank: 1)" in report
     assert re.search(r"error_file: /\S+/attempt_0/1/error\.json", report)
