@@ -300,6 +300,12 @@ def test_root_from_environment(tmp_path):
     assert data["pus"] == "0-2" and data["source"]["root"] == str(root)
 
 
+def test_the_library_reads_this_machine_whatever_topo_root_says(tmp_path, monkeypatch):
+    """TOPO_ROOT belongs to the command line (--root); discover() without a root is this machine."""
+    monkeypatch.setenv("TOPO_ROOT", str(build(tmp_path, Machine(packages=1, cores=3))))
+    assert topo.discover(probes=()).is_this_system
+
+
 def test_missing_root_is_a_clear_error(tmp_path):
     result = show(tmp_path / "nope")
     assert result.exit_code != 0

@@ -112,7 +112,7 @@ def main(argv=None, topology=None) -> int:
         if topology is None:
             from topo.discovery import discover
 
-            topology = discover()
+            topology = discover(os.environ.get("TOPO_ROOT") or None)
         data = generate(args, topology)
         path = os.path.abspath(args.output)
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -24,14 +24,14 @@ def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallow
              probes: tuple[str, ...] | None = None, live_probes: bool | None = None) -> Topology:
     """The topology of the machine whose /sys and /proc live below `root` (default: this one).
 
-    `root` defaults to $TOPO_ROOT, then "/"; a `topo capture` archive or an FsRoot work too.
+    `root` is a directory holding sys/ and proc/, a `topo capture` archive or an FsRoot; "/" when
+    not given. The environment is not asked for a root: the command line turns --root / TOPO_ROOT
+    into this argument (topo_cli.machine), and a program that binds itself wants this machine.
     `probes` limits the optional probes (device probes such as "nvml" or "npu-smi"); sysfs always
     runs. The probes that ask this machine's tools (lscpu, NVML, npu-smi) run when the root is
     this machine, or when `live_probes` says so (default: $TOPO_REPLAY_LIVE_PROBES=1, which
     replays a captured root with stand-in tools).
     """
-    if root is None:
-        root = os.environ.get("TOPO_ROOT") or "/"
     fs = root if isinstance(root, FsRoot) else FsRoot(root)
     if live_probes is None:
         live_probes = os.environ.get("TOPO_REPLAY_LIVE_PROBES") == "1"
