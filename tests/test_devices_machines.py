@@ -133,7 +133,7 @@ def test_gpu_server_matches_its_topo_m(machine_root, replay, name):
 
 
 def test_dgx_a100_gpus_at_their_numa_nodes_in_the_text_view(machine_root, replay):
-    """The issue's example: GPU0/1 on node 3, CPUs 48-63,176-191; the matrix is printed too."""
+    """On a DGX A100, GPU0/1 sit on node 3 with CPUs 48-63,176-191; the link matrix is printed too."""
     path, links, model = TOPO_M["dgx-a100"]
     topo_m = parse_topo_m(sample(path))
     nvml, _ = replay

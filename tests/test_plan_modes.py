@@ -185,8 +185,8 @@ def hwloc_topologies(hwloc_roots):
 
 
 def test_exclusive_plan_of_every_fixture_validates(hwloc_roots, hwloc_topologies):
-    """The issue's "done when": `topo plan --mode exclusive -o bind.json` on any fixture writes a file
-    that `topo validate` (which sees disallowed CPUs and nodes too) accepts."""
+    """`topo plan --mode exclusive -o bind.json` on any fixture writes a file that `topo validate`
+    (which sees disallowed CPUs and nodes too) accepts."""
     for name, t in hwloc_topologies.items():
         if isinstance(t, Exception) or not (t.allowed_pus & t.pus):
             continue

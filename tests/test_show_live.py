@@ -91,7 +91,7 @@ def test_live_show_matches_library(live_json):
         assert data[key] == live_json[key], key
 
 
-# contracts §1: the keys (and their element keys) other programs rely on
+# The keys (and their element keys) of `topo show --json` that other programs rely on.
 TOP_KEYS = {"schema", "source", "pus", "allowed_pus", "allowed_numa_nodes", "packages", "dies", "clusters",
             "numa_nodes", "cores", "caches", "pci_devices", "devices"}
 ELEMENT_KEYS = {
