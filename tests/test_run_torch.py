@@ -96,6 +96,8 @@ PER_RUN = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
     ["--nnodes=1", "--nproc_per_node=1", "--master-port={port}", "--rdzv-id=abc"],
     # torchrun's local rendezvous: localhost, a free port, a new run id; two workers share the node
     ["--standalone", "--nproc-per-node=2", "--role=trainer", "--max-restarts=1"],
+    # every worker is local rank 0 and sees its own GPU only; the signals a Slurm job adds
+    ["--standalone", "--nproc_per_node=2", "--virtual-local-rank", "--signals-to-handle=SIGTERM,SIGUSR1"],
 ])
 def test_workers_get_torchruns_environment(tmp_path, flags):
     envs = {}
@@ -105,10 +107,12 @@ def test_workers_get_torchruns_environment(tmp_path, flags):
         argv = [f.format(port=free_port()) for f in flags]
         command = ([sys.executable, "-m", "torch.distributed.run"] if launcher == "torchrun"
                    else [sys.executable, "-m", "topo", "run"])
-        r = subprocess.run([*command, *argv, str(SCRIPTS / "envdump.py"), str(out)], capture_output=True,
+        # run_worker.py names its file by RANK (envdump.py's LOCAL_RANK is 0 for every virtual local rank)
+        r = subprocess.run([*command, *argv, str(SCRIPTS / "run_worker.py"), str(out), "ok"], capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         envs[launcher] = {p.stem: json.loads(p.read_text())["env"] for p in out.glob("*.json")}
+    assert len(envs["torchrun"]) == (2 if "--standalone" in flags else 1)
     assert sorted(envs["topo"]) == sorted(envs["torchrun"])
     for worker, theirs in envs["torchrun"].items():
         ours = envs["topo"][worker]
@@ -120,7 +124,8 @@ def test_workers_get_torchruns_environment(tmp_path, flags):
         assert different == {"TORCHELASTIC_USE_AGENT_STORE"}, {k: (theirs[k], ours[k]) for k in different}
         assert (theirs["TORCHELASTIC_USE_AGENT_STORE"], ours["TORCHELASTIC_USE_AGENT_STORE"]) == ("True", "False")
         for env in (theirs, ours):
-            pattern = rf".*/{re.escape(env['TORCHELASTIC_RUN_ID'])}_[^/]+/attempt_0/{env['LOCAL_RANK']}/error\.json"
+            # one node: the local rank directory is the RANK (LOCAL_RANK is 0 with --virtual-local-rank)
+            pattern = rf".*/{re.escape(env['TORCHELASTIC_RUN_ID'])}_[^/]+/attempt_0/{env['RANK']}/error\.json"
             assert re.fullmatch(pattern, env["TORCHELASTIC_ERROR_FILE"]), env["TORCHELASTIC_ERROR_FILE"]
         if "--standalone" in flags:
             assert len(ours["TORCHELASTIC_RUN_ID"]) == len(theirs["TORCHELASTIC_RUN_ID"]) == 36

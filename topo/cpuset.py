@@ -32,7 +32,6 @@ _KERNEL_MASK = re.compile(r"\A[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*\Z")
 _HEXWORD = re.compile(r"\A(?:0x)?[0-9a-fA-F]+\Z")
 _WHITESPACE = re.compile(r"\s+")
 MAX_ID = (1 << 20) - 1
-_MAX_DIGITS = len(str(MAX_ID))
 # Runs ORed straight into the int below this count; above it, a byte buffer (see _mask_of_runs).
 _DIRECT_RUNS = 32
 
@@ -42,13 +41,18 @@ def excerpt(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[:limit]}...({len(text)} characters)"
 
 
-def _number(digits: str) -> int | None:
-    """The value of ASCII ``digits``, or None when it exceeds MAX_ID (decided before int() runs)."""
-    significant = digits.lstrip("0")
-    if len(significant) > _MAX_DIGITS:
+def ascii_number(text: str, most: int = MAX_ID) -> int | None:
+    """The value of ``text`` when it is ASCII digits alone (no sign, space or "_") and at most
+    ``most``, else None: the one reader of numbers given on a command line or in the environment.
+    int() alone would also read "١" as 1 and "1_0" as 10, raise ValueError on "²", and take time
+    quadratic in the digits, so the digits are checked and counted before it runs."""
+    if not (text.isascii() and text.isdigit()):
         return None
-    value = int(digits) if significant else 0
-    return value if value <= MAX_ID else None
+    significant = text.lstrip("0")
+    if len(significant) > len(str(most)):
+        return None
+    value = int(significant) if significant else 0
+    return value if value <= most else None
 
 
 def _mask_of_runs(runs: list[tuple[int, int]]) -> int:
@@ -125,8 +129,8 @@ class CpuSet:
             m = _RANGE.fullmatch(part.strip())
             if not m:
                 raise ParseError(f"malformed cpulist {excerpt(s)!r}: bad element {excerpt(part)!r}")
-            lo = _number(m.group(1))
-            hi = lo if m.group(2) is None else _number(m.group(2))
+            lo = ascii_number(m.group(1))
+            hi = lo if m.group(2) is None else ascii_number(m.group(2))
             if lo is None or hi is None:
                 raise ParseError(f"malformed cpulist {excerpt(s)!r}: id in {excerpt(part)!r} exceeds {MAX_ID}")
             if hi < lo:
@@ -151,8 +155,8 @@ class CpuSet:
             m = _RANGE.fullmatch(seg)
             if not m:
                 raise ParseError(f"CPU range '{excerpt(seg)}' is invalid.")
-            lo = _number(m.group(1))
-            hi = lo if m.group(2) is None else _number(m.group(2))
+            lo = ascii_number(m.group(1))
+            hi = lo if m.group(2) is None else ascii_number(m.group(2))
             if lo is None or hi is None:
                 raise ParseError(f"CPU range '{excerpt(seg)}' is invalid: ids above {MAX_ID} are not supported.")
             if lo > hi:
