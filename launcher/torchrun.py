@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.binding import UNBOUND, Binding
+from topo.cpuset import ascii_number
 from topo.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
@@ -60,11 +61,9 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # torchrun's, when neither the flag nor TORCH_E
 # ------------------------------------------------------------------ parsing torchrun's values
 def parse_nnodes(text: str) -> int:
     """`N` or `N:N`. An elastic range (MIN < MAX) needs dynamic membership, which topo does not run."""
-    parts = str(text).strip().split(":")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        raise UsageError(f"--nnodes={text!r} is not a node count: give --nnodes=N") from None
+    numbers = [ascii_number(p.strip()) for p in str(text).strip().split(":")]
+    if None in numbers:
+        raise UsageError(f"--nnodes={text!r} is not a node count: give --nnodes=N")
     if len(numbers) > 2:
         raise UsageError(f"--nnodes={text!r} is not N or MIN:MAX: give --nnodes=N")
     low, high = numbers[0], numbers[-1]
@@ -91,35 +90,33 @@ def parse_std(text: str, flag: str) -> Callable[[int], int]:
     per_rank: dict[int, int] = {}
     for part in value.split(","):
         rank_text, _, item = part.partition(":")
-        if not rank_text.strip().isdigit():
+        rank = ascii_number(rank_text.strip())
+        if rank is None:
             raise UsageError(f"{flag}={text!r}: {part!r} is not LOCAL_RANK:STD, as in 0:1,1:2")
-        per_rank[int(rank_text)] = std(item.strip())
+        per_rank[rank] = std(item.strip())
     return lambda rank: per_rank.get(rank, STD_NONE)
 
 
 def parse_ranks_filter(text: str) -> frozenset[int] | None:
     if not str(text).strip():
         return None
-    try:
-        ranks = frozenset(int(p) for p in str(text).split(","))
-    except ValueError:
+    ranks = frozenset(ascii_number(p.strip()) for p in str(text).split(","))
+    if None in ranks:
         raise UsageError(f"--local-ranks-filter={text!r}: give a comma-separated list of local ranks, "
-                         "e.g. --local-ranks-filter=0,1") from None
-    if any(r < 0 for r in ranks):
-        raise UsageError(f"--local-ranks-filter={text!r}: local ranks are 0 or more")
+                         "e.g. --local-ranks-filter=0,1")
     return ranks
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:29500` for IPv6); the port is required, as torchrun's static backend wants."""
     value = str(text).strip()
-    m = re.fullmatch(r"\[([^\]]+)\]:(\d+)|([^:\[\]]+):(\d+)", value)
+    m = re.fullmatch(r"\[([^\]]+)\]:([0-9]+)|([^:\[\]]+):([0-9]+)", value)
     if not m:
         raise UsageError(f"--rdzv-endpoint={text!r} is not HOST:PORT (IPv6: [ADDR]:PORT)")
-    host = m.group(1) or m.group(3)
-    port = int(m.group(2) or m.group(4))
-    _check_port(port, "--rdzv-endpoint")
-    return host, port
+    port = ascii_number(m.group(2) or m.group(4), 65535)
+    if not port:
+        raise UsageError(f"--rdzv-endpoint={text!r}: the port is outside 1-65535")
+    return m.group(1) or m.group(3), port
 
 
 def parse_signals(text: str) -> tuple[str, ...]:
@@ -141,8 +138,8 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable) -
     """--nproc-per-node: a number, or torchrun's words: `gpu` (the visible GPUs), `cpu` (the CPUs this
     process may use), `auto` (the visible accelerators, else the CPUs)."""
     value = str(text).strip()
-    if value.isdigit():
-        n = int(value)
+    n = ascii_number(value)
+    if n is not None:
         if n < 1:
             raise UsageError(f"--nproc-per-node={text}: start at least 1 worker")
         return n

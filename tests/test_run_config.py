@@ -87,6 +87,15 @@ def test_rdzv_endpoint_is_the_static_master(script):
     ({"logs_specs": "mine"}, "loads no LogsSpecs plug-in"),
     ({"duplicate_stdout_filters": "loss"}, "does not copy matching lines to filtered_stdout.log"),
     ({"duplicate_stderr_filters": "NaN"}, "filtered_stderr.log"),
+    # ASCII digits only: int() read "١" as 1 and raised a ValueError traceback on "²"
+    ({"nproc_per_node": "²"}, "gpu, cpu, xpu or auto"),
+    ({"nproc_per_node": "١"}, "gpu, cpu, xpu or auto"),
+    ({"nnodes": "١"}, "not a node count"),
+    ({"redirects": "²:1"}, "LOCAL_RANK:STD"),
+    ({"local_ranks_filter": "0,١"}, "comma-separated"),
+    ({"local_ranks_filter": "-1"}, "comma-separated"),
+    ({"rdzv_endpoint": "h:٢٩٥٠٠"}, "not HOST:PORT"),
+    ({"rdzv_endpoint": "h:" + "9" * 5000}, "outside 1-65535"),
 ])
 def test_bad_values_are_named(script, given, words):
     with pytest.raises(UsageError, match=words):
