@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from topo.cpuset import ascii_number
 from topo.errors import UsageError
 
 _NODE_COUNT_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
@@ -144,10 +145,10 @@ def _first_int(environ: Mapping[str, str], names) -> int | None:
         if not text:
             continue
         # SLURM_NTASKS_PER_NODE may repeat a count as "2(x3)"; the count is what we need
-        number = text.split("(", 1)[0]
-        if not number.isdigit():
+        number = ascii_number(text.split("(", 1)[0])
+        if number is None:
             raise UsageError(f"{name}={text!r} is not a count; unset it or give the value as a flag")
-        return int(number)
+        return number
     return None
 
 
@@ -233,7 +234,7 @@ def launch_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> 
 def default_master_port(job_id: str) -> int:
     """A port every task of one Slurm job computes alike, different for jobs sharing a node:
     15000 plus the job id's last four digits (PyTorch Lightning's rule)."""
-    digits = "".join(ch for ch in job_id if ch.isdigit())[-4:] or "0"
+    digits = re.sub(r"[^0-9]", "", job_id)[-4:] or "0"
     return 15000 + int(digits)
 
 
@@ -265,17 +266,18 @@ def _tasks_on_node(environ: Mapping[str, str]) -> int | None:
     """Tasks of this step on this node, from SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE
     ("2(x3),1": three nodes with 2 tasks, then one with 1) at index SLURM_NODEID."""
     text = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
-    node_id = environ.get("SLURM_NODEID", "0")
-    if not text or not node_id.isdigit():
+    index = ascii_number(environ.get("SLURM_NODEID", "0"))
+    if not text or index is None:
         return None
-    counts: list[int] = []
     for part in text.split(","):
-        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        m = re.fullmatch(r"([0-9]+)(?:\(x([0-9]+)\))?", part.strip())
         if not m:
             return None
-        counts.extend([int(m.group(1))] * int(m.group(2) or 1))
-    index = int(node_id)
-    return counts[index] if index < len(counts) else None
+        repeat = ascii_number(m.group(2) or "1")
+        if repeat is None or index < repeat:
+            return ascii_number(m.group(1))
+        index -= repeat
+    return None
 
 
 __all__ = ["expand_hostlist", "SlurmNode", "slurm_node", "FromSlurm", "run_defaults", "launch_defaults",

@@ -125,6 +125,19 @@ def test_bad_counts_are_named():
         slurm_node({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-"})
 
 
+def test_slurm_numbers_are_ascii_digits():
+    # int() raised a ValueError traceback on "²" and read "١" as 1
+    for bad in ("²", "١"):
+        with pytest.raises(UsageError, match=f"SLURM_NNODES='{bad}' is not a count"):
+            slurm_node({"SLURM_JOB_ID": "1", "SLURM_NNODES": bad})
+        with pytest.raises(UsageError, match=f"SLURM_NODEID='{bad}' is not a count"):
+            task_env({**STEP, "SLURM_NODEID": bad})
+    assert default_master_port("12²") == default_master_port("12")
+    # a repeat count is not expanded into a list (this one was 10**11 entries)
+    assert task_env({**STEP, "SLURM_STEP_TASKS_PER_NODE": "3(x99999999999)"})["LOCAL_WORLD_SIZE"] == "3"
+    assert task_env({**STEP, "SLURM_STEP_TASKS_PER_NODE": "3,4(x2)"})["LOCAL_WORLD_SIZE"] == "4"
+
+
 def test_task_env_follows_slurm_and_keeps_what_is_set():
     env = task_env(STEP)
     assert env == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
