@@ -12,8 +12,9 @@ For each mode it prints the in-process time of `planners.plan` (with `to_json`) 
 the growth from 2k to 16k (target: at most 10x for 8x the machine) and whether the 32k machine
 plans in under 1 s; then the same for `planners.validate_bind` on those plans. Times are the best
 of N runs in CPU seconds of this process (`time.process_time`, garbage collector paused as
-`timeit` does), so other work on a shared machine does not count. Not a test: nothing fails on a
-slow machine.
+`timeit` does), so other work on a shared machine does not count; the 2k and 16k runs of a mode
+alternate, so a burst of load elsewhere slows both sides of the ratio alike. Not a test: nothing
+fails on a slow machine.
 """
 
 from __future__ import annotations
@@ -48,17 +49,26 @@ GROWTH_TARGET = 10.0
 LARGEST_TARGET_S = 1.0
 
 
-def best_of(repeat: int, work) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        gc.collect()
-        gc.disable()
+def timed(work) -> tuple[float, object]:
+    """CPU seconds of one call, the garbage collector paused (as `timeit` does)."""
+    gc.collect()
+    gc.disable()
+    try:
         t0 = time.process_time()
         result = work()
-        elapsed = time.process_time() - t0
+        return time.process_time() - t0, result
+    finally:
         gc.enable()
-        best = min(best, elapsed)
-    return best, result
+
+
+def best_of(repeat: int, works: dict) -> dict:
+    """Name -> (best seconds, result) of each of ``works``, run in turn ``repeat`` times."""
+    best: dict = {name: (float("inf"), None) for name in works}
+    for _ in range(repeat):
+        for name, work in works.items():
+            seconds, result = timed(work)
+            best[name] = (min(best[name][0], seconds), result)
+    return best
 
 
 def label(opts: dict) -> str:
@@ -79,14 +89,20 @@ def main() -> int:
 
     plan_ms: dict[tuple, float] = {}
     check_ms: dict[tuple, float] = {}
+    def planning(topology, mode, opts):
+        return lambda: planners.plan(topology, mode, **opts).to_json()
+
+    def checking(data, topology):
+        return lambda: planners.validate_bind(data, topology)
+
     for i, (mode, opts) in enumerate(VARIANTS):
-        for name, topology in machines.items():
-            repeat = max(1, args.repeat // 3) if name == "32k" else args.repeat
-            seconds, data = best_of(repeat, lambda: planners.plan(topology, mode, **opts).to_json())
-            plan_ms[i, name] = seconds * 1e3
-            seconds, problems = best_of(repeat, lambda: planners.validate_bind(data, topology))
-            assert not [p for p in problems if p.severity != "warning"], (mode, opts, problems[:3])
-            check_ms[i, name] = seconds * 1e3
+        for group, repeat in ((("2k", "16k"), args.repeat), (("32k",), max(1, args.repeat // 3))):
+            plans = best_of(repeat, {name: planning(machines[name], mode, opts) for name in group})
+            checks = best_of(repeat, {name: checking(plans[name][1], machines[name]) for name in group})
+            for name in group:
+                plan_ms[i, name] = plans[name][0] * 1e3
+                check_ms[i, name], problems = checks[name][0] * 1e3, checks[name][1]
+                assert not [p for p in problems if p.severity != "warning"], (mode, opts, problems[:3])
 
     worst_growth = worst_largest = 0.0
     for title, ms in (("planners.plan + to_json", plan_ms), ("planners.validate_bind on that plan", check_ms)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from functools import cached_property
+from operator import attrgetter
 from typing import Callable, Iterable, Sequence
 
 from topo.cpuset import CpuSet, union_all
@@ -201,24 +202,32 @@ class AllowedResources:
         self._homes: dict[int, tuple[int, ...]] = {}
 
     # ---- indexes, each built on first use (node and socket plans need no per-core index) ----------
+    # PU -> node and PU -> core are lists indexed by PU (None: no allowed node / core): filled a run
+    # of PUs at a time by slice assignment, and read a run at a time by slicing (`_lookup`), so
+    # no Python step is taken per PU.
     @cached_property
-    def node_of_pu(self) -> dict[int, int]:
-        return {pu: n for n in self.node_ids for pu in self.node_cpus[n]}
+    def node_of_pu(self) -> list[int | None]:
+        """PU -> the allowed CPU node it is on (None when none is)."""
+        out: list[int | None] = [None] * (self.allowed.last() + 1)
+        for n in self.node_ids:
+            for lo, hi in self.node_cpus[n].ranges():
+                out[lo:hi + 1] = [n] * (hi - lo + 1)
+        return out
 
     @cached_property
-    def _core_index(self) -> tuple[list[int], list[int], dict[int, int], list[int] | None]:
+    def _core_index(self) -> tuple[list[int], list[int], list[int | None], list[int] | None]:
         # Cores by lowest allowed PU. A core's mask is as wide as the machine, so every whole-mask
         # operation on it costs O(PUs / 30): this does one per core (two under a cgroup). Its
         # highest PU is free (bit_length); ANDing it with the allowed PUs that are no core's highest
         # leaves its others, i.e. its lowest when it has at most two PUs.
-        masks = [c.cpuset.mask for c in self.topology.cores]
+        masks = list(map(attrgetter("cpuset.mask"), self.topology.cores))
         if self.allowed != self.topology.pus:
             restrict = self.allowed.mask
             masks = [r for m in masks if (r := m & restrict)]
-        highs = [m.bit_length() - 1 for m in masks]
+        highs = [b - 1 for b in map(int.bit_length, masks)]
         below = self.allowed.mask & ~_mask_of(highs)
-        seconds = [(m & below).bit_length() - 1 for m in masks]  # -1: a one-PU core
-        two = sum(1 for x in seconds if x >= 0)
+        seconds = [b - 1 for b in map(int.bit_length, map(below.__and__, masks))]  # -1: a one-PU core
+        two = len(seconds) - seconds.count(-1)
         # The cores hold at most the allowed PUs, and each holds >= 2 when a second bit is left:
         # equality means none holds a third, so highest and second are all its PUs.
         pairs = len(masks) + two == self.allowed.weight()
@@ -226,16 +235,19 @@ class AllowedResources:
             firsts = [x if x >= 0 else h for x, h in zip(seconds, highs)]
         else:  # SMT4/SMT8, or PUs outside every core
             firsts = [(m & -m).bit_length() - 1 for m in masks]
-        if any(a > b for a, b in zip(firsts, firsts[1:])):
+        if any(map(int.__gt__, firsts, firsts[1:])):
             order = sorted(range(len(masks)), key=firsts.__getitem__)
             firsts = [firsts[i] for i in order]
             masks = [masks[i] for i in order]
             highs = [highs[i] for i in order]
+        core_of_pu: list[int | None] = [None] * (self.allowed.last() + 1)
         if pairs:
-            core_of_pu = dict(zip(firsts, range(len(masks))))
-            core_of_pu.update(zip(highs, range(len(masks))))
+            for i, (first, high) in enumerate(zip(firsts, highs)):
+                core_of_pu[first] = core_of_pu[high] = i
             return firsts, masks, core_of_pu, highs
-        core_of_pu = {pu: i for i, m in enumerate(masks) for pu in CpuSet.from_mask(m)}
+        for i, m in enumerate(masks):
+            for lo, hi in CpuSet.from_mask(m).ranges():
+                core_of_pu[lo:hi + 1] = [i] * (hi - lo + 1)
         return firsts, masks, core_of_pu, None
 
     @property
@@ -247,15 +259,14 @@ class AllowedResources:
         return self._core_index[1]
 
     @property
-    def core_of_pu(self) -> dict[int, int]:
+    def core_of_pu(self) -> list[int | None]:
+        """PU -> the number of its core (None when no allowed core holds it)."""
         return self._core_index[2]
 
     @cached_property
     def node_cores(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {n: [] for n in self.node_ids}
-        node_of_pu = self.node_of_pu
-        for i, first in enumerate(self.core_first):
-            n = node_of_pu.get(first)
+        for i, n in enumerate(map(self.node_of_pu.__getitem__, self.core_first)):
             if n is not None:
                 out[n].append(i)
         return out
@@ -357,7 +368,7 @@ class AllowedResources:
     def memory_for(self, cpus: CpuSet) -> tuple[int, ...]:
         """Memory nodes for a process running on ``cpus``: the allowed nodes they are on, else the
         allowed node nearest to the node that owns them."""
-        nodes = {self.node_of_pu[pu] for pu in cpus if pu in self.node_of_pu}
+        nodes = _lookup(self.node_of_pu, cpus)
         if nodes:
             return tuple(sorted(nodes))
         owner = next((n.os_index for n in self.topology.numa_nodes if n.cpuset.intersects(cpus)), None)
@@ -377,8 +388,7 @@ class AllowedResources:
         """Numbers of the cores with a PU in ``cpus``, by lowest PU; computed once per set."""
         hit = self._core_indexes.get(cpus)
         if hit is None:
-            core_of_pu = self.core_of_pu
-            hit = self._core_indexes[cpus] = tuple(sorted({core_of_pu[pu] for pu in cpus if pu in core_of_pu}))
+            hit = self._core_indexes[cpus] = tuple(sorted(_lookup(self.core_of_pu, cpus)))
         return hit
 
     def union_of_cores(self, indexes: Iterable[int], multithreading: str = "all-logical") -> CpuSet:
@@ -399,6 +409,16 @@ class AllowedResources:
         if hit is None:
             hit = self._packages[cpus] = union_all(p for p in self.packages if p.intersects(cpus))
         return hit
+
+
+def _lookup(table: list, pus: CpuSet) -> set[int]:
+    """The values a PU-indexed ``table`` gives the members of ``pus`` (None and PUs past its end
+    left out), a run of PUs at a time."""
+    out: set = set()
+    for lo, hi in pus.ranges():
+        out.update(table[lo:hi + 1])
+    out.discard(None)
+    return out
 
 
 def _mask_of(pus: Sequence[int]) -> int:
@@ -428,7 +448,9 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     """
     warnings = list(warnings)
     procs = []
-    texts: dict[CpuSet, str] = {}  # ranks sharing a set (shared modes) format it once
+    # ranks sharing a set object (shared modes) format it once; keyed by identity, as hashing a
+    # machine-wide set costs O(PUs) per rank (the set is kept with the key, so the id stays its own)
+    texts: dict[int, tuple[CpuSet, str]] = {}
     entries: dict[tuple[int, ...], tuple | None] = {}  # likewise ranks sharing memory nodes
     for r in range(job.nproc):
         mem = tuple(n for n in (memory[r] or ()) if n != PSEUDO_NODE)
@@ -443,10 +465,10 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
             sets = [("main", main)] if main else []
         modules = []
         for name, cpuset in sets:
-            text = texts.get(cpuset)
-            if text is None:
-                text = texts[cpuset] = cpuset.to_list()
-            modules.append((name, text, cpuset))
+            known = texts.get(id(cpuset))
+            if known is None:
+                known = texts[id(cpuset)] = (cpuset, cpuset.to_list())
+            modules.append((name, known[1], cpuset))
         procs.append(ProcessBinding.from_parsed(job.key(r), modules=modules, local_rank=r,
                                                 memory=entries[mem] if mem in entries else
                                                 entries.setdefault(mem, _memory_entry(mem, options))))

@@ -56,11 +56,31 @@ class _Affinity:
         self.homes = resources.homes(job)
         self.node_aff = {h: resources.cpus_of_nodes(h) for h in dict.fromkeys(self.homes)}
         self.node_cores = {h: resources.core_indexes(cpus) for h, cpus in self.node_aff.items()}
-        self.socket_aff = [self._socket(job.devices[r], self.node_aff[h]) for r, h in enumerate(self.homes)]
+        # Socket scopes, each distinct set once: rank r's is sockets[socket_of[r]]. Ranks without
+        # NVML's socket CPUs share their home's package, found once per home; sets are keyed by
+        # value only for NVML's (hashing a machine-wide set per rank would cost O(PUs) each).
+        self.sockets: list[CpuSet] = []
+        self.socket_of: list[int] = []
+        number: dict[CpuSet, int] = {}
+        of_home: dict[tuple[int, ...], int] = {}
+        for r, h in enumerate(self.homes):
+            nvml = self._nvml(job.devices[r])
+            if nvml is None and h in of_home:
+                self.socket_of.append(of_home[h])
+                continue
+            s = (nvml & resources.allowed) | self.node_aff[h] if nvml is not None else (
+                resources.package_cpus(self.node_aff[h]) or self.node_aff[h])
+            i = number.setdefault(s, len(number))
+            if i == len(self.sockets):
+                self.sockets.append(s)
+            if nvml is None:
+                of_home[h] = i
+            self.socket_of.append(i)
+        self.socket_aff = [self.sockets[i] for i in self.socket_of]
         # group by node: per socket, the cores outside every device's node, dealt round-robin to
         # the socket's node cores in core order
-        on_socket: dict[CpuSet, set[int]] = {}
-        for s, h in dict.fromkeys(zip(self.socket_aff, self.homes)):
+        on_socket: dict[int, set[int]] = {}
+        for s, h in dict.fromkeys(zip(self.socket_of, self.homes)):
             on_socket.setdefault(s, set()).update(self.node_cores[h])
         # A core is some rank's node core or one socket's extra, never both: socket scopes can
         # overlap (a CPU-only rank whose home nodes span packages), and a core dealt twice would
@@ -69,7 +89,7 @@ class _Affinity:
         dealt = set(self.node_union)
         extra: dict[int, list[int]] = {}
         for s, heads in on_socket.items():
-            unassigned = [i for i in resources.core_indexes(s) if i not in dealt]
+            unassigned = [i for i in resources.core_indexes(self.sockets[s]) if i not in dealt]
             dealt.update(unassigned)
             for head, core in zip(cycle(sorted(heads)), unassigned):
                 extra.setdefault(head, []).append(core)
@@ -77,13 +97,15 @@ class _Affinity:
             h: tuple((i, *extra.get(i, ())) for i in cores) for h, cores in self.node_cores.items()
         }
 
-    def _socket(self, device: int | None, node_aff: CpuSet) -> CpuSet:
-        """NVML's SOCKET-scope affinity when the probe recorded it, else the node's package."""
+    def _nvml(self, device: int | None) -> CpuSet | None:
+        """NVML's SOCKET-scope affinity when the probe recorded it and it has allowed CPUs."""
         dev = self.resources.devices.get(device) if device is not None else None
         nvml = getattr(dev, "socket_cpus", None) if dev is not None else None
-        if nvml is not None and nvml.intersects(self.resources.allowed):
-            return (nvml & self.resources.allowed) | node_aff
-        return self.resources.package_cpus(node_aff) or node_aff
+        return nvml if nvml is not None and nvml.intersects(self.resources.allowed) else None
+
+    def scope_key(self, rank: int, scope: str) -> object:
+        """Equal for ranks with the same scope set, cheap to hash (a home, or a socket's number)."""
+        return self.socket_of[rank] if scope == "socket" else self.homes[rank]
 
     def scope_cpus(self, rank: int, scope: str) -> CpuSet:
         return self.socket_aff[rank] if scope == "socket" else self.node_aff[self.homes[rank]]
@@ -119,16 +141,16 @@ def ungroup(groups: tuple[CoreGroup, ...], scope: str) -> list[int]:
 
 def plan_all(topology: Topology, job: Job, options: Options) -> BindPlan:
     aff = _Affinity(topology, job)
-    of_scope: dict[CpuSet, CpuSet] = {}  # ranks with the same scope get the same CPUs
+    of_scope: dict[object, CpuSet] = {}  # ranks with the same scope get the same CPUs
     cpus = []
     for r in range(job.nproc):
-        scope = aff.scope_cpus(r, options.scope)
-        if scope not in of_scope:  # node-local cores (of any device) first, then the rest, by core order
-            idx = aff.resources.core_indexes(scope)
+        key = aff.scope_key(r, options.scope)
+        if key not in of_scope:  # node-local cores (of any device) first, then the rest, by core order
+            idx = aff.resources.core_indexes(aff.scope_cpus(r, options.scope))
             cores = [i for i in idx if i in aff.node_union] + [i for i in idx if i not in aff.node_union]
             cores = aff.check_and_cap(cores, r, options.min_physical_cores, options.max_physical_cores)
-            of_scope[scope] = aff.cpus(r, cores, options)
-        cpus.append(of_scope[scope])
+            of_scope[key] = aff.cpus(r, cores, options)
+        cpus.append(of_scope[key])
     return build_plan(job, cpus, aff.homes, options=options, resources=aff.resources)
 
 
@@ -137,7 +159,7 @@ def plan_single(topology: Topology, job: Job, options: Options) -> BindPlan:
     of_scope: dict[tuple, CpuSet] = {}
     cpus = []
     for r, h in enumerate(aff.homes):
-        key = (h, aff.scope_cpus(r, options.scope))
+        key = (h, aff.scope_key(r, options.scope))
         if key not in of_scope:  # the first core of the scope order: the first group's head
             first = aff.check_and_cap(ungroup(aff.grouped[h][:1], options.scope)[:1], r, 1, 1)
             of_scope[key] = aff.cpus(r, first, options)
@@ -151,7 +173,7 @@ def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPl
     taken: set[int] = set()
     # cursors only move forward: a core once taken stays taken
     node_cursor = dict.fromkeys(aff.grouped, 0)
-    socket_cursor: dict[CpuSet, int] = {}
+    socket_cursor: dict[int, int] = {}  # by socket number
     near_order: dict[tuple[int, ...], list[int]] = {}
     near_cursor: dict[tuple[int, ...], int] = {}
     per_rank: list[list[int]] = []
@@ -167,9 +189,9 @@ def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPl
         else:
             # gpu_affinity skips this device and misaligns the list (IndexError); take a free core
             # of the socket, else the nearest free one anywhere.
-            socket = aff.socket_aff[r]
-            pick, socket_cursor[socket] = _next_free(resources.core_indexes(socket), socket_cursor.get(socket, 0),
-                                                     taken)
+            socket = aff.socket_of[r]
+            pick, socket_cursor[socket] = _next_free(resources.core_indexes(aff.sockets[socket]),
+                                                     socket_cursor.get(socket, 0), taken)
             where = "of its socket"
             if pick is None:
                 if h not in near_order:
@@ -202,7 +224,7 @@ def _by_distance_from(resources: AllowedResources, home: int) -> list[int]:
     rank = {n: k for k, n in enumerate(resources.by_distance(home, resources.node_ids))}
     far = len(rank)
     return sorted(range(len(resources.core_masks)),
-                  key=lambda i: (rank.get(resources.node_of_pu.get(resources.core_first[i]), far), i))
+                  key=lambda i: (rank.get(resources.node_of_pu[resources.core_first[i]], far), i))
 
 
 def _unique(topology: Topology, job: Job, options: Options, interleaved: bool) -> BindPlan:

@@ -24,7 +24,7 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindplan import BindPlan
-from planners.core import Job, AllowedResources, Options, build_plan, nodes_text
+from planners.core import Job, AllowedResources, Options, _lookup, build_plan, nodes_text
 
 
 def _groups(job: Job, homes) -> dict[tuple[int, ...], list[int]]:
@@ -82,10 +82,8 @@ def plan_core_complex(topology: Topology, job: Job, options: Options) -> BindPla
     warnings = []
     llcs_of_node: dict[int, set[int]] = {}  # which cache groups touch each node: one pass over the PUs
     for i, llc in enumerate(resources.llcs):
-        for pu in llc:
-            n = resources.node_of_pu.get(pu)
-            if n is not None:
-                llcs_of_node.setdefault(n, set()).add(i)
+        for n in _lookup(resources.node_of_pu, llc):
+            llcs_of_node.setdefault(n, set()).add(i)
     for home, ranks in _groups(job, homes).items():
         node_cpus = resources.cpus_of_nodes(home)
         touching = sorted(set().union(*(llcs_of_node.get(n, ()) for n in home)))

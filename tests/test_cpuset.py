@@ -235,6 +235,18 @@ def test_union_all(sets):
     assert set(union_all(CpuSet(s) for s in sets)) == set().union(*sets)
 
 
+# Sets reaching past 1024, where ranges() reads the mask as bytes from the start or after a few runs.
+wide_sets = st.one_of(
+    st.builds(frozenset.union, id_sets, st.frozensets(st.integers(1000, 5000), max_size=20)),
+    dense_sets.map(lambda s: frozenset(i + 1020 for i in s)))
+
+
+@given(wide_sets)
+def test_ranges_of_wide_sets(items):
+    assert CpuSet(items).to_list() == reference_cpulist(items)
+    assert [x for lo, hi in CpuSet(items).ranges() for x in range(lo, hi + 1)] == sorted(items)
+
+
 def test_range_and_ranges():
     assert CpuSet.range(2, 5) == CpuSet.parse("2-5")
     assert CpuSet.range(5, 2) == EMPTY

@@ -34,6 +34,8 @@ _WHITESPACE = re.compile(r"\s+")
 MAX_ID = (1 << 20) - 1
 # Runs ORed straight into the int below this count; above it, a byte buffer (see _mask_of_runs).
 _DIRECT_RUNS = 32
+# ranges() reads a mask wider than this as bytes (one pass) rather than with big-int steps
+_NARROW = 1024
 
 
 def excerpt(text: str, limit: int = 60) -> str:
@@ -222,11 +224,14 @@ class CpuSet:
     def ranges(self) -> Iterator[tuple[int, int]]:
         m = self._mask
         base = 0
-        # Each step below costs a pass over the whole mask: fine for a few ranges, quadratic for
-        # many (every other CPU of a 32768-PU machine took 0.2 s). After four, read bytes instead.
+        # Each step below costs several passes over the whole mask: fine for a few ranges of a
+        # narrow mask, quadratic for many (every other CPU of a 32768-PU machine took 0.2 s).
+        # After four ranges, or while the mask is wider than _NARROW bits, read bytes instead.
         for _ in range(4):
             if not m:
                 return
+            if m.bit_length() > _NARROW:
+                break
             # skip zeros
             tz = (m & -m).bit_length() - 1
             m >>= tz
