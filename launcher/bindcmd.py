@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 from launcher.binding import binding_of, check_loaded, device_ids
 from launcher.environ import bind_file_env, thread_env
 from launcher.slurm import task_env
+from topo.cpuset import ascii_number
 from topo.errors import ParseError, TopoError, UsageError
 
 # Where launchers put the local rank: torchrun, Slurm, Open MPI, MPICH / Intel MPI.
@@ -41,11 +42,8 @@ def resolve_local_rank(local_rank: int | None, environ: Mapping[str, str]) -> in
         value = environ.get(var)
         if value is None or value == "":
             continue
-        try:
-            rank = int(value)
-        except ValueError:
-            raise UsageError(f"{var}={value!r} is not a local rank; pass --local-rank N") from None
-        if rank < 0:
+        rank = ascii_number(value.strip())
+        if rank is None:
             raise UsageError(f"{var}={value!r} is not a local rank; pass --local-rank N")
         return rank
     raise UsageError("no local rank: pass --local-rank N, or run under a launcher that sets "

@@ -20,6 +20,7 @@ from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.config import LaunchConfig
 from launcher.environ import MANAGED_VARS
 from launcher.procgroup import DirectBinding, ProcessSpec
+from topo.cpuset import ascii_number
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -65,8 +66,8 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     simulation = config.simulation or "MS_SIMULATION_LEVEL" in environ
     local_worker_num = config.local_worker_num
     sim_rank_id = config.sim_rank_id
-    if simulation and sim_rank_id == -1 and environ.get("RANK_ID", "").isdigit():
-        sim_rank_id = int(environ["RANK_ID"])
+    if simulation and sim_rank_id == -1 and (rank_id := ascii_number(environ.get("RANK_ID", ""))) is not None:
+        sim_rank_id = rank_id
     if simulation and sim_rank_id != -1:
         local_worker_num = 1  # msrun simulates that one rank only
 

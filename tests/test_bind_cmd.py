@@ -52,8 +52,9 @@ def test_local_rank_errors():
     with pytest.raises(UsageError, match="no local rank: pass --local-rank N, or run under a launcher that sets "
                                          "LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID"):
         resolve_local_rank(None, {})
-    with pytest.raises(UsageError, match="SLURM_LOCALID='x' is not a local rank"):
-        resolve_local_rank(None, {"SLURM_LOCALID": "x"})
+    for bad in ("x", "-1", "\u00b2", "\u0661", "1_0"):  # int() took the last two as 1 and 10
+        with pytest.raises(UsageError, match=f"SLURM_LOCALID='{bad}' is not a local rank"):
+            resolve_local_rank(None, {"SLURM_LOCALID": bad})
 
 
 # ------------------------------------------------------------------ what it will exec

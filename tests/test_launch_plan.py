@@ -209,6 +209,10 @@ def test_simulation_has_no_cluster(script):
     one = plan(script, worker_num=8, local_worker_num=8, sim_level=1, sim_rank_id=3)
     (only,) = one.processes
     assert (only.env["RANK_ID"], only.env["DEVICE_ID"], "MS_NODE_ID" in only.env) == ("3", "0", False)
+    from_env = plan(script, worker_num=8, local_worker_num=8, sim_level=1, environ={"RANK_ID": "5"})
+    assert [x.env["RANK_ID"] for x in from_env.processes] == ["5"]
+    not_a_rank = plan(script, worker_num=2, local_worker_num=2, sim_level=1, environ={"RANK_ID": "\u00b2"})
+    assert len(not_a_rank.processes) == 2  # SUPERSCRIPT TWO is no rank (int() raised ValueError on it)
 
 
 def test_rank_table_file_is_exported(script):

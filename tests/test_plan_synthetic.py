@@ -34,7 +34,8 @@ def test_gpu_memory_nodes_and_cgroup():
 
 
 @pytest.mark.parametrize("desc", ["pack:2 core:4", "core:4 pu:1", "pack:0 core:1 pu:1", "pack:1 cores:2 pu:1",
-                                  "pack:1 core:2 pu:1 numa:2", "pack:1 pack:1 core:1 pu:1"])
+                                  "pack:1 core:2 pu:1 numa:2", "pack:1 pack:1 core:1 pu:1",
+                                  "pack:\u0661 core:1 pu:1", "pack:1 core:1 pu:" + "9" * 5000])
 def test_bad_descriptions(desc):
     with pytest.raises(ParseError):
         synthetic(desc)

@@ -126,6 +126,7 @@ def test_ascend_sorted_like_msrun():
 
 @pytest.mark.parametrize("spec, message", [
     ("1,x", "entry 'x' is not an NPU id"),
+    ("1,\u00b2", "entry '\u00b2' is not an NPU id"),  # SUPERSCRIPT TWO: int() misreads it
     ("1,1", "names an NPU twice"),
     ("3,9", "names NPU 9, but this machine's NPUs are 0,1,2,3,4,5,6,7"),
 ])

@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
-from topo.cpuset import CpuSet, excerpt, union_all
+from topo.cpuset import CpuSet, ascii_number, excerpt, union_all
 from topo.errors import TopoError
 from topo.model import Device, Topology
 
@@ -251,10 +251,11 @@ def _nproc(nproc_per_node, env: Mapping[str, str]) -> tuple[int | None, str]:
     text = env.get(NPROC_VARIABLE, "").strip()
     if not text:
         return None, ""
-    if not (text.isascii() and text.isdigit() and len(text) <= 9) or int(text) < 1:  # int() reads "²" and "١" too
+    n = ascii_number(text)
+    if not n:
         raise AffinityError(f"{NPROC_VARIABLE}={excerpt(text)!r} is not a positive number of processes; "
                             "fix it or pass nproc_per_node")
-    return int(text), f"from {NPROC_VARIABLE}"
+    return n, f"from {NPROC_VARIABLE}"
 
 
 def _memory(memory) -> str | None:

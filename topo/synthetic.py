@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import re
 
-from topo.cpuset import CpuSet, union_all
+from topo.cpuset import MAX_ID, CpuSet, ascii_number, union_all
 from topo.errors import ParseError
 from topo.model import Cache, Core, Device, NumaNode, Package, Topology
 
 _LEVELS = ("pack", "numa", "l3", "l2", "core", "pu")
-_TOKEN = re.compile(r"\A(pack|package|numa|l3|l2|core|pu):(\d+)\Z")
+_TOKEN = re.compile(r"\A(pack|package|numa|l3|l2|core|pu):([0-9]+)\Z")
 
 
 def parse_description(desc: str) -> list[tuple[str, int]]:
@@ -42,9 +42,9 @@ def parse_description(desc: str) -> list[tuple[str, int]]:
         if not m:
             raise ParseError(f"bad synthetic level {tok!r} in {desc!r}; use e.g. 'pack:2 numa:2 core:8 pu:2'")
         name = "pack" if m.group(1) == "package" else m.group(1)
-        n = int(m.group(2))
-        if n < 1:
-            raise ParseError(f"synthetic level {tok!r} needs a count of at least 1")
+        n = ascii_number(m.group(2))
+        if not n:
+            raise ParseError(f"synthetic level {tok!r} needs a count from 1 to {MAX_ID}")
         if any(name == lv for lv, _ in levels):
             raise ParseError(f"synthetic level {name!r} given twice in {desc!r}")
         levels.append((name, n))

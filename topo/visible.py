@@ -24,6 +24,7 @@ import re
 import warnings
 from typing import Mapping
 
+from topo.cpuset import ascii_number
 from topo.errors import UsageError
 from topo.model import Device, Topology
 from topo.probes.devices import ACCELERATOR_KINDS
@@ -210,11 +211,10 @@ def _ascend(npus: list[Device], env: Mapping[str, str]) -> list[Device]:
     spec = (env.get("ASCEND_RT_VISIBLE_DEVICES") or "").strip()
     if not spec:
         return [by_id[i] for i in sorted(by_id)]  # msrun: unset or empty = every NPU, by logical id
-    ids = []
-    for token in (t.strip() for t in spec.split(",")):
-        if not (token.isascii() and token.isdigit() and len(token) <= 9):  # int() reads "²" too
-            raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES entry {token!r} is not an NPU id (e.g. 0,1,2,3)")
-        ids.append(int(token))
+    ids = [ascii_number(t.strip()) for t in spec.split(",")]
+    if None in ids:
+        token = spec.split(",")[ids.index(None)].strip()
+        raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES entry {token!r} is not an NPU id (e.g. 0,1,2,3)")
     if len(set(ids)) != len(ids):
         raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES={spec} names an NPU twice")
     missing = [i for i in ids if i not in by_id]
