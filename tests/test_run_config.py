@@ -236,6 +236,16 @@ def test_usage_errors_are_one_line_and_exit_2(script, tmp_path):
     assert unknown.exit_code == 2 and "No such option" in unknown.output
 
 
+def test_whole_number_flags_take_ascii_digits_only(script):
+    # click's INT read ARABIC-INDIC ONE as 1 and "1_0" as 10
+    for args, env in ((["--node-rank=\u0661"], None), (["--max-restarts=1_0"], None),
+                      (["--master-port=" + "9" * 5000], None), ([], {"PET_NODE_RANK": "\u00b2"})):
+        r = dry_run(*args, script, env=env)
+        assert r.exit_code == 2 and "is not a whole number" in r.output, r.output
+        assert len(r.output.splitlines()) == 1
+    assert dry_run("--max-restarts= 2", script).exit_code == 0
+
+
 def test_help_has_examples():
     r = CliRunner().invoke(main, ["run", "--help"])
     assert r.exit_code == 0

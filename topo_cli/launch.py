@@ -7,6 +7,7 @@ import sys
 import click
 
 from topo_cli import CONTEXT
+from topo_cli.numbers import WHOLE, WholeRange
 
 _SCRIPT_CONTEXT = {
     # SCRIPT and everything after it belong to the script, options included (msrun's REMAINDER)
@@ -24,22 +25,22 @@ def _msrun_option(name: str, **kwargs):
 
 
 @click.command(context_settings=_SCRIPT_CONTEXT)
-@_msrun_option("worker_num", type=int, default=8, help="Workers in the whole job.")
-@_msrun_option("local_worker_num", type=int, default=8, help="Workers started on this node.")
+@_msrun_option("worker_num", type=WHOLE, default=8, help="Workers in the whole job.")
+@_msrun_option("local_worker_num", type=WHOLE, default=8, help="Workers started on this node.")
 @_msrun_option("master_addr", default="127.0.0.1", help="Address of the scheduler (MindSpore) / rank 0 store (PyTorch).")
-@_msrun_option("master_port", type=int, default=8118, help="Port of the scheduler / store.")
-@_msrun_option("node_rank", type=int, default=-1, help="This node's index; -1 lets MindSpore assign ranks.")
+@_msrun_option("master_port", type=WHOLE, default=8118, help="Port of the scheduler / store.")
+@_msrun_option("node_rank", type=WHOLE, default=-1, help="This node's index; -1 lets MindSpore assign ranks.")
 @_msrun_option("log_dir", default="", show_default="the current directory",
                help="Directory for scheduler.log and worker_<rank>.log.")
 @_msrun_option("join", default="False", metavar="True|False",
                help="Wait for the job, show its logs, stop it all when one worker fails.")
-@_msrun_option("cluster_time_out", type=int, default=600, help="MS_TOPO_TIMEOUT in seconds.")
+@_msrun_option("cluster_time_out", type=WHOLE, default=600, help="MS_TOPO_TIMEOUT in seconds.")
 @_msrun_option("bind_core", default="False", metavar="True|False|JSON",
                help="Pin CPUs: True (automatic) or '{\"device0\": [\"0-9\"], \"scheduler\": [...]}'.")
 @_msrun_option("bind_numa", default="False", metavar="True|False|JSON|FILE",
                help="Bind NUMA nodes: True, a JSON table of node ids, or a unified bind JSON (file or inline).")
-@_msrun_option("sim_level", type=click.IntRange(-1, 3), default=-1, help="MindSpore simulation level (no scheduler).")
-@_msrun_option("sim_rank_id", type=int, default=-1, help="Simulate this one rank.")
+@_msrun_option("sim_level", type=WholeRange(-1, 3), default=-1, help="MindSpore simulation level (no scheduler).")
+@_msrun_option("sim_rank_id", type=WHOLE, default=-1, help="Simulate this one rank.")
 @_msrun_option("rank_table_file", default="", show_default=False, help="Exported as RANK_TABLE_FILE.")
 @_msrun_option("worker_log_name", default="", show_default="worker",
                help="Worker log base name; {ip} and {hostname} are filled in.")
@@ -102,7 +103,7 @@ def _flags_from_slurm(flags: dict) -> None:
 @click.command(context_settings=_SCRIPT_CONTEXT)
 @click.option("--bind-file", "bind_file", default=None, metavar="FILE",
               help="Bind JSON (a path, or inline JSON) [default: $TOPO_BIND_FILE, then $MSRUN_BIND_FILE].")
-@click.option("--local-rank", "local_rank", type=int, default=None,
+@click.option("--local-rank", "local_rank", type=WHOLE, default=None,
               help="This process's local rank [default: $LOCAL_RANK, $SLURM_LOCALID, "
                    "$OMPI_COMM_WORLD_LOCAL_RANK or $MPI_LOCALRANKID].")
 @click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,

@@ -15,6 +15,7 @@ import click
 from topo.errors import ParseError, UsageError
 from topo_cli import CONTEXT
 from topo_cli.machine import machine_options, write_text
+from topo_cli.numbers import WholeRange
 
 
 class _ModeOption(click.Option):
@@ -68,7 +69,7 @@ def _list_modes() -> str:
 @machine_options
 @click.option("--mode", metavar="MODE", type=_ModeType(), cls=_ModeOption)
 @click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
-@click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
+@click.option("--nproc-per-node", type=WholeRange(min=1), default=None,
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
 @click.option("--devices", default=None, metavar="IDS",
               help="Physical device ids, comma separated, in local-rank order; 'none' for a CPU-only job. "
@@ -81,9 +82,9 @@ def _list_modes() -> str:
               help="gpu_affinity modes: all threads of each core, or the first one.")
 @click.option("--balanced/--no-balanced", default=True, show_default=True,
               help="unique-* modes: the same number of cores for every device.")
-@click.option("--min-physical-cores", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--min-physical-cores", type=WholeRange(min=1), default=1, show_default=True,
               help="gpu_affinity modes: fail if a device gets fewer physical cores.")
-@click.option("--max-physical-cores", type=click.IntRange(min=1), default=None,
+@click.option("--max-physical-cores", type=WholeRange(min=1), default=None,
               help="gpu_affinity modes: at most this many physical cores per device.")
 @click.option("--memory", type=click.Choice(["numa", "preferred", "none"]), default="numa", show_default=True,
               help="numa: bind each process's memory to its device's NUMA node; preferred: prefer that "

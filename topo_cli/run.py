@@ -8,6 +8,7 @@ import click
 from click.core import ParameterSource
 
 from topo_cli import CONTEXT
+from topo_cli.numbers import WHOLE
 
 _SCRIPT_CONTEXT = {
     # SCRIPT and everything after it belong to the script, options included (torchrun's REMAINDER)
@@ -31,16 +32,16 @@ def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
 @_torchrun_option("nnodes", metavar="N", help="Nodes in the job (N, or N:N) [default: 1; Slurm's node count].")
 @_torchrun_option("nproc_per_node", metavar="N|gpu|cpu|auto",
                   help="Workers on this node [default: 1; Slurm's GPUs or tasks per node].")
-@_torchrun_option("node_rank", type=int, help="This node's index [default: 0; SLURM_NODEID].")
+@_torchrun_option("node_rank", type=WHOLE, help="This node's index [default: 0; SLURM_NODEID].")
 @_torchrun_option("master_addr", help="Host of rank 0 [default: 127.0.0.1; Slurm's first node].")
-@_torchrun_option("master_port", type=int,
+@_torchrun_option("master_port", type=WHOLE,
                   help="Port of rank 0's store [default: 29500; a free port on a single node].")
 @_torchrun_option("standalone", is_flag=True, help="One node: localhost, a free port and a new run id.")
 @_torchrun_option("rdzv_endpoint", metavar="HOST:PORT", help="Rank 0's address, as a static rendezvous.")
 @_torchrun_option("rdzv_id", help="The run id (TORCHELASTIC_RUN_ID) [default: none].")
 @_torchrun_option("rdzv_backend", help="static (c10d only when each node knows its --node-rank).")
 @_torchrun_option("rdzv_conf", help="Refused: the static rendezvous takes no options.")
-@_torchrun_option("max_restarts", type=int, help="Restart the local worker group after a failure, up to N times [default: 0].")
+@_torchrun_option("max_restarts", type=WHOLE, help="Restart the local worker group after a failure, up to N times [default: 0].")
 @_torchrun_option("monitor_interval", type=float, help="Accepted for torchrun; topo polls every 5-100 ms.")
 @_torchrun_option("start_method", type=click.Choice(["spawn", "fork", "forkserver"]),
                   help="Accepted for torchrun; a script worker is always a new process.")

@@ -1,0 +1,33 @@
+"""Whole numbers given as options or through their environment variables (PET_*, MS_*): ASCII
+digits only, read by topo.cpuset.ascii_number. click's INT would also take "١" as 1, "1_0" as 10
+and a 5000-digit value to a ValueError past its own message."""
+
+from __future__ import annotations
+
+import click
+
+from topo.cpuset import ascii_number
+
+_MOST = (1 << 31) - 1  # more than any count, port, rank or timeout in seconds a launcher takes
+
+
+class _Ascii:
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            text = value.strip()
+            number = ascii_number(text.removeprefix("-"), _MOST)
+            if number is None:
+                self.fail(f"{value[:40]!r} is not a whole number (ASCII digits, at most {_MOST})", param, ctx)
+            value = -number if text.startswith("-") else number
+        return super().convert(value, param, ctx)
+
+
+class Whole(_Ascii, click.types.IntParamType):
+    """click.INT, in ASCII digits."""
+
+
+class WholeRange(_Ascii, click.IntRange):
+    """click.IntRange, in ASCII digits."""
+
+
+WHOLE = Whole()
