@@ -9,9 +9,32 @@ and records them; launcher.environ holds the environment rules `topo launch` and
     from launcher import LaunchConfig, launch
     result = launch(LaunchConfig("train.py", worker_num=2, local_worker_num=2, join=True, scheduler=False))
     result.exit_code
+
+The public names are imported on first use, so importing one submodule (`topo bind` needs
+launcher.bindcmd, `topo run` launcher.torchrun) does not import the planner, the process group and
+the supervisor of `topo launch` as well.
 """
 
-from launcher.config import LaunchConfig
-from launcher.run import LaunchError, LaunchResult, launch
-
 __all__ = ["LaunchConfig", "LaunchError", "LaunchResult", "launch"]
+
+_LAZY = {
+    "LaunchConfig": "launcher.config",
+    "LaunchError": "launcher.procgroup",
+    "LaunchResult": "launcher.run",
+    "launch": "launcher.run",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'launcher' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

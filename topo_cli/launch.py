@@ -88,6 +88,8 @@ def _flags_from_slurm(flags: dict) -> None:
     """Inside a Slurm allocation, the worker counts, node rank and master address not given."""
     import os
 
+    if not (os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")):
+        return  # not in an allocation (launcher.slurm.slurm_node's test): nothing to take, nothing to import
     from click.core import ParameterSource
 
     from launcher.slurm import launch_defaults
