@@ -16,7 +16,9 @@ venv's too.
   the floor; PyTorch's shape);
 - topo launch +sched: the same with MindSpore's scheduler process (N + 1 processes, msrun's shape);
 - topo run: `topo run --standalone --nproc-per-node=N` (torchrun's interface, N processes);
-- torchrun: `torchrun --standalone --nproc-per-node=N`, when installed.
+- torchrun: `torchrun --standalone --nproc-per-node=N`, when this interpreter has torch: the same
+  torch is installed in the venv (benchmarks/install.py --torch), so torchrun and its workers start
+  from the venv's interpreter as topo's do.
 
 Target: topo launch within the floor + 45 ms at every N.
 """
@@ -26,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,7 +39,7 @@ TARGET_MS = 45.0
 RUN_TARGET_MS = 60.0  # topo run (torchrun's interface) at the largest N, with torchrun's ratio under 0.1
 
 
-def commands(n: int, work: Path, bin_dir: Path) -> dict[str, list[str]]:
+def commands(n: int, work: Path, bin_dir: Path, torchrun: bool) -> dict[str, list[str]]:
     py = str(bin_dir / "python")
     trivial = str(work / "trivial.py")
     topo = [str(bin_dir / "topo"), "launch", f"--worker_num={n}", f"--local_worker_num={n}", "--join=True",
@@ -49,9 +50,8 @@ def commands(n: int, work: Path, bin_dir: Path) -> dict[str, list[str]]:
         "topo launch +sched": [*topo, trivial],
         "topo run": [str(bin_dir / "topo"), "run", "--standalone", f"--nproc-per-node={n}", trivial],
     }
-    torchrun = shutil.which("torchrun")
     if torchrun:
-        out["torchrun"] = [torchrun, "--standalone", f"--nproc-per-node={n}", trivial]
+        out["torchrun"] = [str(bin_dir / "torchrun"), "--standalone", f"--nproc-per-node={n}", trivial]
     return out
 
 
@@ -72,16 +72,18 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     ns = [int(x) for x in args.ns.split(",")]
 
-    from install import normal_install
+    from install import normal_install, torch_requirement
 
-    bin_dir = normal_install()
+    torch = None if args.no_torchrun else torch_requirement()
+    bin_dir = normal_install(extras=(torch,) if torch else ())
+    if torch is None and not args.no_torchrun:
+        print("no torch for this interpreter: torchrun is left out", file=sys.stderr)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory(prefix="topo-launch-bench-") as tmp:
         work = Path(tmp)
         (work / "trivial.py").write_text("import sys\nsys.exit(0)\n")
-        cells = {(n, name): cmd for n in ns for name, cmd in commands(n, work, bin_dir).items()
-                 if not (args.no_torchrun and name == "torchrun")}
+        cells = {(n, name): cmd for n in ns for name, cmd in commands(n, work, bin_dir, torch is not None).items()}
         for cmd in cells.values():  # warm the page cache and the interpreter's .pyc files
             measure(cmd, work, env)
         runs = [cell for cell in cells for _ in range(args.reps)]
