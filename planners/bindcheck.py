@@ -23,7 +23,6 @@ JSON was read by ``planners.bindload``, which records repeated keys on the objec
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -318,11 +317,17 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
     problems: list[Problem] = []
     present = topology.complete_pus | topology.pus
     allowed = topology.allowed_pus
+    # each module's set is tested with one AND against each of these, computed once (a set
+    # operation costs the machine's width, and there are processes x modules sets)
+    absent = ~present.mask
+    present_disallowed = present.mask & ~allowed.mask
     nodes = {n.os_index for n in topology.numa_nodes}
     allowed_nodes = topology.allowed_numa_nodes
     cpu_nodes = {n.os_index for n in topology.cpu_nodes()}
     for p in entries:
         for module, cpus in p.module_cpus:
+            if not (cpus.mask & absent or cpus.mask & present_disallowed):
+                continue
             path = f"bind_cpu.{p.key}.{module}"
             written = excerpt(str(dict(p.modules)), 120)
             missing = cpus - present
@@ -373,47 +378,64 @@ def _overlap_allowed(notes: Mapping, allow_overlap: bool | None) -> bool:
 
 def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[Problem]:
     """A warning per process whose main CPUs overlap an earlier process's, naming the earlier
-    owners (three, then "and others"). One pass with a running union of the CPUs seen;
-    owners are recorded per run of newly seen CPUs (sorted run starts, found by bisection), so the
-    work grows with the processes and their runs, not with pairs of processes."""
+    owners (three, then "and others"). One pass with a running union of the CPUs seen; each run
+    of newly seen CPUs is recorded once (its owner, its end, and, per CPU, where it starts), so
+    the work grows with the processes, their runs and the CPUs, not with pairs of processes."""
     if allowed:
         return []
     problems = []
     seen = 0  # mask of every main CPU so far
-    starts: list[int] = []  # first CPU of each recorded run, ascending
-    owner: dict[int, str] = {}  # run start -> the process that took the run
+    runs = _Runs()
     for p in entries:
         main = p.cpus("main").mask
         if not main:
             continue
         shared = main & seen
         if shared:
-            owners = _owners(shared, starts, owner, limit=4)
+            owners = runs.owners(shared, limit=4)
             names = ", ".join(owners[:3]) + (" and others" if len(owners) > 3 else "")
             problems.append(Problem(f"bind_cpu.{p.key}.main",
                                     f"main CPUs {CpuSet.from_mask(shared)} of {p.key} overlap those of {names}.",
                                     "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)",
                                     "warning"))
         new = main ^ shared
-        for lo, _ in CpuSet.from_mask(new).ranges():
-            insort(starts, lo)
-            owner[lo] = p.key
+        for lo, hi in CpuSet.from_mask(new).ranges():
+            runs.record(lo, hi, p.key)
         seen |= new
     return problems
 
 
-def _owners(shared: int, starts: list[int], owner: dict[int, str], *, limit: int) -> list[str]:
-    """The processes owning the CPUs of mask `shared`, in CPU order, up to `limit` of them: for each
-    run of `shared`, the recorded runs from the one holding its first CPU to its last."""
-    found: dict[str, None] = {}
-    for lo, hi in CpuSet.from_mask(shared).ranges():
-        i = bisect_right(starts, lo) - 1
-        while i < len(starts) and starts[i] <= hi:
-            found[owner[starts[i]]] = None
-            if len(found) >= limit:
-                return list(found)
-            i += 1
-    return list(found)
+class _Runs:
+    """Disjoint runs of CPUs, each with the process that took it. ``start_of[cpu]`` is the first CPU
+    of the run holding ``cpu`` (filled a run at a time by slice assignment), so finding the run of
+    a CPU is one index, not a search."""
+
+    def __init__(self):
+        self.start_of: list[int | None] = []
+        self.end: dict[int, int] = {}
+        self.owner: dict[int, str] = {}
+
+    def record(self, lo: int, hi: int, key: str) -> None:
+        if hi >= len(self.start_of):
+            self.start_of.extend([None] * (hi + 1 - len(self.start_of)))
+        self.start_of[lo:hi + 1] = [lo] * (hi - lo + 1)
+        self.end[lo] = hi
+        self.owner[lo] = key
+
+    def owners(self, shared: int, *, limit: int) -> list[str]:
+        """The processes owning the CPUs of mask `shared` (all recorded), in CPU order, up to
+        `limit` of them: for each run of `shared`, the recorded runs from the one holding its first
+        CPU to its last."""
+        found: dict[str, None] = {}
+        for lo, hi in CpuSet.from_mask(shared).ranges():
+            at = lo
+            while at <= hi:
+                start = self.start_of[at]
+                found[self.owner[start]] = None
+                if len(found) >= limit:
+                    return list(found)
+                at = self.end[start] + 1
+        return list(found)
 
 
 __all__ = ["Problem", "validate_bind", "read_plan", "check_plan", "one_line"]

@@ -333,14 +333,25 @@ def _byte_runs(v: int) -> tuple[tuple[int, int], ...]:
                  and (lo == 0 or not v >> (lo - 1) & 1) and (hi == 7 or not v >> (hi + 1) & 1))
 
 
+# byte value -> _byte_runs(value), filled as values are met (a list index is cheaper than a call)
+_RUNS_OF_BYTE: list[tuple[tuple[int, int], ...] | None] = [None] * 256
+
+
 def _ranges_of_bytes(mask: int, base: int) -> Iterator[tuple[int, int]]:
     """Runs of ones of ``mask`` (bit 0 clear), offset by ``base``: one pass over its bytes."""
     data = mask.to_bytes((mask.bit_length() + 7) // 8, "little")
     lo = hi = -2
+    table = _RUNS_OF_BYTE
     for token in _BYTE_TOKENS.finditer(data):
-        at = base + token.start(1) * 8
-        text = token.group(1)
-        runs = ((0, 8 * len(text) - 1),) if text[0] == 0xFF else _byte_runs(text[0])
+        start, end = token.span(1)
+        at = base + start * 8
+        v = data[start]
+        if v == 0xFF:
+            runs = ((0, 8 * (end - start) - 1),)
+        else:
+            runs = table[v]
+            if runs is None:
+                runs = table[v] = _byte_runs(v)
         for a, b in runs:
             if at + a == hi + 1:
                 hi = at + b
