@@ -3,7 +3,7 @@
 Every worker writes OUT_DIR/rank<RANK>_attempt<TORCHELASTIC_RESTART_COUNT>.json (its environment,
 pid, affinity), prints one line to stdout and one to stderr, then:
 - ok: exits 0;
-- fail-once: rank 1 exits 3 on the first attempt, every worker exits 0 after a restart;
+- fail-once: rank 1 exits 3 on the first attempt (once every rank wrote its record), every worker exits 0 after a restart;
 - fail: rank 1 exits 3 on every attempt;
 - sleep: sleeps until it is killed;
 - daemon: leaves a daemonised grandchild (double fork, own session) sleeping, writes its pid to
@@ -17,14 +17,20 @@ import time
 out_dir, action = sys.argv[1], sys.argv[2]
 rank = os.environ["RANK"]
 attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
-with open(os.path.join(out_dir, f"rank{rank}_attempt{attempt}.json"), "w") as fh:
+# written whole or not at all (a worker stopped with its group never leaves half a record)
+record = os.path.join(out_dir, f"rank{rank}_attempt{attempt}.json")
+with open(record + ".part", "w") as fh:
     json.dump({"env": dict(os.environ), "pid": os.getpid(), "affinity": sorted(os.sched_getaffinity(0)),
                "argv": sys.argv[1:]}, fh)
+os.replace(record + ".part", record)
 print(f"out of rank {rank}", flush=True)
 print(f"err of rank {rank}", file=sys.stderr, flush=True)
-if action == "fail-once" and rank == "1" and attempt == "0":
-    sys.exit(3)
-if action == "fail" and rank == "1":
+if action in ("fail", "fail-once") and rank == "1" and (action == "fail" or attempt == "0"):
+    # the failure stops the group: first let every rank of this attempt write its record
+    wanted = [os.path.join(out_dir, f"rank{r}_attempt{attempt}.json") for r in range(int(os.environ["WORLD_SIZE"]))]
+    deadline = time.monotonic() + 10
+    while not all(map(os.path.exists, wanted)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     sys.exit(3)
 if action == "daemon":
     if os.fork() == 0:
