@@ -385,23 +385,30 @@ def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[
         return []
     problems = []
     seen = 0  # mask of every main CPU so far
-    runs = _Runs()
+    runs = None  # the owners' index, built at the first overlap (a file without one never needs it)
+    pending: list[tuple[int, str]] = []  # until then, each process's CPUs
     for p in entries:
         main = p.cpus("main").mask
         if not main:
             continue
         shared = main & seen
         if shared:
+            if runs is None:
+                runs = _Runs()
+                for mask, key in pending:
+                    runs.record(mask, key)
             owners = runs.owners(shared, limit=4)
             names = ", ".join(owners[:3]) + (" and others" if len(owners) > 3 else "")
             problems.append(Problem(f"bind_cpu.{p.key}.main",
                                     f"main CPUs {CpuSet.from_mask(shared)} of {p.key} overlap those of {names}.",
                                     "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)",
                                     "warning"))
-        new = main ^ shared
-        for lo, hi in CpuSet.from_mask(new).ranges():
-            runs.record(lo, hi, p.key)
-        seen |= new
+            main ^= shared
+        if runs is None:
+            pending.append((main, p.key))
+        else:
+            runs.record(main, p.key)
+        seen |= main
     return problems
 
 
@@ -415,12 +422,15 @@ class _Runs:
         self.end: dict[int, int] = {}
         self.owner: dict[int, str] = {}
 
-    def record(self, lo: int, hi: int, key: str) -> None:
-        if hi >= len(self.start_of):
-            self.start_of.extend([None] * (hi + 1 - len(self.start_of)))
-        self.start_of[lo:hi + 1] = [lo] * (hi - lo + 1)
-        self.end[lo] = hi
-        self.owner[lo] = key
+    def record(self, mask: int, key: str) -> None:
+        """The CPUs of ``mask`` (none recorded yet) are ``key``'s."""
+        top = mask.bit_length()
+        if top > len(self.start_of):
+            self.start_of.extend([None] * (top - len(self.start_of)))
+        for lo, hi in CpuSet.from_mask(mask).ranges():
+            self.start_of[lo:hi + 1] = [lo] * (hi - lo + 1)
+            self.end[lo] = hi
+            self.owner[lo] = key
 
     def owners(self, shared: int, *, limit: int) -> list[str]:
         """The processes owning the CPUs of mask `shared` (all recorded), in CPU order, up to

@@ -4,6 +4,8 @@ bind JSON, msrun's checks and the prefixes the launcher builds from it (launcher
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launcher.binding import binding_of
 from planners.bindcheck import validate_bind
@@ -207,6 +209,26 @@ def test_overlaps_name_every_earlier_owner_once_per_process():
     assert validate_bind(data) == []
     assert [p.path for p in validate_bind(data, allow_overlap=False)] == ["bind_cpu.device2.main",
                                                                          "bind_cpu.device3.main"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.frozensets(st.one_of(st.integers(0, 40), st.integers(1020, 1100)), min_size=1, max_size=30),
+                min_size=1, max_size=8))
+def test_overlap_owners_match_a_cpu_by_cpu_reference(mains):
+    data = {"bind_config": {"bind_cpu_mode": "cpu"},
+            "bind_cpu": {f"device{i}": {"main": CpuSet(m).to_list()} for i, m in enumerate(mains)}}
+    owner_of: dict[int, str] = {}
+    expected = []
+    for i, main in enumerate(mains):
+        key = f"device{i}"
+        shared = sorted(c for c in main if c in owner_of)
+        if shared:
+            owners = list(dict.fromkeys(owner_of[c] for c in shared))[:4]
+            names = ", ".join(owners[:3]) + (" and others" if len(owners) > 3 else "")
+            expected.append(f"main CPUs {CpuSet(shared)} of {key} overlap those of {names}.")
+        for c in main:
+            owner_of.setdefault(c, key)
+    assert [p.message for p in validate_bind(data)] == expected
 
 
 def test_table_forms_load_as_positional_plans():
