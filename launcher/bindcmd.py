@@ -88,6 +88,11 @@ class BindingRefused(TopoError):
     """The kernel refused a binding (a container without CAP_SYS_NICE, CPUs outside the cgroup)."""
 
 
+def _refused(exc, key: str) -> str:
+    return (f"the kernel refused the memory binding ({exc}), {key} of the bind JSON: drop the memory binding, "
+            "grant CAP_SYS_NICE, or add --bind-fallback to keep only the CPU binding")
+
+
 def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
                   bind_fallback: bool = False) -> None:
     """Apply the binding and replace this process by `command`; returns only by raising.
@@ -103,11 +108,14 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
     memory = binding.memory if direct else None
     if direct and binding.prefix[0] == "numactl":
         print(f"topo bind: {key}: {binding.describe()} (applied directly: numactl not found)", file=sys.stderr)
-    if bind_fallback and not direct and binding.memory is not None:
-        # after the exec a refusal would be numactl's, too late to fall back: ask the kernel first
+    if not direct and binding.memory is not None:
+        # after the exec a refusal would be numactl's bare "set_mempolicy: Operation not permitted",
+        # too late to fall back or say what to do: ask the kernel first (numactl sets the same policy)
         try:
             set_mempolicy(binding.memory_policy, binding.memory)
         except SyscallError as exc:
+            if not bind_fallback:
+                raise BindingRefused(_refused(exc, key)) from None
             print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
             argv, cpus = list(command), binding.cpus
     if cpus is not None:
@@ -121,9 +129,7 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
             set_mempolicy(binding.memory_policy, memory)
         except SyscallError as exc:
             if not bind_fallback:
-                raise BindingRefused(f"the kernel refused the memory binding ({exc}), {key} of the bind JSON: "
-                                     "drop the memory binding, grant CAP_SYS_NICE, or add --bind-fallback to "
-                                     "keep only the CPU binding") from None
+                raise BindingRefused(_refused(exc, key)) from None
             print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
     os.environ.update({**task_env(os.environ), **env})  # under srun: RANK, WORLD_SIZE, ... from Slurm
     sys.stdout.flush()
