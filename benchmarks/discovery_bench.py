@@ -1,6 +1,7 @@
 """Discovery speed against hwloc's lstopo on the largest captured machines .
 
-For each fixture root, measured in the same run (best of N wall-clock times):
+For each fixture root, measured in the same run (best of N wall-clock times, the three commands
+taking turns):
   lstopo   whole process: HWLOC_FSROOT=R HWLOC_COMPONENTS=linux,stop lstopo-no-graphics --of xml -
   discover in-process topo.discover(R), modules already imported
   show     whole process: topo show --json --root R
@@ -107,9 +108,13 @@ def main() -> int:
             run_quiet(show_argv, base_env)
             pus = topo.discover(root).pus.weight()
 
-            t_lstopo = best_of(args.repeat, lambda: run_quiet(lstopo_argv, hw_env))
-            t_discover = best_of(args.repeat, lambda: topo.discover(root))
-            t_show = best_of(args.repeat, lambda: run_quiet(show_argv, base_env))
+            # interleaved, one run of each per round, so a burst of load on the shared machine
+            # hits all three alike instead of one command's whole series
+            t_lstopo = t_discover = t_show = float("inf")
+            for _ in range(args.repeat):
+                t_lstopo = min(t_lstopo, best_of(1, lambda: run_quiet(lstopo_argv, hw_env)))
+                t_discover = min(t_discover, best_of(1, lambda: topo.discover(root)))
+                t_show = min(t_show, best_of(1, lambda: run_quiet(show_argv, base_env)))
             r_discover, r_show = t_discover / t_lstopo, t_show / t_lstopo
             print(f"{name:<26} {pus:>4} {t_lstopo * 1e3:>9.1f} {t_discover * 1e3:>11.1f} {r_discover:>5.2f}x "
                   f"{t_show * 1e3:>8.1f} {r_show:>5.2f}x {t_python * 1e3:>9.1f}")
