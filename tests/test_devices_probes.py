@@ -4,6 +4,7 @@ hanging or failing npu-smi, output that does not parse)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -262,6 +263,46 @@ def test_topo_matrix_and_cpu_affinity():
     assert links[(0, 1)] == "HCCS" and (0, 0) not in links and len(links) == 56
     with pytest.raises(ParseError, match="CPU Affinity"):
         npusmi.parse_topo("NPU0 NPU1\nNPU0 X HCCS\n")
+
+
+ODD_IDS = ["\u00b2", "\u0661", "\uff11", "1_0", "99999999999"]  # "²" was a ValueError, "١" read as 1
+
+
+@pytest.mark.parametrize("odd", ODD_IDS)
+def test_info_table_odd_ids_name_the_line(odd):
+    text = sample("ascend/npu-smi-info_atlas800tA2-8x910B3_kunpeng.txt")
+    for row in ("| 1     910B3               | OK ", "| 0                         | 0000:C2:00.0 "):
+        bad = row.replace(row[2], odd, 1)
+        assert row in text
+        with pytest.raises(ParseError) as caught:
+            npusmi.parse_info_table(text.replace(row, bad))
+        assert str(caught.value).startswith(f"'npu-smi info': the NPU or chip id is not a whole number "
+                                            f"(ASCII digits) in line '{bad.strip()[:20]}")
+
+
+@pytest.mark.parametrize("odd", ODD_IDS)
+def test_topo_odd_npu_ids_name_the_line(odd):
+    text = sample("ascend/npu-smi-info-t-topo_kunpeng920-8x910B1.txt")
+    row = text.splitlines()[3]  # NPU2 ... 144-167
+    with pytest.raises(ParseError, match=rf"'npu-smi info -t topo': 'NPU.*' is not NPU<id> \(ASCII digits\) "
+                                         rf"in line 'NPU{re.escape(odd[:5])}"):
+        npusmi.parse_topo(text.replace(row, row.replace("NPU2", f"NPU{odd}", 1)))
+    with pytest.raises(ParseError, match=r"is not NPU<id> \(ASCII digits\) in line 'NPU0 "):
+        npusmi.parse_topo(text.replace("NPU3       NPU4", f"NPU{odd}       NPU4", 1))
+    with pytest.raises(ParseError, match=rf"CPU Affinity in line 'NPU2 .*': .*{re.escape(odd[:5])}"):
+        npusmi.parse_topo(text.replace(row, row.replace("144-167", f"144-{odd}")))
+
+
+@pytest.mark.parametrize("odd", ODD_IDS)
+def test_chip_map_odd_ids(odd):
+    """An unreadable id column is passed over as msrun passes over "-"; an unreadable NPU or chip id
+    is an error naming the line."""
+    header = "NPU ID  Chip ID  Chip Logic ID  Chip Name\n"
+    chips = npusmi.parse_chip_map(header + f"4  0  {odd}  310P3\n5  0  1  310P3\n")
+    assert [c.logical_id for c in chips] == [4, 5]
+    with pytest.raises(ParseError, match=rf"'npu-smi info -m': NPU ID and Chip ID must be whole numbers "
+                                         rf"\(ASCII digits\) in line '5  {re.escape(odd)}  1  310P3'"):
+        npusmi.parse_chip_map(header + f"4  0  0  310P3\n5  {odd}  1  310P3\n")
 
 
 @pytest.fixture

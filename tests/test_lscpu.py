@@ -178,3 +178,46 @@ def test_live_lscpu_runs():
         pytest.skip("no lscpu")
     built = lscpu.probe_lscpu()
     assert built.online and built.cores
+
+
+@pytest.mark.parametrize("odd", ["\u00b2", "\u0661", "\uff11", "1_0", "9" * 5000])
+def test_odd_digits_in_tables_name_the_line(odd):
+    """Digits other than ASCII ones ("²" was a ValueError traceback, "١" read as 1) and numbers past
+    MAX_ID: one ParseError naming lscpu and the line, in each of the CPU, CORE and cache columns."""
+    table = sample("cpu/lscpu-e_noctua2-2x-epyc7763-nps4-8numa.txt")
+    line = table.splitlines()[2]  # CPU NODE SOCKET CORE L1d:L1i:L2:L3 ...: 1 0 0 1 1:1:1:0 ...
+    for column, value in ((0, odd), (3, odd), (4, f"1:{odd}:1:0")):
+        cells = line.split()
+        cells[column] = value
+        bad = "    ".join(cells)
+        with pytest.raises(ParseError) as caught:
+            lscpu.parse_table(table.replace(line, bad))
+        assert str(caught.value).startswith(f"lscpu -e: cannot read line '{bad.strip()[:20]}")
+    parsable = PARSABLE_NEW.replace("1,1,0,0,,1,1,1,0", f"1,1,0,0,,1,{odd},1,0")
+    with pytest.raises(ParseError, match="lscpu -p: cannot read line '1,1,0,0,,1,"):
+        lscpu.parse_parsable(parsable)
+    with pytest.raises(ParseError, match="lscpu -p: cannot read line"):
+        lscpu.parse_parsable(PARSABLE_NEW.replace("\n1,1,0,0", f"\n{odd},1,0,0"))
+
+
+@pytest.mark.parametrize("odd", ["\u00b2", "\u0661", "1_0", "99999999999"])
+def test_odd_digits_in_the_summary(odd):
+    text = sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt")
+    with pytest.raises(ParseError, match="lscpu: NUMA node"):
+        lscpu.parse_summary(text.replace("NUMA node1 CPU(s)", f"NUMA node{odd} CPU(s)"))
+    with pytest.raises(ParseError, match=r"lscpu: NUMA node\(s\): expected a count up to 1024"):
+        lscpu.parse_summary(text.replace("NUMA node(s):                    8", f"NUMA node(s): {odd}"))
+    # cache sizes are a bonus: an unreadable size or instance count leaves that cache unsized
+    summary = lscpu.parse_summary(text.replace("(8 instances)", f"({odd} instances)")
+                                  .replace("96 MiB", f"9{odd} MiB" if not odd.isdigit() else "96 MiB"))
+    assert summary.numa_nodes == KUNPENG_NODES
+    assert "L3" not in summary.cache_sizes and ("L2" not in summary.cache_sizes or odd.isdigit())
+    assert summary.cache_sizes["L1d"] == 64 << 10
+
+
+def test_cache_sizes_stay_finite():
+    """A size float() would make infinite, "1.2.3" (a ValueError) or 0 instances is skipped, not a traceback."""
+    for size in ("9" * 400 + "K", "9" * 400 + " MiB (1 instance)", "1.2.3 MiB", "1 MiB (0 instances)"):
+        summary = lscpu.parse_summary(f"L3 cache: {size}\nNUMA node(s): 1\nNUMA node0 CPU(s): 0-3\n")
+        assert summary.cache_sizes == {} and summary.cache_totals == {}
+        assert summary.numa_nodes == {0: CpuSet.range(0, 3)}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import CpuSet
+from topo.cpuset import MAX_ID, CpuSet, ascii_number, excerpt
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
 from topo.model import Cache, Core, NumaNode, Package
@@ -27,8 +27,13 @@ from topo.probes.sysfs import RawCpus, RawNodes
 from topo.probes.tools import run_tool
 
 PARSABLE_ARGS = ["lscpu", "-p=CPU,CORE,SOCKET,NODE,CACHE"]
-_CACHE_NAME = re.compile(r"\AL(\d)([di]?)\Z", re.I)
-_SIZE = re.compile(r"\A([\d.]+)\s*([KMGT]?)(i?B)?\Z", re.I)
+# ASCII digits only ("١" would be 1 to int(), "²" a ValueError); sizes bounded so float() stays finite
+_CACHE_NAME = re.compile(r"\AL([0-9])([di]?)\Z", re.I)
+_SIZE = re.compile(r"\A([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([KMGT]?)(i?B)?\Z", re.I)
+_NODE_KEY = re.compile(r"NUMA node(\S+) CPU\(s\)")  # the id checked by _int
+_LABEL = (1 << 64) - 1  # core, socket and cache ids are labels: the kernel's cache ids can be large
+_MAX_NODES = 1024  # the kernel's MAX_NUMNODES
+_INSTANCES = re.compile(r"(.+?)\s*\(([0-9]+) instances?\)")
 
 
 @dataclass(frozen=True)
@@ -53,13 +58,19 @@ class LscpuSummary:
         return {n: c for n, c in self.numa_nodes.items() if c}
 
 
-def _opt_int(text: str) -> int | None:
+def _opt_int(text: str, most: int = MAX_ID) -> int | None:
     text = text.strip()
     if text in ("", "-"):
         return None
-    if not text.isdigit():
-        raise ParseError(f"expected a number or '-', found {text!r}")
-    return int(text)
+    return _int(text, most)
+
+
+def _int(text: str, most: int = MAX_ID) -> int:
+    """A number lscpu printed: ASCII digits, at most `most` (MAX_ID for CPU and node ids)."""
+    number = ascii_number(text.strip(), most)
+    if number is None:
+        raise ParseError(f"expected a number up to {most} or '-', found {excerpt(text.strip(), 40)!r}")
+    return number
 
 
 def parse_parsable(text: str) -> list[CpuRow]:
@@ -78,19 +89,19 @@ def parse_parsable(text: str) -> list[CpuRow]:
             raise ParseError("lscpu -p output has no '# CPU,Core,...' header line")
         values = line.split(",")
         row = dict(zip(columns, values))
-        caches = []
-        for name, value in row.items():
-            if ":" in name:  # old layout: one L1d:L1i:L2:L3 field
-                for sub, v in zip(name.split(":"), value.split(":")):
-                    if _opt_int(v) is not None:
-                        caches.append((sub, int(v)))
-            elif _CACHE_NAME.match(name) and _opt_int(value) is not None:
-                caches.append((name, int(value)))
         try:
-            rows.append(CpuRow(int(row["CPU"]), _opt_int(row.get("Core", "")), _opt_int(row.get("Socket", "")),
-                               _opt_int(row.get("Node", "")), tuple(caches)))
+            caches = []
+            for name, value in row.items():
+                if ":" in name:  # old layout: one L1d:L1i:L2:L3 field
+                    for sub, v in zip(name.split(":"), value.split(":")):
+                        if (cache := _opt_int(v, _LABEL)) is not None:
+                            caches.append((sub, cache))
+                elif _CACHE_NAME.match(name) and (cache := _opt_int(value, _LABEL)) is not None:
+                    caches.append((name, cache))
+            rows.append(CpuRow(_int(row["CPU"]), _opt_int(row.get("Core", ""), _LABEL),
+                               _opt_int(row.get("Socket", ""), _LABEL), _opt_int(row.get("Node", "")), tuple(caches)))
         except (KeyError, ValueError, ParseError) as exc:
-            raise ParseError(f"lscpu -p: cannot read line {line.strip()!r}: {exc}") from None
+            raise ParseError(f"lscpu -p: cannot read line {excerpt(line.strip())!r}: {exc}") from None
     if not rows:
         raise ParseError("lscpu -p output lists no CPU")
     return rows
@@ -109,19 +120,19 @@ def parse_table(text: str) -> list[CpuRow]:
             # MAXMHZ/MINMHZ/MHZ may be absent on some rows; the key columns come first
             values += [""] * (len(columns) - len(values))
         row = dict(zip(columns, values))
-        caches = []
-        for name, value in row.items():
-            if ":" in name:
-                for sub, v in zip(name.split(":"), value.split(":")):
-                    if _opt_int(v) is not None:
-                        caches.append((sub, int(v)))
         try:
+            caches = []
+            for name, value in row.items():
+                if ":" in name:
+                    for sub, v in zip(name.split(":"), value.split(":")):
+                        if (cache := _opt_int(v, _LABEL)) is not None:
+                            caches.append((sub, cache))
             rows.append(CpuRow(
-                int(row["CPU"]), _opt_int(row.get("CORE", "")), _opt_int(row.get("SOCKET", "")),
+                _int(row["CPU"]), _opt_int(row.get("CORE", ""), _LABEL), _opt_int(row.get("SOCKET", ""), _LABEL),
                 _opt_int(row.get("NODE", "")), tuple(caches), row.get("ONLINE", "yes") != "no",
             ))
         except (ValueError, ParseError) as exc:
-            raise ParseError(f"lscpu -e: cannot read line {line.strip()!r}: {exc}") from None
+            raise ParseError(f"lscpu -e: cannot read line {excerpt(line.strip())!r}: {exc}") from None
     return rows
 
 
@@ -142,29 +153,32 @@ def parse_summary(text: str) -> LscpuSummary:
             continue
         key, value = key.strip(), value.strip()
         out.fields.setdefault(key, value)
-        m = re.fullmatch(r"NUMA node(\d+) CPU\(s\)", key)
+        m = _NODE_KEY.fullmatch(key)
         if m:
             try:
-                out.numa_nodes[int(m.group(1))] = CpuSet.parse(value)
+                out.numa_nodes[_int(m.group(1))] = CpuSet.parse(value)
             except ParseError as exc:
                 raise ParseError(f"lscpu: {key}: {exc}") from None
             continue
-        m = re.fullmatch(r"(L\d[di]?) cache", key)
+        m = re.fullmatch(r"(L[0-9][di]?) cache", key)
         if m:
             name = m.group(1)
-            inst = re.fullmatch(r"(.+?)\s*\((\d+) instances?\)", value)
+            inst = _INSTANCES.fullmatch(value)
             if inst:
-                total = _bytes(inst.group(1))
-                if total is not None:
+                total, count = _bytes(inst.group(1)), ascii_number(inst.group(2))
+                if total is not None and count:  # an unreadable size or count is skipped, as sizes are
                     out.cache_totals[name] = total
-                    out.cache_sizes[name] = total // int(inst.group(2))
-            elif re.fullmatch(r"\d+K", value):
+                    out.cache_sizes[name] = total // count
+            elif re.fullmatch(r"[0-9]+K", value) and _bytes(value) is not None:
                 out.cache_sizes[name] = _bytes(value)  # util-linux < 2.34: per instance
             elif _bytes(value) is not None:
                 out.cache_totals[name] = _bytes(value)  # 2.34-2.36: total, count unknown here
     count = out.fields.get("NUMA node(s)")
-    if count and count.isdigit():
-        for n in range(int(count)):
+    if count:
+        nodes = ascii_number(count, _MAX_NODES)
+        if nodes is None:
+            raise ParseError(f"lscpu: NUMA node(s): expected a count up to {_MAX_NODES}, found {count[:40]!r}")
+        for n in range(nodes):
             out.numa_nodes.setdefault(n, CpuSet())
     return out
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 import re
 from dataclasses import field
 
-from topo.cpuset import CpuSet
+from topo.cpuset import CpuSet, ascii_number, excerpt
 from topo.errors import ParseError, ProbeError
 from topo.model import value
 from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
 _BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\Z")
+# Ids are read by topo.cpuset.ascii_number: ASCII digits only ("١" would be 1 to int(), "²" a
+# ValueError), at most MAX_ID.
 
 
 @value
@@ -78,15 +80,15 @@ def parse_chip_map(text: str) -> list[NpuChip]:
         row = dict(zip(columns, cells))
         if row["chip name"].lower() in ("mcu", "", "-"):
             continue
+        row[""] = line
         rows.append(row)
     if not rows:
         raise ParseError("'npu-smi info -m' lists no NPU chip")
 
     def unique_ints(column):
-        values = [row.get(column) for row in rows]
-        if any(v is None or not v.isdigit() for v in values):
-            return None
-        ints = [int(v) for v in values]
+        ints = [ascii_number(row.get(column) or "") for row in rows]
+        if None in ints:
+            return None  # "-", absent or unreadable: msrun's next column
         return ints if len(set(ints)) == len(ints) else None
 
     ids = unique_ints("chip logic id") or unique_ints("npu id") or unique_ints("chip phy-id")
@@ -94,10 +96,11 @@ def parse_chip_map(text: str) -> list[NpuChip]:
         raise ParseError("'npu-smi info -m': no column gives every chip a unique device id")
     chips = []
     for logical, row in zip(ids, rows):
-        try:
-            chips.append(NpuChip(logical, int(row["npu id"]), int(row["chip id"]), row["chip name"]))
-        except ValueError:
-            raise ParseError(f"'npu-smi info -m': non-numeric NPU/Chip id in row {row}") from None
+        npu_id, chip_id = ascii_number(row["npu id"]), ascii_number(row["chip id"])
+        if npu_id is None or chip_id is None:
+            raise ParseError(f"'npu-smi info -m': NPU ID and Chip ID must be whole numbers (ASCII digits) in "
+                             f"line {excerpt(row[''])!r}")
+        chips.append(NpuChip(logical, npu_id, chip_id, row["chip name"]))
     return sorted(chips, key=lambda c: c.logical_id)
 
 
@@ -122,20 +125,27 @@ def parse_info_table(text: str) -> list[NpuChip]:
             continue
         if len(cells) >= 2 and ("Process id" in cells[1] or "Process" in cells[0]):
             break  # the process table below reuses the same layout
-        if not first or not first[0].isdigit() or len(cells) < 2:
-            continue
+        if not first or not first[0][0].isdigit() or len(cells) < 2:
+            continue  # not an NPU or chip row (one starting with "²", "١" or "1_0" is, refused below)
+        number = ascii_number(first[0])
+        if number is None:
+            raise ParseError(f"'npu-smi info': the NPU or chip id is not a whole number (ASCII digits) in "
+                             f"line {excerpt(line.strip())!r}")
         bus = cells[1].split()[0] if cells[1].split() else ""
         if _BUSID.match(bus):
             if npu_id is None:
-                raise ParseError(f"'npu-smi info': chip row before any NPU row: {line.strip()!r}")
-            chip_id = int(first[0])
+                raise ParseError(f"'npu-smi info': chip row before any NPU row: {excerpt(line.strip())!r}")
+            chip_id = number
             if second == "device" and len(first) > 1 and first[1].isdigit():
-                logical = int(first[1])
+                logical = ascii_number(first[1])
+                if logical is None:
+                    raise ParseError(f"'npu-smi info': the device id is not a whole number (ASCII digits) in "
+                                     f"line {excerpt(line.strip())!r}")
             else:
                 logical = npu_id if chip_id == 0 or second is None else -1
             chips.append(NpuChip(logical, npu_id, chip_id, name, normalize_busid(bus)))
         else:
-            npu_id = int(first[0])
+            npu_id = number
             name = " ".join(first[1:]) or None
     return chips
 
@@ -157,25 +167,39 @@ def parse_topo(text: str) -> tuple[dict[int, CpuSet], dict[tuple[int, int], str]
     if header_at is None:
         raise ParseError("no 'NPU0 ... CPU Affinity' header in 'npu-smi info -t topo' output")
     names = lines[header_at].split("CPU Affinity")[0].split()
+    peers = [_npu(name, lines[header_at]) if name.startswith("NPU") else None for name in names]
     affinity: dict[int, CpuSet] = {}
     links: dict[tuple[int, int], str] = {}
     for line in lines[header_at + 1:]:
         tokens = line.split()
-        if not tokens or not re.fullmatch(r"NPU\d+", tokens[0]):
+        if not tokens or not tokens[0].startswith("NPU"):
             if tokens and tokens[0].rstrip(":").lower() == "legend":
                 break
             continue
-        me = int(tokens[0][3:])
+        me = _npu(tokens[0], line)
         cells = tokens[1:1 + len(names)]
         if len(cells) < len(names):
-            raise ParseError(f"'npu-smi info -t topo': short row {line.strip()!r}")
-        for peer, label in zip(names, cells):
-            if peer.startswith("NPU") and peer[3:].isdigit() and label != "X":
-                links[(me, int(peer[3:]))] = label
+            raise ParseError(f"'npu-smi info -t topo': short row {excerpt(line.strip())!r}")
+        for peer, label in zip(peers, cells):
+            if peer is not None and label != "X":
+                links[(me, peer)] = label
         rest = "".join(tokens[1 + len(names):])
         if rest:
-            affinity[me] = CpuSet.parse(rest)
+            try:
+                affinity[me] = CpuSet.parse(rest)
+            except ParseError as exc:
+                raise ParseError(f"'npu-smi info -t topo': CPU Affinity in line {excerpt(line.strip())!r}: "
+                                 f"{exc}") from None
     return affinity, links
+
+
+def _npu(name: str, line: str) -> int:
+    """The id of an `NPU<id>` column or row of `npu-smi info -t topo`."""
+    number = ascii_number(name[3:])
+    if number is None:
+        raise ParseError(f"'npu-smi info -t topo': {excerpt(name, 20)!r} is not NPU<id> (ASCII digits) in "
+                         f"line {excerpt(line.strip())!r}")
+    return number
 
 
 # ---- the probe (runs npu-smi) ------------------------------------------------------------------
