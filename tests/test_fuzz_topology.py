@@ -239,7 +239,7 @@ REGRESSIONS = {
     "million.json": (_golden_with(pus=MILLION, allowed_pus=MILLION, online_pus=MILLION, complete_pus=MILLION,
                                   cores=[], packages=[], caches=[]).encode(), "1048576 PUs, more than the 65536"),
     "deep.json": (b'{"schema":' + b"[" * 100000 + b"]" * 100000 + b"}", "nested too deep"),
-    "digits.json": (b'{"schema": ' + b"9" * 5000 + b"}", "not a topology JSON"),
+    "digits.json": (b'{"schema": ' + b"9" * 5000 + b"}", "not a topology JSON (a number thousands of digits long)"),
     "deep.xml": (b'<topology version="2.0"><object type="Machine">' + b'<object type="Group">' * 5000
                  + b"</object>" * 5001 + b"</topology>", "nested too deep"),
 }
@@ -256,6 +256,7 @@ def test_input_that_once_broke_the_reader(tmp_path, name):
     assert time.monotonic() - start < SECONDS
     assert words in str(err.value) and str(file) in str(err.value)
     assert "\n" not in str(err.value)
+    assert "`topo show --json" in str(err.value) or "`lstopo --of xml" in str(err.value)  # and says how to fix it
 
 
 def test_fifo_given_as_a_topology_file_does_not_block(tmp_path):

@@ -56,13 +56,15 @@ def _from_json(text: str, path: str) -> Topology:
         raise ProbeError(f"{path}: not valid JSON ({exc}); write one with `topo show --json`") from None
     except RecursionError:  # arrays nested 100000 deep
         raise ProbeError(f"{path}: not a topology JSON (nested too deep); write one with `topo show --json`") from None
-    except ValueError as exc:  # a 5000-digit number
-        raise ProbeError(f"{path}: not a topology JSON ({str(exc)[:80]}); write one with `topo show --json`") from None
+    except ValueError:  # a number longer than Python's int digit limit (4300)
+        raise ProbeError(f"{path}: not a topology JSON (a number thousands of digits long); "
+                         "write one with `topo show --json`") from None
     try:
         topology = Topology.from_dict(data)
         topology.check()
     except ProbeError as exc:
-        raise ProbeError(f"{path}: {exc}") from None
+        fix = "" if "topo show --json" in str(exc) else "; write it again with `topo show --json`"
+        raise ProbeError(f"{path}: {exc}{fix}") from None
     if topology.is_this_system:
         # Saved on some machine's "/", read here from a file: never this machine (hwloc marks an
         # XML-loaded topology is_thissystem=0), so nothing binds or reads this shell's

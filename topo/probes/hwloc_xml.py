@@ -203,9 +203,10 @@ def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
     try:
         topology = _build(root, machine, version, source)
     except ParseError as exc:
-        raise ProbeError(f"{source}: {exc}") from None
+        raise ProbeError(f"{source}: {exc}; export it again with `lstopo --of xml FILE`") from None
     except RecursionError:  # hwloc nests objects a dozen levels deep, not a thousand
-        raise ProbeError(f"{source}: objects nested too deep for an hwloc export") from None
+        raise ProbeError(f"{source}: objects nested too deep for an hwloc export; "
+                         "export one with `lstopo --of xml FILE`") from None
     try:
         topology.check()
     except ProbeError as exc:
