@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from topo.cpuset import MAX_SECONDS
 from topo.errors import UsageError
 
 
@@ -101,8 +102,8 @@ class LaunchConfig:
                 )
         if self.sim_level not in (-1, 0, 1, 2, 3):
             raise UsageError(f"--sim_level={self.sim_level}: choose from 0, 1, 2, 3")
-        if self.grace_period < 0:
-            raise UsageError(f"--grace-period={self.grace_period} must not be negative")
+        if not 0 <= self.grace_period <= MAX_SECONDS:  # nan fails both
+            raise UsageError(f"--grace-period={self.grace_period} must be 0 to {MAX_SECONDS} seconds")
         _check_log_name(self.worker_log_name)
         if not self.python:
             raise UsageError("no interpreter, --python='': give an interpreter name or path, or leave the default python")

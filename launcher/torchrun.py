@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.binding import UNBOUND, Binding
-from topo.cpuset import ascii_number
+from topo.cpuset import MAX_SECONDS, ascii_number, ascii_seconds, excerpt
 from topo.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
@@ -234,10 +234,11 @@ class RunConfig:
             _check_port(self.master_port, "--master-port")
         if self.max_restarts < 0:
             raise UsageError(f"--max-restarts={self.max_restarts} must be 0 or more")
-        if not self.monitor_interval > 0:
-            raise UsageError(f"--monitor-interval={self.monitor_interval} must be more than 0 seconds")
-        if self.grace_period < 0:
-            raise UsageError(f"--grace-period={self.grace_period} must not be negative")
+        if not 0 < self.monitor_interval <= MAX_SECONDS:  # nan fails both
+            raise UsageError(f"--monitor-interval={self.monitor_interval} must be more than 0 seconds, "
+                             f"at most {MAX_SECONDS}")
+        if not 0 <= self.grace_period <= MAX_SECONDS:
+            raise UsageError(f"--grace-period={self.grace_period} must be 0 to {MAX_SECONDS} seconds")
         if self.module and self.no_python and not self.run_path:
             raise UsageError("--no-python and --module together: a module needs the interpreter; drop one")
         if self.memory not in MEMORY_POLICIES:
@@ -326,7 +327,8 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         script=script, script_args=tuple(script_args), nnodes=nnodes, nproc_per_node=nproc,
         node_rank=int(values["node_rank"]), master_addr=master_addr,
         master_port=None if master_port is None else int(master_port), run_id=run_id,
-        max_restarts=int(values["max_restarts"]), monitor_interval=float(values["monitor_interval"]),
+        max_restarts=int(values["max_restarts"]),
+        monitor_interval=_seconds(values["monitor_interval"], "--monitor-interval"),
         role=str(values["role"]), module=bool(values["module"]), no_python=bool(values["no_python"]),
         run_path=bool(values["run_path"]), log_dir=values["log_dir"],
         redirects=str(values["redirects"]), tee=str(values["tee"]),
@@ -343,15 +345,25 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
 def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
     """--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's order)."""
     if given is not None:
-        return float(given)
+        return _seconds(given, "--shutdown-timeout")
     text = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "").strip()
     if not text:
         return DEFAULT_SHUTDOWN_TIMEOUT
-    try:
-        return float(text)
-    except ValueError:
-        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={text!r} is not a number of seconds: "
-                         "fix it or give --shutdown-timeout") from None
+    seconds = ascii_seconds(text)
+    if seconds is None:
+        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={excerpt(text, 40)!r} is not a number of seconds (ASCII "
+                         f"digits, optionally a point and decimals, at most {MAX_SECONDS}): fix it or give "
+                         "--shutdown-timeout")
+    return seconds
+
+
+def _seconds(value, flag: str) -> float:
+    """A duration flag's value: a number (click's SECONDS read it), or text read by ascii_seconds."""
+    seconds = ascii_seconds(value.strip()) if isinstance(value, str) else float(value)
+    if seconds is None:
+        raise UsageError(f"{flag}={excerpt(value, 40)!r} is not a number of seconds (ASCII digits, optionally a "
+                         f"point and decimals, at most {MAX_SECONDS})")
+    return seconds
 
 
 def _discover():

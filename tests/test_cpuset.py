@@ -368,3 +368,15 @@ def test_many_runs_build_the_same_mask_as_few(ranges):
     for lo, hi in runs:
         expected |= ((1 << (hi - lo + 1)) - 1) << lo
     assert CpuSet.parse(text).mask == expected
+
+
+def test_ascii_seconds_reads_plain_decimals_only():
+    from topo.cpuset import MAX_SECONDS, ascii_seconds
+
+    assert [ascii_seconds(t) for t in ("0", "5", "0.25", "30.000000001", str(MAX_SECONDS))] == [
+        0.0, 5.0, 0.25, 30.000000001, float(MAX_SECONDS)]
+    # float() reads every one of these
+    for odd in ("\u0661", "\uff11", "1_0", "1e3", "inf", "nan", "-1", "+1", " 1", "1\n", "1.", ".5",
+                "0.0000000001", str(MAX_SECONDS + 1), "9" * 5000):
+        assert ascii_seconds(odd) is None, odd
+    assert ascii_seconds("2.5", most=2) is None

@@ -44,6 +44,22 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path):
     assert r.output == "topo: error: --bind_core='maybe': not True, False or a JSON object\n"
 
 
+def test_grace_period_takes_ascii_decimal_seconds_only(tmp_path):
+    """click's FLOAT took "١" as 1, "1_0" as 10, and "inf" and "nan"; the one-line error names the flag."""
+    script = tmp_path / "net.py"
+    script.write_text("")
+    for odd in ("\u0661", "1_0", "1e3", "inf", "nan", "-1", "\u00b2", "604801", "9" * 5000):
+        for command in (["launch", "--dry-run", "--python", "python"], ["stop"]):
+            r = CliRunner().invoke(main, [*command, f"--grace-period={odd}", str(script if command[0] == "launch"
+                                                                                    else tmp_path)])
+            assert r.exit_code == 2, r.output
+            assert "--grace-period" in r.output and "is not a number of seconds (ASCII digits, optionally a point " \
+                "and decimals, at most 604800)" in r.output, r.output
+            assert len(r.output.splitlines()) == 1
+    r = dry_run("--worker_num=1", "--local_worker_num=1", "--grace-period=0.5", str(script))
+    assert r.exit_code == 0, r.output
+
+
 def test_commands_have_help_with_examples():
     for command in (launch, bind, stop):
         assert "Examples:" in command.help

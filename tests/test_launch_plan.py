@@ -117,7 +117,9 @@ def test_bind_numa_file_carries_path_and_hash(tmp_path):
     ({"master_port": 70000}, "--master_port=70000 is outside 1-65535"),
     ({"master_port": 0}, "--master_port=0 is outside 1-65535"),
     ({"worker_num": 4, "local_worker_num": 2, "node_rank": 2}, "gives ranks up to 5, beyond --worker_num=4"),
-    ({"grace_period": -1}, "must not be negative"),
+    ({"grace_period": -1}, r"--grace-period=-1 must be 0 to 604800 seconds"),
+    ({"grace_period": float("nan")}, r"--grace-period=nan must be 0 to 604800 seconds"),
+    ({"grace_period": float("inf")}, r"--grace-period=inf must be 0 to 604800 seconds"),
 ])
 def test_config_rejects_bad_counts_and_ports(kw, message):
     with pytest.raises(UsageError, match=message):

@@ -3,6 +3,7 @@ and refuses, Slurm's values, and one-line errors. Nothing here starts a worker."
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -76,6 +77,10 @@ def test_rdzv_endpoint_is_the_static_master(script):
     ({"nproc_per_node": "many"}, "gpu, cpu, xpu or auto"),
     ({"max_restarts": -1}, "0 or more"),
     ({"monitor_interval": 0}, "more than 0"),
+    ({"monitor_interval": float("nan")}, "more than 0 seconds, at most 604800"),
+    ({"monitor_interval": "inf"}, r"--monitor-interval='inf' is not a number of seconds \(ASCII digits"),
+    ({"grace_period": "\u0661"}, r"--shutdown-timeout='\u0661' is not a number of seconds"),
+    ({"grace_period": float("inf")}, "must be 0 to 604800 seconds"),
     ({"redirects": "4"}, "is not 0 .none., 1"),
     ({"tee": "0:1,x"}, "LOCAL_RANK:STD"),
     ({"local_ranks_filter": "0,a"}, "comma-separated"),
@@ -106,8 +111,30 @@ def test_shutdown_timeout_flag_then_torchs_variable_then_30(script):
     assert config(script)[0].grace_period == 30.0
     assert config(script, environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "7"})[0].grace_period == 7.0
     assert config(script, environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "7"}, grace_period=2)[0].grace_period == 2.0
-    with pytest.raises(UsageError, match="TORCH_ELASTIC_SHUTDOWN_TIMEOUT='soon' is not a number"):
-        config(script, environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"})
+    assert config(script, environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": " 0.25 "})[0].grace_period == 0.25
+    # float() took all of these: other scripts' digits, "_", exponents, inf and nan
+    for odd in ("soon", "\u0661", "1_0", "1e3", "inf", "nan", "-1", "604801", "9" * 5000):
+        with pytest.raises(UsageError, match=rf"TORCH_ELASTIC_SHUTDOWN_TIMEOUT='{re.escape(odd[:10])}.*' is not a "
+                                             r"number of seconds \(ASCII digits, optionally a point and decimals, "
+                                             r"at most 604800\): fix it or give --shutdown-timeout"):
+            config(script, environ={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": odd})
+
+
+@pytest.mark.parametrize("flag", ["--grace-period", "--shutdown-timeout", "--monitor-interval"])
+def test_seconds_flags_take_ascii_decimals_only(script, flag):
+    for odd in ("\u0661", "1_0", "1e3", "inf", "nan", "-1", "\u00b2", "9" * 5000):
+        r = dry_run(f"{flag}={odd}", script)
+        assert r.exit_code == 2 and "is not a number of seconds (ASCII digits" in r.output, r.output
+        assert len(r.output.splitlines()) == 1
+    assert dry_run(f"{flag}=2.5", script).exit_code == 0
+
+
+def test_shutdown_timeout_variables_take_ascii_decimals_only(script):
+    r = dry_run(script, env={"PET_SHUTDOWN_TIMEOUT": "\u0661"})
+    assert r.exit_code == 2 and "is not a number of seconds" in r.output and len(r.output.splitlines()) == 1
+    r = dry_run(script, env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "inf"})
+    assert r.exit_code == 2 and r.output.startswith("topo: error: TORCH_ELASTIC_SHUTDOWN_TIMEOUT='inf' is not")
+    assert len(r.output.splitlines()) == 1
 
 
 def test_flags_accepted_for_torchrun_change_nothing(script):

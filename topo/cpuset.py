@@ -57,6 +57,21 @@ def ascii_number(text: str, most: int = MAX_ID) -> int | None:
     return value if value <= most else None
 
 
+MAX_SECONDS = 7 * 24 * 3600  # a week: more than any grace period, interval or timeout topo waits
+_SECONDS = re.compile(r"\A[0-9]{1,%d}(?:\.[0-9]{1,9})?\Z" % len(str(MAX_SECONDS)))
+
+
+def ascii_seconds(text: str, most: float = MAX_SECONDS) -> float | None:
+    """The value of ``text`` when it is a non-negative decimal number of seconds in ASCII
+    (``[0-9]+(.[0-9]+)?``, at most nine decimals) and at most ``most``, else None: the one reader of
+    durations given on a command line or in the environment. float() alone would also read "١" as 1,
+    "1_0" as 10, "1e3", "inf" and "nan"."""
+    if not _SECONDS.match(text):
+        return None
+    value = float(text)
+    return value if value <= most else None
+
+
 def _mask_of_runs(runs: list[tuple[int, int]]) -> int:
     """The bitmask of inclusive runs (lo, hi), all within 0..MAX_ID.
 

@@ -7,7 +7,7 @@ import sys
 import click
 
 from topo_cli import CONTEXT
-from topo_cli.numbers import WHOLE, WholeRange
+from topo_cli.numbers import SECONDS, WHOLE, WholeRange
 
 _SCRIPT_CONTEXT = {
     # SCRIPT and everything after it belong to the script, options included (msrun's REMAINDER)
@@ -50,7 +50,7 @@ def _msrun_option(name: str, **kwargs):
                    "machine and node_rank is 0 or -1]. PyTorch jobs need none.")
 @click.option("--dry-run", "--dry_run", "dry_run", is_flag=True,
               help="Print each process's argv, binding and environment additions; start nothing.")
-@click.option("--grace-period", "--grace_period", "grace_period", type=float, default=5.0, show_default=True,
+@click.option("--grace-period", "--grace_period", "grace_period", type=SECONDS, default=5.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL when stopping the job.")
 @click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
               help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "

@@ -1,12 +1,13 @@
-"""Whole numbers given as options or through their environment variables (PET_*, MS_*): ASCII
-digits only, read by topo.cpuset.ascii_number. click's INT would also take "١" as 1, "1_0" as 10
-and a 5000-digit value to a ValueError past its own message."""
+"""Whole numbers and seconds given as options or through their environment variables (PET_*,
+MS_*): ASCII digits only, read by topo.cpuset.ascii_number and ascii_seconds. click's INT would
+also take "١" as 1, "1_0" as 10 and a 5000-digit value to a ValueError past its own message;
+click's FLOAT "inf", "nan" and "1e3" as well."""
 
 from __future__ import annotations
 
 import click
 
-from topo.cpuset import ascii_number
+from topo.cpuset import MAX_SECONDS, ascii_number, ascii_seconds
 
 _MOST = (1 << 31) - 1  # more than any count, port, rank or timeout in seconds a launcher takes
 
@@ -31,3 +32,22 @@ class WholeRange(_Ascii, click.IntRange):
 
 
 WHOLE = Whole()
+
+
+class Seconds(click.ParamType):
+    """A non-negative number of seconds: ASCII digits, optionally a point and decimals, at most a
+    week (topo.cpuset.ascii_seconds)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value  # a default, already a number
+        number = ascii_seconds(value.strip())
+        if number is None:
+            self.fail(f"{value[:40]!r} is not a number of seconds (ASCII digits, optionally a point and "
+                      f"decimals, at most {MAX_SECONDS})", param, ctx)
+        return number
+
+
+SECONDS = Seconds()

@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from topo_cli import CONTEXT
-from topo_cli.numbers import WHOLE
+from topo_cli.numbers import SECONDS, WHOLE
 
 _SCRIPT_CONTEXT = {
     # SCRIPT and everything after it belong to the script, options included (torchrun's REMAINDER)
@@ -42,7 +42,7 @@ def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
 @_torchrun_option("rdzv_backend", help="static (c10d only when each node knows its --node-rank).")
 @_torchrun_option("rdzv_conf", help="Refused: the static rendezvous takes no options.")
 @_torchrun_option("max_restarts", type=WHOLE, help="Restart the local worker group after a failure, up to N times [default: 0].")
-@_torchrun_option("monitor_interval", type=float, help="Accepted for torchrun; topo polls every 5-100 ms.")
+@_torchrun_option("monitor_interval", type=SECONDS, help="Accepted for torchrun; topo polls every 5-100 ms.")
 @_torchrun_option("start_method", type=click.Choice(["spawn", "fork", "forkserver"]),
                   help="Accepted for torchrun; a script worker is always a new process.")
 @_torchrun_option("role", help="ROLE_NAME of the workers [default: default].")
@@ -81,7 +81,7 @@ def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
 @_torchrun_option("dry_run", env=False, is_flag=True,
                   help="Print each worker's argv, binding and environment; start nothing.")
 @click.option("--grace-period", "--grace_period", "--shutdown-timeout", "--shutdown_timeout", "grace_period",
-              type=float, default=None, envvar="PET_SHUTDOWN_TIMEOUT",
+              type=SECONDS, default=None, envvar="PET_SHUTDOWN_TIMEOUT",
               help="Seconds between SIGTERM and SIGKILL when stopping workers [default: "
                    "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30].")
 @click.argument("script")

@@ -7,11 +7,12 @@ import sys
 import click
 
 from topo_cli import CONTEXT
+from topo_cli.numbers import SECONDS
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("log_dir", metavar="LOG_DIR")
-@click.option("--grace-period", "--grace_period", "grace_period", type=click.FloatRange(min=0), default=None,
+@click.option("--grace-period", "--grace_period", "grace_period", type=SECONDS, default=None,
               help="Seconds between SIGTERM and SIGKILL [default: the job's own --grace-period].")
 def stop(log_dir, grace_period):
     """Stop the job whose launch.json is in LOG_DIR: SIGTERM to every process it started and to
