@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import tarfile
 from pathlib import Path
@@ -58,11 +57,13 @@ def fixture_names() -> list[str]:
     return sorted(p.stem for p in (SYSFS / "expected").glob("*.json"))
 
 
-# CI runs the same examples every time (a red build must be reproducible); locally hypothesis
-# keeps exploring. `--hypothesis-profile=thorough` digs deeper.
+# Every run tries the same examples (a red build must be reproducible), `.ci/run` included, which
+# sets no CI variable: the default profile is derandomized. `--hypothesis-profile=explore` lets
+# hypothesis pick new examples (and replay failures from its database); `thorough` digs deeper.
+# Each fuzz test bounds its own time per input; deadline=None keeps a loaded machine from failing it.
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
 settings.register_profile("thorough", max_examples=2000, deadline=None)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+settings.load_profile("ci")

@@ -1,9 +1,9 @@
 """Fuzzing the bind model's entry points: cpulists, bind JSON objects and texts, msrun's tables.
 
 Whatever goes in, only topo's own errors (TopoError subclasses) come out, each input is judged within a
-time bound, and `topo validate`'s verdict is the launcher's (read_plan + check_plan). CI runs these
-derandomized (tests/conftest.py's "ci" profile); the inputs that once broke something are kept as
-regression tests below and in tests/bind_corpus.py.
+time bound, and `topo validate`'s verdict is the launcher's (read_plan + check_plan). Every run tries
+the same examples (tests/conftest.py loads its derandomized "ci" profile); the inputs that once broke
+something are kept as regression tests below and in tests/bind_corpus.py.
 """
 
 from __future__ import annotations
@@ -161,6 +161,11 @@ def test_any_table_loads_or_is_a_parse_error(table, flag):
         bounded(lambda: resolve_bindings(result if flag == "--bind_core" else False,  # a binding or a TopoError
                                          result if flag == "--bind_numa" else False,
                                          local_worker_num=2, topology=LIVE, environ=ENV))
+
+
+def test_fuzzing_is_derandomized_unless_another_profile_is_asked_for(request):
+    if request.config.getoption("hypothesis_profile", None) in (None, "ci"):
+        assert FUZZ.derandomize and settings().derandomize  # .ci/run sets no CI variable
 
 
 # ---- regressions ----------------------------------------------------------------------------
