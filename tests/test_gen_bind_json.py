@@ -82,6 +82,11 @@ def test_more_devices_than_nodes_share_nodes(tmp_path, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["--device-ids", ","], "ERROR: --device-ids provided but empty."),
+    # int() took ARABIC-INDIC ONE as 1 and "1_0" as 10, and "²" was a ValueError's message
+    (["--device-ids", "0,\u0661"], "ERROR: --device-ids: malformed cpulist '0,\u0661': bad element '\u0661'"),
+    (["--device-ids", "1_0"], "ERROR: --device-ids: malformed cpulist '1_0'"),
+    (["--device-ids", "\u00b2"], "ERROR: --device-ids: malformed cpulist '\u00b2'"),
+    (["--device-ids", "99999999999"], "ERROR: --device-ids: malformed cpulist '99999999999': id in"),
     (["--device-count", "0"], "ERROR: --device-count must be >= 1"),
     (["--main-range", "13"], "ERROR: main-range must be in 'start-end' format, got '13'."),
     (["--runtime-range", "8-4"], "ERROR: runtime-range start must be <= end, got '8-4'."),
@@ -93,6 +98,22 @@ def test_errors(tmp_path, capsys, monkeypatch, args, message):
     rc, _, err = run(tmp_path, args, two_nodes(), capsys)
     assert rc == 1
     assert err.strip().splitlines()[-1].startswith(message)
+
+
+def test_device_ids_take_ranges_and_counts_ascii_digits(tmp_path, capsys, monkeypatch):
+    rc, data, _ = run(tmp_path, ["--device-ids", " 1 , 0 "], two_nodes(), capsys)
+    assert rc == 0 and list(data["bind_memory"]) == ["device0", "device1"]
+    rc, data, _ = run(tmp_path, ["--device-ids", "0-1"], two_nodes(), capsys)
+    assert rc == 0 and list(data["bind_memory"]) == ["device0", "device1"]
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,\u0661")
+    rc, _, err = run(tmp_path, [], two_nodes(), capsys)
+    assert rc == 1 and err.strip().splitlines()[-1] == (
+        "ERROR: ASCEND_RT_VISIBLE_DEVICES: malformed cpulist '0,\u0661': bad element '\u0661'")
+    for flag in ("--device-count", "--indent"):
+        with pytest.raises(SystemExit) as exit_:
+            gen_bind_json.build_parser().parse_args([flag, "\u0661"])
+        assert exit_.value.code == 2
+        assert f"argument {flag}: '\u0661' is not a whole number (ASCII digits)" in capsys.readouterr().err
 
 
 def test_ascend_rt_visible_devices_fallback(tmp_path, capsys, monkeypatch):

@@ -35,13 +35,35 @@ def _import_planners():
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _whole(text: str) -> int:
+    """argparse's type for counts: ASCII digits (int() would also take "١" as 1 and "1_0" as 10)."""
+    from topo.cpuset import ascii_number
+
+    number = ascii_number(text.strip())
+    if number is None:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number (ASCII digits)")
+    return number
+
+
+def _ids(text: str, where: str) -> list[int]:
+    """Device ids from a comma list (ranges too, "0-3"), read by CpuSet.parse: ASCII digits, bounded."""
+    from topo.cpuset import CpuSet
+    from topo.errors import ParseError
+
+    pieces = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        return list(CpuSet.parse(",".join(pieces)))
+    except ParseError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Generate a unified CPU/NUMA bind JSON for msrun --bind_numa "
                                             "and mindspore.runtime.set_cpu_affinity.")
     p.add_argument("-o", "--output", default="bind_config.json", help="output path (default: bind_config.json)")
     p.add_argument("--device-ids", default="", help="comma-separated device ids, e.g. 0,1,2")
-    p.add_argument("--device-count", type=int, default=None, help="number of devices (ids 0..N-1)")
-    p.add_argument("--indent", type=int, default=2, help="JSON indent (default: 2)")
+    p.add_argument("--device-count", type=_whole, default=None, help="number of devices (ids 0..N-1)")
+    p.add_argument("--indent", type=_whole, default=2, help="JSON indent (default: 2)")
     p.add_argument("--runtime-range", default="4-8", help="runtime relative CPU range (default: 4-8)")
     p.add_argument("--minddata-range", default="9-12", help="minddata relative CPU range (default: 9-12)")
     p.add_argument("--main-range", default="13-19", help="main relative CPU range (default: 13-19)")
@@ -63,7 +85,7 @@ def _device_ids(args, topology) -> tuple[list[int], bool]:
         return all(i in known and known[i].numa_node is not None for i in ids)
 
     if args.device_ids:
-        ids = sorted({int(x) for x in args.device_ids.split(",") if x.strip()})
+        ids = _ids(args.device_ids, "--device-ids")
         if not ids:
             raise ValueError("--device-ids provided but empty.")
         return ids, with_affinity(ids)
@@ -77,7 +99,7 @@ def _device_ids(args, topology) -> tuple[list[int], bool]:
     env = os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "")
     if env.strip():
         print("npu-smi unavailable; using ASCEND_RT_VISIBLE_DEVICES for device ids.", file=sys.stderr)
-        return sorted({int(x) for x in env.split(",") if x.strip()}), False
+        return _ids(env, "ASCEND_RT_VISIBLE_DEVICES"), False
     raise RuntimeError("Failed to detect devices; use --device-ids or --device-count.")
 
 
@@ -106,8 +128,8 @@ def generate(args, topology) -> dict:
 
 
 def main(argv=None, topology=None) -> int:
+    _import_planners()  # topo too, which the parser's types use
     args = build_parser().parse_args(argv)
-    _import_planners()
     try:
         if topology is None:
             from topo.discovery import discover
