@@ -391,7 +391,8 @@ CSS = (
     ".remote{fill:#000;stroke:#fff;stroke-width:.8}"
     ".h{paint-order:stroke;stroke:#fff;stroke-width:2.6px;stroke-linejoin:round;fill:#000}"
     ".split{fill:none;stroke:#000;stroke-width:2.2}"
-    ".link{fill:none;stroke-width:2;stroke-opacity:.75}"
+    ".link{fill:none;stroke-width:2;stroke-opacity:.85}"
+    ".halo{fill:none;stroke:#fff;stroke-width:4.4;stroke-opacity:.9}"
 ) % FONT
 
 
@@ -434,7 +435,7 @@ def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool
     height = root.y + root.h + 8
     if overlay is not None:
         out.extend(_links(root, overlay, chip_xy))
-        drawn, lw, lh = _legend(overlay, 8, height + 4, rows=legend)
+        drawn, lw, lh = _legend(overlay, 8, height + 4, rows=legend, wrap=root.w)
         out.extend(drawn)
         width = max(width, lw + 16)
         height += lh + 12
@@ -564,15 +565,55 @@ def _links(root: _Box, overlay: Overlay, chip_xy) -> list[str]:
         if not targets:
             continue
         tx, ty = min(targets, key=lambda p: (p[0] - sx) ** 2 + (p[1] - sy) ** 2)
-        bend = max(12.0, abs(ty - sy) / 2)
-        out.append(f'<path class="link" stroke="{o.colour}" d="M{_f(sx)},{_f(sy)} C{_f(sx)},{_f(sy + bend)} '
-                   f'{_f(tx)},{_f(ty - bend)} {_f(tx)},{_f(ty)}"/>'
-                   f'<circle cx="{_f(tx)}" cy="{_f(ty)}" r="3" style="fill:{o.colour}" stroke="#000" '
-                   'stroke-width=".6"/>')
+        out.append(_link(sx, sy, tx, ty, o.colour))
     return out
 
 
-def _legend(overlay: Overlay, x0: float, y0: float, *, rows: bool):
+def _link(sx: float, sy: float, tx: float, ty: float, fill: str, bend: float | None = None) -> str:
+    """A device-to-core curve: the owner's colour on a white halo, so it reads across the cells of
+    other owners it passes, ending in a dot on the core."""
+    bend = max(12.0, abs(ty - sy) / 2) if bend is None else bend
+    d = f"M{_f(sx)},{_f(sy)} C{_f(sx)},{_f(sy + bend)} {_f(tx)},{_f(ty - bend)} {_f(tx)},{_f(ty)}"
+    return (f'<path class="halo" d="{d}"/><path class="link" stroke="{fill}" d="{d}"/>'
+            f'<circle cx="{_f(tx)}" cy="{_f(ty)}" r="3" style="fill:{fill}" stroke="#000" stroke-width=".6"/>')
+
+
+def _symbols(overlay: Overlay) -> list[tuple]:
+    """The key's entries: (draw(x, y) -> SVG text, width)."""
+    items = []
+
+    def entry(sample, sample_w: float, text: str, cls: str = ""):
+        items.append((lambda x, y: sample(x, y) + _text(x + sample_w + 4, y + FONT + 1, text, cls),
+                      sample_w + 4 + _text_w(text)))
+
+    if len(overlay.owners) > 1:
+        a, b = overlay.owners[0].colour, overlay.owners[1].colour
+        entry(lambda x, y: _rect(x, y + 1, 11, 12, fill=a) + _rect(x + 11, y + 1, 11, 12, fill=b)
+              + _rect(x, y + 1, 22, 12, "c", "none"), 22, "shared PU")
+    if overlay.owners:  # a NUMA bar's tag: the owner whose memory the node holds
+        o = overlay.owners[0]
+        tw = _text_w(o.tag) - 2
+        entry(lambda x, y: _rect(x, y, tw + 20, BAR_H - 2, "bar") + _rect(x + 16, y + 2, tw, BAR_H - 6, fill=o.colour)
+              + _text(x + 18, y + 11, o.tag, "n", _ink(o.colour)), tw + 20,
+              f"memory node of {' '.join(o.legend[:1]) or o.tag}")
+    linked = next((o for o in overlay.owners if o.device is not None), None)
+    if linked is not None:
+        label = f"{linked.device[0].upper()} {linked.device[1]}"
+        cw = _text_w(label) + 4
+        entry(lambda x, y: _rect(x, y, cw, CHIP_H - 2, "chip", linked.colour)
+              + _text(x + 3, y + 11, label, "", _ink(linked.colour))
+              + _link(x + cw, y + 7, x + cw + 20, y + 7, linked.colour, bend=0), cw + 24,
+              "its device, linked to its nearest core")
+    entry(lambda x, y: _rect(x, y + 1, 22, 12, "pu"), 22, "idle (allowed, unused)")
+    entry(lambda x, y: _rect(x, y + 1, 22, 12, "pu no"), 22, "not allowed")
+    if linked is not None:  # without devices nothing is remote from one
+        entry(lambda x, y: _rect(x, y + 1, 22, 12, "pu") + _corner(x + 22, y + 1), 22, "remote from its device")
+    entry(lambda x, y: _rect(x, y + 1, 22, 12, "c", "#bebebe") + _rect(x + 1, y + 2, 20, 10, "split"), 22,
+          "core split between processes")
+    return items
+
+
+def _legend(overlay: Overlay, x0: float, y0: float, *, rows: bool, wrap: float = 0.0):
     out = []
     y = y0
     width = 0.0
@@ -595,25 +636,14 @@ def _legend(overlay: Overlay, x0: float, y0: float, *, rows: bool):
         width = max(width, x - x0)
         y += HEAD
     y += 4 if table else 0
-    # the symbols, each drawn as it appears in the picture
+    # the symbols, each drawn as it appears in the picture, in rows no wider than the machine
     x = x0
-    if len(overlay.owners) > 1:
-        a, b = overlay.owners[0].colour, overlay.owners[1].colour
-        out.append(_rect(x, y + 1, 11, 12, fill=a) + _rect(x + 11, y + 1, 11, 12, fill=b)
-                   + _rect(x, y + 1, 22, 12, "c", "none"))
-        out.append(_text(x + 26, y + FONT + 1, "shared PU"))
-        x += 26 + _text_w("shared PU") + 10
-    samples = [("idle (allowed, unused)", "pu", None, None), ("not allowed", "pu no", None, None),
-               ("remote from its device", "pu", None, "remote"), ("core split between processes", "c", "#bebebe", "split")]
-    for text, cls, fill, over in samples:
-        out.append(_rect(x, y + 1, 22, 12, cls, fill))
-        if over == "remote":
-            out.append(_corner(x + 22, y + 1))
-        elif over:
-            out.append(_rect(x + 1, y + 2, 20, 10, over))
-        out.append(_text(x + 26, y + FONT + 1, text))
-        x += 26 + _text_w(text) + 10
-    width = max(width, x - x0)
+    for draw, w in _symbols(overlay):
+        if x > x0 and x + w > x0 + max(wrap, width):
+            x, y = x0, y + HEAD + 4
+        out.append(draw(x, y))
+        x += w + 10
+        width = max(width, x - 10 - x0)
     y += HEAD + 4
     for note in overlay.notes if rows else ():
         out.append(_text(x0, y + FONT, "⚠ " + note))
