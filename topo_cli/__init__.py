@@ -89,7 +89,8 @@ def _exit_without_teardown(code) -> None:
     done. Here the atexit functions run and stdout and stderr are flushed as at a normal exit, then
     the process ends at once. Returns (and the caller exits normally) when that would change what
     the exit does: another thread the interpreter would wait for is still running, the code is a
-    message to print, or the streams cannot be flushed (the interpreter reports that)."""
+    message to print or not a status byte, or the streams cannot be flushed (the interpreter
+    reports that)."""
     import atexit
 
     threading = sys.modules.get("threading")
@@ -99,7 +100,7 @@ def _exit_without_teardown(code) -> None:
     if code is None:
         code = 0
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
-    if not isinstance(code, int) or run_exitfuncs is None:
+    if not isinstance(code, int) or not 0 <= code <= 255 or run_exitfuncs is None:
         return
     run_exitfuncs()
     try:
