@@ -29,23 +29,52 @@ _RANGE = re.compile(r"\A([0-9]+)(?:-([0-9]+))?\Z")
 MAX_HOSTS = 1 << 20  # a hostlist naming more hosts than this is a typo ("n[0-99999999]")
 
 
+_MAX_NUMBER = (1 << 32) - 1  # a host number with more digits than this is not a node name's
+# A name as segments: literal text, or a bracket group's ranges as (low, high, width) triples.
+_Name = list["str | list[tuple[int, int, int]]"]
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Slurm's hostlist syntax expanded in order: `gpu[01-03,07],cpu1` -> gpu01 gpu02 gpu03 gpu07 cpu1.
 
     Ranges keep the width of their lower bound (`[08-10]` -> 08 09 10), several bracket groups in
     one name multiply (`r[1-2]n[1-2]` -> r1n1 r1n2 r2n1 r2n2). Raises UsageError for text that is
-    not a hostlist (an unclosed bracket, `[3-1]`, an empty name).
+    not a hostlist (an unclosed bracket, `[3-1]`, an empty name, a number that is not ASCII
+    digits) or that names more than MAX_HOSTS hosts, counted before anything is expanded.
     """
     hosts: list[str] = []
+    for name in _parse_hostlist(text):
+        names = [""]
+        for segment in name:
+            if isinstance(segment, str):
+                names = [n + segment for n in names]
+            else:
+                suffixes = [str(i).zfill(width) for low, high, width in segment for i in range(low, high + 1)]
+                names = [n + s for n in names for s in suffixes]
+        hosts.extend(names)
+    return hosts
+
+
+def first_host(text: str) -> str:
+    """The first host of a hostlist (`gpu[01-04]` -> gpu01), with the checks of expand_hostlist
+    and without expanding the rest: the master address needs only this one."""
+    return "".join(s if isinstance(s, str) else str(s[0][0]).zfill(s[0][2]) for s in _parse_hostlist(text)[0])
+
+
+def _parse_hostlist(text: str) -> list[_Name]:
+    """Every name of a hostlist as segments, checked, and the hosts they make counted (not listed)."""
+    parsed: list[_Name] = []
+    count = 0
     for entry in _split_outside_brackets(text):
         if not entry:
             raise UsageError(f"hostlist {text!r} has an empty entry; write names separated by single commas")
-        names = [""]
+        name: _Name = []
+        hosts = 1
         rest = entry
         while rest:
             open_at = rest.find("[")
             if open_at < 0:
-                names = [n + rest for n in names]
+                name.append(rest)
                 break
             close_at = rest.find("]", open_at)
             if close_at < 0:
@@ -53,16 +82,18 @@ def expand_hostlist(text: str) -> list[str]:
             prefix, body, rest = rest[:open_at], rest[open_at + 1:close_at], rest[close_at + 1:]
             if "]" in prefix:
                 raise UsageError(f"hostlist {text!r}: ']' without '[' in {entry!r}")
-            suffixes = _expand_brackets(body, text)
-            if len(names) * len(suffixes) > MAX_HOSTS:
+            ranges = _ranges(body, text)
+            hosts *= sum(high - low + 1 for low, high, _ in ranges)
+            if count + hosts > MAX_HOSTS:
                 raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
-            names = [n + prefix + s for n in names for s in suffixes]
+            name += [prefix, ranges] if prefix else [ranges]
         if "]" in rest:
             raise UsageError(f"hostlist {text!r}: ']' without '[' in {entry!r}")
-        hosts.extend(names)
-        if len(hosts) > MAX_HOSTS:
+        count += hosts
+        if count > MAX_HOSTS:
             raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
-    return hosts
+        parsed.append(name)
+    return parsed
 
 
 def _split_outside_brackets(text: str) -> list[str]:
@@ -81,21 +112,21 @@ def _split_outside_brackets(text: str) -> list[str]:
     return entries
 
 
-def _expand_brackets(body: str, text: str) -> list[str]:
-    out: list[str] = []
+def _ranges(body: str, text: str) -> list[tuple[int, int, int]]:
+    """A bracket group's `01-04,07` as (low, high, width) triples; numbers read by ascii_number."""
+    out: list[tuple[int, int, int]] = []
     for part in body.split(","):
         m = _RANGE.match(part.strip())
         if not m:
             raise UsageError(f"hostlist {text!r}: {part!r} is not a number or a range like 01-04")
         low_text, high_text = m.group(1), m.group(2)
-        low = int(low_text)
-        high = low if high_text is None else int(high_text)
+        low = ascii_number(low_text, _MAX_NUMBER)
+        high = low if high_text is None else ascii_number(high_text, _MAX_NUMBER)
+        if low is None or high is None:
+            raise UsageError(f"hostlist {text!r}: {part.strip()[:40]!r} has a host number above {_MAX_NUMBER}")
         if high < low:
             raise UsageError(f"hostlist {text!r}: range {part!r} runs backwards")
-        if high - low + len(out) >= MAX_HOSTS:
-            raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
-        width = len(low_text)
-        out.extend(str(i).zfill(width) for i in range(low, high + 1))
+        out.append((low, high, len(low_text)))
     return out
 
 
@@ -106,13 +137,19 @@ class SlurmNode:
     job_id: str
     nnodes: int | None
     node_rank: int | None
-    hosts: tuple[str, ...]  # the expanded node list, in Slurm's order
+    nodelist: str  # Slurm's node list as it gave it (`gpu[01-04]`), checked; "" when it gave none
     nproc_per_node: int  # GPUs on this node, else tasks per node, else 1
     nproc_source: str  # the variable nproc_per_node came from ("" for the default 1)
 
     @property
     def master_addr(self) -> str | None:
-        return self.hosts[0] if self.hosts else None
+        """The first node: the only one a launcher needs, found without expanding the list."""
+        return first_host(self.nodelist) if self.nodelist else None
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every node, in Slurm's order (expanded on each call)."""
+        return tuple(expand_hostlist(self.nodelist)) if self.nodelist else ()
 
 
 def slurm_node(environ: Mapping[str, str]) -> SlurmNode | None:
@@ -122,11 +159,12 @@ def slurm_node(environ: Mapping[str, str]) -> SlurmNode | None:
         return None
     nnodes = _first_int(environ, _NODE_COUNT_VARS)
     node_rank = _first_int(environ, ("SLURM_NODEID",))
-    hosts: tuple[str, ...] = ()
+    nodelist = ""
     for var in _NODE_LIST_VARS:
         if environ.get(var):
+            nodelist = environ[var]
             try:
-                hosts = tuple(expand_hostlist(environ[var]))
+                first_host(nodelist)  # checked here, so the error names the variable
             except UsageError as exc:
                 raise UsageError(f"{var}: {exc}") from None
             break
@@ -136,7 +174,7 @@ def slurm_node(environ: Mapping[str, str]) -> SlurmNode | None:
         if value:
             nproc, source = value, var
             break
-    return SlurmNode(job_id, nnodes, node_rank, hosts, nproc, source)
+    return SlurmNode(job_id, nnodes, node_rank, nodelist, nproc, source)
 
 
 def _first_int(environ: Mapping[str, str], names) -> int | None:
@@ -280,5 +318,5 @@ def _tasks_on_node(environ: Mapping[str, str]) -> int | None:
     return None
 
 
-__all__ = ["expand_hostlist", "SlurmNode", "slurm_node", "FromSlurm", "run_defaults", "launch_defaults",
+__all__ = ["expand_hostlist", "first_host", "SlurmNode", "slurm_node", "FromSlurm", "run_defaults", "launch_defaults",
            "default_master_port", "task_env"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.slurm import (default_master_port, expand_hostlist, launch_defaults, run_defaults, slurm_node,
+from launcher.slurm import (MAX_HOSTS, default_master_port, expand_hostlist, first_host, launch_defaults,
+                            run_defaults, slurm_node,
                             task_env)
 from topo.errors import UsageError
 
@@ -49,8 +51,38 @@ def test_hostlist_expands_like_scontrol(text, hosts):
     ("n[0-99999999]", "more than"),
 ])
 def test_bad_hostlists_are_named(text, words):
-    with pytest.raises(UsageError, match=words.replace("[", r"\[").replace("]", r"\]")):
-        expand_hostlist(text)
+    for read in (expand_hostlist, first_host):
+        with pytest.raises(UsageError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            read(text)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("n[\u0661-\u0663]", "is not a number or a range"),  # int() reads ARABIC-INDIC digits
+    ("n[1-\u00b2]", "is not a number or a range"),  # and raises a ValueError on "²"
+    ("n[1_0]", "is not a number or a range"),
+    ("n[" + "9" * 5000 + "]", "has a host number above 4294967295"),  # int(): a ValueError past 4300 digits
+    ("n[0-99999999999]", "has a host number above 4294967295"),
+    ("n[0-4294967295]", f"names more than {MAX_HOSTS} hosts"),
+    ("r[0-1024]n[0-1023]", f"names more than {MAX_HOSTS} hosts"),  # counted, not listed
+    (",".join(f"n[0-{(1 << 19) - 1}]" for _ in range(3)), f"names more than {MAX_HOSTS} hosts"),
+])
+def test_hostlist_numbers_are_ascii_and_bounded(text, words):
+    for read in (expand_hostlist, first_host):
+        with pytest.raises(UsageError, match=re.escape(words)):
+            read(text)
+
+
+@pytest.mark.parametrize("text", ["vm", "gpu[07-09,01]x,b", "a[1]-ib,b", "r[1-2]n[08-10]", "n[000-1048574]"])
+def test_first_host_is_the_first_expanded(text):
+    assert first_host(text) == expand_hostlist(text)[0]
+
+
+def test_master_addr_does_not_expand_the_node_list(monkeypatch):
+    monkeypatch.setattr("launcher.slurm.expand_hostlist", lambda text: pytest.fail("expanded"))
+    node = slurm_node({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "r[0-1023]n[0000-1022],login1"})
+    assert node.master_addr == "r0n0000"
+    with pytest.raises(UsageError, match="SLURM_JOB_NODELIST: hostlist 'n\\[\u0661\\]': '\u0661' is not a number"):
+        slurm_node({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[\u0661]"})
 
 
 # ------------------------------------------------------------------ values from the environment
