@@ -45,15 +45,34 @@ class StopReport:
         return 1 if self.survivors else 0
 
 
+def record_path(log_dir: str) -> str:
+    """`log_dir`/launch.json, or the one job record below it where topo run keeps it
+    (LOG_DIR/<run id>_<random>/attempt_<n>/launch.json); UsageError when several are there."""
+    path = os.path.join(log_dir, LAUNCH_JSON)
+    if os.path.lexists(path) or not os.path.isdir(log_dir):
+        return path
+    import glob
+
+    found = glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*", LAUNCH_JSON))
+    if len(found) > 1:
+        newest = max(found, key=lambda f: os.stat(f).st_mtime)
+        raise UsageError(f"{len(found)} job records below {log_dir} (topo run attempts): give the directory "
+                         f"of one, the newest is {os.path.dirname(newest)}")
+    return found[0] if found else path
+
+
 def read_record(log_dir: str) -> dict:
     """The job record in `log_dir`; UsageError naming the file when it is missing or not one."""
-    path = os.path.join(log_dir, LAUNCH_JSON)
+    path = record_path(log_dir)
     try:
         with open(path) as fh:
             data = json.load(fh)
     except FileNotFoundError:
         raise UsageError(f"no job record, {path} does not exist: give the --log_dir of a job started by "
-                         "topo launch") from None
+                         "topo launch or topo run") from None
+    except NotADirectoryError:
+        raise UsageError(f"no job record, {log_dir} is not a directory: give the --log_dir of a job started "
+                         "by topo launch or topo run") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"unreadable job record, {path}: {exc}; was it written by topo launch?") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("processes"), list):

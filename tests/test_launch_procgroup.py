@@ -231,7 +231,12 @@ def test_topo_stop_errors_are_one_line(dirs):
     s = topo("stop", str(logs), cwd=cwd)
     assert s.returncode == 2 and s.stderr == (
         f"topo: error: no job record, {logs / 'launch.json'} does not exist: give the --log_dir of a job "
-        "started by topo launch\n")
+        "started by topo launch or topo run\n")
+    (cwd / "a-file").write_text("")
+    s = topo("stop", str(cwd / "a-file"), cwd=cwd)
+    assert s.returncode == 2 and s.stderr == (
+        f"topo: error: no job record, {cwd / 'a-file'} is not a directory: give the --log_dir of a job "
+        "started by topo launch or topo run\n")
     logs.mkdir()
     (logs / "launch.json").write_text('{"schema": "other"}')
     s = topo("stop", str(logs), cwd=cwd)

@@ -1,4 +1,4 @@
-"""`topo stop`: stop a job `topo launch` started, from the launch.json in its log directory."""
+"""`topo stop`: stop a job `topo launch` or `topo run` started, from the launch.json of its log directory."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from topo_cli.numbers import SECONDS
 @click.option("--grace-period", "--grace_period", "grace_period", type=SECONDS, default=None,
               help="Seconds between SIGTERM and SIGKILL [default: the job's own --grace-period].")
 def stop(log_dir, grace_period):
-    """Stop the job whose launch.json is in LOG_DIR: SIGTERM to every process it started and to
-    whatever they started (daemons included), SIGKILL after the grace period.
+    """Stop the job whose launch.json is in LOG_DIR (for topo run, in LOG_DIR/<run>/attempt_<n>/):
+    SIGTERM to every process it started and to whatever they started (daemons included), SIGKILL
+    after the grace period.
 
     A pid is signalled only while it still names the process that was started (its start time is
     checked), so a pid the system has given to another program since is left alone.

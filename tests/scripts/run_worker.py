@@ -7,7 +7,8 @@ pid, affinity), prints one line to stdout and one to stderr, then:
 - fail: rank 1 exits 3 on every attempt;
 - sleep: sleeps until it is killed;
 - daemon: leaves a daemonised grandchild (double fork, own session) sleeping, writes its pid to
-  OUT_DIR/daemon<RANK>.pid, and exits 0.
+  OUT_DIR/daemon<RANK>.pid, and exits 0;
+- daemon+sleep: leaves that daemon, then sleeps until it is killed.
 """
 import json
 import os
@@ -32,7 +33,7 @@ if action in ("fail", "fail-once") and rank == "1" and (action == "fail" or atte
     while not all(map(os.path.exists, wanted)) and time.monotonic() < deadline:
         time.sleep(0.01)
     sys.exit(3)
-if action == "daemon":
+if action in ("daemon", "daemon+sleep"):
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
@@ -44,6 +45,6 @@ if action == "daemon":
     deadline = time.monotonic() + 10
     while not os.path.exists(os.path.join(out_dir, f"daemon{rank}.pid")) and time.monotonic() < deadline:
         time.sleep(0.01)
-if action == "sleep":
+if action in ("sleep", "daemon+sleep"):
     while True:
         time.sleep(1)
