@@ -80,3 +80,12 @@ def test_the_examples_of_show_capture_plan_and_validate_work(tmp_path, monkeypat
             ran.append(args[0])
     assert set(ran) == set(RUNNABLE), ran
     assert (tmp_path / "bind.json").exists() and (tmp_path / "plan.html").exists()
+
+
+def test_an_output_file_in_a_missing_directory_is_refused_and_nothing_is_created(tmp_path):
+    # as lstopo does: the directory of an output file must exist
+    target = tmp_path / "missing" / "m.txt"
+    result = CliRunner().invoke(main, ["show", "--output", str(target)])
+    assert result.exit_code != 0
+    assert result.output.startswith("topo: error: cannot write ") and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "missing").exists()

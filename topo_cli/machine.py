@@ -11,7 +11,6 @@ the command line is refused.
 from __future__ import annotations
 
 import functools
-import os
 
 import click
 from click.core import ParameterSource
@@ -59,9 +58,9 @@ class MachineSource:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write a command's output file (bind JSON, picture, machine), creating its directory."""
+    """Write a command's output file (bind JSON, picture, machine); its directory must exist, as
+    lstopo's output file's must (nothing is created but the file)."""
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as exc:
