@@ -471,20 +471,20 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
             modules.append((name, known[1], cpuset))
         procs.append(ProcessBinding.from_parsed(job.key(r), modules=modules, local_rank=r,
                                                 memory=entries[mem] if mem in entries else
-                                                entries.setdefault(mem, _memory_entry(mem, options))))
+                                                entries.setdefault(mem, memory_entry(mem, options))))
     if options.modules or options.scheduler_range:
         procs.append(_scheduler(cpus, orders, options, resources, warnings))
     return finish(procs, cpu_mode="cpu", options=options, resources=resources, warnings=warnings)
 
 
-def _memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, CpuSet] | None:
+def memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, CpuSet] | None:
     """Memory nodes as written: all of them (numa), the first (preferred: one node), or none."""
     if options.memory == "none":
         return None
-    return _nodes_entry(nodes if options.memory == "numa" else nodes[:1])
+    return nodes_entry(nodes if options.memory == "numa" else nodes[:1])
 
 
-def _nodes_entry(nodes: Sequence[int]) -> tuple[int | str, CpuSet] | None:
+def nodes_entry(nodes: Sequence[int]) -> tuple[int | str, CpuSet] | None:
     """A memory or cpu-node entry for `ProcessBinding.from_parsed`: its JSON value and its set."""
     if not nodes:
         return None

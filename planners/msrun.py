@@ -37,7 +37,7 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from planners.bindplan import BindPlan, ProcessBinding
-from planners.core import PSEUDO_NODE, Job, AllowedResources, Options, _memory_entry, _nodes_entry, build_plan, finish
+from planners.core import PSEUDO_NODE, Job, AllowedResources, Options, memory_entry, nodes_entry, build_plan, finish
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -124,8 +124,8 @@ def _bind_numa(resources: AllowedResources, job: Job, options: Options) -> BindP
                                      available=available)
         warnings += more
         nodes = [mapping[d] for d in job.devices]
-    procs = [ProcessBinding.from_parsed(job.key(r), cpu_nodes=_nodes_entry((nodes[r],)), local_rank=r,
-                                        memory=_memory_entry((nodes[r],), options))
+    procs = [ProcessBinding.from_parsed(job.key(r), cpu_nodes=nodes_entry((nodes[r],)), local_rank=r,
+                                        memory=memory_entry((nodes[r],), options))
              for r in range(job.nproc)]
     return finish(procs, cpu_mode="numa", options=options, resources=resources, warnings=warnings)
 

@@ -23,7 +23,7 @@ from html import escape
 
 from topo.cpuset import EMPTY, CpuSet, union_all
 from topo.model import Device, Topology
-from topo.render import _Node, _fmt_size, build_tree
+from topo.render import TreeNode, format_size, build_tree
 
 # ---- the overlay ---------------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ class _Box:
     header: str = ""
     os_index: int | None = None  # PU number for PUs
     children: list["_Box"] = field(default_factory=list)
-    memory: list[tuple[_Node, list[Device]]] = field(default_factory=list)
+    memory: list[tuple[TreeNode, list[Device]]] = field(default_factory=list)
     x: float = 0.0
     y: float = 0.0
     w: float = 0.0
@@ -154,13 +154,13 @@ class _Box:
     private: list[str] = field(default_factory=list)  # caches private to this core
 
 
-def _label(node: _Node) -> str:
+def _label(node: TreeNode) -> str:
     """'Package P#0 "EPYC"', 'L3 (16MiB)': the tree label without the logical index."""
     kind = node.kind
     return f"{kind} {node.detail}".strip() if node.detail else kind
 
 
-def _short(node: _Node) -> str:
+def _short(node: TreeNode) -> str:
     """A header's part: 'Package P#0', 'L3 16MiB' (the model name and other details stay in the
     tooltip)."""
     if _is_cache(node):
@@ -171,11 +171,11 @@ def _short(node: _Node) -> str:
     return node.kind
 
 
-def _is_cache(node: _Node) -> bool:
+def _is_cache(node: TreeNode) -> bool:
     return node.kind[:1] == "L" and node.kind[1:2].isdigit()
 
 
-def _convert(node: _Node, devices_by_node: dict[int, list[Device]]) -> _Box:
+def _convert(node: TreeNode, devices_by_node: dict[int, list[Device]]) -> _Box:
     """The render tree as boxes: same-cpuset chains merged into one box, caches private to a core
     folded into it, and the objects of each NUMA node gathered in a box of their own when the tree
     has none (NPS4 EPYC nodes split a package without a die or cache to match)."""
@@ -336,7 +336,7 @@ def _measure(box: _Box, pu_w: float) -> None:
     box.h = top + mem_h + grid_h + PAD
 
 
-def _bar_text(node: _Node) -> str:
+def _bar_text(node: TreeNode) -> str:
     return _label(node).replace("(", "").replace(")", "").replace("local=", "")
 
 
@@ -413,13 +413,13 @@ def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool
     root = _convert(tree, devices_by_node)
     root.kind = "Machine"
     total = sum(n.local_memory for n in topology.numa_nodes)
-    machine = "Machine" + (f" ({_fmt_size(total)} total)" if total else "") + \
+    machine = "Machine" + (f" ({format_size(total)} total)" if total else "") + \
         (f" {tree.detail}" if tree.detail else "")
     root.header = machine + root.header.removeprefix("Machine")
     root.title = machine + root.title.removeprefix(_label(tree))
     _note_private_caches(root)
     if loose:
-        root.memory.append((_Node("Devices", "not local to a NUMA node", EMPTY, 0), loose))
+        root.memory.append((TreeNode("Devices", "not local to a NUMA node", EMPTY, 0), loose))
     pu_w = _pu_w(topology, paint)
     _measure(root, pu_w)
     _place(root, 8, 8)

@@ -16,7 +16,7 @@ from topo.model import Topology
 _RANK = {"Machine": 0, "Package": 1, "Die": 2, "Group": 3, "Cluster": 4, "Cache": 5, "Core": 9, "PU": 10}
 
 
-class _Node:
+class TreeNode:
     """One line of the tree and the lines below it (a plain class: a dataclass here would cost
     more at import than building the tree of a small machine)."""
 
@@ -29,14 +29,15 @@ class _Node:
         self.cpuset = cpuset
         self.rank = rank
         self.os_index = os_index
-        self.children: list[_Node] = []
-        self.memory: list[_Node] = []
+        self.children: list[TreeNode] = []
+        self.memory: list[TreeNode] = []
         self.extras: list[str] = []
         self.label = ""
         self.numa_members: tuple[int, ...] = ()  # a Group's NUMA nodes
 
 
-def _fmt_size(n: int) -> str:
+def format_size(n: int) -> str:
+    """Bytes as the tree shows them: 512B, 48KiB, 1.5MiB, 768GiB."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
             value = n / (1 << shift)
@@ -50,38 +51,39 @@ def _pindex(os_index: int | None, rest: str = "") -> str:
     return f"({inner})" if inner else ""
 
 
-def _cpu_objects(t: Topology) -> list[_Node]:
-    objs: list[_Node] = []
+def _cpu_objects(t: Topology) -> list[TreeNode]:
+    objs: list[TreeNode] = []
     for p in t.packages:
-        objs.append(_Node("Package", _pindex(p.os_index, f'"{p.model}"' if p.model else ""), p.cpuset, _RANK["Package"]))
+        model = f'"{p.model}"' if p.model else ""
+        objs.append(TreeNode("Package", _pindex(p.os_index, model), p.cpuset, _RANK["Package"]))
     for d in t.dies:
-        objs.append(_Node("Die", _pindex(d.os_index), d.cpuset, _RANK["Die"]))
+        objs.append(TreeNode("Die", _pindex(d.os_index), d.cpuset, _RANK["Die"]))
     for g in t.groups:
-        node = _Node("Group", "", g.cpuset, _RANK["Group"])
+        node = TreeNode("Group", "", g.cpuset, _RANK["Group"])
         node.numa_members = g.numa_nodes
         objs.append(node)
     for c in t.clusters:
-        objs.append(_Node("Cluster", _pindex(c.os_index), c.cpuset, _RANK["Cluster"]))
+        objs.append(TreeNode("Cluster", _pindex(c.os_index), c.cpuset, _RANK["Cluster"]))
     for c in t.caches:
         if c.type == "instruction":
             continue  # instruction caches do not nest; lstopo draws them beside the L1d
         # Higher-level caches sit above lower ones with the same cpuset.
-        objs.append(_Node(c.label, f"({_fmt_size(c.size)})", c.cpuset, _RANK["Cache"] + (4 - c.level)))
+        objs.append(TreeNode(c.label, f"({format_size(c.size)})", c.cpuset, _RANK["Cache"] + (4 - c.level)))
     for c in t.cores:
-        objs.append(_Node("Core", _pindex(c.os_index), c.cpuset, _RANK["Core"]))
+        objs.append(TreeNode("Core", _pindex(c.os_index), c.cpuset, _RANK["Core"]))
     for pu in t.pus:
-        objs.append(_Node("PU", _pindex(pu), CpuSet([pu]), _RANK["PU"]))
+        objs.append(TreeNode("PU", _pindex(pu), CpuSet([pu]), _RANK["PU"]))
     return objs
 
 
-def build_tree(t: Topology) -> _Node:
+def build_tree(t: Topology) -> TreeNode:
     about = [t.info.get("architecture", ""), t.info.get("hostname", ""),
              f"cgroup={t.info['linux_cgroup']}" if t.info.get("linux_cgroup", "/") != "/" else ""]
-    machine = _Node("Machine", " ".join(x for x in about if x), t.pus, _RANK["Machine"])
+    machine = TreeNode("Machine", " ".join(x for x in about if x), t.pus, _RANK["Machine"])
     objs = _cpu_objects(t)
     # Parents before children: bigger sets first, then higher types.
     objs.sort(key=lambda o: (-o.cpuset.weight(), o.rank, o.cpuset.first()))
-    deepest: dict[int, _Node] = {}  # PU -> deepest object placed so far that covers it
+    deepest: dict[int, TreeNode] = {}  # PU -> deepest object placed so far that covers it
     for obj in objs:
         parent = deepest.get(obj.cpuset.first(), machine) if obj.cpuset else machine
         parent.children.append(obj)
@@ -92,9 +94,9 @@ def build_tree(t: Topology) -> _Node:
 
     numa_by_index = {}
     for node in t.numa_nodes:
-        mem = f"local={_fmt_size(node.local_memory)}" if node.local_memory else ""
+        mem = f"local={format_size(node.local_memory)}" if node.local_memory else ""
         notes = " ".join(x for x in (mem, "memory-only" if node.memory_only else "", node.subtype or "") if x)
-        numa = _Node("NUMANode", _pindex(node.os_index, notes), node.locality, 0, node.os_index)
+        numa = TreeNode("NUMANode", _pindex(node.os_index, notes), node.locality, 0, node.os_index)
         numa_by_index[node.os_index] = numa
         _attach_memory(machine, numa)
     for dev in t.devices:
@@ -108,7 +110,7 @@ def build_tree(t: Topology) -> _Node:
     return machine
 
 
-def _attach_memory(machine: _Node, numa: _Node) -> None:
+def _attach_memory(machine: TreeNode, numa: TreeNode) -> None:
     best = machine
     if numa.cpuset:
         exact = None
@@ -129,17 +131,17 @@ def _attach_memory(machine: _Node, numa: _Node) -> None:
     best.memory.append(numa)
 
 
-def _walk(node: _Node):
+def _walk(node: TreeNode):
     yield node
     for child in node.children:
         yield from _walk(child)
 
 
-def _number(machine: _Node) -> None:
+def _number(machine: TreeNode) -> None:
     """Logical indices in tree order (memory children first, as lstopo lists them)."""
     counters: dict[str, int] = {}
 
-    def visit(node: _Node) -> None:
+    def visit(node: TreeNode) -> None:
         for mem in node.memory:
             visit(mem)
         if node.kind == "Machine":
@@ -157,7 +159,7 @@ def _number(machine: _Node) -> None:
 def render_text(t: Topology) -> str:
     lines: list[str] = []
 
-    def emit(node: _Node, depth: int) -> None:
+    def emit(node: TreeNode, depth: int) -> None:
         pad = "  " * depth
         lines.append(pad + node.label)
         for mem in node.memory:

@@ -28,7 +28,7 @@ from topo.cpuset import ascii_number
 from topo.errors import UsageError
 from topo.model import Device, Topology
 from topo.probes.devices import ACCELERATOR_KINDS
-from topo.probes.sysfs import _bus_key
+from topo.probes.sysfs import bus_key
 
 _INDEX = re.compile(r"\A[+-]?[0-9]+\Z")  # ASCII digits only: int() would also read "١" as 1
 
@@ -96,7 +96,7 @@ def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None)
 
 
 def _bus_order(devices: list[Device]) -> list[Device]:
-    return sorted(devices, key=lambda d: (_bus_key(d.busid) if d.busid else (1 << 33, 0, 0, 0), d.index))
+    return sorted(devices, key=lambda d: (bus_key(d.busid) if d.busid else (1 << 33, 0, 0, 0), d.index))
 
 
 def _cuda(gpus: list[Device], migs: list[Device], env: Mapping[str, str]) -> list[Device]:

@@ -518,8 +518,8 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
     hierarchy comes from the bridges' bus ranges in config space.
     """
     functions = []
-    for busid in sorted(fs.listdir(PCI), key=_bus_key):
-        key = _bus_key(busid)
+    for busid in sorted(fs.listdir(PCI), key=bus_key):
+        key = bus_key(busid)
         if key[0] > 0xFFFFFFFF:
             continue  # not a bus id
         d = f"{PCI}/{busid}"
@@ -597,7 +597,8 @@ def _natural(name: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
-def _bus_key(busid: str):
+def bus_key(busid: str) -> tuple[int, int, int, int]:
+    """Sort key of a PCI bus id "dddd:bb:dd.f": (domain, bus, device, function), an unreadable id last."""
     try:
         dom, bus, rest = busid.split(":")
         dev, fn = rest.split(".")
