@@ -117,7 +117,7 @@ def test_tool_outputs_are_stored_under_documented_names(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, code, words", [
     (["capture", "machine.zip"], 2, "name the archive FILE.tar.gz"),
     (["capture", "/nonexistent/dir/m.tar.gz"], 1, "cannot write /nonexistent/dir/m.tar.gz"),
-    (["show", "--root", sys.executable], 1, "not a topo capture archive"),
+    (["show", "--root", sys.executable], 2, "not a topo capture archive"),
 ])
 def test_errors_are_one_line(args, code, words):
     result = run(*args)

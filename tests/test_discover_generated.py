@@ -348,7 +348,7 @@ def test_garbage_file_is_an_error_naming_the_file(tmp_path, rel, content):
     assert content.split()[-1][:3] in str(err.value)  # and quotes what it found
 
     result = show(root, "--json")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a root the user named is input
     assert result.stdout == ""
     assert result.stderr.startswith("topo: error: ") and str(target) in result.stderr
     assert "Traceback" not in result.output
@@ -412,7 +412,7 @@ def check_refused(root: Path, target: Path) -> None:
         topo.discover(root)
     assert str(target) in str(err.value)
     result = show(root)
-    assert result.exit_code == 1 and str(target) in result.stderr
+    assert result.exit_code == 2 and str(target) in result.stderr
 
 
 def test_unlistable_directory_is_an_error_naming_it(tmp_path):

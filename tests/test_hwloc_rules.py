@@ -301,7 +301,7 @@ def test_damaged_node_cpumap_is_an_error_naming_it(tmp_path, damage):
         topo.discover(root)
     assert str(named) in str(err.value) and "capture the machine again" in str(err.value)
     result = CliRunner().invoke(main, ["show", "--root", str(root)])
-    assert result.exit_code == 1 and result.stdout == ""
+    assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith("topo: error: ") and str(named) in result.stderr
     assert "Traceback" not in result.output
 
@@ -321,7 +321,7 @@ def test_absurd_cpu_or_node_number_is_an_error_naming_it(tmp_path, entry):
         topo.discover(root)
     assert str(root / entry) in str(err.value) and "exceeds" in str(err.value)
     result = CliRunner().invoke(main, ["show", "--root", str(root)])
-    assert result.exit_code == 1 and str(root / entry) in result.stderr and "Traceback" not in result.output
+    assert result.exit_code == 2 and str(root / entry) in result.stderr and "Traceback" not in result.output
 
 
 # ---- ordinary shapes: topo and lstopo agree object for object ----------------------------

@@ -159,7 +159,7 @@ def test_bad_files_give_one_line_errors(tmp_path, content, message):
     bad = tmp_path / "bad.txt"
     bad.write_text(content)
     result = CliRunner().invoke(cli, ["show", "--from", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a file the user named is input
     assert result.output.startswith("topo: error: ") and message in result.output
     assert result.output.count("\n") == 1
 

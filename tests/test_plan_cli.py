@@ -43,7 +43,7 @@ def test_list_modes_one_line_each():
 
 
 def test_plan_exclusive_to_file_then_validate(dgx, tmp_path):
-    out = tmp_path / "sub" / "bind.json"
+    out = tmp_path / "bind.json"
     result = run("plan", "--mode", "exclusive", "--topology", dgx, "-o", str(out))
     assert result.exit_code == 0 and result.output == ""
     data = json.loads(out.read_text())

@@ -47,14 +47,24 @@ class MachineSource:
         self.root, self.file = root, file
 
     def load(self, *, include_disallowed: bool = False, probes=None):
-        """The Topology: read from the file, else discovered below the root (this machine by default)."""
-        if self.file is not None:
-            from topo.loader import load_topology
+        """The Topology: read from the file, else discovered below the root (this machine by default).
 
-            return load_topology(self.file)
-        from topo.discovery import discover
+        A file or root the user named that cannot be read is bad input (exit 2); this machine's own
+        /sys or /proc that cannot be read is a runtime failure (exit 1)."""
+        from topo.errors import ProbeError
 
-        return discover(self.root, include_disallowed=include_disallowed, probes=probes)
+        try:
+            if self.file is not None:
+                from topo.loader import load_topology
+
+                return load_topology(self.file)
+            from topo.discovery import discover
+
+            return discover(self.root, include_disallowed=include_disallowed, probes=probes)
+        except ProbeError as exc:
+            if self.file is not None or self.root is not None:
+                exc.exit_code = 2
+            raise
 
 
 def write_text(path: str, text: str) -> None:
