@@ -15,6 +15,8 @@ launcher.bindcmd, `topo run` launcher.torchrun) does not import the planner, the
 the supervisor of `topo launch` as well.
 """
 
+from topo.lazy import lazy_exports
+
 __all__ = ["LaunchConfig", "LaunchError", "LaunchResult", "launch"]
 
 _LAZY = {
@@ -25,16 +27,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'launcher' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -5,6 +5,7 @@ which imports the package first) does not pay for discovery and the model until 
 """
 
 from topo.errors import ParseError, ProbeError, TopoError, UsageError
+from topo.lazy import lazy_exports
 
 __all__ = ["CpuSet", "Topology", "discover", "load_topology", "set_affinity", "TopoError", "ParseError", "ProbeError",
            "UsageError"]
@@ -19,16 +20,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'topo' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

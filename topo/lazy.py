@@ -1,0 +1,25 @@
+"""Public names of a package imported on first use (PEP 562 module `__getattr__` and `__dir__`)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def lazy_exports(package: str, table: dict[str, str]):
+    """`__getattr__` and `__dir__` for `package`, where `table` maps each public name to the module
+    defining it; a name is imported when first read, then kept in the package's namespace."""
+    namespace = sys.modules[package].__dict__
+
+    def __getattr__(name: str):
+        module = table.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib
+
+        value = namespace[name] = getattr(importlib.import_module(module), name)
+        return value
+
+    def __dir__():
+        return sorted(set(namespace) | set(table))
+
+    return __getattr__, __dir__
