@@ -17,6 +17,7 @@ prints its own report; whatever is left after it exits is stopped here.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -24,9 +25,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from launcher.supervisor import LAUNCH_JSON, SCHEMA
+from topo.cpuset import MAX_SECONDS, excerpt
 from topo.errors import TopoError, UsageError
 
 POLL_INTERVAL = 0.02
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no pid is larger
 
 
 class StopError(TopoError):
@@ -61,9 +64,10 @@ def record_path(log_dir: str) -> str:
     return found[0] if found else path
 
 
-def read_record(log_dir: str) -> dict:
-    """The job record in `log_dir`; UsageError naming the file when it is missing or not one."""
-    path = record_path(log_dir)
+def read_record(log_dir: str, path: str | None = None) -> dict:
+    """The job record in `log_dir` (at `path`, when record_path has found it already); UsageError
+    naming the file when it is missing or not one."""
+    path = path or record_path(log_dir)
     try:
         with open(path) as fh:
             data = json.load(fh)
@@ -78,7 +82,51 @@ def read_record(log_dir: str) -> dict:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("processes"), list):
         raise UsageError(f"not a job record of this topo, {path}: expected schema {SCHEMA!r}; "
                          "stop the processes by hand (the file lists their pids)")
+    for entry in data["processes"]:
+        if not isinstance(entry, dict):
+            raise UsageError(f"bad job record, {path}: a process entry is {excerpt(repr(entry))}, not an object; "
+                             "stop the processes by hand")
+        _check(path, entry, "pid", _is_pid)
+        _check(path, entry, "create_time", _is_time)
+    _check(path, data, "launcher_pid", _is_pid)
+    _check(path, data, "launcher_create_time", _is_time)
     return data
+
+
+def _is_number(value) -> bool:
+    # json reads Infinity and NaN too; bool is an int to isinstance
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_pid(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= PID_MAX
+
+
+def _is_time(value) -> bool:
+    return _is_number(value) and value >= 0
+
+
+def _check(path: str, data: dict, key: str, valid: Callable) -> None:
+    """A recorded pid or start time is absent (null) or valid; anything else (a hand-edited record)
+    is a UsageError naming the file, before anything is signalled: a NaN start time would match
+    every process, a pid of -1 would reach kill()."""
+    value = data.get(key)
+    if value is not None and not valid(value):
+        what = f"process id from 1 to {PID_MAX}" if valid is _is_pid else "start time in seconds since the epoch"
+        raise UsageError(f"bad job record, {path}: {key} {excerpt(repr(value))} is not a {what}; "
+                         "stop the processes by hand")
+
+
+def _grace(path: str, data: dict) -> float:
+    """The job's own grace period, 5 s if the record has none; a UsageError naming the file when it
+    is not a number of seconds up to MAX_SECONDS (json reads Infinity: topo stop would never end)."""
+    value = data.get("grace_period")
+    if value is None:
+        return 5.0
+    if not (_is_number(value) and 0 <= value <= MAX_SECONDS):
+        raise UsageError(f"bad job record, {path}: grace_period {excerpt(repr(value))} is not a number of seconds "
+                         f"from 0 to {MAX_SECONDS}; give topo stop --grace-period SECONDS")
+    return float(value)
 
 
 def stop_job(log_dir: str, *, grace_period: float | None = None,
@@ -87,8 +135,9 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
     (default: the job's own --grace-period), SIGKILL what is left, and say what was stopped."""
     import psutil
 
-    data = read_record(log_dir)
-    grace = float(data.get("grace_period", 5.0) if grace_period is None else grace_period)
+    path = record_path(log_dir)
+    data = read_record(log_dir, path)
+    grace = _grace(path, data) if grace_period is None else float(grace_period)
     job_id = str(data.get("job_id", ""))
     report = StopReport()
 

@@ -243,6 +243,53 @@ def test_topo_stop_errors_are_one_line(dirs):
     assert s.returncode == 2 and s.stderr.count("\n") == 1 and "not a job record of this topo" in s.stderr
 
 
+NAN, INF = float("nan"), float("inf")  # json.dumps writes NaN and Infinity, json.load reads them back
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"grace_period": INF}, "grace_period inf is not a number of seconds from 0 to 604800; "
+                            "give topo stop --grace-period SECONDS"),
+    ({"grace_period": NAN}, "grace_period nan is not a number of seconds"),
+    ({"grace_period": 1e300}, "grace_period 1e+300 is not a number of seconds"),
+    ({"grace_period": "10"}, "grace_period '10' is not a number of seconds"),
+    ({"create_time": NAN}, "create_time nan is not a start time in seconds since the epoch"),
+    ({"pid": -1}, "pid -1 is not a process id from 1 to 4194304"),
+    ({"pid": True}, "pid True is not a process id"),
+    ({"launcher_create_time": NAN}, "launcher_create_time nan is not a start time"),
+    ({"processes": ["rank 0"]}, "a process entry is 'rank 0', not an object"),
+], ids=["grace-inf", "grace-nan", "grace-huge", "grace-text", "start-nan", "pid-negative", "pid-bool",
+        "launcher-start-nan", "entry-text"])
+def test_topo_stop_refuses_a_record_it_cannot_trust_before_signalling(dirs, change, words):
+    """A hand-edited launch.json: Infinity as grace period would make topo stop wait forever, a NaN
+    start time matches every process, -1 reaches kill(). One line naming the file; nothing signalled."""
+    import psutil
+
+    cwd, out, logs = dirs
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        logs.mkdir()
+        entry = {"name": "rank 0", "pid": bystander.pid, "create_time": psutil.Process(bystander.pid).create_time()}
+        record = {"schema": "topo.launch/2", "job_id": "0123456789abcdef", "launcher_pid": 1,
+                  "launcher_create_time": psutil.Process(1).create_time(), "join": False, "grace_period": 1,
+                  "log_dir": str(logs), "processes": [entry]}
+        for key, value in change.items():
+            (entry if key in ("pid", "create_time") else record)[key] = value
+        (logs / "launch.json").write_text(json.dumps(record))
+        s = topo("stop", str(logs), cwd=cwd, timeout=20)
+        fix = "give topo stop --grace-period SECONDS" if "grace_period" in change else "stop the processes by hand"
+        assert s.returncode == 2 and s.stderr.count("\n") == 1, s.stderr
+        assert s.stderr.startswith(f"topo: error: bad job record, {logs / 'launch.json'}: {words}"), s.stderr
+        assert s.stderr.endswith(f"; {fix}\n"), s.stderr
+        assert bystander.poll() is None
+        if "grace_period" in change:  # the record's grace period is not needed when one is given
+            s = topo("stop", "--grace-period=1", str(logs), cwd=cwd, timeout=20)
+            assert s.returncode == 0 and f"stopped rank 0 (pid {bystander.pid}): SIGTERM" in s.stderr, s.stderr
+            assert bystander.wait(5) == -signal.SIGTERM
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 # ------------------------------------------------------------------ binding without numactl / taskset
 UNIFIED = {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
            "bind_cpu": {"scheduler": {"main": "0"}, "device0": {"main": "1"}, "device1": {"main": "0"}},
