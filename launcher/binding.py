@@ -17,10 +17,11 @@ policy is `preferred` gets `numactl --preferred N` where msrun's strict one gets
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
 from launcher.environ import bind_file_env
+from launcher.records import record
 from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # planners and the model are imported only when something is 
     from topo.model import Topology
 
 
-@dataclass(frozen=True)
+@record
 class Binding:
     """One process's binding: the argv prefix, and the CPUs / memory nodes it should end up with."""
 
@@ -134,8 +135,10 @@ def _node_cpus(topology: Topology, nodes: CpuSet) -> CpuSet:
 
 
 # ------------------------------------------------------------------ a job's bindings
-@dataclass(frozen=True)
+@record
 class JobBindings:
+    """Every process's binding in a job, and what resolving them found."""
+
     scheduler: Binding
     workers: tuple[Binding, ...]  # by local rank
     warnings: tuple[str, ...]

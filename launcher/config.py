@@ -7,15 +7,15 @@ until the job is planned (launcher.job.plan_job), where the files are read and c
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from launcher.records import record
 from topo.cpuset import MAX_SECONDS
 from topo.errors import UsageError
 
 
-@dataclass(frozen=True)
+@record
 class LaunchConfig:
     """One `topo launch` / `msrun` invocation.
 

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import socket
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from launcher import environ as envs
@@ -20,6 +17,7 @@ from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.config import LaunchConfig
 from launcher.environ import MANAGED_VARS
 from launcher.procgroup import DirectBinding, ProcessSpec
+from launcher.records import record
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
 
@@ -35,8 +33,10 @@ _NO_PREFIX = ("python", "python3", "pytest")
 _PSEUDO_FS = ("/proc", "/sys", "/dev")
 
 
-@dataclass(frozen=True)
+@record
 class JobPlan:
+    """Every process of a job on this node, decided before any starts."""
+
     config: LaunchConfig
     processes: tuple[ProcessSpec, ...]  # start order: scheduler first
     base_env: Mapping[str, str]  # the launcher's environment minus MANAGED_VARS
@@ -157,7 +157,7 @@ def _cpu_count(binding: Binding) -> int | None:
 def direct_binding(binding: Binding, bind_fallback: bool, search_path: str) -> DirectBinding | None:
     """How to apply `binding` when its tool (numactl, taskset) is not on PATH: the same CPU set
     and memory policy, set in the child before exec. None when the tool is there (msrun's argv)."""
-    if not binding.prefix or shutil.which(binding.prefix[0], path=search_path) is not None:
+    if not binding.prefix or envs.which(binding.prefix[0], search_path) is not None:
         return None
     return DirectBinding(
         cpus=None if binding.cpus is None else frozenset(binding.cpus),
@@ -190,7 +190,7 @@ def check_program(plan: JobPlan) -> None:
             raise UsageError(f"interpreter {why}, {what}={program}: give an interpreter that runs, "
                              "e.g. --python python3")
         return
-    if shutil.which(program, path=plan.base_env.get("PATH", os.defpath)) is None:
+    if envs.which(program, plan.base_env.get("PATH", os.defpath)) is None:
         raise UsageError(f"{program!r} is not on PATH, {what}: install it, put its directory on PATH, "
                          "or pass --python /path/to/python")
 
@@ -244,6 +244,8 @@ def check_log_file(path: str, log_dir: str) -> None:
 def _worker_log_base(template: str, master_ip: str) -> str:
     if not template:
         return "worker"
+    import socket
+
     # msrun substitutes with re.sub: {ip} = this node's address towards the master
     name = re.sub(r"\{hostname\}", socket.gethostname(), template)
     if "{ip}" in name:

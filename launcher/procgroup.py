@@ -30,14 +30,15 @@ process's log in numactl's words and the child exits 1, so it is detected like n
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
+from launcher.environ import which
+from launcher.records import record
 from topo.cpuset import CpuSet
 from topo.errors import TopoError
 
@@ -54,7 +55,7 @@ class LaunchError(TopoError):
     """The job could not be started as asked (a binding refused or not taking, a child that cannot exec)."""
 
 
-@dataclass(frozen=True)
+@record
 class DirectBinding:
     """A binding applied with system calls in the child, because its tool is not on PATH."""
 
@@ -65,7 +66,7 @@ class DirectBinding:
     reason: str = ""  # "numactl not found"
 
 
-@dataclass(frozen=True)
+@record
 class ProcessSpec:
     """One process to start.
 
@@ -99,7 +100,7 @@ class ProcessSpec:
         return env
 
 
-@dataclass
+@record(frozen=False)
 class Process:
     """A started process and what is known about it."""
 
@@ -125,7 +126,7 @@ class Process:
         return self.spec.binding
 
 
-@dataclass
+@record(frozen=False)
 class ProcessGroup:
     """Start `specs` in order; stop them all with one deadline; reap what they leave."""
 
@@ -188,7 +189,7 @@ class ProcessGroup:
         """`setpriv --pdeathsig KILL --` when this system's setpriv has the option, else ()."""
         if self._shim is None:
             self._shim = ()
-            setpriv = shutil.which("setpriv", path=self.base_env.get("PATH", os.defpath))
+            setpriv = which("setpriv", self.base_env.get("PATH", os.defpath))
             if setpriv is not None and _names_option(setpriv, b"pdeathsig"):
                 self._shim = (setpriv, "--pdeathsig", "KILL", "--")
         return self._shim

@@ -13,19 +13,21 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from typing import TextIO
 
 from launcher.config import LaunchConfig
 from launcher.job import SCHEDULER, JobPlan, check_program, describe_plan, plan_job
 from launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
+from launcher.records import record
 from launcher.supervisor import LAUNCH_JSON, Supervisor, write_launch_json
 
 __all__ = ["LaunchError", "LaunchResult", "launch"]
 
 
-@dataclass(frozen=True)
+@record
 class LaunchResult:
+    """How a `topo launch` job ended (or, with join=False, was left running)."""
+
     exit_code: int
     plan: JobPlan
     processes: tuple[Process, ...] = ()  # empty for a dry run

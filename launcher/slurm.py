@@ -17,9 +17,9 @@ Host lists are Slurm's compressed syntax (`gpu[01-04,07],login1`), expanded here
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Mapping
 
+from launcher.records import record
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
 
@@ -130,7 +130,7 @@ def _ranges(body: str, text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-@dataclass(frozen=True)
+@record
 class SlurmNode:
     """This node's place in a Slurm allocation or step; None where Slurm did not say."""
 
@@ -190,7 +190,7 @@ def _first_int(environ: Mapping[str, str], names) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class FromSlurm:
     """Values a launcher takes from Slurm because the user did not give them, and the line saying so."""
 

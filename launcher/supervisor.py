@@ -13,11 +13,11 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence, TextIO
 
 from launcher import verify
 from launcher.procgroup import INHERIT, DirectBinding, LaunchError, Process, ProcessGroup
+from launcher.records import record
 from launcher.tail import LogTailer
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
@@ -28,8 +28,10 @@ LAUNCH_JSON = "launch.json"
 SCHEMA = "topo.launch/2"
 
 
-@dataclass(frozen=True)
+@record
 class JobResult:
+    """How a supervised process group ended."""
+
     exit_code: int
     processes: tuple[Process, ...] = ()
     failed: str | None = None  # "rank 1 exited with exit code 3", "received SIGTERM", ...

@@ -30,10 +30,11 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.binding import UNBOUND, Binding
+from launcher.records import record
 from topo.cpuset import MAX_SECONDS, ascii_number, ascii_seconds, excerpt
 from topo.errors import UsageError
 
@@ -162,7 +163,7 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable) -
 
 
 # ------------------------------------------------------------------ the configuration
-@dataclass(frozen=True)
+@record
 class RunConfig:
     """One `topo run` invocation, resolved: torchrun's flags with their defaults and Slurm's values
     applied, validated, no I/O.
@@ -373,7 +374,7 @@ def _discover():
 
 
 # ------------------------------------------------------------------ planning
-@dataclass(frozen=True)
+@record
 class RunPlan:
     """Everything decided before the first worker starts."""
 
@@ -526,8 +527,10 @@ def _free_port() -> int:
 
 
 # ------------------------------------------------------------------ running
-@dataclass(frozen=True)
+@record
 class RunResult:
+    """How a `topo run` job ended."""
+
     exit_code: int  # 0, the failing worker's code (128 + N for signal N), or 128 + a signal we got
     plan: RunPlan
     restarts: int = 0  # how many times the worker group was started again
@@ -704,7 +707,7 @@ def describe_run(plan: RunPlan) -> str:
 
 
 # ------------------------------------------------------------------ error files
-@dataclass(frozen=True)
+@record
 class Failure:
     """One failed worker, as torchrun's ProcessFailure reports it."""
 

@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Sequence
 
 from launcher.binding import Binding
+from launcher.records import record
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 
@@ -21,8 +21,10 @@ from topo.errors import ParseError
 REFUSALS = ("Operation not permitted", "Permission denied")
 
 
-@dataclass(frozen=True)
+@record
 class Observed:
+    """What /proc shows for one process: its CPUs and memory policy."""
+
     cpus: CpuSet  # Cpus_allowed_list
     mems_allowed: CpuSet  # Mems_allowed_list
     policy: str  # "default", "bind", "interleave", "prefer", ... ("" if unreadable)
