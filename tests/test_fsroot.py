@@ -180,3 +180,31 @@ def test_errors_inside_an_archive_name_the_file_in_the_archive(root, tmp_path):
     with pytest.raises(ProbeError) as err:
         topo.discover(path)
     assert str(err.value).startswith(f"{path}:/sys/devices/system/node/node0/cpumap: empty")
+
+
+CORE_ID = "sys/devices/system/cpu/cpu0/topology/core_id"
+
+
+@pytest.mark.parametrize("text", ["\u0661", "\uff11", "\u00b2", "1_0", "1 2", "+1", "0x1", "-", "1" * 5000],
+                         ids=["arabic-indic", "fullwidth", "superscript", "underscore", "space", "plus", "hex",
+                              "minus", "5000-digits"])
+def test_an_integer_file_holds_ascii_digits_of_bounded_length(root, text):
+    # int() would read "١" (Arabic-Indic one) or "１" as 1 and "1_0" as 10, and raise ValueError on
+    # "²" or on 5000 digits (past int()'s limit): an error naming the file instead.
+    (root / CORE_ID).write_text(text + "\n")
+    refused(root, CORE_ID, "expected a whole number of at most 20 digits")
+    with pytest.raises(ProbeError, match="capture the machine again"):
+        FsRoot(root).read_int("/" + CORE_ID)
+
+
+@pytest.mark.parametrize("text, value", [("0\n", 0), ("-1\n", -1), ("983297", 983297), ("007", 7),
+                                         (str((1 << 64) - 1), (1 << 64) - 1), ("", None)])
+def test_an_integer_file_reads_what_kernels_write(root, text, value):
+    (root / CORE_ID).write_text(text)
+    assert FsRoot(root).read_int("/" + CORE_ID) == value
+
+
+def test_an_integer_above_u64_is_refused(root):
+    (root / CORE_ID).write_text(str(1 << 64))
+    with pytest.raises(ProbeError, match="core_id: expected a whole number"):
+        FsRoot(root).read_int("/" + CORE_ID)

@@ -17,7 +17,7 @@ import os
 import stat
 from typing import Callable
 
-from topo.cpuset import CpuSet
+from topo.cpuset import CpuSet, ascii_number, excerpt
 from topo.errors import ParseError, ProbeError
 
 # Kernel sysfs attributes are at most one page (4 KiB), except cpulists and masks, which recent
@@ -29,6 +29,9 @@ SYSFS_LIMIT = 64 << 10
 PROCFS_LIMIT = 32 << 20
 # Tool outputs a capture stores (`lscpu -p` prints ~30 bytes a CPU) are cut at this size.
 TOOL_OUTPUT_LIMIT = 1 << 20
+# The widest whole number read_int takes: a u64, as memory-side cache sizes in bytes are. Ids
+# (core_id, physical_package_id, die_id, numa_node) are ints, -1 where the platform gives none.
+SYSFS_INT_MAX = (1 << 64) - 1
 _READ_AS_ABSENT = (errno.EINVAL, errno.EIO, errno.ENODEV, errno.ENXIO, errno.EAGAIN)
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
@@ -173,15 +176,19 @@ class FsRoot:
                           "(run topo as a user who can read it, or point --root at a readable copy)")
 
     def read_int(self, path: str, default: int | None = None) -> int | None:
+        """The file's whole number: ASCII decimal digits, with "-" before them for the -1 the kernel
+        writes for an unknown id, at most SYSFS_INT_MAX either way; `default` when the file is
+        absent or empty. Anything else ("١", "0x10", 5000 digits) is an error naming the file."""
         text = self.read(path)
-        if text is None or text == "":
+        if not text:
             return default
-        try:
-            if len(text) > 40:
-                raise ValueError
-            return int(text, 0) if text.startswith("0x") else int(text)
-        except ValueError:
-            raise ProbeError(f"{self.shown(path)}: expected an integer, found {text[:40]!r}") from None
+        negative = text[0] == "-"
+        value = ascii_number(text[1:] if negative else text, SYSFS_INT_MAX)
+        if value is None:
+            raise ProbeError(f"{self.shown(path)}: expected a whole number of at most {len(str(SYSFS_INT_MAX))} "
+                             f"digits, found {excerpt(text, 40)!r}, which no kernel writes there "
+                             "(capture the machine again)")
+        return -value if negative else value
 
     def read_cpulist(self, path: str) -> CpuSet | None:
         return self._read_parsed(path, CpuSet.parse)
