@@ -423,3 +423,59 @@ def test_unlistable_directory_is_an_error_naming_it(tmp_path):
     with pytest.raises(ProbeError) as err:
         topo.discover(root)
     assert str(node_dir) in str(err.value)
+
+
+# ---- numbers in sysfs are ASCII digits, bounded ------------------------------------------
+
+CPU0_CACHE = "sys/devices/system/cpu/cpu0/cache"
+
+
+@pytest.mark.parametrize("size", ["32\u212a", "\uff13\uff12K", "9" * 5000 + "K"], ids=["kelvin-sign", "fullwidth",
+                                                                                 "5000-digits"])
+def test_a_cache_size_is_ascii_digits_of_bounded_length(tmp_path, size):
+    # Unicode matching read the Kelvin sign as "K" (then failed on it), fullwidth digits as 32, and
+    # gave int() 5000 digits (ValueError): an error naming the file instead.
+    root = build(tmp_path, Machine())
+    (root / CPU0_CACHE / "index0/size").write_text(size + "\n")
+    with pytest.raises(ProbeError) as err:
+        topo.discover(root)
+    assert f"{root}/{CPU0_CACHE}/index0/size: expected a size like '32K'" in str(err.value)
+
+
+def test_a_cache_directory_numbered_in_another_script_is_not_a_cache(tmp_path):
+    root = build(tmp_path, Machine())
+    for cpu in (0, 1):
+        base = root / f"sys/devices/system/cpu/cpu{cpu}/cache"
+        (base / "index0").rename(base / "index\u0661\u0660")  # Arabic-Indic "10"
+    assert {(c.level, c.type) for c in discover(root).caches} == {(1, "instruction"), (2, "unified"), (3, "unified")}
+
+
+def test_pci_bus_ids_and_classes_are_ascii_hex(tmp_path):
+    pci = [Pci("0000:17:00.0", "0x020000"), Pci("0000:0\u0661:00.0", "0x020000")]  # "١": not a bus id
+    root = build(tmp_path, Machine(pci=pci))
+    assert [d.busid for d in discover(root).pci_devices] == ["0000:17:00.0"]
+    (root / "sys/bus/pci/devices/0000:17:00.0/class").write_text("0x02000\u0660\n")
+    with pytest.raises(ProbeError, match="0000:17:00.0/class: expected a hex class"):
+        topo.discover(root)
+
+
+def test_os_device_names_sort_by_their_ascii_digit_runs(tmp_path):
+    root = build(tmp_path, Machine(pci=[Pci("0000:17:00.0", "0x020000", vendor="0x15b3")]))
+    d = root / "sys/bus/pci/devices/0000:17:00.0"
+    for sub, name in (("net", "eth1\u00b2"), ("net", "eth0"), ("infiniband", "mlx5_10"), ("infiniband", "mlx5_2")):
+        (d / sub / name).mkdir(parents=True)
+    (nic,) = discover(root).pci_devices  # int("²") raised ValueError
+    assert nic.names == ("mlx5_2", "mlx5_10", "eth0", "eth1\u00b2")
+
+
+@pytest.mark.parametrize("rel, text, words", [
+    ("sys/devices/system/node/node0/distance", "\u0661\u0660\n", "expected integers"),
+    ("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal: \u0661 kB\n", "malformed MemTotal line"),
+    ("sys/devices/system/node/node0/meminfo", f"Node 0 MemTotal: {'9' * 5000} kB\n", "malformed MemTotal line"),
+], ids=["distance", "meminfo", "meminfo-5000-digits"])
+def test_node_numbers_are_ascii_digits_of_bounded_length(tmp_path, rel, text, words):
+    root = build(tmp_path, Machine())
+    (root / rel).write_text(text)
+    with pytest.raises(ProbeError) as err:
+        topo.discover(root)
+    assert str(err.value).startswith(f"{root}/{rel}: {words}")

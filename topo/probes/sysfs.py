@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import EMPTY, MAX_ID, CpuSet, union_all
+from topo.cpuset import EMPTY, MAX_ID, CpuSet, ascii_number, union_all
 from topo.errors import ParseError, ProbeError
-from topo.fsroot import FsRoot
+from topo.fsroot import SYSFS_INT_MAX, FsRoot
 from topo.model import Cache, Cluster, Core, Die, MemorySideCache, NumaNode, Package, PciDevice
 
 CPU = "/sys/devices/system/cpu"
@@ -21,9 +21,16 @@ PCI = "/sys/bus/pci/devices"
 
 _CPU_DIR = re.compile(r"cpu([0-9]+)\Z")
 _NODE_DIR = re.compile(r"node([0-9]+)\Z")
-_INDEX_DIR = re.compile(r"index(\d+)\Z")
-_VIRTIO_DIR = re.compile(r"virtio\d+\Z")
-_SIZE = re.compile(r"\A(\d+)\s*([KMG]?)B?\Z", re.I)
+# ASCII digits, bounded: `\d` would also match "١", and int() of thousands of digits raises.
+_INDEX_DIR = re.compile(r"index([0-9]{1,9})\Z")
+_VIRTIO_DIR = re.compile(r"virtio[0-9]{1,10}\Z")
+# A cache size, "32K": up to 20 digits (a u64). re.ASCII: ignoring case, "K" would also match the
+# Kelvin sign U+212A.
+_SIZE = re.compile(r"\A([0-9]{1,20})[ \t]*([KMG]?)B?\Z", re.I | re.ASCII)
+_DIGIT_RUNS = re.compile(r"([0-9]+)")
+# "dddd:bb:dd.f" in ASCII hex; int(x, 16) alone would also take "١", "+1", " 1" or "0x1".
+_BUS_ID = re.compile(r"([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,8})\.([0-9a-fA-F]{1,8})\Z")
+_PCI_CLASS = re.compile(r"(?:0x)?([0-9a-fA-F]{1,8})\Z")
 
 
 @dataclass
@@ -321,7 +328,7 @@ def _cpu_models(fs: FsRoot, cpus: list[_Cpu], packages: list[Package]) -> dict[i
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
         if key == "processor":
-            proc = int(value) if value.isascii() and value.isdigit() else None
+            proc = ascii_number(value)
         elif key in ("model name", "cpu") and proc in package_of and value:
             models.setdefault(package_of[proc], value)
     return models
@@ -375,10 +382,9 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
         memory[i] = _meminfo_total(fs, f"{d}/meminfo") or 0
         dist = fs.read(f"{d}/distance")
         if dist:
-            try:
-                values = [int(v) for v in dist.split()]
-            except ValueError:
-                raise ProbeError(f"{fs.shown(d + '/distance')}: expected integers, found {dist[:40]!r}") from None
+            values = [ascii_number(v) for v in dist.split()]
+            if None in values:
+                raise ProbeError(f"{fs.shown(d + '/distance')}: expected integers, found {dist[:40]!r}")
             distances[i] = dict(zip(ids, values))
         if fake_numa:
             continue
@@ -447,7 +453,7 @@ def _nvidia_gpu_memory_nodes(fs: FsRoot) -> dict[int, str]:
     base = "/proc/driver/nvidia/gpus"
     out = {}
     for busid in fs.listdir(base):
-        m = re.search(r"Node:[ \t]*(-?[0-9]+)", fs.read(f"{base}/{busid}/numa_status") or "")
+        m = re.search(r"Node:[ \t]*(-?[0-9]{1,9})\b", fs.read(f"{base}/{busid}/numa_status") or "")
         if m and int(m.group(1)) >= 0:
             out[int(m.group(1))] = busid.lower()
     return out
@@ -482,10 +488,9 @@ def _meminfo_total(fs: FsRoot, path: str) -> int | None:
     for line in text.splitlines():
         if "MemTotal:" in line:
             parts = line.split("MemTotal:")[1].split()
-            try:
-                value = int(parts[0])
-            except (ValueError, IndexError):
-                raise ProbeError(f"{fs.shown(path)}: malformed MemTotal line {line.strip()[:60]!r}") from None
+            value = ascii_number(parts[0], SYSFS_INT_MAX) if parts else None
+            if value is None:
+                raise ProbeError(f"{fs.shown(path)}: malformed MemTotal line {line.strip()[:60]!r}")
             unit = parts[1].lower() if len(parts) > 1 else "kb"
             return value * (1024 if unit == "kb" else 1)
     return None
@@ -526,10 +531,10 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
         cls = fs.read(f"{d}/class")
         if not cls:
             continue
-        try:
-            class_id = f"{int(cls, 16) >> 8:04x}"
-        except ValueError:
-            raise ProbeError(f"{fs.shown(d + '/class')}: expected a hex class, found {cls[:20]!r}") from None
+        m = _PCI_CLASS.match(cls)
+        if not m:
+            raise ProbeError(f"{fs.shown(d + '/class')}: expected a hex class, found {cls[:20]!r}")
+        class_id = f"{int(m.group(1), 16) >> 8:04x}"
         buses = None
         if class_id == "0604":
             config = _config_space(fs, f"{d}/config")
@@ -593,15 +598,14 @@ def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def _natural(name: str) -> tuple:
-    """mlx5_2 before mlx5_10."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    """mlx5_2 before mlx5_10: the name's ASCII digit runs compare as numbers ("²" stays text).
+    The split alternates text and digit runs, so equal positions always hold the same type."""
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGIT_RUNS.split(name)))
 
 
 def bus_key(busid: str) -> tuple[int, int, int, int]:
     """Sort key of a PCI bus id "dddd:bb:dd.f": (domain, bus, device, function), an unreadable id last."""
-    try:
-        dom, bus, rest = busid.split(":")
-        dev, fn = rest.split(".")
-        return (int(dom, 16), int(bus, 16), int(dev, 16), int(fn, 16))
-    except ValueError:
+    m = _BUS_ID.match(busid)
+    if not m:
         return (1 << 32, 0, 0, 0)
+    return (int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4), 16))
