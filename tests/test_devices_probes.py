@@ -73,6 +73,21 @@ def test_pci_link_levels(a, b, numa, level):
     assert pci_link_level(b, a, *reversed(numa)) == level
 
 
+@pytest.mark.parametrize("busid, key", [
+    ("0000:3b:00.1", (0, 0x3B, 0, 1)),
+    ("00000000:3B:00.0", (0, 0x3B, 0, 0)),  # NVML's spelling: an 8-digit domain, upper case
+    ("0000:0\u0661:00.0", (1 << 32, 0, 0, 0)),  # int(x, 16) would read "٠١" as 1
+    ("0000:+1:00.0", (1 << 32, 0, 0, 0)),
+    ("0000: 1:00.0", (1 << 32, 0, 0, 0)),
+    ("0x00:01:00.0", (1 << 32, 0, 0, 0)),
+    ("0000:01:00", (1 << 32, 0, 0, 0)),
+], ids=["plain", "nvml", "arabic-indic", "plus", "space", "0x", "no-function"])
+def test_bus_key_reads_ascii_hex_only(busid, key):
+    from topo.probes.sysfs import bus_key
+
+    assert bus_key(busid) == key
+
+
 def dev(kind, index, busid, source="sysfs", **kw) -> Device:
     return Device(kind, kw.pop("vendor", "nvidia"), index, busid, kw.pop("numa_node", None),
                   kw.pop("local_cpus", CpuSet()), source=source, **kw)
