@@ -8,7 +8,6 @@ Like torch elastic's agent over its process context, it decides *when* to stop; 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -247,6 +246,8 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
     asked and got. `start_times=False` leaves the start times out (they cost importing psutil, which
     a job that ends within a second should not pay); `topo stop` then tells the job's processes by
     the job id in their environment."""
+    import json  # here, not at the top: the record is written after the processes started
+
     started = _start_time if start_times else (lambda pid: None)
     data = {
         "schema": SCHEMA,

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import sys
 import time
 from dataclasses import field
@@ -470,7 +469,7 @@ def _command(config: RunConfig) -> tuple[str, ...]:
 
 
 def _check_command(config: RunConfig, command: tuple[str, ...], environ: Mapping[str, str]) -> None:
-    import shutil
+    from launcher.environ import which
 
     program = command[0]
     path = environ.get("PATH", os.defpath)
@@ -478,7 +477,7 @@ def _check_command(config: RunConfig, command: tuple[str, ...], environ: Mapping
         if not (os.path.isfile(program) and os.access(program, os.X_OK)):
             what = "$PYTHON_EXEC" if not config.no_python else "the program"
             raise UsageError(f"{what} {program!r} is not an executable file: give one that runs")
-    elif shutil.which(program, path=path) is None:
+    elif which(program, path) is None:
         raise UsageError(f"{program!r} is not on PATH: install it or give its path")
     if config.run_path and not os.path.isabs(config.script):
         raise UsageError(f"--run-path needs the script as an absolute path, got {config.script!r}")
@@ -521,9 +520,14 @@ def _uuid4() -> str:
 
 def _free_port() -> int:
     """A TCP port free on every interface now, for rank 0's TCPStore (torchrun binds port 0 likewise)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    import _socket  # socket's C module, the same calls without socket.py's enums (about 2 ms to import)
+
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
         s.bind(("", 0))
         return s.getsockname()[1]
+    finally:
+        s.close()
 
 
 # ------------------------------------------------------------------ running
@@ -577,9 +581,7 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
         say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with "
             f"{_describe(failure.exitcode)} on attempt {restart}; logs and error files under {run_dir}")
     elif config.log_dir is None:  # a success, or a stop by signal: no error file to keep
-        import shutil
-
-        shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)  # the temporary base made for this run
+        _remove_tree(os.path.dirname(run_dir))  # the temporary base made for this run
         run_dir = None
     return RunResult(code, plan, restart, failure, run_dir)
 
@@ -665,8 +667,6 @@ def _streams(config: RunConfig, local_rank: int, rank_dir: str) -> tuple[str | N
 def _make_run_dir(config: RunConfig, run_id: str) -> str:
     """`<log dir>/<run id>_<random>`, torchrun's layout; without --log-dir the base is a new
     `torchelastic_<random>` directory under the temporary directory."""
-    import tempfile
-
     from launcher.procgroup import LaunchError
 
     try:
@@ -674,11 +674,63 @@ def _make_run_dir(config: RunConfig, run_id: str) -> str:
             os.makedirs(config.log_dir, exist_ok=True)
             base = config.log_dir
         else:
-            base = tempfile.mkdtemp(prefix="torchelastic_")
-        return tempfile.mkdtemp(prefix=f"{run_id}_", dir=base)
+            base = _mkdtemp("torchelastic_")
+        return _mkdtemp(f"{run_id}_", base)
     except OSError as exc:
         raise LaunchError(f"cannot create the run directory, {exc.filename or config.log_dir}: {exc.strerror}; "
                           "give a writable --log-dir") from None
+
+
+_NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # tempfile's
+
+
+def _mkdtemp(prefix: str, parent: str | None = None) -> str:
+    """`tempfile.mkdtemp(prefix=prefix, dir=parent)` without importing tempfile (which imports
+    shutil and random): a new private (0700) directory `<parent>/<prefix><8 random characters>`.
+    Without `parent`, in the first of tempfile's candidates where one can be made: $TMPDIR, $TEMP,
+    $TMP, /tmp, /var/tmp, /usr/tmp, the current directory."""
+    if parent is not None:
+        bases = [parent]
+    else:
+        named = [os.path.abspath(d) for d in (os.environ.get(v) for v in ("TMPDIR", "TEMP", "TMP")) if d]
+        bases = [*named, "/tmp", "/var/tmp", "/usr/tmp", os.getcwd()]
+    error: OSError = FileNotFoundError(2, f"No usable temporary directory found in {bases}")
+    for base in bases:
+        for _ in range(100 if parent is None else 10000):
+            name = os.path.join(base, prefix + "".join(_NAME_CHARACTERS[b % len(_NAME_CHARACTERS)]
+                                                       for b in os.urandom(8)))
+            try:
+                os.mkdir(name, 0o700)
+                return name
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                if parent is not None:
+                    raise
+                error = exc
+                break
+    raise error
+
+
+def _remove_tree(path: str) -> None:
+    """`shutil.rmtree(path, ignore_errors=True)` for a directory this run made, without importing
+    shutil: its files and directories bottom-up, a symbolic link removed as itself, errors ignored."""
+    if os.path.islink(path):
+        return  # rmtree refuses to follow one
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            _ignore_oserror(os.unlink, os.path.join(root, name))
+        for name in dirs:
+            entry = os.path.join(root, name)
+            _ignore_oserror(os.unlink if os.path.islink(entry) else os.rmdir, entry)
+    _ignore_oserror(os.rmdir, path)
+
+
+def _ignore_oserror(remove, path: str) -> None:
+    try:
+        remove(path)
+    except OSError:
+        pass
 
 
 def _describe(code: int) -> str:
@@ -778,6 +830,7 @@ def _signal_name(number: int) -> str:
 
 def format_failures(title: str, root: Failure, others: Sequence[Failure]) -> str:
     """torchrun's ChildFailedError report: the other failures, then the root cause (first observed)."""
+    import socket
 
     def block(i: int, f: Failure) -> str:
         when = time.strftime("%Y-%m-%d_%H:%M:%S", time.localtime(f.timestamp))
