@@ -15,7 +15,7 @@ import time
 from typing import Callable, Sequence, TextIO
 
 from launcher import verify
-from launcher.procgroup import INHERIT, DirectBinding, LaunchError, Process, ProcessGroup
+from launcher.procgroup import FDS_NEEDED, INHERIT, DirectBinding, LaunchError, Process, ProcessGroup
 from launcher.records import record
 from launcher.tail import LogTailer
 
@@ -185,6 +185,7 @@ class Supervisor:
         waiting_for_scheduler = False
         delay = POLL_INTERVAL
         started = time.monotonic()
+        waiter = _ExitWaiter(procs)
         try:
             while self.stop_signal is None:
                 codes = [p.popen.poll() for p in procs]
@@ -197,7 +198,7 @@ class Supervisor:
                     waiting_for_scheduler = True
                     self.say(f"all {len(workers)} workers exited successfully; waiting for the scheduler")
                 tailer.pump()
-                time.sleep(delay)
+                waiter.wait(delay)
                 if time.monotonic() - started > 1.0:  # short jobs keep the fast poll
                     delay = min(delay * 1.25, MAX_POLL_INTERVAL)
                     if self.after_a_second is not None:
@@ -217,6 +218,7 @@ class Supervisor:
                 # every process ended by itself: only their leftovers (daemonised grandchildren) remain
                 self.stop(signal.SIGTERM, tailer)
         finally:
+            waiter.close()
             tailer.pump(final=True)
         if failure is not None:
             proc, code = failure
@@ -236,6 +238,54 @@ class Supervisor:
     def stop(self, sig: int, tailer: LogTailer | None = None) -> None:
         self.group.stop(sig, self.grace_period, tick=None if tailer is None else tailer.pump,
                         force=lambda: self.force_kill, say=self.say)
+
+
+class _ExitWaiter:
+    """Sleeps between two polls of the join loop, and wakes as soon as one of the processes exits
+    (the pidfd of a process becomes readable when it does), so the end of a short job is noticed at
+    once instead of up to a poll interval later. Falls back to plain sleeping where there is no
+    pidfd_open (Linux < 5.3), and for a job too large to spend a descriptor per process on."""
+
+    MAX_WATCHED = 64
+
+    def __init__(self, procs: Sequence[Process]):
+        self._fds: list[int] = []
+        self._poller = None
+        running = [p for p in procs if p.popen.returncode is None]  # not reaped: the pid is still theirs
+        if not running or len(running) > self.MAX_WATCHED or not hasattr(os, "pidfd_open"):
+            return
+        import resource
+        import select
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft != resource.RLIM_INFINITY and soft - len(os.listdir("/proc/self/fd")) < len(running) + FDS_NEEDED:
+            return  # the descriptors the launcher needs come first
+        try:
+            for p in running:
+                self._fds.append(os.pidfd_open(p.pid))
+        except OSError:
+            self.close()
+            return
+        self._poller = select.poll()
+        for fd in self._fds:
+            self._poller.register(fd, select.POLLIN)
+
+    def wait(self, seconds: float) -> None:
+        if self._poller is None:
+            time.sleep(seconds)
+            return
+        for fd, _ in self._poller.poll(seconds * 1000):
+            self._poller.unregister(fd)  # that process has exited: its pidfd stays readable
+            self._fds.remove(fd)
+            os.close(fd)
+        if not self._fds:
+            self._poller = None
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        self._poller = None
 
 
 # -------------------------------------------------------------------- launch.json
