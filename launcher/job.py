@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from launcher import environ as envs
 from launcher import network
 from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
-from launcher.config import LaunchConfig
 from launcher.environ import MANAGED_VARS
 from launcher.procgroup import DirectBinding, ProcessSpec
 from launcher.records import record
@@ -22,6 +21,7 @@ from topo.cpuset import ascii_number
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
+    from launcher.config import LaunchConfig
     from topo.model import Topology
 
 SCHEDULER = "scheduler"

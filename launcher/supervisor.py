@@ -315,8 +315,7 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
         data["processes"].append(process_record(proc))
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
+        fh.write(json.dumps(data, indent=2) + "\n")  # one write; json.dump writes each token on its own
     os.replace(tmp, path)  # `topo stop` never reads half a file
 
 

@@ -271,8 +271,6 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     Order: the user's flags, then Slurm's values (inside an allocation), then torchrun's defaults.
     `topology` (a function returning it) is needed only for --nproc-per-node=gpu|auto.
     """
-    from launcher import slurm
-
     environ = os.environ if environ is None else environ
     topology = topology or _discover
     flags = dict(given)
@@ -285,8 +283,14 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
             raise UsageError(f"--standalone runs one node, but --nnodes={flags['nnodes']}: drop one of them")
         flags["nnodes"] = 1
     user = {k: (parse_nnodes(str(v)) if k == "nnodes" else v) for k, v in flags.items()}
-    from_slurm = slurm.run_defaults(environ, user)
-    values = {**TORCHRUN_DEFAULTS, **from_slurm.values, **user}
+    if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):  # launcher.slurm.slurm_node's test
+        from launcher import slurm
+
+        from_slurm = slurm.run_defaults(environ, user)
+        slurm_values, slurm_note = from_slurm.values, from_slurm.note()
+    else:  # not in an allocation: nothing to take, nothing to import
+        slurm_values, slurm_note = {}, None
+    values = {**TORCHRUN_DEFAULTS, **slurm_values, **user}
 
     nnodes = values["nnodes"] if isinstance(values["nnodes"], int) else parse_nnodes(str(values["nnodes"]))
     nproc = values["nproc_per_node"]
@@ -294,7 +298,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     backend = str(values["rdzv_backend"])
     if backend not in RDZV_BACKENDS:
         raise UsageError(f"--rdzv-backend={backend!r}: topo run has the static rendezvous only; drop the flag")
-    node_rank_known = "node_rank" in user or "node_rank" in from_slurm.values
+    node_rank_known = "node_rank" in user or "node_rank" in slurm_values
     if backend != "static" and nnodes > 1 and not node_rank_known:
         raise UsageError(f"--rdzv-backend={backend} with --nnodes={nnodes}: topo run has no dynamic membership; "
                          "give each node --node-rank=N (Slurm's SLURM_NODEID does this inside an allocation) "
@@ -339,7 +343,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         signals_to_handle=str(values["signals_to_handle"]), virtual_local_rank=bool(values["virtual_local_rank"]),
         python=environ.get("PYTHON_EXEC") or sys.executable or "python3",
     )
-    return config, from_slurm.note()
+    return config, slurm_note
 
 
 def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
