@@ -317,16 +317,18 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
     problems: list[Problem] = []
     present = topology.complete_pus | topology.pus
     allowed = topology.allowed_pus
-    # each module's set is tested with one AND against each of these, computed once (a set
-    # operation costs the machine's width, and there are processes x modules sets)
-    absent = ~present.mask
-    present_disallowed = present.mask & ~allowed.mask
+    # each module's set is tested with one AND against the CPUs both present and allowed, computed
+    # once (a set operation costs the machine's width, and there are processes x modules sets); the
+    # mask is non-negative, so the AND costs the module's width, not the machine's (an AND with a
+    # complement, a negative int, walks the whole machine)
+    usable = present.mask & allowed.mask
     nodes = {n.os_index for n in topology.numa_nodes}
     allowed_nodes = topology.allowed_numa_nodes
     cpu_nodes = {n.os_index for n in topology.cpu_nodes()}
     for p in entries:
         for module, cpus in p.module_cpus:
-            if not (cpus.mask & absent or cpus.mask & present_disallowed):
+            mask = cpus.mask
+            if mask & usable == mask:
                 continue
             path = f"bind_cpu.{p.key}.{module}"
             written = excerpt(str(dict(p.modules)), 120)

@@ -229,7 +229,8 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
     for d, parts in remote.items():
         warnings.append(f"device {d}: its node is used up; also given CPUs {union_all(parts)} of other nodes")
     lists = [got[d] for d in job.devices]
-    sets = [union_all(got_sets[d]) for d in job.devices]
+    # most devices take from one node: that part is their set, not ORed into a fresh mask
+    sets = [parts[0] if len(parts) == 1 else union_all(parts) for parts in map(got_sets.__getitem__, job.devices)]
     memory = [(mapping[d],) if numa else homes[d] for d in job.devices]
     return _emit(resources, job, options, lists, sets, memory, warnings)
 

@@ -235,10 +235,14 @@ def test_union_all(sets):
     assert set(union_all(CpuSet(s) for s in sets)) == set().union(*sets)
 
 
-# Sets reaching past 1024, where ranges() reads the mask as bytes from the start or after a few runs.
+# Sets reaching past 1024, where ranges() reads the mask as bytes from the start or after a few runs,
+# or, for a few runs high in the mask (one process's CPUs on a big machine), after skipping the zeros.
 wide_sets = st.one_of(
     st.builds(frozenset.union, id_sets, st.frozensets(st.integers(1000, 5000), max_size=20)),
-    dense_sets.map(lambda s: frozenset(i + 1020 for i in s)))
+    dense_sets.map(lambda s: frozenset(i + 1020 for i in s)),
+    dense_sets.map(lambda s: frozenset(i + 16000 for i in s)),
+    st.builds(frozenset.union, dense_sets.map(lambda s: frozenset(i + 3000 for i in s)),
+              st.frozensets(st.integers(3000, 9000), max_size=6)))
 
 
 @given(wide_sets)
@@ -251,6 +255,8 @@ def test_range_and_ranges():
     assert CpuSet.range(2, 5) == CpuSet.parse("2-5")
     assert CpuSet.range(5, 2) == EMPTY
     assert list(CpuSet.parse("0-3,8,10-11").ranges()) == [(0, 3), (8, 8), (10, 11)]
+    assert list(CpuSet.parse("16352-16383").ranges()) == [(16352, 16383)]
+    assert list(CpuSet.parse("9000-9031,16352-16383").ranges()) == [(9000, 9031), (16352, 16383)]
 
 
 def test_negative_ids_are_refused():

@@ -241,16 +241,19 @@ class CpuSet:
         base = 0
         # Each step below costs several passes over the whole mask: fine for a few ranges of a
         # narrow mask, quadratic for many (every other CPU of a 32768-PU machine took 0.2 s).
-        # After four ranges, or while the mask is wider than _NARROW bits, read bytes instead.
+        # After four ranges, or while what is left from the next member up is wider than _NARROW
+        # bits, read bytes instead. The zeros below the next member are skipped first, so a few
+        # CPUs high in a wide mask (one process's set on a big machine) take the narrow steps
+        # rather than a bytes pass over every zero byte below them.
         for _ in range(4):
             if not m:
                 return
-            if m.bit_length() > _NARROW:
-                break
             # skip zeros
             tz = (m & -m).bit_length() - 1
             m >>= tz
             base += tz
+            if m.bit_length() > _NARROW:
+                break
             # count ones
             ones = (~m & (m + 1)).bit_length() - 1
             yield base, base + ones - 1
@@ -353,7 +356,8 @@ _RUNS_OF_BYTE: list[tuple[tuple[int, int], ...] | None] = [None] * 256
 
 
 def _ranges_of_bytes(mask: int, base: int) -> Iterator[tuple[int, int]]:
-    """Runs of ones of ``mask`` (bit 0 clear), offset by ``base``: one pass over its bytes."""
+    """Runs of ones of ``mask``, offset by ``base``: one pass over its bytes. A run starting at bit 0
+    is not joined to anything below ``base`` (the caller's last run ended before a clear bit)."""
     data = mask.to_bytes((mask.bit_length() + 7) // 8, "little")
     lo = hi = -2
     table = _RUNS_OF_BYTE
