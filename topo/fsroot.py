@@ -7,7 +7,9 @@ capture` (read from a private temporary copy; see `topo.capture`).
 Reads are strict, as psutil's are: a file that exists but cannot be read, is not a regular file
 (a FIFO would block, a device never ends) or is longer than any kernel writes is an error naming
 it, never a silently different machine. Only what the kernel itself does to some attributes
-(EINVAL, EIO, ENODEV on read) counts as "absent".
+(EINVAL, EIO, ENODEV on read) counts as "absent". The type is looked at (fstat) whenever a read
+does not give a whole sysfs attribute at once, which is all a FIFO or a device gives (nothing,
+EAGAIN, or more than the limit); a file below /sys that does is taken as read (FsRoot.read_bytes).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ TOOL_OUTPUT_LIMIT = 1 << 20
 # The widest whole number read_int takes: a u64, as memory-side cache sizes in bytes are. Ids
 # (core_id, physical_package_id, die_id, numa_node) are ints, -1 where the platform gives none.
 SYSFS_INT_MAX = (1 << 64) - 1
+# A read of a sysfs attribute that gives fewer bytes than this (a page on every kernel) has given
+# all of it: see FsRoot.read_bytes.
+WHOLE_READ = 4096
 _READ_AS_ABSENT = (errno.EINVAL, errno.EIO, errno.ENODEV, errno.ENXIO, errno.EAGAIN)
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
@@ -49,11 +54,14 @@ def _kind(mode: int) -> str:
 
 
 class FsRoot:
-    __slots__ = ("root", "_prefix", "_shown", "_tmp")
+    __slots__ = ("root", "_prefix", "_shown", "_tmp", "_parsed")
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         root = os.fspath(root) if root else "/"
         self._tmp = None
+        # (parser, text) -> CpuSet: the sibling masks of one core or package, and the sharing
+        # maps of a shared cache, are the same text in every CPU's file; each is parsed once.
+        self._parsed: dict[tuple[Callable[[str], CpuSet], str], CpuSet] = {}
         if os.path.isfile(root):
             from topo.capture import open_archive
 
@@ -125,10 +133,18 @@ class FsRoot:
 
     def read_bytes(self, path: str, prefix: int | None = None) -> bytes | None:
         """The file's bytes, or only its first `prefix` bytes (a PCI function's `config` header);
-        None when it does not exist. Errors as for `read`."""
+        None when it does not exist. Errors as for `read`.
+
+        A file below /sys whose first read gives 1 to WHOLE_READ - 1 bytes is taken as it is: open,
+        read, close, as hwloc reads it. That is a whole sysfs attribute (the kernel writes one in a
+        single read, and a long binary one a page per read) or a capture's copy of it. Anything
+        else (nothing, an error, a page or more, procfs and tool outputs) is read to its end, and
+        a file that is not a regular one is refused then: a FIFO gives nothing or EAGAIN, a
+        device nothing or more than the limit.
+        """
         limit = limit_for(path) if prefix is None else prefix
         try:
-            # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+            # O_NONBLOCK: opening a FIFO must not wait for a writer, nor reading it.
             # os.open/os.read: a third cheaper than open() for thousands of tiny sysfs files.
             fd = os.open(self._prefix + path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError):
@@ -140,26 +156,41 @@ class FsRoot:
                 return None
             raise self._unreadable(path, exc) from None
         try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise ProbeError(f"{self.shown(path)} is {_kind(mode)}, not a file "
-                                 "(point --root at a captured machine's copy of /sys and /proc)")
-            chunks, got = [], 0
-            while got <= limit and (chunk := os.read(fd, limit + 1 - got)):
-                chunks.append(chunk)
-                got += len(chunk)
-            if got > limit:
-                if prefix is not None:
-                    return b"".join(chunks)[:prefix]
-                raise ProbeError(f"{self.shown(path)} is longer than {limit} bytes, more than a kernel writes "
-                                 "there (a corrupted capture?)")
+            # One read: a whole attribute is in (see WHOLE_READ), three system calls a file.
+            data = os.read(fd, limit + 1)
+            if 0 < len(data) < WHOLE_READ and len(data) <= limit and path.startswith("/sys/"):
+                return data
+            return self._read_to_end(fd, path, data, limit, prefix)
         except OSError as exc:
+            self._refuse_fd(fd, path)
             if exc.errno in _READ_AS_ABSENT:
                 return None
             raise self._unreadable(path, exc) from None
         finally:
             os.close(fd)
-        return b"".join(chunks)
+
+    def _read_to_end(self, fd: int, path: str, first: bytes, limit: int, prefix: int | None) -> bytes:
+        """The rest of read_bytes once `first` came from the file: its type checked, then read on
+        until its end or `limit` bytes."""
+        self._refuse_fd(fd, path)
+        chunks, got, chunk = [first], len(first), first
+        while chunk and got <= limit:
+            chunk = os.read(fd, limit + 1 - got)
+            chunks.append(chunk)
+            got += len(chunk)
+        data = b"".join(chunks)
+        if got > limit:
+            if prefix is not None:
+                return data[:prefix]
+            raise ProbeError(f"{self.shown(path)} is longer than {limit} bytes, more than a kernel writes "
+                             "there (a corrupted capture?)")
+        return data
+
+    def _refuse_fd(self, fd: int, path: str) -> None:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ProbeError(f"{self.shown(path)} is {_kind(mode)}, not a file "
+                             "(point --root at a captured machine's copy of /sys and /proc)")
 
     def _refuse_special(self, path: str) -> None:
         try:
@@ -182,6 +213,8 @@ class FsRoot:
         text = self.read(path)
         if not text:
             return default
+        if len(text) < 20 and text.isdigit() and text.isascii():
+            return int(text)  # below 10**19, within SYSFS_INT_MAX: what ascii_number gives
         negative = text[0] == "-"
         value = ascii_number(text[1:] if negative else text, SYSFS_INT_MAX)
         if value is None:
@@ -207,7 +240,10 @@ class FsRoot:
         text = self.read(path)
         if text is None:
             return None
-        try:
-            return parse(text)
-        except ParseError as exc:
-            raise ProbeError(f"{self.shown(path)}: {exc}") from None
+        found = self._parsed.get((parse, text))
+        if found is None:
+            try:
+                found = self._parsed[parse, text] = parse(text)
+            except ParseError as exc:
+                raise ProbeError(f"{self.shown(path)}: {exc}") from None
+        return found
