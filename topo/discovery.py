@@ -110,8 +110,19 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allo
         out = []
         for o in objs:
             visible = o.cpuset & pus
-            if visible or any(a <= o.cpuset for a in anchors):
+            if visible and visible == o.cpuset:
+                out.append(o)  # nothing disallowed in it (objects are immutable)
+            elif visible or any(a <= o.cpuset for a in anchors):
                 out.append(replace(o, cpuset=visible))
+        return tuple(out)
+
+    def restrict(objs, attr="cpuset"):
+        """Each object with its `attr` set restricted to `pus`; the object itself when nothing goes."""
+        out = []
+        for o in objs:
+            s = getattr(o, attr)
+            visible = s & pus
+            out.append(o if visible == s else replace(o, **{attr: visible}))
         return tuple(out)
 
     numa_nodes = tuple(
@@ -134,14 +145,13 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allo
         dies=keep(cpus.dies),
         clusters=keep(cpus.clusters),
         numa_nodes=numa_nodes,
-        cores=tuple(replace(c, cpuset=c.cpuset & pus) for c in cpus.cores if c.cpuset & pus),
+        cores=restrict(c for c in cpus.cores if c.cpuset & pus),
         caches=keep(cpus.caches),
         groups=node_groups(kept_nodes, cpu_side, machine, pus),
-        memory_side_caches=tuple(
-            replace(m, cpuset=m.cpuset & pus) for m in raw_nodes.memory_side_caches
-            if set(m.numa_nodes) & {n.os_index for n in kept_nodes}
+        memory_side_caches=restrict(
+            m for m in raw_nodes.memory_side_caches if set(m.numa_nodes) & {n.os_index for n in kept_nodes}
         ),
-        pci_devices=tuple(replace(d, local_cpus=d.local_cpus & pus) for d in pci),
+        pci_devices=restrict(pci, "local_cpus"),
         probes=status,
         info=_info(fs, allowed.cgroup, cpus.models),
         include_disallowed=include_disallowed,

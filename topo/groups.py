@@ -86,13 +86,19 @@ def fit_localities(nodes: list[NumaNode], cpu_side: list[CpuSet], machine: CpuSe
     the node then hangs from the covering object, whose CPUs become its locality. Nodes with CPUs
     are placed first, then CPU-less ones, each in node order, as hwloc inserts them.
     """
-    placed = list(cpu_side)
+    # Each distinct set once, in first-seen order (caches and cores repeat one another's sets),
+    # compared as bitmasks: several hundred objects against every node.
+    placed = list(dict.fromkeys(cpu_side))
+    masks = [o.mask for o in placed]
     out = {}
     for node in sorted(nodes, key=lambda n: (not n.cpuset, n.os_index)):
         loc = node.locality & machine
-        if loc and loc != machine and loc not in placed:
-            if all(loc <= o or o <= loc or not loc.intersects(o) for o in placed):
+        m = loc.mask
+        if m and loc != machine and m not in masks:
+            # nested either way, or disjoint: their intersection is one of them, or nothing
+            if all((i := m & o) == m or i == o or not i for o in masks):
                 placed.append(loc)  # a Group of these CPUs fits
+                masks.append(m)
             else:
                 cover = min((o for o in placed if loc <= o), key=CpuSet.weight, default=machine)
                 node = NumaNode(node.os_index, node.cpuset, node.local_memory, node.memory_only, cover | node.cpuset,

@@ -112,12 +112,14 @@ def _file_names(fs: FsRoot, cpus: list[_Cpu]) -> dict[str, str] | None:
     return None
 
 
-def _amd_compute_units(fs: FsRoot) -> bool:
+def _amd_compute_units(cpuinfo: str) -> bool:
     """AMD families 15h (Bulldozer to Excavator) and 16h: the kernel lists the two cores of a
     compute unit as thread siblings though each has its own core_id. hwloc checks the vendor and
     family of the first processor in /proc/cpuinfo (fields only x86 kernels write)."""
+    if "AuthenticAMD" not in cpuinfo:
+        return False  # no line can name that vendor
     vendor = family = None
-    for line in (fs.read("/proc/cpuinfo") or "").splitlines():
+    for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
         if key == "vendor_id" and vendor is None:
@@ -163,19 +165,27 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         return RawCpus(complete | online, online, [], [], [], [], [], {}, False)
 
     online = CpuSet(c.os_index for c in cpus)
-    cores, clusters, dies, packages, notes = _mask_objects(fs, cpus, names, online, _amd_compute_units(fs))
+    cpuinfo = fs.read("/proc/cpuinfo") or ""  # read once: compute units and model names
+    core_sets, clusters, dies, packages, notes = _mask_objects(fs, cpus, names, online, _amd_compute_units(cpuinfo))
     packages.sort(key=lambda p: p.cpuset.first())
 
-    def package_of(s: CpuSet) -> int | None:
-        return next((p.os_index for p in packages if s <= p.cpuset), None)
+    # Packages are disjoint (_add_package): the one holding a set's first CPU is the only one
+    # that can hold the set.
+    package_at = {cpu: p for p in packages for cpu in p.cpuset}
 
-    cores = [replace(c, package=package_of(c.cpuset)) for c in cores]
+    def package_of(s: CpuSet) -> int | None:
+        if not s:
+            return packages[0].os_index if packages else None
+        p = package_at.get(s.first())
+        return p.os_index if p is not None and s <= p.cpuset else None
+
+    cores = [Core(core_id, package_of(s), s) for core_id, s in core_sets]
     # A die outside every package (its CPUs had no package mask) has nothing to sit in.
     die_objs = [Die(i, p, s) for i, s in dies if (p := package_of(s)) is not None]
     if all(d.cpuset in {p.cpuset for p in packages} for d in die_objs):
         die_objs = []  # one die per package: sysfs says nothing the package does not
     caches = _caches(fs, cpus, online)
-    models = _cpu_models(fs, cpus, packages)
+    models = _cpu_models(cpuinfo, packages)
     if models:
         packages = [replace(p, model=models.get(p.os_index)) for p in packages]
     # A cluster is a Group in hwloc: merged away where it repeats a core, a cache, a die or a package.
@@ -185,12 +195,12 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
 
 
 def _mask_objects(fs: FsRoot, cpus: list[_Cpu], names: dict[str, str], online: CpuSet, compute_units: bool):
-    """Cores, (cluster id, set)s, (die id, set)s, packages and notes, CPU by CPU as hwloc goes.
+    """(core id, set)s, (cluster id, set)s, (die id, set)s, packages and notes, CPU by CPU as hwloc goes.
 
     Only the first CPU of a core looks at its cluster, only the first of a cluster at its die,
     only the first of a die at its package; an object is made by the first CPU of its set.
     """
-    cores: list[Core] = []
+    cores: list[tuple[int | None, CpuSet]] = []
     clusters: list[tuple[int | None, CpuSet]] = []
     dies: list[tuple[int | None, CpuSet]] = []
     packages: list[Package] = []
@@ -210,7 +220,7 @@ def _mask_objects(fs: FsRoot, cpus: list[_Cpu], names: dict[str, str], online: C
                 thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{sibling.dir}/topology/core_id")
             if core_set.first() == i or thread_with_core_id:
                 core_id = _os_index(fs.read_int(f"{d}/core_id"))
-                cores.append(Core(core_id, None, CpuSet([i]) if thread_with_core_id else core_set))
+                cores.append((core_id, CpuSet.from_mask(1 << i) if thread_with_core_id else core_set))
             if core_set.first() != i:
                 continue  # the core's first CPU looks at its cluster, die and package
         first_of_cluster, cluster_set = _group_mask(fs, cpu, "cluster_cpus", online)
@@ -282,49 +292,47 @@ def _caches(fs: FsRoot, cpus: list[_Cpu], online: CpuSet) -> list[Cache]:
     read_already: set[tuple[str, CpuSet]] = set()
     for cpu in cpus:
         base = f"{cpu.dir}/cache"
+        own = CpuSet.from_mask(1 << cpu.os_index)
+        # Empty sharing map (ia64, some VMs): the cache is private to the core.
+        private = cpu.core_cpus or own
         for name in fs.listdir(base):
             if not _INDEX_DIR.match(name):
                 continue
-            idx = f"{base}/{name}"
-            shared = fs.read_set(f"{idx}/shared_cpu_list", f"{idx}/shared_cpu_map")
-            if not shared:
-                # Empty sharing map (ia64, some VMs): the cache is private to the core.
-                shared = cpu.core_cpus or CpuSet([cpu.os_index])
+            idx = f"{base}/{name}/"
+            shared = fs.read_set(idx + "shared_cpu_list", idx + "shared_cpu_map") or private
             # Some kernels report caches whose sharing map forgets the CPU itself.
-            shared = (shared | CpuSet([cpu.os_index])) & online
+            shared = (shared | own) & online
             if (name, shared) in read_already:
                 continue
-            level = fs.read_int(f"{idx}/level")
-            kind = (fs.read(f"{idx}/type") or "").lower()
+            level = fs.read_int(idx + "level")
+            kind = (fs.read(idx + "type") or "").lower()
             if level is None or kind not in ("data", "instruction", "unified"):
                 continue
             key = (level, kind, shared)
             if key in seen:
                 continue
-            size = _size_bytes(fs, f"{idx}/size")
+            size = _size_bytes(fs, idx + "size")
             if not size:
                 continue  # hwloc ignores zero-sized caches (some VMs, PowerPC L1i)
             read_already.add((name, shared))
-            seen[key] = Cache(
-                level, kind, size, shared,
-                fs.read_int(f"{idx}/coherency_line_size"),
-                fs.read_int(f"{idx}/ways_of_associativity"),
-            )
+            seen[key] = Cache(level, kind, size, shared,
+                              fs.read_int(idx + "coherency_line_size"), fs.read_int(idx + "ways_of_associativity"))
     caches = list(seen.values())
     caches.sort(key=lambda c: (c.level, c.type != "data", c.cpuset.first()))
     return caches
 
 
-def _cpu_models(fs: FsRoot, cpus: list[_Cpu], packages: list[Package]) -> dict[int, str]:
+def _cpu_models(cpuinfo: str, packages: list[Package]) -> dict[int, str]:
     """Package model names from /proc/cpuinfo ("model name", or "cpu" on POWER), by the package
     holding each processor."""
-    text = fs.read("/proc/cpuinfo")
-    if not text:
+    if not cpuinfo:
         return {}
     package_of = {cpu: p.os_index for p in packages for cpu in p.cpuset}
     models: dict[int, str] = {}
     proc = None
-    for line in text.splitlines():
+    for line in cpuinfo.splitlines():
+        if "processor" not in line and "model name" not in line and "cpu" not in line:
+            continue  # a line whose key is none of these (the key is part of the line)
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
         if key == "processor":
