@@ -142,7 +142,8 @@ class FsRoot:
         a file that is not a regular one is refused then: a FIFO gives nothing or EAGAIN, a
         device nothing or more than the limit.
         """
-        limit = limit_for(path) if prefix is None else prefix
+        sysfs = path.startswith("/sys/")
+        limit = prefix if prefix is not None else SYSFS_LIMIT if sysfs else limit_for(path)
         try:
             # O_NONBLOCK: opening a FIFO must not wait for a writer, nor reading it.
             # os.open/os.read: a third cheaper than open() for thousands of tiny sysfs files.
@@ -158,7 +159,7 @@ class FsRoot:
         try:
             # One read: a whole attribute is in (see WHOLE_READ), three system calls a file.
             data = os.read(fd, limit + 1)
-            if 0 < len(data) < WHOLE_READ and len(data) <= limit and path.startswith("/sys/"):
+            if sysfs and 0 < len(data) < WHOLE_READ and len(data) <= limit:
                 return data
             return self._read_to_end(fd, path, data, limit, prefix)
         except OSError as exc:
@@ -210,11 +211,16 @@ class FsRoot:
         """The file's whole number: ASCII decimal digits, with "-" before them for the -1 the kernel
         writes for an unknown id, at most SYSFS_INT_MAX either way; `default` when the file is
         absent or empty. Anything else ("١", "0x10", 5000 digits) is an error naming the file."""
-        text = self.read(path)
+        data = self.read_bytes(path)
+        if data is None:
+            return default
+        # As read() strips it (the bytes stripped are ASCII, never part of a UTF-8 sequence)
+        data = data.strip(b" \t\r\n\x00")
+        if 0 < len(data) < 20 and data.isdigit():
+            return int(data)  # ASCII digits below 10**19, within SYSFS_INT_MAX: what ascii_number gives
+        text = data.decode("utf-8", "replace")
         if not text:
             return default
-        if len(text) < 20 and text.isdigit() and text.isascii():
-            return int(text)  # below 10**19, within SYSFS_INT_MAX: what ascii_number gives
         negative = text[0] == "-"
         value = ascii_number(text[1:] if negative else text, SYSFS_INT_MAX)
         if value is None:
