@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
 from launcher.environ import bind_file_env
-from launcher.records import record
+from topo.records import record
 from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 

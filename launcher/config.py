@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
-from launcher.records import record
+from topo.records import record
 from topo.cpuset import MAX_SECONDS
 from topo.errors import UsageError
 

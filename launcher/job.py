@@ -16,7 +16,7 @@ from launcher import network
 from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.environ import MANAGED_VARS
 from launcher.procgroup import DirectBinding, ProcessSpec
-from launcher.records import record
+from topo.records import record
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
 

@@ -38,7 +38,7 @@ from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
 from launcher.environ import which
-from launcher.records import record
+from topo.records import record
 from topo.cpuset import CpuSet
 from topo.errors import TopoError
 

@@ -18,7 +18,7 @@ from typing import TextIO
 from launcher.config import LaunchConfig
 from launcher.job import SCHEDULER, JobPlan, check_program, describe_plan, plan_job
 from launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
-from launcher.records import record
+from topo.records import record
 from launcher.supervisor import LAUNCH_JSON, Supervisor, write_launch_json
 
 __all__ = ["LaunchError", "LaunchResult", "launch"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from launcher.records import record
+from topo.records import record
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
 

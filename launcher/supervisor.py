@@ -16,7 +16,7 @@ from typing import Callable, Sequence, TextIO
 
 from launcher import verify
 from launcher.procgroup import FDS_NEEDED, INHERIT, DirectBinding, LaunchError, Process, ProcessGroup
-from launcher.records import record
+from topo.records import record
 from launcher.tail import LogTailer
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)

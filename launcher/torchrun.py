@@ -33,7 +33,7 @@ from dataclasses import field
 from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.binding import UNBOUND, Binding
-from launcher.records import record
+from topo.records import record
 from topo.cpuset import MAX_SECONDS, ascii_number, ascii_seconds, excerpt
 from topo.errors import UsageError
 

@@ -13,7 +13,7 @@ import time
 from typing import Sequence
 
 from launcher.binding import Binding
-from launcher.records import record
+from topo.records import record
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 

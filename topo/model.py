@@ -11,12 +11,12 @@ cpulist text, tuples <-> lists, ...). `_JSON_NAMES` lists the few keys not named
 
 from __future__ import annotations
 
-from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, replace
-from operator import attrgetter
+from dataclasses import MISSING, field, fields, replace
 from typing import Iterable, Mapping
 
 from topo.cpuset import EMPTY, CpuSet
 from topo.errors import ParseError, ProbeError
+from topo.records import record
 
 SCHEMA = "topo.topology/1"
 # The most PUs a Topology may hold: 8x the largest NR_CPUS a Linux kernel builds with (8192, x86-64
@@ -25,73 +25,7 @@ SCHEMA = "topo.topology/1"
 MAX_PUS = 65536
 
 
-class _Value:
-    """Equality, hashing, repr and immutability of a frozen dataclass, written once for every
-    `@value` class: `@dataclass(frozen=True)` compiles five methods per class at import, about
-    0.5 ms a class paid by every `topo` command. The dataclass fields stay, so
-    `dataclasses.replace` and `dataclasses.fields` work as usual."""
-
-    _field_values: attrgetter  # set by @value: the tuple of an instance's field values
-
-    def __eq__(self, other):
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._field_values(self) == other._field_values(other)
-
-    def __hash__(self):
-        return hash(self._field_values(self))
-
-    def __repr__(self):
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
-        return f"{type(self).__name__}({shown})"
-
-    def __setattr__(self, name, value):
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name):
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-
-def value(cls=None, *, kw_only: bool = False):
-    """`@dataclass(frozen=True)` at a fraction of its import cost: a dataclass whose one generated
-    method is `__init__`, with `_Value`'s equality, hashing, repr and immutability.
-
-    The class needs a docstring: without one, dataclass() builds one from the signature with
-    `inspect`, which costs more than all the rest.
-    """
-    def wrap(cls):
-        cls = dataclass(init=False, repr=False, eq=False, kw_only=kw_only)(cls)
-        for name in ("__eq__", "__hash__", "__repr__", "__setattr__", "__delattr__"):
-            setattr(cls, name, getattr(_Value, name))
-        cls._field_values = attrgetter(*(f.name for f in fields(cls)))
-        cls.__init__ = _init_for(cls)
-        return cls
-
-    return wrap if cls is None else wrap(cls)
-
-
-def _init_for(cls):
-    """`__init__(self, <fields>)` storing each argument, with defaults and factories as declared."""
-    positional, keyword, body, env = [], [], [], {"_MISSING": MISSING}
-    for f in fields(cls):
-        param = f.name
-        if f.default is not MISSING:
-            env[f"_default_{f.name}"] = f.default
-            param = f"{f.name}=_default_{f.name}"
-        elif f.default_factory is not MISSING:
-            env[f"_factory_{f.name}"] = f.default_factory
-            param = f"{f.name}=_MISSING"
-            body.append(f" if {f.name} is _MISSING: {f.name} = _factory_{f.name}()")
-        (keyword if f.kw_only else positional).append(param)
-        body.append(f" d[{f.name!r}] = {f.name}")
-    params = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
-    exec(f"def __init__({params}):\n d = self.__dict__\n" + "\n".join(body) + "\n", env)
-    init = env["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    return init
-
-
-@value
+@record
 class Package:
     """A processor package (socket)."""
 
@@ -100,7 +34,7 @@ class Package:
     model: str | None = None
 
 
-@value
+@record
 class Die:
     """A die inside a package."""
 
@@ -109,7 +43,7 @@ class Die:
     cpuset: CpuSet
 
 
-@value
+@record
 class Cluster:
     """A cluster of cores sharing something below the die (ARM clusters)."""
 
@@ -118,7 +52,7 @@ class Cluster:
     cpuset: CpuSet
 
 
-@value
+@record
 class Core:
     """A physical core and its PUs (hardware threads)."""
 
@@ -127,7 +61,7 @@ class Core:
     cpuset: CpuSet
 
 
-@value
+@record
 class Cache:
     """A CPU cache and the PUs sharing it."""
 
@@ -144,7 +78,7 @@ class Cache:
         return f"L{self.level}{suffix}"
 
 
-@value
+@record
 class MemorySideCache:
     """A cache in front of NUMA nodes' memory (hwloc's MemCache)."""
 
@@ -153,7 +87,7 @@ class MemorySideCache:
     cpuset: CpuSet
 
 
-@value
+@record
 class NumaNode:
     """A NUMA node: memory, the CPUs it owns and the CPUs it is local to."""
 
@@ -166,7 +100,7 @@ class NumaNode:
     subtype: str | None = None  # e.g. "GPUMemory", "NVM"
 
 
-@value
+@record
 class Group:
     """A level hwloc inserts where no package/die/cache matches: NUMA nodes spanning several
     packages, or nodes clustered by their distances."""
@@ -176,7 +110,7 @@ class Group:
     reason: str
 
 
-@value
+@record
 class PciDevice:
     """A PCI function as sysfs lists it."""
 
@@ -195,7 +129,7 @@ class PciDevice:
         return f"{self.vendor_id}:{self.device_id}"
 
 
-@value
+@record
 class Device:
     """An accelerator or NIC that planners place processes next to."""
 
@@ -212,7 +146,7 @@ class Device:
     socket_cpus: CpuSet | None = None  # NVML's SOCKET-scope affinity; None when not reported
 
 
-@value(kw_only=True)
+@record(kw_only=True)
 class Topology:
     """One machine: its PU sets, its objects by type, and how each probe fared.
 

@@ -21,7 +21,7 @@ from dataclasses import field
 
 from topo.cpuset import CpuSet, ascii_number, excerpt
 from topo.errors import ParseError, ProbeError
-from topo.model import value
+from topo.records import record
 from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
@@ -30,7 +30,7 @@ _BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([
 # ValueError), at most MAX_ID.
 
 
-@value
+@record
 class NpuChip:
     """One NPU chip as npu-smi lists it."""
 
@@ -42,7 +42,7 @@ class NpuChip:
     cpus: CpuSet | None = None  # npu-smi's CPU Affinity
 
 
-@value
+@record
 class NpuReport:
     """What the probe found, and how it fared (`status`)."""
 

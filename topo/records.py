@@ -1,11 +1,12 @@
-"""`@record`: a dataclass at a fraction of its import cost, for the launcher's config and result records.
+"""`@record`: a dataclass at a fraction of its import cost, for the model's objects and the
+launcher's config and result records.
 
-`@dataclass` compiles four or five methods per class (`__init__`, `__repr__`, `__eq__`, and for a
-frozen class `__hash__`, `__setattr__`, `__delattr__`), about 0.5 ms a class, paid by every
-`topo launch` and `topo run` before its first worker starts. Here the class is a dataclass with
-no generated method (its fields stay, so `dataclasses.replace` and `dataclasses.fields` work as
-usual), `__init__` is compiled once (calling `__post_init__` if the class has one), and equality,
-hashing, repr and immutability are shared functions that behave as the dataclass ones do.
+`@dataclass` compiles four to six methods per class (`__init__`, `__repr__`, `__eq__`, and for a
+frozen class `__hash__`, `__setattr__`, `__delattr__`), about 0.5 ms a class, paid by every `topo`
+command that imports the class. Here the class is a dataclass with no generated method (its fields
+stay, so `dataclasses.replace` and `dataclasses.fields` work as usual), `__init__` is compiled once
+(calling `__post_init__` when the class has one), and equality, hashing, repr and immutability are
+shared functions that behave as the dataclass ones do.
 
 Each class needs a docstring: without one, dataclass() builds one from the signature with
 `inspect`, which costs more than all the rest.
@@ -14,20 +15,17 @@ Each class needs a docstring: without one, dataclass() builds one from the signa
 from __future__ import annotations
 
 from dataclasses import MISSING, FrozenInstanceError, dataclass, fields
-
-
-def _values(obj) -> tuple:
-    return tuple(obj.__dict__[name] for name in obj._record_fields)
+from operator import attrgetter
 
 
 def _eq(self, other):
     if other.__class__ is not self.__class__:
         return NotImplemented
-    return _values(self) == _values(other)
+    return self._record_values(self) == other._record_values(other)
 
 
 def _hash(self):
-    return hash(_values(self))
+    return hash(self._record_values(self))
 
 
 def _repr(self):
@@ -43,14 +41,16 @@ def _frozen_delattr(self, name):
     raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
-def record(cls=None, *, frozen: bool = True):
-    """`@dataclass(frozen=True)` (or `@record(frozen=False)`: `@dataclass`) with the same
-    `__init__`, `__eq__`, `__hash__` (frozen: by the fields; mutable: none), `__repr__` and
+def record(cls=None, *, frozen: bool = True, kw_only: bool = False):
+    """`@dataclass(frozen=True)` (`frozen=False`: `@dataclass`; `kw_only` as dataclass's) with the
+    same `__init__`, `__eq__`, `__hash__` (frozen: by the fields; mutable: none), `__repr__` and
     immutability."""
 
     def wrap(cls):
-        cls = dataclass(init=False, repr=False, eq=False)(cls)
-        cls._record_fields = tuple(f.name for f in fields(cls))
+        cls = dataclass(init=False, repr=False, eq=False, kw_only=kw_only)(cls)
+        names = tuple(f.name for f in fields(cls))
+        cls._record_fields = names
+        cls._record_values = attrgetter(*names) if names else (lambda obj: ())
         cls.__init__ = _init_for(cls)
         cls.__eq__ = _eq
         cls.__repr__ = _repr
@@ -68,7 +68,7 @@ def record(cls=None, *, frozen: bool = True):
 def _init_for(cls):
     """`__init__(self, <fields>)` storing each argument, with defaults and factories as declared,
     then calling `__post_init__()` when the class defines it."""
-    params, body, env = [], [], {"_MISSING": MISSING}
+    positional, keyword, body, env = [], [], [], {"_MISSING": MISSING}
     for f in fields(cls):
         param = f.name
         if f.default is not MISSING:
@@ -78,11 +78,12 @@ def _init_for(cls):
             env[f"_factory_{f.name}"] = f.default_factory
             param = f"{f.name}=_MISSING"
             body.append(f" if {f.name} is _MISSING: {f.name} = _factory_{f.name}()")
-        params.append(param)
+        (keyword if f.kw_only else positional).append(param)
         body.append(f" d[{f.name!r}] = {f.name}")
     if hasattr(cls, "__post_init__"):
         body.append(" self.__post_init__()")
-    exec(f"def __init__({', '.join(['self', *params])}):\n d = self.__dict__\n" + "\n".join(body) + "\n", env)
+    params = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    exec(f"def __init__({params}):\n d = self.__dict__\n" + "\n".join(body) + "\n", env)
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     return init
