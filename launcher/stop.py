@@ -49,19 +49,27 @@ class StopReport:
 
 
 def record_path(log_dir: str) -> str:
-    """`log_dir`/launch.json, or the one job record below it where topo run keeps it
-    (LOG_DIR/<run id>_<random>/attempt_<n>/launch.json); UsageError when several are there."""
+    """`log_dir`/launch.json, or the record of the one run below it where topo run keeps them
+    (LOG_DIR/<run id>_<random>/attempt_<n>/launch.json): its last attempt, the only one that can
+    still be running. UsageError when records of several runs are there."""
     path = os.path.join(log_dir, LAUNCH_JSON)
     if os.path.lexists(path) or not os.path.isdir(log_dir):
         return path
     import glob
 
     found = glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*", LAUNCH_JSON))
-    if len(found) > 1:
+    runs = {os.path.dirname(os.path.dirname(f)) for f in found}
+    if len(runs) > 1:
         newest = max(found, key=lambda f: os.stat(f).st_mtime)
-        raise UsageError(f"{len(found)} job records below {log_dir} (topo run attempts): give the directory "
-                         f"of one, the newest is {os.path.dirname(newest)}")
-    return found[0] if found else path
+        raise UsageError(f"job records of {len(runs)} runs below {log_dir}: give the directory of one, the "
+                         f"newest is {os.path.dirname(os.path.dirname(newest))}")
+    return max(found, key=_attempt_number) if found else path
+
+
+def _attempt_number(record: str) -> int:
+    """n of .../attempt_<n>/launch.json (topo run numbers its attempts 0, 1, ...)."""
+    name = os.path.basename(os.path.dirname(record))[len("attempt_"):]
+    return int(name) if name.isascii() and name.isdigit() else -1
 
 
 def read_record(log_dir: str, path: str | None = None) -> dict:

@@ -163,7 +163,16 @@ def test_topo_stop_names_the_run_directories_when_there_are_several(tmp_path):
     s = subprocess.run([sys.executable, "-m", "topo", "stop", str(tmp_path)], capture_output=True, text=True,
                        timeout=60)
     assert s.returncode == 2 and s.stderr.count("\n") == 1, s.stderr
-    assert s.stderr.startswith(f"topo: error: 2 job records below {tmp_path} (topo run attempts)"), s.stderr
+    assert s.stderr.startswith(f"topo: error: job records of 2 runs below {tmp_path}"), s.stderr
+
+
+def test_topo_stop_takes_the_last_attempt_of_a_restarted_run(tmp_path):
+    from launcher.stop import record_path
+
+    for attempt in (0, 1, 2, 10):
+        (tmp_path / "run_1" / f"attempt_{attempt}").mkdir(parents=True)
+        (tmp_path / "run_1" / f"attempt_{attempt}" / "launch.json").write_text("{}")
+    assert record_path(str(tmp_path)) == str(tmp_path / "run_1" / "attempt_10" / "launch.json")
 
 
 def test_dry_run_starts_nothing(tmp_path):
