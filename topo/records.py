@@ -34,11 +34,16 @@ def _repr(self):
 
 
 def _frozen_setattr(self, name, value):
-    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+    # as dataclass's: the class itself refuses every attribute, a plain subclass only the fields
+    if type(self).__dict__.get("__setattr__") is _frozen_setattr or name in self._record_fields:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+    object.__setattr__(self, name, value)
 
 
 def _frozen_delattr(self, name):
-    raise FrozenInstanceError(f"cannot delete field {name!r}")
+    if type(self).__dict__.get("__delattr__") is _frozen_delattr or name in self._record_fields:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+    object.__delattr__(self, name)
 
 
 def record(cls=None, *, frozen: bool = True, kw_only: bool = False):
@@ -48,6 +53,10 @@ def record(cls=None, *, frozen: bool = True, kw_only: bool = False):
 
     def wrap(cls):
         cls = dataclass(init=False, repr=False, eq=False, kw_only=kw_only)(cls)
+        for f in fields(cls):
+            if not (f.init and f.repr and f.compare) or f.hash is not None:
+                raise TypeError(f"@record does not implement field({f.name}, init/repr/compare/hash=...): "
+                                f"use @dataclass for {cls.__qualname__}")
         names = tuple(f.name for f in fields(cls))
         cls._record_fields = names
         cls._record_values = attrgetter(*names) if names else (lambda obj: ())
