@@ -7,9 +7,14 @@ capture` (read from a private temporary copy; see `topo.capture`).
 Reads are strict, as psutil's are: a file that exists but cannot be read, is not a regular file
 (a FIFO would block, a device never ends) or is longer than any kernel writes is an error naming
 it, never a silently different machine. Only what the kernel itself does to some attributes
-(EINVAL, EIO, ENODEV on read) counts as "absent". The type is looked at (fstat) whenever a read
-does not give a whole sysfs attribute at once, which is all a FIFO or a device gives (nothing,
-EAGAIN, or more than the limit); a file below /sys that does is taken as read (FsRoot.read_bytes).
+(EINVAL, EIO, ENODEV on read) counts as "absent". Nothing blocks: files are opened and read
+non-blocking. The type is looked at (fstat) whenever a read does not give a whole sysfs attribute
+at once (nothing, EAGAIN, a page or more: what an empty FIFO, a socket and most devices give); a
+file below /sys whose first read is a short attribute is taken as read without an fstat
+(FsRoot.read_bytes), so the one thing not refused there is a FIFO or a record device (a symlink to
+/dev/kmsg) that has a short text waiting: it is read as the attribute's text, which its parser
+then accepts or refuses. An fstat per file would be a fourth system call per file, a third more than
+hwloc makes.
 """
 
 from __future__ import annotations
@@ -123,7 +128,8 @@ class FsRoot:
 
         Sysfs attributes that exist but fail with EINVAL/EIO/ENODEV (some firmware files) count as
         absent, as hwloc treats them. A permission error, a directory, a FIFO, socket or device
-        where a file belongs, or a file longer than `limit_for(path)` is an error naming the path.
+        where a file belongs (below /sys: unless it has a short text waiting, see read_bytes), or
+        a file longer than `limit_for(path)` is an error naming the path.
         """
         data = self.read_bytes(path)
         if data is None:
@@ -139,9 +145,9 @@ class FsRoot:
         read, close, as hwloc reads it. That is a whole sysfs attribute (the kernel writes one in a
         single read, and a long binary one a page per read) or a capture's copy of it. Anything
         else (nothing, an error, a page or more, procfs and tool outputs) is read to its end, and
-        a file that is not a regular one is refused then: a FIFO gives nothing or EAGAIN, a
-        device nothing or more than the limit.
-        """
+        a file that is not a regular one is refused then: an empty FIFO gives nothing or EAGAIN,
+        most devices nothing or a page or more. A FIFO or record device with a short text waiting
+        is the exception below /sys: its text is taken as the attribute's."""
         sysfs = path.startswith("/sys/")
         limit = prefix if prefix is not None else SYSFS_LIMIT if sysfs else limit_for(path)
         try:
