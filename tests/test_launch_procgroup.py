@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from processes import alive, wait_for
+
 SCRIPTS = Path(__file__).parent / "scripts"
 ENVDUMP = str(SCRIPTS / "envdump.py")
 JOB = str(SCRIPTS / "job.py")
@@ -33,23 +35,6 @@ ENV["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PAT
 def topo(*args, cwd, env=None, timeout=60):
     return subprocess.run([sys.executable, "-m", "topo", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env or ENV)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def recorded_pids(logs: Path) -> list[int]:

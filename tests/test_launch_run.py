@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from processes import alive, wait_for
+
 SCRIPTS = Path(__file__).parent / "scripts"
 ENVDUMP = str(SCRIPTS / "envdump.py")
 JOB = str(SCRIPTS / "job.py")
@@ -39,14 +41,6 @@ def start_launch(args, *, cwd, env=None):
                             stderr=subprocess.PIPE, text=True, env=env or BASE_ENV)
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def job_pids(log_dir: Path, out_dir: Path) -> list[int]:
     """Every pid the job had: its processes (launch.json) and the grandchildren they reported."""
     pids = [p["pid"] for p in json.loads((log_dir / "launch.json").read_text())["processes"]]
@@ -55,15 +49,6 @@ def job_pids(log_dir: Path, out_dir: Path) -> list[int]:
     for f in out_dir.glob("daemon_*"):
         pids.append(int(f.read_text()))
     return pids
-
-
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.fixture

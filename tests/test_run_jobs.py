@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from processes import alive, wait_for
+
 WORKER = str(Path(__file__).parent / "scripts" / "run_worker.py")
 
 
@@ -113,21 +115,6 @@ def test_no_daemon_outlives_the_run(tmp_path):
             os.kill(pid, 0)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_a_sigkilled_run_leaves_no_worker_and_topo_stop_stops_its_daemons(tmp_path):
     logs = tmp_path / "logs"
     proc = subprocess.Popen([sys.executable, "-m", "topo", "run", "--nproc-per-node=2", f"--log-dir={logs}",
@@ -135,12 +122,12 @@ def test_a_sigkilled_run_leaves_no_worker_and_topo_stop_stops_its_daemons(tmp_pa
     daemon_files = [tmp_path / f"daemon{rank}.pid" for rank in (0, 1)]
     workers, daemons = [], []
     try:
-        assert _wait_for(lambda: len(records(tmp_path)) == 2 and all(f.exists() for f in daemon_files), 30)
+        assert wait_for(lambda: len(records(tmp_path)) == 2 and all(f.exists() for f in daemon_files), 30)
         workers = [r["pid"] for r in records(tmp_path).values()]
         daemons = [int(f.read_text()) for f in daemon_files]
         proc.kill()
         proc.wait(10)
-        assert _wait_for(lambda: not any(map(_alive, workers)), 1.0), [p for p in workers if _alive(p)]
+        assert wait_for(lambda: not any(map(alive, workers)), 1.0), [p for p in workers if alive(p)]
         # The daemons left the workers' sessions; they carry the job id, and topo stop finds the job's
         # record below the --log-dir it was given (LOG_DIR/<run id>_<random>/attempt_0/launch.json).
         s = subprocess.run([sys.executable, "-m", "topo", "stop", str(logs)], capture_output=True, text=True,
@@ -148,11 +135,11 @@ def test_a_sigkilled_run_leaves_no_worker_and_topo_stop_stops_its_daemons(tmp_pa
         assert s.returncode == 0, s.stderr
         for pid in daemons:
             assert f"stopped a process the job started (pid {pid})" in s.stderr, s.stderr
-        assert _wait_for(lambda: not any(map(_alive, daemons)), 5)
+        assert wait_for(lambda: not any(map(alive, daemons)), 5)
     finally:
         proc.kill()
         for pid in workers + daemons:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
