@@ -38,6 +38,17 @@ class Switch:
     children: tuple
 
 
+def endpoints(child):
+    """The endpoints below a complex's child (an Endpoint, a multi-function tuple or a Switch), in order."""
+    if isinstance(child, Endpoint):
+        yield child
+    elif isinstance(child, tuple):
+        yield from child
+    else:
+        for sub in child.children:
+            yield from endpoints(sub)
+
+
 @dataclass(frozen=True)
 class Complex:
     """One PCI host bridge (root complex) with one root port."""

@@ -69,7 +69,7 @@ def show(root: Path, *extra: str) -> dict:
 def nvml_from_topo_m(root_machine: machines.Machine, topo_m: dict, links: int, name: str) -> dict:
     """The fake NVML of a machine whose `nvidia-smi topo -m` was captured: affinities and NUMA
     nodes from its columns, NVLinks into an NVSwitch fabric (`links` per GPU, NV# in the capture)."""
-    busids = sorted(ep.busid for cx in root_machine.complexes for ep in _endpoints(cx.child)
+    busids = sorted(ep.busid for cx in root_machine.complexes for ep in machines.endpoints(cx.child)
                     if ep.vendor == "10de")
     switches = [f"0000:{0xe4 + s:02x}:00.0" for s in range(6)]
     gpus = []
@@ -91,15 +91,6 @@ def nvml_from_topo_m(root_machine: machines.Machine, topo_m: dict, links: int, n
 def _first_cpu(m: machines.Machine, node: int) -> int:
     return next(c for c in range(m.ncpus) if m.cpu(c)[2] == node)
 
-
-def _endpoints(child):
-    if isinstance(child, machines.Endpoint):
-        yield child
-    elif isinstance(child, tuple):
-        yield from child
-    else:
-        for sub in child.children:
-            yield from _endpoints(sub)
 
 
 TOPO_M = {

@@ -68,7 +68,7 @@ def nvml_of(m: machines.Machine) -> dict:
 
     gpus = []
     for cx in sorted(m.complexes, key=lambda cx: cx.host):
-        for ep in _endpoints(cx.child):
+        for ep in machines.endpoints(cx.child):
             if ep.vendor != "10de":
                 continue
             package = next(m.cpu(c)[0] for c in range(m.ncpus) if m.cpu(c)[2] == cx.numa_node)
@@ -77,15 +77,6 @@ def nvml_of(m: machines.Machine) -> dict:
                          "socket_cpus": cpus(lambda t: t[0] == package)})
     return {"gpus": sorted(gpus, key=lambda g: g["busid"])}
 
-
-def _endpoints(child):
-    if isinstance(child, machines.Endpoint):
-        yield child
-    elif isinstance(child, tuple):
-        yield from child
-    else:
-        for sub in child.children:
-            yield from _endpoints(sub)
 
 
 @pytest.fixture(scope="module")
