@@ -92,7 +92,6 @@ def _first_cpu(m: machines.Machine, node: int) -> int:
     return next(c for c in range(m.ncpus) if m.cpu(c)[2] == node)
 
 
-
 TOPO_M = {
     "dgx-a100": ("nvidia/topo-m_dgx-a100-8gpu_epyc-nps4.txt", 12, "NVIDIA A100-SXM4-80GB"),
     "hgx-h200-xeon": ("nvidia/topo-m_hgx-h200-8gpu_xeon-2numa.txt", 18, "NVIDIA H200"),

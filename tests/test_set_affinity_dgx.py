@@ -78,7 +78,6 @@ def nvml_of(m: machines.Machine) -> dict:
     return {"gpus": sorted(gpus, key=lambda g: g["busid"])}
 
 
-
 @pytest.fixture(scope="module")
 def topologies(tmp_path_factory):
     """Each machine discovered once, with the fake pynvml answering for its GPUs."""
