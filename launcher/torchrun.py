@@ -33,9 +33,9 @@ from dataclasses import field
 from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.binding import UNBOUND, Binding
-from topo.records import record
-from topo.cpuset import MAX_SECONDS, ascii_number, ascii_seconds, excerpt
+from topo.cpuset import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds, excerpt
 from topo.errors import UsageError
+from topo.records import record
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
@@ -355,9 +355,8 @@ def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
         return DEFAULT_SHUTDOWN_TIMEOUT
     seconds = ascii_seconds(text)
     if seconds is None:
-        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={excerpt(text, 40)!r} is not a number of seconds (ASCII "
-                         f"digits, optionally a point and decimals, at most {MAX_SECONDS}): fix it or give "
-                         "--shutdown-timeout")
+        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={excerpt(text, 40)!r} is not {SECONDS_FORM}: fix it or "
+                         "give --shutdown-timeout")
     return seconds
 
 
@@ -365,8 +364,7 @@ def _seconds(value, flag: str) -> float:
     """A duration flag's value: a number (click's SECONDS read it), or text read by ascii_seconds."""
     seconds = ascii_seconds(value.strip()) if isinstance(value, str) else float(value)
     if seconds is None:
-        raise UsageError(f"{flag}={excerpt(value, 40)!r} is not a number of seconds (ASCII digits, optionally a "
-                         f"point and decimals, at most {MAX_SECONDS})")
+        raise UsageError(f"{flag}={excerpt(value, 40)!r} is not {SECONDS_FORM}")
     return seconds
 
 

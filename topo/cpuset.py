@@ -61,6 +61,10 @@ MAX_SECONDS = 7 * 24 * 3600  # a week: more than any grace period, interval or t
 _SECONDS = re.compile(r"\A[0-9]{1,%d}(?:\.[0-9]{1,9})?\Z" % len(str(MAX_SECONDS)))
 
 
+# What ascii_seconds reads, for the messages that refuse anything else.
+SECONDS_FORM = f"a number of seconds (ASCII digits, optionally a point and decimals, at most {MAX_SECONDS})"
+
+
 def ascii_seconds(text: str, most: float = MAX_SECONDS) -> float | None:
     """The value of ``text`` when it is a non-negative decimal number of seconds in ASCII
     (``[0-9]+(.[0-9]+)?``, at most nine decimals) and at most ``most``, else None: the one reader of

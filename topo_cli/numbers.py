@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from topo.cpuset import MAX_SECONDS, ascii_number, ascii_seconds
+from topo.cpuset import SECONDS_FORM, ascii_number, ascii_seconds
 
 _MOST = (1 << 31) - 1  # more than any count, port, rank or timeout in seconds a launcher takes
 
@@ -45,8 +45,7 @@ class Seconds(click.ParamType):
             return value  # a default, already a number
         number = ascii_seconds(value.strip())
         if number is None:
-            self.fail(f"{value[:40]!r} is not a number of seconds (ASCII digits, optionally a point and "
-                      f"decimals, at most {MAX_SECONDS})", param, ctx)
+            self.fail(f"{value[:40]!r} is not {SECONDS_FORM}", param, ctx)
         return number
 
 
