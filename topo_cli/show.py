@@ -22,7 +22,8 @@ from topo_cli.machine import machine_options, write_text
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write the machine to FILE, in the format its extension names (like `lstopo FILE`): "
-                   ".svg a drawing, .html the drawing with the summary and link matrix, .json, .txt.")
+                   ".svg a drawing, .html the drawing with the summary and link matrix, .json, .txt, "
+                   ".xml hwloc v2 XML (lstopo -i FILE reads it).")
 def show(machine, as_json, include_disallowed, probes, output):
     """Show the topology: packages, NUMA nodes, caches, cores, PUs and devices.
 
@@ -70,9 +71,13 @@ def _writer(path: str, as_json: bool):
         import json
 
         return lambda t: json.dumps(t.to_dict(), indent=2) + "\n"
+    if suffix == ".xml":
+        from topo.hwloc_export import to_xml
+
+        return to_xml
     if suffix == ".txt":
         from topo.render import render_text
 
         return lambda t: render_text(t) + "\n"
     raise UsageError(f"--output {path}: unknown format {suffix or '(no extension)'!r}; "
-                     "name the file .svg, .html, .json or .txt")
+                     "name the file .svg, .html, .json, .xml or .txt")

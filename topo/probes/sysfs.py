@@ -317,11 +317,22 @@ def _caches(fs: FsRoot, cpus: list[_Cpu], online: CpuSet) -> list[Cache]:
             if not size:
                 continue  # hwloc ignores zero-sized caches (some VMs, PowerPC L1i)
             read_already.add((name, shared))
-            seen[key] = Cache(level, kind, size, shared,
-                              fs.read_int(idx + "coherency_line_size"), fs.read_int(idx + "ways_of_associativity"))
+            line = fs.read_int(idx + "coherency_line_size") or None
+            seen[key] = Cache(level, kind, size, shared, line, _ways(fs, idx, size, line))
     caches = list(seen.values())
     caches.sort(key=lambda c: (c.level, c.type != "data", c.cpuset.first()))
     return caches
+
+
+def _ways(fs: FsRoot, idx: str, size: int, line: int | None) -> int | None:
+    """Associativity as hwloc computes it: size / line size / lines per tag / sets, unknown (None)
+    without those or with one set; ways_of_associativity itself is 0 or -1 for fully associative
+    caches depending on the architecture."""
+    sets = fs.read_int(idx + "number_of_sets") or 0
+    per_tag = fs.read_int(idx + "physical_line_partition", 1) or 0
+    if not line or not per_tag or sets <= 1:
+        return None
+    return size // line // per_tag // sets or None
 
 
 def _cpu_models(cpuinfo: str, packages: list[Package]) -> dict[int, str]:
