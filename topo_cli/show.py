@@ -24,7 +24,11 @@ from topo_cli.machine import machine_options, write_text
               help="Write the machine to FILE, in the format its extension names (like `lstopo FILE`): "
                    ".svg a drawing, .html the drawing with the summary and link matrix, .json, .txt, "
                    ".xml hwloc v2 XML (lstopo -i FILE reads it).")
-def show(machine, as_json, include_disallowed, probes, output):
+@click.option("--whole-io", is_flag=True, help="Every PCI function, bridge and OS device (lstopo --whole-io); "
+              "by default those lstopo shows: storage, network, display, accelerators and the bridges to them.")
+@click.option("--no-io", is_flag=True, help="No PCI function, bridge or OS device (lstopo --no-io).")
+@click.option("--no-bridges", is_flag=True, help="PCI functions without the bridges above them (lstopo --no-bridges).")
+def show(machine, as_json, include_disallowed, probes, output, whole_io, no_io, no_bridges):
     """Show the topology: packages, NUMA nodes, caches, cores, PUs and devices.
 
     \b
@@ -38,7 +42,10 @@ def show(machine, as_json, include_disallowed, probes, output):
     if output is not None:
         writer = _writer(output, as_json)  # a bad name fails before the machine is read
     wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
+    if whole_io and no_io:
+        raise UsageError("--whole-io shows every I/O object and --no-io none: give one of them")
     topology = machine.load(include_disallowed=include_disallowed, probes=wanted)
+    topology = topology.io_view("none" if no_io else "whole" if whole_io else "important", bridges=not no_bridges)
     if output is not None:
         write_text(output, writer(topology))
     elif as_json:
