@@ -762,12 +762,17 @@ def _config_space(fs: FsRoot, path: str) -> bytes | None:
 def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(RDMA names, all OS device names with RDMA first, then netdevs, block, drm, dma) of one PCI
     function. virtio-net keeps its netdev one level down, in virtioN/net."""
-    rdma = sorted(fs.listdir(f"{d}/infiniband"), key=_natural)
-    net = sorted(fs.listdir(f"{d}/net"), key=_natural)
-    for child in fs.listdir(d):
+    children = set(fs.listdir(d))  # one listing; only the class directories present are listed
+
+    def names(sub: str) -> list[str]:
+        return sorted(fs.listdir(f"{d}/{sub}"), key=_natural) if sub in children else []
+
+    rdma = names("infiniband")
+    net = names("net")
+    for child in sorted(children):
         if _VIRTIO_DIR.match(child):
             net += sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)
-    rest = [n for sub in ("nvme", "drm", "dma") for n in sorted(fs.listdir(f"{d}/{sub}"), key=_natural)]
+    rest = [n for sub in ("nvme", "drm", "dma") for n in names(sub)]
     return tuple(rdma), tuple(rdma + net + rest)
 
 
