@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 import topo
-from conftest import parse_test_file
 from topo.probes.hwloc_xml import parse_hwloc_xml
 from topo_cli import main as cli
 
@@ -91,7 +90,3 @@ def test_show_io_flags(hwloc_roots):
     both = runner.invoke(cli, ["show", "--root", root, "--whole-io", "--no-io"])
     assert both.exit_code == 2 and "give one of them" in both.output
 
-
-def test_parse_test_file_knows_pci_fixtures():
-    for name in WITH_PCI:
-        assert parse_test_file(name)["source"].endswith(".tar.bz2")

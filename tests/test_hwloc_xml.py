@@ -279,7 +279,8 @@ def _same_fields(a: topo.Topology, b: topo.Topology) -> list[str]:
     order objects were found in, not part of the model)."""
     def norm(v):
         return sorted(map(repr, v)) if isinstance(v, tuple) else v
-    return [f.name for f in fields(a) if f.name not in ("root", "probes") and norm(getattr(a, f.name)) != norm(getattr(b, f.name))]
+    return [f.name for f in fields(a)
+            if f.name not in ("root", "probes") and norm(getattr(a, f.name)) != norm(getattr(b, f.name))]
 
 
 @pytest.mark.parametrize("name", _tarballs())

@@ -241,7 +241,8 @@ def _write(out: list[str], o: _Obj, t: Topology, level: int) -> None:
         if o.type == "Machine":
             attrs.append(f'allowed_cpuset="{bitmap(t.allowed_pus)}"')
         all_nodes = CpuSet(n.os_index for n in t.numa_nodes)
-        attrs.append(f'nodeset="{bitmap(nodes)}" complete_nodeset="{bitmap(all_nodes if o.type == "Machine" else nodes)}"')
+        complete_nodes = all_nodes if o.type == "Machine" else nodes
+        attrs.append(f'nodeset="{bitmap(nodes)}" complete_nodeset="{bitmap(complete_nodes)}"')
         if o.type == "Machine":
             attrs.append(f'allowed_nodeset="{bitmap(t.allowed_numa_nodes)}"')
     for k, v in o.attrs.items():

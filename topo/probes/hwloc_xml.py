@@ -177,7 +177,8 @@ def _pci_type(el, busid: str) -> tuple[str, str, str]:
     """(class, vendor, device) from `pci_type="0302 [10de:20b2] [10de:1463] a1"`."""
     fields = (el.get("pci_type") or "").split()
     if not _BUS_ID.match(busid) or len(fields) < 2 or not fields[1].startswith("["):
-        raise ParseError(f"hwloc XML: {el.get('type')} {busid or '?'} has no bus id and 'class [vendor:device]' pci_type")
+        raise ParseError(f"hwloc XML: {el.get('type')} {busid or '?'} has no bus id and "
+                         "'class [vendor:device]' pci_type")
     vendor, _, device = fields[1].strip("[]").partition(":")
     return fields[0].lower(), vendor.lower(), device.lower()
 
@@ -328,7 +329,8 @@ def _build(root, machine, version: int, source: str) -> Topology:
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
     if len(node_ids) == 1 and "topoNodeDistances" in machine_info:  # the 1x1 matrix hwloc keeps none of
         pairs = [x.partition(":") for x in machine_info["topoNodeDistances"].split()]
-        distances = {node_ids[0]: {_number(a, "topoNodeDistances"): _number(b, "topoNodeDistances") for a, _, b in pairs}}
+        distances = {node_ids[0]: {_number(a, "topoNodeDistances"): _number(b, "topoNodeDistances")
+                                   for a, _, b in pairs}}
     nodes = tuple(sorted((
         NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0),
                  _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1", localities[i],

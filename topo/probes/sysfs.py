@@ -691,7 +691,8 @@ def probe_os_devices(fs: FsRoot, pci: RawPci, node_localities: dict[int, CpuSet]
                 # numa_node only in its parent (the directory its link points into).
                 node = fs.read_int(f"{path}/numa_node")
                 if node is None and target:
-                    node = fs.read_int(posixpath.dirname(posixpath.normpath(posixpath.join(base, target))) + "/numa_node")
+                    parent_dir = posixpath.dirname(posixpath.normpath(posixpath.join(base, target)))
+                    node = fs.read_int(parent_dir + "/numa_node")
             else:
                 node = fs.read_int(f"{path}/device/numa_node")
             local = node_localities.get(node, machine) if node is not None and node >= 0 else machine
