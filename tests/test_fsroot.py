@@ -142,8 +142,8 @@ def test_directory_tree_packed_reads_the_same(root, tmp_path):
     ([(member("sys/../../x"), b"1")], "points outside the archive"),
     ([(member("sys/fifo", tarfile.FIFOTYPE), b"")], "is not a file, directory or symlink"),
     ([(member("sys/dev", tarfile.CHRTYPE), b"")], "is not a file, directory or symlink"),
-    ([(member("sys/link", tarfile.SYMTYPE, "../../../etc/passwd"), b"")], "cannot unpack"),
-    ([(member("sys/link", tarfile.SYMTYPE, "/etc/passwd"), b"")], "cannot unpack"),
+    ([(member("sys/link", tarfile.SYMTYPE, "../../../etc/passwd"), b"")], "climbs out of the archive"),
+    ([(member("sys/link", tarfile.SYMTYPE, "/etc/passwd"), b"")], "absolute, empty or climbs out"),
     ([(member("sys/hard", tarfile.LNKTYPE, "/etc/passwd"), b"")], "is not a file, directory or symlink"),
 ])
 def test_archive_members_that_escape_or_are_special_are_refused(tmp_path, members, words):

@@ -2,7 +2,7 @@
 
 Every probe gets an FsRoot and never touches an absolute path itself, so a captured machine and the
 live one are read by the same code. The root is a directory, or an archive written by `topo
-capture` (read from a private temporary copy; see `topo.capture`).
+capture` (read from a private temporary copy; see `topo.archive`).
 
 Reads are strict, as psutil's are: a file that exists but cannot be read, is not a regular file
 (a FIFO would block, a device never ends) or is longer than any kernel writes is an error naming
@@ -24,6 +24,7 @@ import os
 import stat
 from typing import Callable
 
+from topo.archive import open_archive
 from topo.cpuset import CpuSet, ascii_number, excerpt
 from topo.errors import ParseError, ProbeError
 
@@ -68,8 +69,6 @@ class FsRoot:
         # maps of a shared cache, are the same text in every CPU's file; each is parsed once.
         self._parsed: dict[tuple[Callable[[str], CpuSet], str], CpuSet] = {}
         if os.path.isfile(root):
-            from topo.capture import open_archive
-
             self._tmp, prefix = open_archive(root)  # the copy is removed with this object
             self._shown = os.path.abspath(root) + ":"
         elif os.path.isdir(root):

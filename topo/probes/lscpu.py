@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from topo.archive import TOOLS, TOOLS_DIR
 from topo.cpuset import MAX_ID, CpuSet, ascii_number, excerpt
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
@@ -306,8 +307,6 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
 
 def _captured(fs: FsRoot):
     """A runner answering from the lscpu outputs a capture stored below `fs`, or None."""
-    from topo.capture import TOOLS, TOOLS_DIR
-
     stored = {tuple(argv): f"/{TOOLS_DIR}/{name}" for name, argv in TOOLS.items() if argv[0] == "lscpu"}
     if not fs.exists(stored[tuple(PARSABLE_ARGS)]):
         return None
