@@ -35,8 +35,9 @@ SYSFS_LIMIT = 64 << 10
 # procfs tables grow with the machine: /proc/cpuinfo takes about 1.5 KB per CPU on x86 (the flags
 # line), 12 MB for 8192 CPUs; /proc/self/mounts grows with the container's mounts.
 PROCFS_LIMIT = 32 << 20
-# Tool outputs a capture stores (`lscpu -p` prints ~30 bytes a CPU) are cut at this size.
-TOOL_OUTPUT_LIMIT = 1 << 20
+# A tool's output (lscpu, npu-smi, nvidia-smi), run or stored in a capture: `lscpu -e` prints some
+# 80 bytes a CPU, 650 KB for 8192 CPUs. A tool writing more is stopped (topo.probes.tools).
+TOOL_OUTPUT_LIMIT = 4 << 20
 # The widest whole number read_int takes: a u64, as memory-side cache sizes in bytes are. Ids
 # (core_id, physical_package_id, die_id, numa_node) are ints, -1 where the platform gives none.
 SYSFS_INT_MAX = (1 << 64) - 1

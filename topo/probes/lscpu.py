@@ -34,7 +34,7 @@ _SIZE = re.compile(r"\A([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([KMGT]?)(i?B)?\Z", re.I
 _NODE_KEY = re.compile(r"NUMA node(\S+) CPU\(s\)")  # the id checked by _int
 _LABEL = (1 << 64) - 1  # core, socket and cache ids are labels: the kernel's cache ids can be large
 _MAX_NODES = 1024  # the kernel's MAX_NUMNODES
-_INSTANCES = re.compile(r"(.+?)\s*\(([0-9]+) instances?\)")
+
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,16 @@ def _bytes(text: str) -> int | None:
     return round(float(m.group(1)) * scale)
 
 
+def _instances(value: str) -> tuple[str, str] | None:
+    """("32 MiB", "2") from "32 MiB (2 instances)", else None. One pass, no regex: a lazy group
+    before spaces (`(.+?) *[(]`) takes time quadratic in the spaces of "1" + a million spaces + "x"."""
+    size, sep, rest = value.rpartition("(")
+    count, space, word = rest.partition(" ")
+    if sep and size.strip() and space and word in ("instance)", "instances)") and count.isascii() and count.isdigit():
+        return size.rstrip(), count
+    return None
+
+
 def parse_summary(text: str) -> LscpuSummary:
     """Plain `lscpu`, both layouts."""
     out = LscpuSummary()
@@ -164,9 +174,9 @@ def parse_summary(text: str) -> LscpuSummary:
         m = re.fullmatch(r"(L[0-9][di]?) cache", key)
         if m:
             name = m.group(1)
-            inst = _INSTANCES.fullmatch(value)
+            inst = _instances(value)
             if inst:
-                total, count = _bytes(inst.group(1)), ascii_number(inst.group(2))
+                total, count = _bytes(inst[0]), ascii_number(inst[1])
                 if total is not None and count:  # an unreadable size or count is skipped, as sizes are
                     out.cache_totals[name] = total
                     out.cache_sizes[name] = total // count
