@@ -235,9 +235,9 @@ class _Reader:
     def header(self, block: bytes) -> tuple[bytes, int, bytes, bytes]:
         """(type, size, name, link target) of a header block whose checksum is right."""
         checksum = _octal(block[148:156])
-        unsigned = sum(struct.unpack_from("148B8x356B", block)) + 256
-        signed = sum(struct.unpack_from("148b8x356b", block)) + 256
-        if checksum is None or checksum not in (unsigned, signed):
+        # the sum of the bytes with the checksum field as spaces; some old tars summed signed bytes
+        if checksum != sum(block) - sum(block[148:156]) + 256 and (
+                checksum != sum(struct.unpack_from("148b8x356b", block)) + 256):
             raise self.error(_NOT_TAR)
         size = _size(block[124:136])
         if size is None:
@@ -301,13 +301,17 @@ class _Reader:
             else:
                 fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                              dir_fd=parent)
-                with open(fd, "wb") as out:
+                try:
                     left = size
                     while left:
-                        chunk = self.read(min(left, 1 << 16))
-                        out.write(chunk)
+                        chunk = memoryview(self.read(min(left, 1 << 16)))
                         left -= len(chunk)
-                self.read(_padded(size) - size)
+                        while chunk:
+                            chunk = chunk[os.write(fd, chunk):]
+                finally:
+                    os.close(fd)
+                if size % BLOCK:
+                    self.read(BLOCK - size % BLOCK)
         except FileExistsError:
             raise self.error(f"member {shown!r} comes twice, or below a file or link of the same name") from None
         except (NotADirectoryError, _BelowLink):
@@ -335,14 +339,22 @@ class _Tree:
             os.close(fd)
         del self.fds[keep + 1:], self.names[keep:]
         for name in dirs[keep:]:
-            self.mkdir(self.fds[-1], name)
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fds[-1])
-            except OSError as exc:
-                raise _BelowLink from exc  # ELOOP: a link; ENOTDIR: a file
+                fd = self.open_dir(name)
+            except FileNotFoundError:
+                self.mkdir(self.fds[-1], name)
+                fd = self.open_dir(name)
             self.fds.append(fd)
             self.names.append(name)
         return self.fds[-1]
+
+    def open_dir(self, name: bytes) -> int:
+        try:
+            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fds[-1])
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _BelowLink from exc  # ELOOP: a link; ENOTDIR: a file
 
     @staticmethod
     def mkdir(parent: int, name: bytes) -> None:
