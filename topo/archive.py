@@ -269,9 +269,9 @@ class _Reader:
     def member(self, tree: _Tree, kind: bytes, name: bytes, link: bytes, size: int) -> None:
         shown = name[:80].decode("utf-8", "replace")
         parts = [p for p in name.split(b"/") if p not in (b"", b".")]
-        if len(name) > MAX_NAME or b"\0" in name or any(len(p) > NAME_MAX for p in parts):
-            raise self.error(f"member {shown!r} has a name longer than {MAX_NAME} bytes or a part longer "
-                             f"than {NAME_MAX}")
+        if len(name) > MAX_NAME or len(link) > MAX_NAME or b"\0" in name or any(len(p) > NAME_MAX for p in parts):
+            raise self.error(f"member {shown!r} has a name or link target longer than {MAX_NAME} bytes, or a "
+                             f"part longer than {NAME_MAX}")
         if name.startswith(b"/") or b".." in parts:
             raise self.error(f"member {shown!r} points outside the archive")
         if len(parts) > MAX_DEPTH + 1:
@@ -377,7 +377,7 @@ def _link_stays_inside(target: bytes, depth: int) -> bool:
     ups = 0
     while ups < len(parts) and parts[ups] == b"..":
         ups += 1
-    return (0 < len(target) <= MAX_NAME and not target.startswith(b"/") and b"\0" not in target
+    return (target and not target.startswith(b"/") and b"\0" not in target
             and ups <= depth and b".." not in parts[ups:])
 
 
