@@ -14,14 +14,13 @@ met on the way does the same.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import os
 import signal
 import stat
 import struct
 import threading
 import zlib
+from typing import TYPE_CHECKING
 
 from topo.errors import ProbeError
 
