@@ -24,6 +24,7 @@ from sysfs_builder import Machine, build
 from topo import archive
 from topo.archive import open_archive
 from topo.errors import ProbeError
+from topo.fsroot import PROCFS_LIMIT, SYSFS_LIMIT, TOOL_OUTPUT_LIMIT
 
 ARCHIVES = Path(__file__).parent / "fixtures" / "archives"
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
@@ -312,3 +313,16 @@ def test_xz_multi_stream_and_plain_end_without_zero_blocks(tmp_path, tmpdir_):
     copy, root = open_archive(str(path))
     assert Path(root, "a/f").read_text() == "1\n"
     copy.cleanup()
+
+
+def test_bounds_hold_what_topo_reads():
+    # An archive may hold any file FsRoot would read (procfs tables, tool outputs) and a capture of
+    # a big machine; the README lists these values.
+    assert archive.MAX_FILE >= max(PROCFS_LIMIT, SYSFS_LIMIT, TOOL_OUTPUT_LIMIT)
+    assert archive.MAX_UNPACKED >= 2 * archive.MAX_FILE and archive.MAX_ARCHIVE <= archive.MAX_UNPACKED
+    readme = (REPO / "README.md").read_text()
+    for value in ("64 MiB", "128 MiB", "32 MiB", "100,000", "4 KiB", "1,024 bytes, parts of 255", "| 48 |"):
+        assert value in readme, value
+    assert (archive.MAX_ARCHIVE, archive.MAX_UNPACKED, archive.MAX_FILE, archive.MAX_MEMBERS, archive.MAX_EXTENDED,
+            archive.MAX_NAME, archive.NAME_MAX, archive.MAX_DEPTH) == (
+        64 << 20, 128 << 20, 32 << 20, 100_000, 4096, 1024, 255, 48)

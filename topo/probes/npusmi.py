@@ -1,8 +1,9 @@
 """Huawei Ascend NPUs through `npu-smi`, the way MindSpore's msrun reads them.
 
 The parsers take text and return data; `probe_npusmi` runs the commands. Every command gets a 10 s
-timeout (msrun's), and a failure of any kind (not installed, timeout, non-zero exit, output we
-cannot read) becomes a reason string, never an exception out of the probe.
+timeout (msrun's) and at most TOOL_OUTPUT_LIMIT of output (topo.probes.tools.run_tool), and a
+failure of any kind (not installed, timeout, too much output, non-zero exit, output we cannot read)
+becomes a reason string, never an exception out of the probe.
 
 - `npu-smi info -m`: the chip map. Columns `NPU ID`, `Chip ID`, `Chip Logic ID`, `Chip Name` (A3 adds
   `Slot ID` and `Chip Phy-ID`); `Mcu` rows are the board's management controller, not a chip. The
