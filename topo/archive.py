@@ -312,7 +312,8 @@ class _Reader:
                 if size % BLOCK:
                     self.read(BLOCK - size % BLOCK)
         except FileExistsError:
-            raise self.error(f"member {shown!r} comes twice, or below a file or link of the same name") from None
+            raise self.error(f"member {shown!r} is there already (the same member twice, or a link of its "
+                             "name)") from None
         except (NotADirectoryError, _BelowLink):
             raise self.error(f"member {shown!r} lies below a link or a file") from None
 
