@@ -60,7 +60,7 @@ def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
     return out.getvalue()
 
 
-def _info(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+def info(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type, info.linkname = kind, link
     return info
@@ -75,25 +75,25 @@ def symlink_chain(last: tarfile.TarInfo, content: bytes = b"", comp_len: int = 2
     steps = "abcdefghijklmnop"
     members, path = [], ""
     for step in steps:
-        members.append((_info(os.path.join(path, comp), tarfile.DIRTYPE), b""))
-        members.append((_info(os.path.join(path, step), tarfile.SYMTYPE, comp), b""))
+        members.append((info(os.path.join(path, comp), tarfile.DIRTYPE), b""))
+        members.append((info(os.path.join(path, step), tarfile.SYMTYPE, comp), b""))
         path = os.path.join(path, comp)
     linkpath = os.path.join(*steps, "l" * leaf_len)
-    members.append((_info(linkpath, tarfile.SYMTYPE, os.path.join(*[".."] * len(steps))), b""))
-    members.append((_info("escape", tarfile.SYMTYPE, linkpath + "/../.."), b""))
+    members.append((info(linkpath, tarfile.SYMTYPE, os.path.join(*[".."] * len(steps))), b""))
+    members.append((info("escape", tarfile.SYMTYPE, linkpath + "/../.."), b""))
     members.append((last, content))
     return _tar(members)
 
 
 def write_outside() -> bytes:
     """Creates `../../outside-written` beside the unpack directory's parent (TMPDIR's parent)."""
-    return gz(symlink_chain(_info("escape/outside-written"), b"written by an archive\n"))
+    return gz(symlink_chain(info("escape/outside-written"), b"written by an archive\n"))
 
 
 def read_outside() -> bytes:
     """A capture whose `cpu/online` is a link to `../../secret.txt` beside TMPDIR: discovery would
     quote the start of that file in its parse error."""
-    online = _info("sys/devices/system/cpu/online", tarfile.SYMTYPE, "../../../../escape/secret.txt")
+    online = info("sys/devices/system/cpu/online", tarfile.SYMTYPE, "../../../../escape/secret.txt")
     return gz(symlink_chain(online))
 
 
@@ -107,7 +107,7 @@ def pax_number() -> bytes:
 def nested_dirs(count: int = 2000) -> bytes:
     """`count` directories, each in the last (tarfile's pax names): a RecursionError at 2,000 and
     a copy left in /tmp at 1,500 before."""
-    return gz(_tar([(_info("/".join(["d"] * n), tarfile.DIRTYPE), b"") for n in range(1, count + 1)]))
+    return gz(_tar([(info("/".join(["d"] * n), tarfile.DIRTYPE), b"") for n in range(1, count + 1)]))
 
 
 def quadratic_lscpu(root: Path) -> bytes:
@@ -117,12 +117,12 @@ def quadratic_lscpu(root: Path) -> bytes:
     for path in sorted(root.rglob("*")):
         name = path.relative_to(root).as_posix()
         if path.is_dir():
-            members.append((_info(name, tarfile.DIRTYPE), b""))
+            members.append((info(name, tarfile.DIRTYPE), b""))
         else:
-            members.append((_info(name), path.read_bytes()))
-    members.append((_info("topo-capture/lscpu-parsable.txt"),
+            members.append((info(name), path.read_bytes()))
+    members.append((info("topo-capture/lscpu-parsable.txt"),
                     b"# CPU,Core,Socket,Node,,L1d,L1i,L2,L3\n0,0,0,0,,0,0,0,0\n1,1,0,0,,1,1,1,0\n"))
-    members.append((_info("topo-capture/lscpu.txt"), b"NUMA node(s): 1\nL3 cache: 1" + b" " * 1_000_000 + b"x\n"))
+    members.append((info("topo-capture/lscpu.txt"), b"NUMA node(s): 1\nL3 cache: 1" + b" " * 1_000_000 + b"x\n"))
     return gz(_tar(members))
 
 

@@ -84,7 +84,7 @@ def test_symlink_chain_does_not_read_outside(tmp_path, tmpdir_):
 def test_symlink_chain_with_short_names_is_refused_by_the_link_rules(tmp_path, tmpdir_):
     # Within the name bounds the chain meets the rule itself: no member below a link.
     path = tmp_path / "chain.tar.gz"
-    path.write_bytes(hostile.gz(hostile.symlink_chain(hostile._info("escape/outside-written"), b"x", 7, 7)))
+    path.write_bytes(hostile.gz(hostile.symlink_chain(hostile.info("escape/outside-written"), b"x", 7, 7)))
     with pytest.raises(ProbeError, match="lies below a link or a file"):
         open_archive(str(path))
     assert outside(tmp_path, tmpdir_) == [] and list(tmpdir_.iterdir()) == []
@@ -328,3 +328,9 @@ def test_bounds_hold_what_topo_reads():
     assert (archive.MAX_ARCHIVE, archive.MAX_UNPACKED, archive.MAX_FILE, archive.MAX_MEMBERS, archive.MAX_EXTENDED,
             archive.MAX_NAME, archive.NAME_MAX, archive.MAX_DEPTH) == (
         64 << 20, 128 << 20, 32 << 20, 100_000, 4096, 1024, 255, 48)
+
+
+@pytest.mark.parametrize("name", sorted(hostile.STORED))
+def test_stored_fixtures_are_what_the_generator_makes(name):
+    # The kept archives are the ones `python tests/hostile_archives.py` writes, byte for byte.
+    assert (ARCHIVES / name).read_bytes() == hostile.STORED[name]()
