@@ -179,6 +179,9 @@ def regular(name: bytes, content: bytes = b"1\n") -> bytes:
     ([regular(b"sys/x"), regular(b"sys/x")], "is there already"),
     ([regular(b"sys"), regular(b"sys/x")], "lies below a link or a file"),
     ([header(b"sys/x", b"2", link=b"y"), header(b"sys/x", b"5")], "lies below a link or a file"),
+    ([header(b"sys/a", b"2", link=b"b"), header(b"sys/c", b"2", link=b"a/x")], "a link through the link 'sys/a'"),
+    ([header(b"sys/c", b"2", link=b"../sys/a/x"), header(b"sys/a", b"2", link=b"b")],
+     "a link through the link 'sys/a'"),
     ([regular(b"/sys/x")], "points outside the archive"),
     ([regular(b"sys/../../x")], "points outside the archive"),
     ([header(b"sys/h", b"1", link=b"sys/x")], "is not a file, directory or symlink"),
@@ -198,7 +201,7 @@ def test_link_and_member_rules(tmp_path, tmpdir_, blocks, words):
 
 def test_links_that_stay_inside_are_kept(tmp_path, tmpdir_):
     # What sysfs captures hold: "." (hwloc's node*/cpuN), a trailing slash, leading ".." no
-    # higher than the unpack directory, and links through other links.
+    # higher than the unpack directory, a link to a link; read through several.
     path = tar_gz(tmp_path, header(b"sys/devices/system/cpu/cpu0", b"5"),
                   regular(b"sys/devices/system/cpu/cpu0/online"),
                   header(b"sys/bus/cpu/devices/cpu0", b"2", link=b"../../../devices/system/cpu/cpu0/"),

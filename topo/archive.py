@@ -6,10 +6,10 @@ standard library's decompressors (gzip, xz, bzip2, or none), and every bound bel
 before the work it limits. Members are written below a private temporary directory through
 directory descriptors opened with O_NOFOLLOW, files created with O_EXCL|O_NOFOLLOW, so no member
 is written through a link, whatever an earlier member planted. Only files, directories and
-symlinks are taken; a symlink's target must be relative and climb (with leading `..`) no higher
-than the unpack directory, with no `..` after its first name. Every link then resolves inside the
-copy: it starts from its own directory, a real one (no member lies below a link), and each link
-met on the way does the same.
+symlinks are taken; a symlink's target must be relative, climb (with leading `..`) no higher than
+the unpack directory, have no `..` after its first name and pass through no other link. Every
+link then resolves as its name reads, inside the copy: from its own directory, a real one (no
+member lies below a link), through real directories.
 """
 
 from __future__ import annotations
@@ -177,6 +177,7 @@ class _Reader:
         self.stream, self.shown = stream, shown
         self.read_so_far = 0
         self.members = 0
+        self.links: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}  # link -> the path it names
 
     def error(self, what: str) -> ProbeError:
         return ProbeError(f"{self.shown}: {what}; a topo capture is made by `topo capture FILE.tar.gz`")
@@ -204,10 +205,10 @@ class _Reader:
             block = self.stream.read(BLOCK)
             if len(block) != BLOCK:
                 if not block and self.members:
-                    return  # the end without the two zero blocks, as tar accepts
+                    return self.check_links()  # the end without the two zero blocks, as tar accepts
                 raise self.error(_NOT_TAR if not self.members else "the archive ends in a header (truncated?)")
             if block == _ZERO:
-                return  # the end: nothing after it is read
+                return self.check_links()  # the end: nothing after it is read
             self.read_so_far += BLOCK
             self.count()
             kind, size, name, link = self.header(block)
@@ -230,6 +231,15 @@ class _Reader:
                     raise self.error(f"pax size {pax[b'size'][:40]!r} is not a number")
             pax, long_name, long_link = {}, None, None
             self.member(tree, kind, name, link, size)
+
+    def check_links(self) -> None:
+        """No link names a path through another link (so each resolves as its name reads, inside)."""
+        for link, target in self.links.items():
+            for end in range(1, len(target)):
+                if target[:end] in self.links:
+                    shown = b"/".join(link)[:80].decode("utf-8", "replace")
+                    through = b"/".join(target[:end])[:80].decode("utf-8", "replace")
+                    raise self.error(f"member {shown!r} is a link through the link {through!r}")
 
     def header(self, block: bytes) -> tuple[bytes, int, bytes, bytes]:
         """(type, size, name, link target) of a header block whose checksum is right."""
@@ -287,9 +297,12 @@ class _Reader:
             if kind == b"5":
                 return  # the archive's "./" itself
             raise self.error("a member without a name")
-        if kind == b"2" and not _link_stays_inside(link, len(parts) - 1):
-            raise self.error(f"member {shown!r} is a link to {link[:80].decode('utf-8', 'replace')!r}, "
-                             "which is absolute, empty or climbs out of the archive")
+        if kind == b"2":
+            target = _link_target(parts[:-1], link)
+            if target is None:
+                raise self.error(f"member {shown!r} is a link to {link[:80].decode('utf-8', 'replace')!r}, "
+                                 "which is absolute, empty or climbs out of the archive")
+            self.links[tuple(parts)] = target
         try:
             parent = tree.parent(parts[:-1])
             leaf = parts[-1]
@@ -370,15 +383,17 @@ class _Tree:
         self.fds, self.names = [], []
 
 
-def _link_stays_inside(target: bytes, depth: int) -> bool:
-    """Whether a link `depth` directories below the unpack directory to `target` resolves inside it:
-    relative, its leading `..` at most `depth`, no `..` after a name."""
+def _link_target(directory: list[bytes], target: bytes) -> tuple[bytes, ...] | None:
+    """The path below the unpack directory that a link in `directory` to `target` names, or None
+    when it names none: absolute, empty, a `..` after a name, or more leading `..` than `directory`
+    has parts."""
     parts = [p for p in target.split(b"/") if p not in (b"", b".")]
     ups = 0
     while ups < len(parts) and parts[ups] == b"..":
         ups += 1
-    return (target and not target.startswith(b"/") and b"\0" not in target
-            and ups <= depth and b".." not in parts[ups:])
+    if not target or target.startswith(b"/") or b"\0" in target or ups > len(directory) or b".." in parts[ups:]:
+        return None
+    return (*directory[:len(directory) - ups], *parts[ups:])
 
 
 def _padded(size: int) -> int:
