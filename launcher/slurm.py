@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from launcher.network import check_host
 from topo.records import record
-from topo.cpuset import ascii_number
+from topo.cpuset import ascii_number, excerpt
 from topo.errors import UsageError
 
 _NODE_COUNT_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
@@ -143,8 +144,15 @@ class SlurmNode:
 
     @property
     def master_addr(self) -> str | None:
-        """The first node: the only one a launcher needs, found without expanding the list."""
-        return first_host(self.nodelist) if self.nodelist else None
+        """The first node: the only one a launcher needs, found without expanding the list, and
+        checked as a host name (UsageError naming it and the fix when DNS could not take it)."""
+        if not self.nodelist:
+            return None
+        host = first_host(self.nodelist)
+        check_host(host, f"Slurm's node list {excerpt(self.nodelist)!r} starts with host {excerpt(host)!r}, which",
+                   "fix the node names, or give the master address as a flag (--master_addr; "
+                   "--master-addr for topo run)")
+        return host
 
     @property
     def hosts(self) -> tuple[str, ...]:
