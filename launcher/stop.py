@@ -278,9 +278,17 @@ def prove(pid: int, job_id: str, recorded: float | None, *, name: str, proc: str
             os.close(fd)
 
 
+def _exited(pidfd: int, timeout: float) -> bool:
+    """Whether the pidfd's process has exited, waiting up to `timeout` seconds: a pidfd turns
+    readable when it exits (poll, not select: pidfds of a large job pass FD_SETSIZE)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000))))
+
+
 def _running(member: Member, proc: str = "/proc") -> bool:
     if member.pidfd is not None:
-        return not select.select([member.pidfd], [], [], 0)[0]  # a pidfd turns readable when its process exits
+        return not _exited(member.pidfd, 0)
     try:
         fields = procinfo.stat_fields(proc, member.pid)
     except ProcError:
@@ -383,7 +391,7 @@ def _wait_exit(member: Member, timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         if member.pidfd is not None:
-            select.select([member.pidfd], [], [], max(0.0, deadline - time.monotonic()))
+            _exited(member.pidfd, min(1.0, max(0.0, deadline - time.monotonic())))
         else:
             time.sleep(POLL_INTERVAL)
     return True
