@@ -19,6 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 
+import topo
 from launcher import procinfo
 from launcher.procinfo import AccessDenied, ProcError, ProcessGone
 from topo.cpuset import CpuSet
@@ -392,8 +393,6 @@ def inspect(pids: list[int], *, root: str = "/", labels: dict[int, str] | None =
     """Read and judge each of `pids` (in that order). `topology` defaults to topo.discover(root)
     with disallowed CPUs and nodes included (a process may be allowed what this one is not)."""
     if topology is None:
-        import topo
-
         topology = topo.discover(root, include_disallowed=True)
     by_bus = devices_by_bus(topology)
     views = [read_process(pid, root=root, label=(labels or {}).get(pid, ""), nvml=nvml, devices_by_bus=by_bus)

@@ -223,7 +223,7 @@ def test_pids_that_do_not_exist_and_bad_arguments():
 
 
 def test_job_lists_the_processes_proven_the_jobs(tmp_path):
-    job_id = "0123456789abcdef"
+    job_id = os.urandom(8).hex()  # its own: tests running beside this one carry theirs
     member = subprocess.Popen(["sleep", "60"], env={**os.environ, "TOPO_JOB_ID": job_id})
     bystander = subprocess.Popen(["sleep", "60"])
     try:

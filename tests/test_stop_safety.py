@@ -17,7 +17,7 @@ import pytest
 from launcher import stop as stopmod
 from processes import alive, wait_for
 
-JOB_ID = "0123456789abcdef"
+JOB_ID = os.urandom(8).hex()  # its own: tests running beside this one carry theirs
 SCHEMA = "topo.launch/2"
 
 

@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from launcher import ps as psmod
+from launcher.stop import find_members, read_record, record_path
 from topo.cpuset import ascii_number, excerpt
 from topo.errors import UsageError
 from topo_cli import CONTEXT
@@ -44,8 +46,6 @@ def ps(pids, log_dir, threads, as_json, root):
       topo ps --job logs            # a job started by topo launch --log_dir=logs
       python -m topo ps --json $$
     """
-    from launcher import ps as psmod
-
     if log_dir is not None and pids:
         raise UsageError("give PIDs or --job LOG_DIR, not both")
     numbers = []
@@ -82,8 +82,6 @@ def ps(pids, log_dir, threads, as_json, root):
 
 def _job(log_dir: str, root: str) -> tuple[list[int], dict[int, str], list[str]]:
     """The running processes of the job recorded in `log_dir`, their labels and notes."""
-    from launcher.stop import find_members, read_record, record_path
-
     path = record_path(log_dir)
     record = read_record(log_dir, path, grace=False)
     members, gone, unproven = find_members(record, proc=os.path.join(root, "proc"))
