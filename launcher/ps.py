@@ -129,6 +129,8 @@ def _numa_maps(proc: str, pid: int) -> tuple[str | None, dict[str, int], dict[in
         data = procinfo.read_bounded(path, NUMA_MAPS_LIMIT, cut=True)
     except ProcessGone:
         return None, {}, {}, "absent (a kernel without NUMA, or the process exited)"
+    except AccessDenied:
+        return None, {}, {}, "unreadable: permission denied (another user's process; run as root)"
     except ProcError as exc:
         return None, {}, {}, f"unreadable: {exc}"
     state = "read"

@@ -347,6 +347,16 @@ def find_members(record: JobRecord, *, proc: str = "/proc", scan: bool = True,
     return members, gone, unproven
 
 
+def running(record: JobRecord, *, proc: str = "/proc") -> tuple[dict[int, str], list[str], list[str]]:
+    """The job's live processes (pid -> name, recorded ones first), with the recorded ones that
+    have exited and those not provably the job's: find_members without holding pidfds."""
+    members, gone, unproven = find_members(record, proc=proc)
+    _close(members.values())
+    order = [p.pid for p in record.processes if p.pid in members] + sorted(
+        set(members) - {p.pid for p in record.processes})
+    return {pid: members[pid].name for pid in order}, gone, unproven
+
+
 def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
     """The launcher, when it still runs and is provably the job's: the parent of a live process
     of the job, started at the recorded time (when one is recorded)."""

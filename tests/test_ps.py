@@ -125,6 +125,24 @@ def test_processes_that_cannot_be_read_are_reported_as_such(root):
         "pid": 101, "label": None, "error": "exited (no such process)"}
 
 
+def test_numa_maps_another_user_keeps_to_itself(root, monkeypatch):
+    from launcher import procinfo
+
+    fake_process(root, 100, allowed="0-3", threads=[("S", 0)], numa_maps=maps(("default", "N0=1")))
+    read = procinfo.read_bounded
+
+    def denied(path, limit, **kwargs):
+        if path.endswith("/numa_maps"):
+            raise procinfo.AccessDenied(path)  # as for another user's process (root reads it anyway)
+        return read(path, limit, **kwargs)
+
+    monkeypatch.setattr(procinfo, "read_bounded", denied)
+    v = inspect(root, [100])[100]
+    assert v.error is None and str(v.cpus_allowed) == "0-3" and v.pages_by_node == {} and v.remote_fraction is None
+    assert v.numa_maps == "unreadable: permission denied (another user's process; run as root)"
+    assert "resident: numa_maps unreadable: permission denied" in psmod.as_text([v])
+
+
 def test_numa_maps_past_the_limit_is_cut_and_said(root, monkeypatch):
     fake_process(root, 100, allowed="0", threads=[("S", 0)], numa_maps=maps(*[("default", "N0=1")] * 100))
     monkeypatch.setattr(psmod, "NUMA_MAPS_LIMIT", 1000)

@@ -9,7 +9,7 @@ import sys
 import click
 
 from launcher import ps as psmod
-from launcher.stop import find_members, read_record, record_path
+from launcher.stop import read_record, record_path, running
 from topo.cpuset import ascii_number, excerpt
 from topo.errors import UsageError
 from topo_cli import CONTEXT
@@ -84,18 +84,10 @@ def _job(log_dir: str, root: str) -> tuple[list[int], dict[int, str], list[str]]
     """The running processes of the job recorded in `log_dir`, their labels and notes."""
     path = record_path(log_dir)
     record = read_record(log_dir, path, grace=False)
-    members, gone, unproven = find_members(record, proc=os.path.join(root, "proc"))
-    try:
-        order = [p.pid for p in record.processes if p.pid in members]
-        order += sorted(set(members) - set(order))
-        labels = {pid: members[pid].name for pid in order}
-    finally:
-        for member in members.values():
-            if member.pidfd is not None:
-                os.close(member.pidfd)
+    labels, gone, unproven = running(record, proc=os.path.join(root, "proc"))
     notes = [f"{text} has exited" for text in gone]
     notes += [f"{text} still runs but is not provably the job's (no TOPO_JOB_ID={record.job_id} in its "
               "environment): not shown" for text in unproven]
-    if not members:
+    if not labels:
         notes.append(f"the job recorded in {path} is not running")
-    return order, labels, notes
+    return list(labels), labels, notes
