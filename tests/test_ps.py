@@ -278,3 +278,30 @@ def test_alone_it_finds_no_accelerator_process_on_a_machine_without_one():
 def test_help_has_examples():
     r = topo_ps("--help")
     assert r.returncode == 0 and "Examples:" in r.stdout and "topo ps --job logs" in r.stdout
+
+
+def test_job_of_a_real_detached_launch(tmp_path):
+    """`topo ps --job` on a job `topo launch` started: its scheduler, both ranks and a daemon rank 0
+    started (found by the job id it carries), in the record's order; then topo stop."""
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    out.mkdir()
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    script = str(Path(__file__).parent / "scripts" / "job.py")
+    r = subprocess.run([sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2",
+                        f"--log_dir={logs}", "--grace-period=1", script, str(out), "daemon@0", "ready", "sleep=60"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    recorded = [(p["pid"], p["name"]) for p in json.loads((logs / "launch.json").read_text())["processes"]]
+    try:
+        assert wait_for(lambda: len(list(out.glob("ready_*"))) == 3)
+        daemon = int((out / "daemon_0").read_text())
+        r = topo_ps("--job", str(logs), "--json")
+        assert r.returncode == 0, r.stderr
+        data = json.loads(r.stdout)
+        listed = [(p["pid"], p["label"]) for p in data["processes"]]
+        assert listed == recorded + [(daemon, "a process the job started")], listed
+        assert all(p["error"] is None and p["cpus_allowed"] for p in data["processes"])
+    finally:
+        s = subprocess.run([sys.executable, "-m", "topo", "stop", str(logs)], capture_output=True, text=True,
+                           timeout=60)
+        assert s.returncode == 0, s.stderr
