@@ -419,52 +419,23 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
         else record.grace_period
     report = StopReport()
     members, report.gone, report.unproven = find_members(record)
-    everyone: dict[int, Member] = dict(members)
+    everyone: dict[int, Member] = dict(members)  # every pidfd opened, closed at the end
     try:
         for text in report.unproven:
             say(f"{text} started when the job's process did but does not carry {JOB_ID_VAR}={record.job_id} "
                 "in its environment (or it cannot be read): left alone, it is not provably the job's")
         if not members:
-            if report.unproven:
-                return report
-            say(f"the job recorded in {path} is not running: its {len(record.processes)} recorded process(es) "
-                f"have exited and no process carries its id; nothing signalled")
+            if not report.unproven:
+                say(f"the job recorded in {path} is not running: its {len(record.processes)} recorded "
+                    "process(es) have exited and no process carries its id; nothing signalled")
             return report
-
-        signaled: dict[int, str] = {}
         launcher = _launcher(record, members) if record.join else None
         if launcher is not None:
             everyone[launcher.pid] = launcher
-            say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
-            _send(launcher, signal.SIGTERM)
-            if _wait_exit(launcher, grace + 15):  # its own grace period, then its SIGKILL round
-                say("the launcher stopped the job and exited (its report is on its own console)")
-            else:
-                say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
-            members, _, _ = find_members(record, known=members)
-            _keep(everyone, members)
-
-        deadline = time.monotonic() + grace
-        while members and time.monotonic() < deadline:
-            for pid, member in members.items():
-                if pid not in signaled:
-                    _send(member, signal.SIGTERM)
-                    signaled[pid] = "SIGTERM"
-            time.sleep(POLL_INTERVAL)
-            members, _, _ = find_members(record, known=members)
-            _keep(everyone, members)
-        if members:
-            say(f"{len(members)} process(es) still running after {grace:g} s; sending SIGKILL")
-            for pid, member in members.items():
-                _send(member, signal.SIGKILL)
-                signaled[pid] = "SIGKILL"
-            gone_by = time.monotonic() + 5
-            while members and time.monotonic() < gone_by:
-                time.sleep(POLL_INTERVAL)
-                members = {pid: m for pid, m in members.items() if _running(m)}
-        for pid, how in signaled.items():
-            report.stopped.append(f"{everyone[pid].name} (pid {pid}): {how}")
-        report.survivors = sorted(members)
+            members = _ask_launcher(record, launcher, members, everyone, grace, say)
+        signaled, survivors = _terminate(record, members, everyone, grace, say)
+        report.stopped = [f"{everyone[pid].name} (pid {pid}): {how}" for pid, how in signaled.items()]
+        report.survivors = survivors
     finally:
         _close(everyone.values())
     for text in report.stopped:
@@ -475,3 +446,43 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
         raise StopError(f"processes survived SIGKILL, pids {', '.join(map(str, report.survivors))}: "
                         "they may be stuck in the kernel (state D); check them with ps")
     return report
+
+
+def _ask_launcher(record: JobRecord, launcher: Member, members: dict[int, Member], everyone: dict[int, Member],
+                  grace: float, say: Callable[[str], None]) -> dict[int, Member]:
+    """SIGTERM to a launcher following its job (it stops the job and reports); what is left after."""
+    say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
+    _send(launcher, signal.SIGTERM)
+    if _wait_exit(launcher, grace + 15):  # its own grace period, then its SIGKILL round
+        say("the launcher stopped the job and exited (its report is on its own console)")
+    else:
+        say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
+    members, _, _ = find_members(record, known=members)
+    _keep(everyone, members)
+    return members
+
+
+def _terminate(record: JobRecord, members: dict[int, Member], everyone: dict[int, Member], grace: float,
+               say: Callable[[str], None]) -> tuple[dict[int, str], list[int]]:
+    """SIGTERM to each of the job's processes (those that appear meanwhile too), SIGKILL to those
+    left after `grace` seconds; the signal each got, and the pids still running 5 s after SIGKILL."""
+    signaled: dict[int, str] = {}
+    deadline = time.monotonic() + grace
+    while members and time.monotonic() < deadline:
+        for pid, member in members.items():
+            if pid not in signaled:
+                _send(member, signal.SIGTERM)
+                signaled[pid] = "SIGTERM"
+        time.sleep(POLL_INTERVAL)
+        members, _, _ = find_members(record, known=members)
+        _keep(everyone, members)
+    if members:
+        say(f"{len(members)} process(es) still running after {grace:g} s; sending SIGKILL")
+        for pid, member in members.items():
+            _send(member, signal.SIGKILL)
+            signaled[pid] = "SIGKILL"
+        gone_by = time.monotonic() + 5
+        while members and time.monotonic() < gone_by:
+            time.sleep(POLL_INTERVAL)
+            members = {pid: m for pid, m in members.items() if _running(m)}
+    return signaled, sorted(members)
