@@ -426,8 +426,10 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
                 "in its environment (or it cannot be read): left alone, it is not provably the job's")
         if not members:
             if not report.unproven:
-                say(f"the job recorded in {path} is not running: its {len(record.processes)} recorded "
-                    "process(es) have exited and no process carries its id; nothing signalled")
+                recorded = len(record.processes)
+                exited = f"its {recorded} recorded process(es) have exited" if recorded else "it records no process"
+                say(f"the job recorded in {path} is not running: {exited} and no process carries its id; "
+                    "nothing signalled")
             return report
         launcher = _launcher(record, members) if record.join else None
         if launcher is not None:
