@@ -21,8 +21,9 @@ from typing import Mapping
 
 from launcher.network import check_host
 from topo.records import record
-from topo.cpuset import ascii_number, excerpt
+from topo.cpuset import ascii_number
 from topo.errors import UsageError
+from topo.cpuset import excerpt
 
 _NODE_COUNT_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 _NODE_LIST_VARS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
