@@ -115,14 +115,15 @@ def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, 
     policy, others, pages, maps_state = _numa_maps(proc, pid)
     threads, count = _threads(proc, pid)
     used = _devices(root, pid, devices_by_bus or {}, (nvml or {}).get(pid, set()))
-    return ProcessView(pid, label, fields[1], None, cpus, mems, policy, others, pages, maps_state, threads,
-                       count, used)
+    return ProcessView(pid, label, fields[1], cpus_allowed=cpus, mems_allowed=mems, memory_policy=policy,
+                       other_policies=others, pages_by_node=pages, numa_maps=maps_state, threads=threads,
+                       thread_count=count, devices=used)
 
 
 def _numa_maps(proc: str, pid: int) -> tuple[str | None, dict[str, int], dict[int, int], str]:
     """(the task's policy, the other policies by mappings, resident base pages per node, what was read).
-    The first mapping without a policy of its own shows the task's (fs/proc/task_mmu.c), so the
-    policy most mappings show is the task's; N<node>=<pages> counts pages of the mapping's own
+    A mapping without a policy of its own shows the task's (fs/proc/task_mmu.c), so the policy
+    most mappings show is the task's; N<node>=<pages> counts pages of the mapping's own
     size (kernelpagesize_kB), converted here to base pages so huge pages weigh what they hold."""
     path = f"{proc}/{pid}/numa_maps"
     try:
