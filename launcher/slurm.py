@@ -151,8 +151,8 @@ class SlurmNode:
             return None
         host = first_host(self.nodelist)
         check_host(host, f"Slurm's node list {excerpt(self.nodelist)!r} starts with host {excerpt(host)!r}, which",
-                   "fix the node names, or give the master address as a flag (--master_addr; "
-                   "--master-addr for topo run)")
+                   "fix the node names, or give the master address yourself (--master_addr; --master-addr "
+                   "for topo run; MASTER_ADDR for topo bind)")
         return host
 
     @property
@@ -303,7 +303,7 @@ def task_env(environ: Mapping[str, str]) -> dict[str, str]:
     if local is not None:
         derived["LOCAL_WORLD_SIZE"] = str(local)
     node = slurm_node(environ)
-    if node is not None and node.master_addr:
+    if node is not None and not environ.get("MASTER_ADDR") and node.master_addr:
         derived["MASTER_ADDR"] = node.master_addr
     derived["MASTER_PORT"] = str(default_master_port(job_id))
     return {k: v for k, v in derived.items() if not environ.get(k)}

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from launcher.network import check_host, resolve_master
-from launcher.slurm import launch_defaults, run_defaults
+from launcher.slurm import launch_defaults, run_defaults, task_env
 from planners.bindload import BIND_JSON_LIMIT, load_bind
 from topo.errors import ParseError, UsageError
 
@@ -67,9 +67,14 @@ def test_a_bad_first_host_from_slurm_is_one_line(nodelist, words):
     for defaults in (launch_defaults, run_defaults):
         with pytest.raises(UsageError) as err:
             defaults(environ, {})
-        assert words in str(err.value) and "give the master address as a flag" in str(err.value)
+        assert words in str(err.value) and "give the master address yourself" in str(err.value)
     # the flag given, Slurm's host is not needed and not checked
     assert "master_addr" not in launch_defaults(environ, {"master_addr": "127.0.0.1"}).values
+    # topo bind under srun: MASTER_ADDR set, Slurm's host is not needed either
+    task = {**environ, "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}
+    with pytest.raises(UsageError):
+        task_env(task)
+    assert "MASTER_ADDR" not in task_env({**task, "MASTER_ADDR": "10.0.0.1"})
 
 
 def test_topo_run_under_slurm_with_a_bad_node_list_is_one_line(tmp_path):
