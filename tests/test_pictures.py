@@ -23,11 +23,14 @@ import machines
 import planners
 import topo
 from conftest import SYSFS, fixture_names, parse_test_file
-from planners.picture import plan_html, plan_map, plan_overlay, plan_svg
 from topo.cpuset import CpuSet
-from topo.draw import Overlay, Owner, colour, draw_html, draw_svg, text_map
 from topo.synthetic import from_nodes, synthetic
 from topo_cli import main as cli
+from views.html import draw_html
+from views.palette import Overlay, Owner, colour
+from views.plan import plan_html, plan_map, plan_overlay, plan_svg
+from views.svg import draw_svg
+from views.terminal import text_map
 
 GOLDEN = Path(__file__).parent / "fixtures" / "pictures"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -134,7 +137,7 @@ def test_show_output_rejects_an_unknown_extension_before_reading_the_machine(tmp
 def test_topo_show_does_not_import_the_drawing_code(dgx_root):
     code = ("import sys; from topo_cli import main\n"
             "try:\n    main(['show', '--root', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('topo.draw', 'planners.picture', 'planners') if m in sys.modules))")
+            "print(sorted(m for m in ('views', 'planners') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(dgx_root)], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.splitlines()[-1] == "[]"
