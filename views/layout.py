@@ -23,11 +23,11 @@ from topo.model import Device, Topology
 from topo.render import TreeNode, build_tree, format_size
 from views.palette import Paint
 
-FONT = 10.0  # px, every text
+FONT = 11.0  # px, every text
 CHAR = 0.62 * FONT  # a generous average glyph width for DejaVu Sans / Liberation Sans
 PAD = 4.0
 GAP = 4.0
-HEAD = 14.0  # a header line
+HEAD = 15.0  # a header line
 PU_H = 15.0
 BAR_H = 16.0
 CHIP_H = 16.0

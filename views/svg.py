@@ -17,18 +17,22 @@ _STYLE = {  # lstopo's colours
     "Cluster": "#e9e9f9", "Cache": "#ffffff", "Core": "#bebebe",
 }
 
+BAR_FILL = "#d2e7a4"
+NO_FILL = "#9a9a9a"  # a PU not allowed
 CSS = (
-    "text{font:%gpx 'DejaVu Sans','Liberation Sans',Arial,sans-serif;fill:#000}"
+    # labels and their plates let the pointer through to the box below, whose title is the tooltip
+    "text{font:%gpx 'DejaVu Sans','Liberation Sans',Arial,sans-serif;fill:#000;pointer-events:none}"
     ".b{stroke:#000;stroke-width:1}.c{stroke:#555;stroke-width:.6}"
-    ".pu{fill:#fff;stroke:#000;stroke-width:.6}.no{fill:#9a9a9a}.no+text{fill:#444}"
-    ".bar{fill:#d2e7a4;stroke:#000;stroke-width:.8}"
+    ".pu{fill:#fff;stroke:#000;stroke-width:.6}.no{fill:%s}text.no{fill:#444}"
+    ".bar{fill:%s;stroke:#000;stroke-width:.8}.plate{pointer-events:none}"
     ".chip{fill:#f2e2c4;stroke:#000;stroke-width:.8}.n{font-weight:bold}"
     ".remote{fill:#000;stroke:#fff;stroke-width:.8}"
     ".h{paint-order:stroke;stroke:#fff;stroke-width:2.6px;stroke-linejoin:round;fill:#000}"
     ".split{fill:none;stroke:#000;stroke-width:2.2}"
     ".link{fill:none;stroke-width:2;stroke-opacity:.85}"
     ".halo{fill:none;stroke:#fff;stroke-width:4.4;stroke-opacity:.9}"
-) % FONT
+) % (FONT, NO_FILL, BAR_FILL)
+GLYPH_W = 0.7 * FONT  # the widest digit of DejaVu Sans Bold; a plate this wide per character covers its text
 
 
 def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool = True) -> str:
@@ -38,13 +42,15 @@ def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool
     paint = Paint(topology, overlay)
     root = lay_out(topology, paint)
     out: list[str] = []
+    labels: list[str] = []  # drawn last, so the device links run under them
     for box in walk(root):
-        _emit_box(out, box, topology, paint)
-    chip_xy = chip_centres(root)
+        _emit_box(out, labels, box, topology, paint)
     width = root.w + 16
     height = root.y + root.h + 8
     if overlay is not None:
-        out.extend(_links(root, overlay, chip_xy))
+        out.extend(_links(root, overlay, chip_centres(root)))
+    out.extend(labels)
+    if overlay is not None:
         drawn, lw, lh = _legend(overlay, 8, height + 4, rows=legend, wrap=root.w)
         out.extend(drawn)
         width = max(width, lw + 16)
@@ -74,14 +80,24 @@ def _text(x, y, s, cls="", fill=None) -> str:
     return f'<text x="{_f(x)}" y="{_f(y)}"{attrs}>{escape(s)}</text>'
 
 
+def _plate(x: float, baseline: float, text: str, right: float, stripes: list[tuple[float, float, str]]) -> str:
+    """The background under a label that starts at ``x`` (at most to ``right``) drawn again over the
+    device links: ``stripes`` are the (left, right, colour) fills below it, so no link crosses a letter."""
+    left, end = x - 1, min(x + len(text) * GLYPH_W + 1, right)
+    top, height = baseline - 0.8 * FONT, 1.05 * FONT  # DejaVu Sans' ascent and descent, and a little
+    return "".join(_rect(max(x0, left), top, min(x1, end) - max(x0, left), height, "plate", fill)
+                   for x0, x1, fill in stripes if min(x1, end) > max(x0, left))
+
+
 def _fit(text: str, width: float) -> str:
     n = int((width - 6) / CHAR)
     return text if len(text) <= n else text[:max(n - 1, 1)] + "…"
 
 
-def _emit_box(out: list[str], box: Box, topology: Topology, paint: Paint) -> None:
+def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, paint: Paint) -> None:
+    """The box's shapes into ``out``; its texts, chips and memory tags into ``labels``."""
     if box.kind == "PU":
-        _emit_pu(out, box, topology, paint)
+        _emit_pu(out, labels, box, topology, paint)
         return
     if box.kind == "Cores":
         return
@@ -90,37 +106,42 @@ def _emit_box(out: list[str], box: Box, topology: Topology, paint: Paint) -> Non
     out.append(f"<g><title>{escape(box.title)}</title>{_rect(box.x, box.y, box.w, box.h, cls, fill)}")
     if box.kind == "Core" and box.cpuset in paint.split_cores:
         out.append(_rect(box.x + 1, box.y + 1, box.w - 2, box.h - 2, "split"))
-    if box.header and box.kind != "Core":
-        out.append(_text(box.x + PAD, box.y + PAD + FONT, _fit(box.header, box.w - PAD)))
     out.append("</g>")
+    if box.header and box.kind != "Core":
+        header = _fit(box.header, box.w - PAD)
+        x, y = box.x + PAD, box.y + PAD + FONT
+        labels.append(_plate(x, y, header, box.x + box.w - 1, [(box.x, box.x + box.w, fill)]) + _text(x, y, header))
     for (node, devices), (mx, my, mw, chips) in zip(box.memory, box.mem_pos):
         x, y = box.x + mx, box.y + my
         if node.kind == "NUMANode":
-            out.append(f"<g><title>{escape(node_label(node))}</title>{_rect(x, y, mw, BAR_H, 'bar')}"
-                       f"{_text(x + 3, y + 12, bar_text(node))}</g>")
+            out.append(f"<g><title>{escape(node_label(node))}</title>{_rect(x, y, mw, BAR_H, 'bar')}</g>")
             tags = paint.memory_of.get(node.os_index, [])
             tx = x + mw - 3
             for i in reversed(tags):
                 o = paint.overlay.owners[i]
                 tw = text_w(o.tag) - 2
                 tx -= tw
-                out.append(f"<g><title>memory of {escape(' '.join(o.legend[:2]) or o.tag)}</title>"
-                           f"{_rect(tx, y + 2, tw, BAR_H - 4, fill=o.colour)}"
-                           f"{_text(tx + 2, y + 11.5, o.tag, 'n', ink_on(o.colour))}</g>")
+                labels.append(f"<g><title>memory of {escape(' '.join(o.legend[:2]) or o.tag)}</title>"
+                              f"{_rect(tx, y + 2, tw, BAR_H - 4, fill=o.colour)}"
+                              f"{_text(tx + 2, y + 11.5, o.tag, 'n', ink_on(o.colour))}</g>")
                 tx -= 2
+            text = bar_text(node)
+            labels.append(_plate(x + 3, y + 12, text, tx + 1, [(x, x + mw, BAR_FILL)]) + _text(x + 3, y + 12, text))
         else:
-            out.append(_text(x + 3, y + 12, bar_text(node)))
+            text = bar_text(node)
+            labels.append(_plate(x + 3, y + 12, text, box.x + box.w - 1, [(box.x, box.x + box.w, fill)])
+                          + _text(x + 3, y + 12, text))
         for d, (cx, cy, cw) in zip(devices, chips):
             owner = paint.device_owner.get((d.kind, d.index))
             fill = paint.overlay.owners[owner].colour if owner is not None else None
             label = chip_label(d)
             about = " ".join(x for x in (d.name if d.name != label else "", d.busid, d.uuid) if x)
-            out.append(f"<g><title>{escape(label + (' ' + about if about else ''))}</title>"
-                       f"{_rect(x + cx, y + cy, cw, CHIP_H, 'chip', fill)}"
-                       f"{_text(x + cx + 3, y + cy + 12, label, '', ink_on(fill) if fill else None)}</g>")
+            labels.append(f"<g><title>{escape(label + (' ' + about if about else ''))}</title>"
+                          f"{_rect(x + cx, y + cy, cw, CHIP_H, 'chip', fill)}"
+                          f"{_text(x + cx + 3, y + cy + 12, label, '', ink_on(fill) if fill else None)}</g>")
 
 
-def _emit_pu(out: list[str], box: Box, topology: Topology, paint: Paint) -> None:
+def _emit_pu(out: list[str], labels: list[str], box: Box, topology: Topology, paint: Paint) -> None:
     pu = box.os_index
     x, y, w, h = box.x, box.y, box.w, box.h
     owners = paint.owners_of.get(pu, [])
@@ -129,9 +150,11 @@ def _emit_pu(out: list[str], box: Box, topology: Topology, paint: Paint) -> None
     parts = [_rect(x, y, w, h, "pu no" if not allowed else "pu")]
     label, _, tag = pu_label(pu, paint).partition(" ")
     ink = None
+    stripes = [(x, x + w, "#fff" if allowed else NO_FILL)]
     if owners:
         os_ = [paint.overlay.owners[i] for i in owners]
         stripe = w / len(os_)
+        stripes = [(x + k * stripe, x + (k + 1) * stripe, o.colour) for k, o in enumerate(os_)]
         for k, o in enumerate(os_):
             parts.append(_rect(x + k * stripe, y, stripe, h, fill=o.colour))
         ink = ink_on(os_[0].colour) if len(os_) == 1 else None
@@ -143,13 +166,14 @@ def _emit_pu(out: list[str], box: Box, topology: Topology, paint: Paint) -> None
     if pu in paint.remote:
         parts.append(_corner(x + w, y))
         title += " · remote from its device"
+    out.append(f"<g><title>{escape(title)}</title>{''.join(parts)}</g>")
+    plate = _plate(x + 3, y + 11, f"{label} {tag}".strip(), x + w - (9 if pu in paint.remote else 1), stripes)
     if owners:
         look = f'style="fill:{ink}"' if ink else 'class="h"'
-        parts.append(f'<text x="{_f(x + 3)}" y="{_f(y + 11)}" {look}>{label} '
-                     f'<tspan class="n">{escape(tag)}</tspan></text>')
+        labels.append(f'{plate}<text x="{_f(x + 3)}" y="{_f(y + 11)}" {look}>{label} '
+                      f'<tspan class="n">{escape(tag)}</tspan></text>')
     else:
-        parts.append(_text(x + 3, y + 11, label))
-    out.append(f"<g><title>{escape(title)}</title>{''.join(parts)}</g>")
+        labels.append(plate + _text(x + 3, y + 11, label, "" if allowed else "no"))
 
 
 def _corner(x: float, y: float) -> str:
