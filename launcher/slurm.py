@@ -20,7 +20,7 @@ import re
 from typing import Mapping
 
 from topo.records import record
-from topo.cpuset import ascii_number
+from topo.numbers import ascii_number
 from topo.errors import UsageError
 
 _NODE_COUNT_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")

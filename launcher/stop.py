@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from launcher.supervisor import LAUNCH_JSON, SCHEMA
-from topo.cpuset import MAX_SECONDS, excerpt
+from topo.cpuset import excerpt
+from topo.numbers import MAX_SECONDS
 from topo.errors import TopoError, UsageError
 
 POLL_INTERVAL = 0.02
