@@ -47,9 +47,8 @@ def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool
         _emit_box(out, labels, box, topology, paint)
     width = root.w + 16
     height = root.y + root.h + 8
-    if overlay is not None:
-        out.extend(_links(root, overlay, chip_centres(root)))
-    out.extend(labels)
+    links = _links(root, overlay, chip_centres(root)) if overlay is not None else []
+    out += links + labels  # every label over the links
     if overlay is not None:
         drawn, lw, lh = _legend(overlay, 8, height + 4, rows=legend, wrap=root.w)
         out.extend(drawn)
