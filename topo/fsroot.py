@@ -24,7 +24,8 @@ import os
 import stat
 from typing import Callable
 
-from topo.cpuset import CpuSet, ascii_number, excerpt
+from topo.cpuset import CpuSet, excerpt
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 
 # Kernel sysfs attributes are at most one page (4 KiB), except cpulists and masks, which recent

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import MAX_ID, CpuSet, ascii_number, excerpt
+from topo.cpuset import MAX_ID, CpuSet, excerpt
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
 from topo.model import Cache, Core, NumaNode, Package
