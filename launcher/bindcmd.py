@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 from launcher.binding import binding_of, check_loaded, device_ids
 from launcher.environ import bind_file_env, thread_env
 from launcher.slurm import task_env
-from topo.cpuset import ascii_number
+from topo.numbers import ascii_number
 from topo.errors import ParseError, TopoError, UsageError
 
 # Where launchers put the local rank: torchrun, Slurm, Open MPI, MPICH / Intel MPI.

@@ -11,7 +11,7 @@ from typing import Any
 
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
 from topo.records import record
-from topo.cpuset import MAX_SECONDS
+from topo.numbers import MAX_SECONDS
 from topo.errors import UsageError
 
 

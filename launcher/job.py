@@ -17,7 +17,7 @@ from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.environ import MANAGED_VARS
 from launcher.procgroup import DirectBinding, ProcessSpec
 from topo.records import record
-from topo.cpuset import ascii_number
+from topo.numbers import ascii_number
 from topo.errors import UsageError
 
 if TYPE_CHECKING:

@@ -33,7 +33,8 @@ from dataclasses import field
 from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.binding import UNBOUND, Binding
-from topo.cpuset import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds, excerpt
+from topo.cpuset import excerpt
+from topo.numbers import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds
 from topo.errors import UsageError
 from topo.records import record
 

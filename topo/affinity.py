@@ -31,7 +31,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
-from topo.cpuset import CpuSet, ascii_number, excerpt, union_all
+from topo.cpuset import CpuSet, excerpt, union_all
+from topo.numbers import ascii_number
 from topo.errors import TopoError
 from topo.model import Device, Topology
 

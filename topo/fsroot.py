@@ -25,7 +25,8 @@ import stat
 from typing import Callable
 
 from topo.archive import open_archive
-from topo.cpuset import CpuSet, ascii_number, excerpt
+from topo.cpuset import CpuSet, excerpt
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 
 # Kernel sysfs attributes are at most one page (4 KiB), except cpulists and masks, which recent

@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass, field, replace
 
 from topo.archive import TOOLS, TOOLS_DIR
-from topo.cpuset import MAX_ID, CpuSet, ascii_number, excerpt
+from topo.cpuset import MAX_ID, CpuSet, excerpt
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
 from topo.model import Cache, Core, NumaNode, Package
@@ -34,7 +35,6 @@ _SIZE = re.compile(r"\A([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([KMGT]?)(i?B)?\Z", re.I
 _NODE_KEY = re.compile(r"NUMA node(\S+) CPU\(s\)")  # the id checked by _int
 _LABEL = (1 << 64) - 1  # core, socket and cache ids are labels: the kernel's cache ids can be large
 _MAX_NODES = 1024  # the kernel's MAX_NUMNODES
-
 
 
 @dataclass(frozen=True)

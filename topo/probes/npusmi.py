@@ -20,14 +20,15 @@ from __future__ import annotations
 import re
 from dataclasses import field
 
-from topo.cpuset import CpuSet, ascii_number, excerpt
+from topo.cpuset import CpuSet, excerpt
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.records import record
 from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
 _BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\Z")
-# Ids are read by topo.cpuset.ascii_number: ASCII digits only ("١" would be 1 to int(), "²" a
+# Ids are read by topo.numbers.ascii_number: ASCII digits only ("١" would be 1 to int(), "²" a
 # ValueError), at most MAX_ID.
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import EMPTY, MAX_ID, CpuSet, ascii_number, union_all
+from topo.cpuset import EMPTY, MAX_ID, CpuSet, union_all
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import SYSFS_INT_MAX, FsRoot
 from topo.model import Cache, Cluster, Core, Die, MemorySideCache, NumaNode, Package, PciDevice
