@@ -25,13 +25,7 @@ ALLOWED_BACK = {
     # topo/affinity.py (in-process binding) calls the planners; it moves up into launcher/.
     ("topo.affinity", "planners"),
 }
-ALLOWED_CYCLES = {
-    # capture.py both defines the archive format (read by fsroot and lscpu) and writes captures by
-    # driving discovery (which reads through fsroot and the probes); reading archives moves apart
-    # from writing them.
-    frozenset({"topo.capture", "topo.discovery", "topo.fsroot", "topo.probes.cgroup", "topo.probes.devices",
-               "topo.probes.lscpu", "topo.probes.sysfs"}),
-}
+ALLOWED_CYCLES: set[frozenset[str]] = set()
 
 
 def canonical(name: str) -> str:
