@@ -9,6 +9,7 @@ through `syscall(2)` with the number of this architecture. CPU affinity needs no
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 
@@ -88,6 +89,74 @@ def set_mempolicy(policy: str, nodes: CpuSet = CpuSet()) -> None:
         rc = libc.syscall(ctypes.c_long(set_nr), ctypes.c_int(mode), mask, ctypes.c_ulong(maxnode))
     if rc != 0:
         raise SyscallError("set_mempolicy", ctypes.get_errno(), f"{policy} {nodes}" if nodes else policy)
+
+
+class MemoryPolicyRefused(SyscallError):
+    """The kernel refused a memory policy and no fallback was asked for; the message names the
+    option that asks for it."""
+
+    def __init__(self, refused: SyscallError, policy: str, nodes: CpuSet, option: str):
+        self.policy, self.nodes, self.option = policy, nodes, option
+        TopoError.__init__(self, f"{refused}: the kernel refused memory policy {policy!r}"
+                           f"{f' on node(s) {nodes}' if nodes else ''} (seccomp, or a container without "
+                           f"CAP_SYS_NICE, blocks set_mempolicy; the nodes must be in Mems_allowed); {option} "
+                           "tries 'preferred', then binds CPUs alone")
+        self.call, self.errno = refused.call, refused.errno
+
+
+# The rungs of apply_memory_policy's fallback ladder, strongest first.
+RUNGS = ("bind", "preferred", "none")
+
+
+def apply_memory_policy(policy: str, nodes: CpuSet = CpuSet(), *, fallback: bool = False,
+                        option: str = "--bind-fallback") -> str:
+    """Set this thread's memory policy like `set_mempolicy`, walking a fallback ladder when the
+    kernel refuses it and `fallback` is true; return the rung that held:
+
+    - "bind": MPOL_BIND on `nodes`, as asked;
+    - "preferred": MPOL_PREFERRED_MANY on `nodes` (MPOL_PREFERRED on the first node when there is
+      one node, or when the kernel predates Linux 5.15 and answers EINVAL), asked for as
+      "preferred" or reached because MPOL_BIND was refused;
+    - "none": every policy was refused; the thread keeps the policy it had, and the caller's CPU
+      binding is all that holds.
+
+    "interleave", "local" and "default" are set as asked (the rung is their name) or, refused with
+    `fallback`, give "none". Without `fallback` a refusal raises MemoryPolicyRefused, whose message
+    names `option` (the flag or keyword that asks for the ladder)."""
+    if policy not in POLICIES:
+        raise TopoError(f"memory policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    try:
+        if policy == "bind":
+            set_mempolicy("bind", nodes)
+            return "bind"
+        if policy in ("preferred", "preferred-many"):
+            _set_preferred(nodes)
+            return "preferred"
+        set_mempolicy(policy, nodes)
+        return policy
+    except SyscallError as exc:
+        if not fallback:
+            raise MemoryPolicyRefused(exc, policy, nodes, option) from exc
+    if policy == "bind":
+        try:
+            _set_preferred(nodes)
+            return "preferred"
+        except SyscallError:
+            pass
+    return "none"
+
+
+def _set_preferred(nodes: CpuSet) -> None:
+    """MPOL_PREFERRED_MANY for several nodes, MPOL_PREFERRED (the first node) for one node or on a
+    kernel before 5.15, which answers MPOL_PREFERRED_MANY with EINVAL."""
+    if nodes.weight() > 1:
+        try:
+            set_mempolicy("preferred-many", nodes)
+            return
+        except SyscallError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+    set_mempolicy("preferred", nodes)
 
 
 def get_mempolicy() -> tuple[str, CpuSet]:
