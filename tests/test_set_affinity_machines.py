@@ -1,4 +1,4 @@
-"""set_affinity's planning part (`topo.affinity.plan_affinity`) on captured and synthetic machines:
+"""set_affinity's planning part (`launcher.affinity.plan_affinity`) on captured and synthetic machines:
 which device a local rank gets under the visible-device variables, how many processes there are,
 agreement with `planners.plan` / `topo plan`, and clear errors where gpu_affinity breaks."""
 
@@ -11,7 +11,7 @@ import pytest
 import machines
 import planners
 from test_set_affinity_dgx import nvml_of
-from topo.affinity import AffinityError, plan_affinity
+from launcher.affinity import AffinityError, plan_affinity
 from topo.discovery import discover
 from topo.probes.devices import REPLAY_ENV
 from topo.synthetic import synthetic
