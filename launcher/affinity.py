@@ -140,9 +140,11 @@ def _physical(topology: Topology, name, visible: list[Device], nproc, origin: st
         if len(hits) > 1:
             raise AffinityError(f"device {_shown(name)}: {len(hits)} visible MIG instances share GPU {device.index}"
                                 f"{describe_env(env)}; pass the local index of this process's instance")
-        return visible, hits[0], origin or f"one process per visible {device.kind.upper()}{describe_env(env)}"
+        what = f"one process per visible {device.kind.upper()}{describe_env(env)}"
+        return visible, hits[0], origin if nproc is not None else what
     every = visible_devices(topology, kind=device.kind, env={})
-    return every, every.index(device), origin or f"one process per {device.kind.upper()} of the machine"
+    what = f"one process per {device.kind.upper()} of the machine"
+    return every, every.index(device), origin if nproc is not None else what
 
 
 def _device_index(device_id) -> int | None:
