@@ -105,14 +105,14 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
     direct = binding.is_bound and list(argv[:len(binding.prefix)]) != list(binding.prefix)
-    memory = binding.memory if direct else None
+    memory = binding.memory_nodes if direct else None
     if direct and binding.prefix[0] == "numactl":
         print(f"topo bind: {key}: {binding.describe()} (applied directly: numactl not found)", file=sys.stderr)
-    if not direct and binding.memory is not None:
+    if not direct and binding.memory_nodes is not None:
         # after the exec a refusal would be numactl's bare "set_mempolicy: Operation not permitted",
         # too late to fall back or say what to do: ask the kernel first (numactl sets the same policy)
         try:
-            set_mempolicy(binding.memory_policy, binding.memory)
+            set_mempolicy(binding.memory_policy, binding.memory_nodes)
         except SyscallError as exc:
             if not bind_fallback:
                 raise BindingRefused(_refused(exc, key)) from None

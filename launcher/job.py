@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from launcher import environ as envs
 from launcher import network
 from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.environ import MANAGED_VARS
-from launcher.procgroup import DirectBinding, ProcessSpec
+from launcher.procgroup import ProcessSpec
 from topo.records import record
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
@@ -108,7 +109,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         if tail:
             env.update(envs.unbuffered_env(environ))
         return ProcessSpec(name, (*binding.prefix, *command), env, os.path.join(log_dir, log_name), binding,
-                           direct_binding(binding, config.bind_fallback, search_path), role, rank, local_rank, tail)
+                           direct_binding(binding, search_path), role, rank, local_rank, tail)
 
     if start_scheduler:
         processes.append(spec("scheduler", SCHEDULER, None, None, envs.scheduler_env(common),
@@ -125,8 +126,8 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         if simulation and sim_rank_id != -1:
             env["RANK_ID"] = env["RANK"] = str(sim_rank_id)
         binding = bindings.workers[i]
-        if binding.cpu_list_env:
-            env["MSRUN_CPU_LIST"] = binding.cpu_list_env
+        if bindings.cpu_lists[i]:
+            env["MSRUN_CPU_LIST"] = bindings.cpu_lists[i]
         log_rank = rank if rank is not None else i
         name = f"rank {rank}" if rank is not None else f"local worker {i}"
         tail = config.join and (tailed is None or log_rank in tailed)
@@ -154,16 +155,12 @@ def _cpu_count(binding: Binding) -> int | None:
     return None if binding.cpus is None else binding.cpus.weight()
 
 
-def direct_binding(binding: Binding, bind_fallback: bool, search_path: str) -> DirectBinding | None:
+def direct_binding(binding: Binding, search_path: str) -> Binding | None:
     """How to apply `binding` when its tool (numactl, taskset) is not on PATH: the same CPU set
     and memory policy, set in the child before exec. None when the tool is there (msrun's argv)."""
     if not binding.prefix or envs.which(binding.prefix[0], search_path) is not None:
         return None
-    return DirectBinding(
-        cpus=None if binding.cpus is None else frozenset(binding.cpus),
-        memory_policy=None if binding.memory is None else binding.memory_policy,
-        memory_nodes=binding.memory, keep_cpus_if_memory_refused=bind_fallback,
-        reason=f"{binding.prefix[0]} not found")
+    return replace(binding, applied_by="system calls", note=f"{binding.prefix[0]} not found")
 
 
 def _command(config: LaunchConfig) -> tuple[str, ...]:
@@ -255,7 +252,7 @@ def _worker_log_base(template: str, master_ip: str) -> str:
 
 def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology) -> JobBindings:
     if not config.bind_core and not config.bind_numa:
-        return JobBindings(UNBOUND, (UNBOUND,) * n, (), {})
+        return JobBindings(UNBOUND, (UNBOUND,) * n, (), {}, (None,) * n)
     bind_numa = config.bind_numa
     if isinstance(bind_numa, str):  # a bind JSON file, read now
         from launcher.options import parse_bind_numa
@@ -284,7 +281,7 @@ def describe_plan(plan: JobPlan) -> str:
         lines.append(f"  log: {p.log_path}")
         binding = p.binding.describe()
         if p.direct is not None:
-            binding += f" (applied directly: {p.direct.reason}; runs {shlex.join(p.command)})"
+            binding += f" (applied directly: {p.direct.note}; runs {shlex.join(p.command)})"
         lines.append(f"  binding: {binding}")
         lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items())))
     return "\n".join(lines)

@@ -56,17 +56,6 @@ class LaunchError(TopoError):
 
 
 @record
-class DirectBinding:
-    """A binding applied with system calls in the child, because its tool is not on PATH."""
-
-    cpus: frozenset[int] | None  # sched_setaffinity
-    memory_policy: str | None  # "bind" | "preferred" for set_mempolicy; None: memory not bound
-    memory_nodes: CpuSet | None = None  # the policy's nodes
-    keep_cpus_if_memory_refused: bool = False  # --bind-fallback
-    reason: str = ""  # "numactl not found"
-
-
-@record
 class ProcessSpec:
     """One process to start.
 
@@ -78,7 +67,7 @@ class ProcessSpec:
     env: Mapping[str, str]  # added to / replacing the group's base environment
     log_path: str | None  # stdout and stderr go here; None: the launcher's own
     binding: Binding = UNBOUND
-    direct: DirectBinding | None = None
+    direct: Binding | None = None  # the binding, applied with system calls in the child (its tool is missing)
     role: str = "worker"
     rank: int | None = None  # global rank, when known
     local_rank: int | None = None
@@ -106,12 +95,13 @@ class Process:
 
     spec: ProcessSpec
     popen: subprocess.Popen
-    direct: DirectBinding | None
+    direct: Binding | None
     argv: tuple[str, ...]  # what was exec'd, after the shim
     shim: tuple[str, ...] = ()  # setpriv --pdeathsig KILL --, exec'd first
     create_time: float | None = None  # psutil's, for telling a reused pid apart
     observed: object = None  # launcher.verify.Observed, once read
     status: str = ""  # "verified", "not bound", ...
+    applied: Binding | None = None  # what the check found applied (None: as the spec asked)
 
     @property
     def pid(self) -> int:
@@ -136,6 +126,7 @@ class ProcessGroup:
     inherit_stdin: bool = False  # --join=True: workers share our stdin (pdb)
     die_with_launcher: bool = False
     adopt_orphans: bool = False
+    bind_fallback: bool = False  # a refused memory policy is dropped in the child, the CPUs kept
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
     _shim: tuple[str, ...] | None = None
@@ -156,7 +147,7 @@ class ProcessGroup:
             self.stop(signal.SIGTERM, 1.0)
             raise
 
-    def start_one(self, spec: ProcessSpec, *, direct: DirectBinding | None = ..., argv=None,
+    def start_one(self, spec: ProcessSpec, *, direct: Binding | None = ..., argv=None,
                   log_mode: str = "w") -> Process:
         """Start one process; `direct`/`argv` override the spec's (a restart with less binding)."""
         direct = spec.direct if direct is ... else direct
@@ -166,7 +157,7 @@ class ProcessGroup:
         shim: tuple[str, ...] = ()
         if self.die_with_launcher and direct is None:
             shim = self._death_shim()
-        setup = _child_setup(os.getpid() if self.die_with_launcher and not shim else None, direct)
+        setup = _child_setup(os.getpid() if self.die_with_launcher and not shim else None, direct, self.bind_fallback)
         log = open(spec.log_path, log_mode) if spec.log_path else None
         err = open(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
         stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
@@ -379,7 +370,7 @@ def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
                           f"the launcher needs {needed} more; raise it (ulimit -n)")
 
 
-def _child_setup(launcher_pid: int | None, direct: DirectBinding | None):
+def _child_setup(launcher_pid: int | None, direct: Binding | None, bind_fallback: bool):
     """The function run in the child between fork and exec. It must not import or allocate much:
     everything it calls is bound here, in the parent."""
     if launcher_pid is None and direct is None:
@@ -389,6 +380,7 @@ def _child_setup(launcher_pid: int | None, direct: DirectBinding | None):
     set_pdeathsig = syscalls.set_pdeathsig
     set_mempolicy = syscalls.set_mempolicy
     syscalls.load()  # libc and the syscall numbers, resolved before fork
+    cpus = None if direct is None or direct.cpus is None else frozenset(direct.cpus)
 
     def fail(text: str) -> None:
         os.write(2, f"topo: {text}\n".encode())
@@ -401,16 +393,16 @@ def _child_setup(launcher_pid: int | None, direct: DirectBinding | None):
                 os._exit(1)
         if direct is None:
             return
-        if direct.cpus is not None:
+        if cpus is not None:
             try:
-                os.sched_setaffinity(0, direct.cpus)
+                os.sched_setaffinity(0, cpus)
             except OSError as exc:
-                fail(f"sched_setaffinity: {exc.strerror} (CPUs {sorted(direct.cpus)})")
+                fail(f"sched_setaffinity: {exc.strerror} (CPUs {direct.cpus})")
         if direct.memory_policy is not None:
             try:
                 set_mempolicy(direct.memory_policy, direct.memory_nodes)
             except Exception as exc:  # noqa: BLE001 - anything raised here would lose its message
-                if not direct.keep_cpus_if_memory_refused:
+                if not bind_fallback:
                     fail(str(exc))
                 os.write(2, f"topo: {exc}; --bind-fallback: memory policy dropped, CPUs kept\n".encode())
 

@@ -62,7 +62,7 @@ def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | N
     _create_logs(plan)
     join = config.join
     group = ProcessGroup(plan.processes, plan.base_env, job_id=os.urandom(8).hex(), inherit_stdin=join,
-                         die_with_launcher=join, adopt_orphans=join)
+                         die_with_launcher=join, adopt_orphans=join, bind_fallback=config.bind_fallback)
     record = os.path.join(plan.log_dir, LAUNCH_JSON)
 
     def write_record(start_times: bool) -> None:
@@ -97,7 +97,7 @@ def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | N
 
 
 def _started(proc: Process) -> str:
-    how = f" (binding applied directly: {proc.direct.reason})" if proc.direct is not None and proc.direct.reason else ""
+    how = f" (binding applied directly: {proc.direct.note})" if proc.direct is not None and proc.direct.note else ""
     return f"started {proc.name} (pid {proc.pid}), log {proc.spec.log_path}: {' '.join(proc.argv)}{how}"
 
 

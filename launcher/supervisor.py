@@ -15,7 +15,9 @@ import time
 from typing import Callable, Sequence, TextIO
 
 from launcher import verify
-from launcher.procgroup import FDS_NEEDED, INHERIT, DirectBinding, LaunchError, Process, ProcessGroup
+from launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup
+from planners.binding import Binding
+from topo.cpuset import CpuSet
 from topo.records import record
 from launcher.tail import LogTailer
 
@@ -53,6 +55,7 @@ class Supervisor:
         self.stop_signal: int | None = None
         self.force_kill = False
         self._old_handlers: dict[int, object] = {}
+        self.allowed = CpuSet(os.sched_getaffinity(0))  # what the children's cgroup lets them have
 
     # ---------------------------------------------------------------- signals
     def install_signal_handlers(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
@@ -103,7 +106,7 @@ class Supervisor:
             proc.status = "bound differently, kept (--bind-fallback)"
             return proc
         spec = proc.spec
-        cpus = frozenset(spec.binding.cpus) if memory_refused and spec.binding.cpus is not None else None
+        cpus = spec.binding.cpus if memory_refused else None
         if cpus is not None:
             self.say(f"{problem}; --bind-fallback: memory policy dropped, CPUs {spec.binding.cpus} kept")
         else:
@@ -111,14 +114,17 @@ class Supervisor:
         if spec.log_path:
             with open(spec.log_path, "a") as log:
                 log.write(f"topo launch: starting again {'with CPUs only' if cpus else 'unbound'}: {problem}\n")
-        direct = DirectBinding(cpus, None, reason="memory binding refused") if cpus is not None else None
+        direct = (Binding(cpus, device=spec.binding.device, applied_by="system calls", note="memory binding refused")
+                  if cpus is not None else None)
         proc = self.group.start_one(spec, direct=direct, argv=spec.command, log_mode="a")
         self.group.replace(index, proc)
         proc.observed = verify.read_observed(proc.pid)
         if cpus is not None and proc.observed is not None and proc.observed.cpus == spec.binding.cpus:
             proc.status = "verified CPUs; memory binding refused, dropped (--bind-fallback)"
+            proc.applied = direct
         else:
             proc.status = "unbound (--bind-fallback)"
+            proc.applied = Binding()
         return proc
 
     def _verify(self, proc: Process) -> tuple[str, bool] | None:
@@ -133,7 +139,7 @@ class Supervisor:
         reached = verify.wait_for_exec(proc.pid, (proc.shim, proc.argv[:len(proc.argv) - len(spec.command)]),
                                        EXEC_TIMEOUT)
         proc.observed = verify.read_observed(proc.pid)  # a zombie still shows its last affinity
-        how = "verified" if proc.direct is None else f"verified, applied directly: {proc.direct.reason}"
+        how = "verified" if proc.direct is None else f"verified, applied directly: {proc.direct.note}"
         if not reached:
             code = proc.popen.poll()
             refusal = verify.refusal_in(_read_text(spec.log_path))
@@ -151,21 +157,25 @@ class Supervisor:
             if code is None:
                 return (f"{spec.name}: {tool} did not exec the interpreter within {EXEC_TIMEOUT:.0f} s; "
                         f"is {tool} on PATH the real one?"), False
-            if code != 0:
-                return None  # it failed on its own; the join loop reports it like any failure
-            proc.status = "exited before it could be checked"
-            return None
+            proc.status = f"exited with {describe_code(code)} before it could be checked"
+            return None  # a failure is reported by the join loop like any other
         if proc.observed is None:
             proc.status = "exited before it could be checked"
             return None
         binding = spec.binding
-        dropped = (proc.direct is not None and proc.direct.keep_cpus_if_memory_refused
+        dropped = (proc.direct is not None and self.group.bind_fallback
                    and "memory policy dropped, CPUs kept" in _read_text(spec.log_path))
         if dropped:
-            from dataclasses import replace
-
-            binding = replace(binding, memory=None)
+            binding = binding.without_memory()
+        proc.applied = binding
         problem = verify.mismatch(binding, proc.observed)
+        if problem and verify.changed_after_start(binding, proc.observed, self.allowed):
+            # the tool (or the child's own system calls) applied the binding before the program
+            # ran: the program, or something else, changed it since; the job is left running
+            self.say(f"{spec.name}: bound to {binding.describe()}; it now runs with {proc.observed.describe()}: "
+                     "changed after start (by the process itself or another tool); the job goes on")
+            proc.status = f"{how}; changed after start"
+            return None
         if problem:
             fix = "" if self.bind_fallback else ("; the cgroup or another tool restricts this process: bind within "
                                                  "`topo show`'s allowed CPUs / nodes, or rerun with --bind-fallback")
@@ -335,7 +345,8 @@ def process_record(proc: Process) -> dict:
         "pid": proc.pid, "create_time": proc.create_time, "argv": list(proc.argv), "log": spec.log_path,
         "env": dict(spec.env),
         "binding": {"prefix": list(binding.prefix), "cpus": None if binding.cpus is None else str(binding.cpus),
-                    "memory": None if binding.memory is None else str(binding.memory),
+                    "memory": None if binding.memory_nodes is None else str(binding.memory_nodes),
+                    "memory_policy": binding.memory_policy,
                     "applied": "directly" if proc.direct is not None else ("prefix" if binding.prefix else None)},
         "observed": None if seen is None else {
             "cpus": str(seen.cpus), "mems_allowed": str(seen.mems_allowed),
@@ -346,8 +357,13 @@ def process_record(proc: Process) -> dict:
 
 # -------------------------------------------------------------------- reporting
 def report(proc: Process) -> str:
-    seen = proc.observed.describe() if proc.observed else "exited before it could be read"
-    return f"{proc.name}: {seen} ({proc.status})"
+    """One process's binding line: what it was bound to and how that was checked, memory included."""
+    binding = proc.spec.binding
+    if not binding.is_bound:
+        cpus = f" (runs on CPUs {proc.observed.cpus})" if proc.observed is not None else ""
+        return f"{proc.name}: not bound{cpus}"
+    asked = (proc.applied or binding).describe()
+    return f"{proc.name}: {asked} ({proc.status or 'not checked'})"
 
 
 def exit_code(code: int) -> int:

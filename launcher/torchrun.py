@@ -382,7 +382,7 @@ class RunPlan:
     config: RunConfig
     command: tuple[str, ...]  # interpreter + script + args, without a binding prefix
     bindings: tuple[Binding, ...]  # by local rank
-    direct: tuple  # by local rank: procgroup.DirectBinding when numactl / taskset is missing, else None
+    direct: tuple[Binding | None, ...]  # by local rank: applied with system calls when numactl / taskset is missing
     master_port: int
     run_id: str
     base_env: Mapping[str, str]
@@ -447,7 +447,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     if config.numa_binding:
         bindings = _bindings(config, environ, topology, warnings)
     search_path = environ.get("PATH", os.defpath)
-    direct = tuple(direct_binding(b, config.bind_fallback, search_path) for b in bindings)
+    direct = tuple(direct_binding(b, search_path) for b in bindings)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or _uuid4()
     plan = RunPlan(config, command, bindings, direct, port, run_id, base_env(environ), environ, tuple(warnings))
@@ -619,7 +619,7 @@ def _attempt(plan: RunPlan, restart: int, run_dir: str, out: TextIO,
         raise LaunchError(f"cannot create the run's files, {exc.filename}: {exc.strerror}; "
                           "give a writable --log-dir") from None
     group = ProcessGroup(specs, plan.base_env, job_id=os.urandom(8).hex(), inherit_stdin=True,
-                         die_with_launcher=True, adopt_orphans=True)
+                         die_with_launcher=True, adopt_orphans=True, bind_fallback=config.bind_fallback)
     record = os.path.join(attempt_dir, LAUNCH_JSON)
 
     def write_record(start_times: bool) -> None:

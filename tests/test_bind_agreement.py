@@ -53,7 +53,7 @@ def validate(path: str, topology_file: str) -> tuple[bool, str]:
 
 def launch(path: str, script: str) -> tuple[bool, str]:
     try:
-        plan_job(LaunchConfig(script=script, worker_num=2, local_worker_num=2, bind_numa=path, python="python"),
+        plan_job(LaunchConfig.from_flags(script=script, worker_num=2, local_worker_num=2, bind_numa=path, python="python"),
                  environ=ENV, topology=LIVE)
     except UsageError as exc:
         return False, str(exc)
@@ -130,7 +130,7 @@ def test_unknown_module_is_a_warning_everywhere(tmp_path, topology_file):
     assert result.exit_code == 0 and "bind_cpu.device0.other: warning: unknown module 'other'." in result.output
     script = tmp_path / "net.py"
     script.write_text("pass\n")
-    job = plan_job(LaunchConfig(script=str(script), worker_num=1, local_worker_num=1, bind_numa=str(path),
+    job = plan_job(LaunchConfig.from_flags(script=str(script), worker_num=1, local_worker_num=1, bind_numa=str(path),
                                 python="python"), environ=ENV, topology=LIVE)
     assert job.processes[-1].argv[:3] == ("taskset", "-c", "0")
     assert plan_bind(["app"], bind_file=str(path), local_rank=0, environ=ENV, topology=LIVE)[1] == CpuSet([0])

@@ -80,13 +80,13 @@ def test_memory_binding_execs_through_numactl_like_msrun(bind_file, tmp_path):
     environ = {**BUS_ORDER, "PATH": fake_tools(tmp_path, "numactl")}
     argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
     assert argv == ["numactl", "--membind", "0", "--physcpubind", "0", "app"]
-    assert cpus is None and binding.describe() == "CPUs 0, memory node 0"
+    assert cpus is None and binding.describe() == "CPUs 0, memory bound to node 0"
 
 
 def test_memory_binding_is_applied_directly_without_numactl(bind_file, tmp_path):
     environ = {**BUS_ORDER, "PATH": fake_tools(tmp_path)}
     argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
-    assert (argv, str(cpus), str(binding.memory), binding.memory_policy) == (["app"], "0", "0", "bind")
+    assert (argv, str(cpus), str(binding.memory_nodes), binding.memory_policy) == (["app"], "0", "0", "bind")
 
 
 def test_visible_devices_pick_the_entry(bind_file):

@@ -38,7 +38,7 @@ BUS_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 def plan(script, *, environ=None, topology=BIG, **kw):
     kw.setdefault("python", "python")
-    return plan_job(LaunchConfig(script=script, **kw), environ={**BUS_ORDER, **(environ or {})},
+    return plan_job(LaunchConfig.from_flags(script=script, **kw), environ={**BUS_ORDER, **(environ or {})},
                     topology=topology)
 
 
@@ -123,12 +123,12 @@ def test_bind_numa_file_carries_path_and_hash(tmp_path):
 ])
 def test_config_rejects_bad_counts_and_ports(kw, message):
     with pytest.raises(UsageError, match=message):
-        LaunchConfig(script="x.py", **kw)
+        LaunchConfig.from_flags(script="x.py", **kw)
 
 
 def test_missing_script_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="script does not exist, 'nope.py'"):
-        plan_job(LaunchConfig(script="nope.py"), environ={})
+        plan_job(LaunchConfig.from_flags(script="nope.py"), environ={})
 
 
 def test_unresolvable_master_is_a_usage_error(script):
@@ -226,7 +226,7 @@ def test_interpreter_and_script_args(script):
     p = plan(script, worker_num=1, local_worker_num=1, scheduler=False,
              script_args=("--foo", "bar", "--worker_num=3"))
     assert p.processes[0].argv == ("python", script, "--foo", "bar", "--worker_num=3")
-    assert plan_job(LaunchConfig(script=script, worker_num=1, local_worker_num=1, scheduler=False),
+    assert plan_job(LaunchConfig.from_flags(script=script, worker_num=1, local_worker_num=1, scheduler=False),
                     environ={}).processes[0].argv[0] == "python"  # from PATH, as msrun
     for interpreter in ("python", "python3", "pytest"):  # msrun runs these as given
         q = plan(interpreter, worker_num=1, local_worker_num=1, scheduler=False, script_args=(script,))
@@ -385,10 +385,10 @@ def test_missing_binding_tool_is_applied_directly(script, tmp_path):
     assert numa.argv == ("numactl", "--membind", "0", "--cpunodebind", "0", "python", script)  # msrun's
     assert numa.exec_argv == ("python", script)
     assert (sorted(numa.direct.cpus), numa.direct.memory_policy, str(numa.direct.memory_nodes),
-            numa.direct.reason) == (list(range(8)), "bind", "0", "numactl not found")
+            numa.direct.note) == (list(range(8)), "bind", "0", "numactl not found")
     core = plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_core='{"device0": ["0"]}',
                 environ=environ).processes[0]
-    assert (sorted(core.direct.cpus), core.direct.memory_policy, core.direct.reason) == ([0], None, "taskset not found")
+    assert (sorted(core.direct.cpus), core.direct.memory_policy, core.direct.note) == ([0], None, "taskset not found")
     (tmp_path / "taskset").write_text("#!/bin/sh\n")
     (tmp_path / "taskset").chmod(0o755)
     assert plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_core='{"device0": ["0"]}',

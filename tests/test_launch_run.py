@@ -144,9 +144,9 @@ def test_unified_json_bindings_are_verified(dirs):
     assert (d["scheduler"]["affinity"], d["scheduler"]["memory_policy"]) == ([0], "default")
     assert (d["worker_0"]["affinity"], d["worker_0"]["memory_policy"]) == ([1], "bind:0")
     assert (d["worker_1"]["affinity"], d["worker_1"]["memory_policy"]) == ([0], "bind:0")
-    assert "scheduler: CPUs 0, memory node 0 (verified)" in r.stderr
-    assert "rank 0: CPUs 1, memory node 0 (verified)" in r.stderr
-    assert "rank 1: CPUs 0, memory node 0 (verified)" in r.stderr
+    assert "scheduler: CPUs 0, memory not bound (verified)" in r.stderr
+    assert "rank 0: CPUs 1, memory bound to node 0 (verified)" in r.stderr
+    assert "rank 1: CPUs 0, memory bound to node 0 (verified)" in r.stderr
     launched = json.loads((logs / "launch.json").read_text())["processes"]
     assert launched[1]["argv"][:5] == ["numactl", "--membind", "0", "--physcpubind", "1"]
     assert launched[1]["observed"] == {"cpus": "1", "mems_allowed": "0", "memory_policy": "bind",
@@ -163,7 +163,7 @@ def test_bind_core_true_splits_cpus(dirs):
     d = dumps(out)
     assert [d[f"worker_{i}"]["affinity"] for i in (0, 1)] == [[0], [1]]
     assert [d[f"worker_{i}"]["env"]["MSRUN_CPU_LIST"] for i in (0, 1)] == ["[0]", "[1]"]
-    assert "rank 1: CPUs 1, memory node 0 (verified" in r.stderr  # by taskset, or directly without it
+    assert "rank 1: CPUs 1, memory not bound (verified" in r.stderr  # by taskset, or directly without it
 
 
 @needs_numactl
@@ -188,7 +188,7 @@ def test_refused_memory_binding_is_reported_with_the_fix(dirs, tmp_path):
     assert r.returncode == 0, r.stderr
     # the memory policy is dropped, the CPU binding kept; the flag is not suggested again
     assert "memory policy dropped, CPUs 0-1 kept" in r.stderr and "rerun with --bind-fallback" not in r.stderr
-    assert "rank 0: CPUs 0-1, memory node 0 (verified CPUs; memory binding refused, dropped (--bind-fallback))" \
+    assert "rank 0: CPUs 0-1, memory not bound (verified CPUs; memory binding refused, dropped (--bind-fallback))" \
         in r.stderr
     assert dumps(out)["worker_0"]["memory_policy"] == "default"
 
@@ -379,7 +379,7 @@ def test_dry_run_prints_msrun_argv_and_starts_nothing(dirs):
     assert f"rank 1, DEVICE_ID=1: numactl --membind 0 --physcpubind 0 python {JOB} {out} --worker_num=3 -h" in lines
     assert f"scheduler: python {JOB} {out} --worker_num=3 -h" in lines
     # msrun's argv above whether numactl is installed or not; without it, this line says so
-    assert any(line.startswith("  binding: CPUs 1, memory node 0") for line in lines)
+    assert any(line.startswith("  binding: CPUs 1, memory bound to node 0") for line in lines)
     assert any(line.startswith("  env: DEVICE_ID=1 GROUP_RANK=0") and "MSRUN_BIND_FILE=" in line for line in lines)
     assert not logs.exists() and not list(out.iterdir())
 
@@ -391,7 +391,7 @@ def test_library_api_without_the_cli(dirs):
 
     cwd, out, logs = dirs
     console, messages = io.StringIO(), io.StringIO()
-    config = LaunchConfig(JOB, (str(out), "print=from the API@0", "ready@0", "sleep=60@0", "waitfor=ready_0@1",
+    config = LaunchConfig.from_flags(JOB, (str(out), "print=from the API@0", "ready@0", "sleep=60@0", "waitfor=ready_0@1",
                                 "exit=4@1"), worker_num=2, local_worker_num=2,
                           join=True, scheduler=False, log_dir=str(logs), grace_period=GRACE)
     result = launch(config, out=console, err=messages)
@@ -400,7 +400,7 @@ def test_library_api_without_the_cli(dirs):
     assert "[rank 0] from the API\n" in console.getvalue()
     assert "rank 1 failed with exit code 4" in messages.getvalue()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers put back
-    dry = launch(LaunchConfig(JOB, (str(out),), worker_num=1, local_worker_num=1, dry_run=True), out=console)
+    dry = launch(LaunchConfig.from_flags(JOB, (str(out),), worker_num=1, local_worker_num=1, dry_run=True), out=console)
     assert dry.exit_code == 0 and dry.processes == () and len(dry.plan.processes) == 2
 
 

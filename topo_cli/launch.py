@@ -79,7 +79,7 @@ def launch(script, script_args, **flags):
     if flags["python"] is None:
         del flags["python"]
     _flags_from_slurm(flags)
-    config = LaunchConfig(script=script, script_args=script_args, **flags)
+    config = LaunchConfig.from_flags(script=script, script_args=script_args, **flags)
     result = run_launch(config)
     sys.exit(result.exit_code)
 
