@@ -37,10 +37,11 @@ import os
 import re
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import planners
+from planners.binding import BINDING_VAR, Binding
 from planners.core import Job
 from topo import syscalls
 from topo.cpuset import CpuSet, ascii_number, excerpt, union_all
@@ -56,42 +57,31 @@ THREADS = ("shared", "all")
 NPROC_VARIABLE = "LOCAL_WORLD_SIZE"
 # The most processes (and the largest local device index + 1) planned on one machine.
 MAX_PROCESSES = 65536
-# What a launcher that bound this process applied: "cpus=<cpulist> memory=<policy>:<nodelist>",
-# only the parts it bound (topo launch, topo run, topo bind and launcher.spawn set it).
-BINDING_VARIABLE = "TOPO_BINDING"
-_BINDING_MAX = 4096  # characters of TOPO_BINDING read
 
 
 class AffinityError(TopoError):
     """set_affinity cannot plan or apply the binding; the message says why and what to change."""
 
 
-@dataclass(frozen=True)
-class ProcessAffinity:
-    """What one local rank gets: its CPUs and the NUMA node(s) its memory belongs on."""
-
-    device_id: int  # the local index, as the caller passed it
-    nproc_per_node: int
-    device: Device | None  # the physical device it runs next to; None on a machine without accelerators
-    cpus: CpuSet
-    memory_nodes: CpuSet
-    mode: str
-    warnings: tuple[str, ...] = ()
-
-
 def plan_affinity(topology: Topology, device_id, nproc_per_node: int | None = None, *,
                   mode="unique_contiguous", scope="node", multithreading="all_logical", balanced: bool = True,
-                  min_physical_cores: int = 1, max_physical_cores: int | None = None,
-                  env: Mapping[str, str] | None = None) -> ProcessAffinity:
+                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
+                  env: Mapping[str, str] | None = None) -> Binding:
     """The binding `set_affinity` applies for `device_id` (see set_affinity) of `nproc_per_node`
-    on `topology`, without applying it. `env` holds the visible-device variables and
-    LOCAL_WORLD_SIZE (default: this process's environment on the live machine, none elsewhere)."""
+    on `topology`, without applying it: its CPUs, the physical id of its device (None on a machine
+    without accelerators) and, with `memory`, its memory policy and nodes. The planner's warnings
+    are issued with `warnings.warn`. `env` holds the visible-device variables and LOCAL_WORLD_SIZE
+    (default: this process's environment on the live machine, none elsewhere)."""
     if env is None:
         env = os.environ if topology.is_this_system else {}
+    policy = _memory(memory)
     job, visible, rank = _locate(topology, device_id, nproc_per_node, env)
-    ranks = _plan(topology, job, visible, mode=mode, scope=scope, multithreading=multithreading,
-                  balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
-    return _pick(topology, ranks, rank)
+    ranks, mode_name, notes = _plan(topology, job, visible, mode=mode, scope=scope, multithreading=multithreading,
+                                    balanced=balanced, min_physical_cores=min_physical_cores,
+                                    max_physical_cores=max_physical_cores)
+    for note in notes:
+        warnings.warn(f"set_affinity: {note}", stacklevel=2)
+    return _with_memory(_pick(topology, ranks, rank, mode_name), policy)
 
 
 def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str]):
@@ -173,8 +163,9 @@ def _shown(name) -> str:
 
 
 def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multithreading, balanced,
-          min_physical_cores, max_physical_cores) -> tuple[ProcessAffinity, ...]:
-    """Every local rank's binding, from one plan of the whole node."""
+          min_physical_cores, max_physical_cores) -> tuple[tuple[Binding, ...], str, tuple[str, ...]]:
+    """Every local rank's binding, from one plan of the whole node (memory bound to the planned
+    nodes; `_with_memory` gives the policy asked for), the mode's name and the planner's warnings."""
     mode_name = _mode(mode)
     try:
         plan = planners.plan(topology, mode_name, job=job, scope=_choice(scope, "scope"),
@@ -200,9 +191,9 @@ def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multit
             cpus = union_all(n.cpuset for n in topology.numa_nodes if n.os_index in nodes) & topology.allowed_pus
         else:
             cpus = process.cpus("main")
-        ranks.append(ProcessAffinity(rank, job.nproc, visible[rank] if visible else None, cpus,
-                                     process.memory_nodes or CpuSet(), mode_name, plan.warnings))
-    return tuple(ranks)
+        nodes = process.memory_nodes or None
+        ranks.append(Binding(cpus or None, nodes, "bind" if nodes else None, visible[rank].index if visible else None))
+    return tuple(ranks), mode_name, tuple(plan.warnings)
 
 
 def _restriction(topology: Topology) -> str:
@@ -214,15 +205,27 @@ def _restriction(topology: Topology) -> str:
             "taskset, numactl, the cgroup's cpuset or the batch system restrict them)")
 
 
-def _pick(topology: Topology, ranks: tuple[ProcessAffinity, ...], rank: int) -> ProcessAffinity:
-    affinity = ranks[rank]
-    if not affinity.cpus:
+def _pick(topology: Topology, ranks: tuple[Binding, ...], rank: int, mode: str) -> Binding:
+    binding = ranks[rank]
+    if binding.cpus is None:
         restricted = _restriction(topology)
         if restricted:
-            raise AffinityError(f"mode {affinity.mode!r} leaves local rank {rank} no CPU within {restricted}; "
+            raise AffinityError(f"mode {mode!r} leaves local rank {rank} no CPU within {restricted}; "
                                 "widen the restriction or start fewer processes")
-        raise AffinityError(f"mode {affinity.mode!r} gives device_id={rank} no CPU; choose another mode")
-    return affinity
+        raise AffinityError(f"mode {mode!r} gives device_id={rank} no CPU; choose another mode")
+    return binding
+
+
+def _with_memory(planned: Binding, policy: str | None) -> Binding:
+    """The planned binding with memory policy `policy` (None: memory left alone)."""
+    if policy is None:
+        return planned.without_memory()
+    if policy == "local":
+        return replace(planned, memory_nodes=None, memory_policy="local")
+    if planned.memory_nodes is None:
+        raise AffinityError(f"memory={policy!r}: CPUs {planned.cpus} are on no NUMA node with memory; "
+                            "use memory='local' or None")
+    return replace(planned, memory_policy=policy)
 
 
 def _paren(text: str) -> str:
@@ -240,12 +243,13 @@ def this_machine() -> Topology:
 class AffinityResult:
     """What bind_process did."""
 
+    binding: Binding  # what holds now: CPUs, and the memory policy after any fallback
     cpus: frozenset[int]  # os.sched_getaffinity(0) afterwards
-    memory: str | None  # the memory policy that holds: "bind", "preferred", "local" (as asked or a
-    #                     rung of the fallback ladder), "none" (refused, fallback: CPUs only), None (not asked)
-    pages_moved: int | None  # migrate=True: pages moved onto the rank's node(s); None: not asked
+    memory: str | None  # the rung of the memory fallback ladder that held: "bind", "preferred", "local",
+    #                     "none" (refused, bind_fallback: CPUs only); None: memory not asked for
+    pages_moved: int | None  # migrate=True: pages moved onto the process's node(s); None: not asked
     threads_moved: int  # threads besides the caller given the new CPUs
-    kept: str | None = None  # the launcher's TOPO_BINDING, when it was kept instead of planning
+    kept: bool = False  # the launcher's binding (TOPO_BINDING) was kept instead of planning
 
 
 def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
@@ -315,101 +319,76 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
         raise AffinityError(f"threads must be one of {', '.join(map(repr, THREADS))}; got {threads!r}")
     kept = _kept_binding(os.environ)
     if kept is not None:
-        text, cpus, nodes = kept
-        warnings.warn(f"set_affinity: keeping the binding the launcher applied ({BINDING_VARIABLE}={text!r}); "
-                      f"unset {BINDING_VARIABLE} to plan again", stacklevel=_stacklevel)
-        moved = _move_threads(cpus, None) if threads == "all" else 0
-        pages = _migrate(nodes or _nodes_of(this_machine(), cpus)) if migrate else None
-        return AffinityResult(frozenset(os.sched_getaffinity(0)), None, pages, moved, text)
-    affinity = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
-                        multithreading=multithreading, balanced=balanced, min_physical_cores=min_physical_cores,
-                        max_physical_cores=max_physical_cores)
-    for warning in affinity.warnings:
-        warnings.warn(f"set_affinity: {warning}", stacklevel=_stacklevel)
-    rung, moved = _apply(affinity, policy, bind_fallback, threads)
+        warnings.warn(f"set_affinity: keeping the binding the launcher applied ({BINDING_VAR}="
+                      f"{kept.env_value()!r}); unset {BINDING_VAR} to plan again", stacklevel=_stacklevel)
+        moved = _move_threads(kept.cpus, None) if threads == "all" and kept.cpus is not None else 0
+        pages = _migrate(_home(this_machine(), kept)) if migrate else None
+        return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, moved, kept=True)
+    planned, notes = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
+                              multithreading=multithreading, balanced=balanced,
+                              min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+    for note in notes:
+        warnings.warn(f"set_affinity: {note}", stacklevel=_stacklevel)
+    binding = _with_memory(planned, policy)
+    rung, moved = _apply(binding, bind_fallback, threads)
+    if rung == "none":
+        binding = binding.without_memory()
+    elif rung == "preferred" and policy == "bind":
+        binding = replace(binding, memory_policy="preferred")
     if policy and rung != policy:
         warnings.warn(f"set_affinity: memory={policy!r} was refused by the kernel; bind_fallback: "
-                      + ("memory preferred on node(s) " + str(affinity.memory_nodes) if rung == "preferred"
+                      + (f"memory preferred on node(s) {binding.memory_nodes}" if rung == "preferred"
                          else "CPUs bound alone, memory policy unchanged"), stacklevel=_stacklevel)
-    pages = None
-    if migrate:
-        if not affinity.memory_nodes:
-            raise AffinityError(f"migrate=True: CPUs {affinity.cpus} are on no NUMA node with memory; "
-                                "pass migrate=False")
-        pages = _migrate(affinity.memory_nodes)
-    return AffinityResult(frozenset(os.sched_getaffinity(0)), rung, pages, moved)
+    pages = _migrate(_home(this_machine(), planned)) if migrate else None
+    return AffinityResult(replace(binding, applied_by="system calls"), frozenset(os.sched_getaffinity(0)), rung,
+                          pages, moved)
 
 
 # ---- a binding a launcher applied ------------------------------------------------------------
 
 
-def parse_binding(text: str) -> tuple[CpuSet | None, tuple[str, CpuSet] | None]:
-    """TOPO_BINDING's value: (CPUs or None, (memory policy, nodes) or None). AffinityError names
-    the variable and what it should hold."""
-    cpus = memory = None
-    fix = (f"{BINDING_VARIABLE}={excerpt(text)!r}: {{}}; it holds cpus=<cpulist> memory=<policy>:<nodelist> "
-           f"as topo's launchers write it; unset it to let set_affinity plan")
-    if len(text) > _BINDING_MAX:
-        raise AffinityError(fix.format(f"longer than {_BINDING_MAX} characters"))
-    for part in text.split():
-        key, sep, value = part.partition("=")
-        try:
-            if key == "cpus" and sep and cpus is None:
-                cpus = CpuSet.parse(value)
-            elif key == "memory" and sep and memory is None:
-                policy, _, nodes = value.partition(":")
-                if policy not in syscalls.POLICIES:
-                    raise ParseError(f"memory policy {excerpt(policy)!r} is none of {', '.join(syscalls.POLICIES)}")
-                memory = (policy, CpuSet.parse(nodes) if nodes else CpuSet())
-            else:
-                raise ParseError(f"unexpected part {excerpt(part)!r}")
-        except ParseError as exc:
-            raise AffinityError(fix.format(exc)) from None
-    if cpus is None and memory is None:
-        raise AffinityError(fix.format("it names nothing bound"))
-    return cpus, memory
-
-
-def binding_text(cpus: CpuSet | None, policy: str | None = None, nodes: CpuSet = CpuSet()) -> str:
-    """TOPO_BINDING's value for a binding: only the parts bound."""
-    parts = [f"cpus={cpus}"] if cpus is not None else []
-    if policy is not None:
-        parts.append(f"memory={policy}:{nodes}" if nodes else f"memory={policy}")
-    return " ".join(parts)
-
-
-def _kept_binding(env: Mapping[str, str]) -> tuple[str, CpuSet, CpuSet] | None:
-    """(TOPO_BINDING, its CPUs, its memory nodes) when it is set and this process still runs as
-    it says; None when it is not set or the process changed its binding since."""
-    text = env.get(BINDING_VARIABLE)
+def _kept_binding(env: Mapping[str, str]) -> Binding | None:
+    """The binding TOPO_BINDING describes, when it is set and this process still runs as it says;
+    None when it is not set or the process changed its binding since."""
+    text = env.get(BINDING_VAR)
     if text is None or not text.strip():
         return None
-    cpus, memory = parse_binding(text)
-    now = CpuSet(os.sched_getaffinity(0))
-    if cpus is not None and cpus != now:
+    try:
+        binding = Binding.from_env(text)
+    except ParseError as exc:
+        raise AffinityError(f"{exc}: topo's launchers write cpus=<cpulist> memory=<policy>:<nodelist>; unset "
+                            f"{BINDING_VAR} to let set_affinity plan") from None
+    if binding.cpus is not None and binding.cpus != CpuSet(os.sched_getaffinity(0)):
         return None
-    if memory is not None:
+    if binding.memory_policy is not None:
         try:
             policy, nodes = syscalls.get_mempolicy()
         except TopoError:
             return None
-        wanted, wanted_nodes = memory
-        same = {"preferred-many": "preferred"}
-        if same.get(policy, policy) != same.get(wanted, wanted) or (wanted_nodes and nodes != wanted_nodes):
+        if policy == "preferred-many":
+            policy = "preferred"
+        if policy != binding.memory_policy or (binding.memory_nodes is not None and nodes != binding.memory_nodes):
             return None
-    return text.strip(), now, memory[1] if memory else CpuSet()
+    return binding
 
 
-def _nodes_of(topology: Topology, cpus: CpuSet) -> CpuSet:
-    return CpuSet(n.os_index for n in topology.numa_nodes if n.cpuset & cpus)
+def _home(topology: Topology, binding: Binding) -> CpuSet:
+    """The NUMA node(s) a binding's pages belong on: its memory nodes, else those of its CPUs."""
+    if binding.memory_nodes:
+        return binding.memory_nodes
+    cpus = binding.cpus if binding.cpus is not None else CpuSet(os.sched_getaffinity(0))
+    nodes = CpuSet(n.os_index for n in topology.numa_nodes if n.cpuset & cpus)
+    if not nodes:
+        raise AffinityError(f"migrate=True: CPUs {cpus} are on no NUMA node with memory; pass migrate=False")
+    return nodes
 
 
 # ---- planning, cached ------------------------------------------------------------------------
 
-_PLANS: dict[tuple, tuple[Topology, tuple[ProcessAffinity, ...]]] = {}
+_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
 
 
-def _planned(topology: Topology, device_id, nproc_per_node, **options) -> ProcessAffinity:
+def _planned(topology: Topology, device_id, nproc_per_node, **options) -> tuple[Binding, tuple[str, ...]]:
     """plan_affinity with this process's environment. The node's plan is remembered per topology,
     devices and options: a repeated call costs only the system calls."""
     job, visible, rank = _locate(topology, device_id, nproc_per_node, os.environ)
@@ -417,7 +396,8 @@ def _planned(topology: Topology, device_id, nproc_per_node, **options) -> Proces
     hit = _PLANS.get(key)
     if hit is None or hit[0] is not topology:
         hit = _PLANS[key] = (topology, _plan(topology, job, visible, **options))
-    return _pick(topology, hit[1], rank)
+    ranks, mode_name, notes = hit[1]
+    return _pick(topology, ranks, rank, mode_name), notes
 
 
 def _mode(mode) -> str:
@@ -481,14 +461,14 @@ def _api_words(message: str) -> str:
 # ---- applying --------------------------------------------------------------------------------
 
 
-def _apply(affinity: ProcessAffinity, policy: str | None, fallback: bool, threads: str) -> tuple[str | None, int]:
+def _apply(binding: Binding, fallback: bool, threads: str) -> tuple[str | None, int]:
     """Memory policy first (it can be refused, and then nothing has changed), then the CPUs of
-    the caller and of the other threads `threads` names. Returns the memory rung that held and
-    how many other threads moved."""
-    cpus = affinity.cpus
+    the caller and of the other threads `threads` names. Returns the rung of the memory fallback
+    ladder that held (None: memory not asked for) and how many other threads moved."""
+    cpus = binding.cpus
     before = os.sched_getaffinity(0)  # the threads with this affinity follow the caller
-    previous = syscalls.get_mempolicy() if policy else None
-    rung = _set_memory(affinity, policy, fallback) if policy else None
+    previous = syscalls.get_mempolicy() if binding.memory_policy else None
+    rung = _set_memory(binding, fallback) if binding.memory_policy else None
     try:
         os.sched_setaffinity(0, cpus)
     except OSError as exc:
@@ -519,18 +499,15 @@ def _move_threads(cpus, only_if) -> int:
     return moved
 
 
-def _set_memory(affinity: ProcessAffinity, policy: str, fallback: bool = False) -> str:
+def _set_memory(binding: Binding, fallback: bool = False) -> str:
     """Set the calling thread's memory policy; return the rung of the fallback ladder that held
     (syscalls.apply_memory_policy)."""
-    nodes = affinity.memory_nodes
-    if policy != "local" and not nodes:
-        raise AffinityError(f"memory={policy!r}: CPUs {affinity.cpus} are on no NUMA node with memory; "
-                            "use memory='local' or None")
     try:
-        return syscalls.apply_memory_policy(policy, CpuSet() if policy == "local" else nodes, fallback=fallback,
-                                            option="bind_fallback=True")
+        return syscalls.apply_memory_policy(binding.memory_policy, binding.memory_nodes or CpuSet(),
+                                            fallback=fallback, option="bind_fallback=True")
     except syscalls.SyscallError as exc:
-        raise AffinityError(f"memory={policy!r}: {exc}; or pass memory=None to bind CPUs only") from exc
+        raise AffinityError(f"memory={binding.memory_policy!r}: {exc}; or pass memory=None to bind CPUs "
+                            "only") from exc
 
 
 # ---- migrating -------------------------------------------------------------------------------

@@ -254,13 +254,14 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
     """MPOL_PREFERRED keeps one node; Linux 5.15+ prefers several with MPOL_PREFERRED_MANY, and an
     older kernel's EINVAL falls back to the first node."""
     from topo import syscalls
-    from launcher.affinity import ProcessAffinity, _set_memory
+    from launcher.affinity import _set_memory
+    from planners.binding import Binding
 
-    two = ProcessAffinity(0, 1, None, CpuSet([0, 1]), CpuSet([0, 1]), "socket")
+    two = Binding(CpuSet([0, 1]), CpuSet([0, 1]), "preferred")
     calls = []
     monkeypatch.setattr(syscalls, "get_mempolicy", lambda: ("default", CpuSet()))
     monkeypatch.setattr(syscalls, "set_mempolicy", lambda *a: calls.append(a))
-    _set_memory(two, "preferred")
+    assert _set_memory(two) == "preferred"
     assert calls == [("preferred-many", CpuSet([0, 1]))]
 
     def old_kernel(policy, nodes=CpuSet()):
@@ -270,7 +271,7 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
 
     calls.clear()
     monkeypatch.setattr(syscalls, "set_mempolicy", old_kernel)
-    _set_memory(two, "preferred")
+    assert _set_memory(two) == "preferred"
     assert calls == [("preferred-many", CpuSet([0, 1])), ("preferred", CpuSet([0, 1]))]
 
 

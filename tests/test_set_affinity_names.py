@@ -62,10 +62,10 @@ def test_every_form_of_a_gpus_name_gives_its_local_rank(dgx, name):
         bus = device.busid  # 0000:bb:dd.f
         forms = [device.uuid, device.uuid[:13], bare, bare.upper(), uuid.UUID(bare), bus, bus[5:],
                  "0000" + bus.upper(), f" {bus} "]
-        by_index = plan_affinity(t, index, env=PCI)
+        by_index = plan_affinity(t, index, memory="bind", env=PCI)
         for form in forms:
-            got = plan_affinity(t, form, env=PCI)
-            assert (got.device, got.cpus, got.memory_nodes) == (device, by_index.cpus, by_index.memory_nodes), form
+            got = plan_affinity(t, form, memory="bind", env=PCI)
+            assert (got.device, got.cpus, got.memory_nodes) == (index, by_index.cpus, by_index.memory_nodes), form
 
 
 def test_a_name_finds_its_gpu_whatever_cuda_visible_devices_says(dgx):
@@ -73,26 +73,26 @@ def test_a_name_finds_its_gpu_whatever_cuda_visible_devices_says(dgx):
     g1, g3, g6 = gpu(t, 1), gpu(t, 3), gpu(t, 6)
     # Ray without isolation: every worker sees "0,1"; index 0 would be GPU0 for both, a UUID is not
     shared = {**PCI, "CUDA_VISIBLE_DEVICES": "0,1"}
-    assert plan_affinity(t, 0, env=shared).device.index == 0
+    assert plan_affinity(t, 0, env=shared).device == 0
     got = plan_affinity(t, g1.uuid, env=shared)
-    assert (got.device, got.nproc_per_node, got.cpus) == (g1, 2, plan_affinity(t, 1, env=shared).cpus)
+    assert (got.device, got.cpus) == (1, plan_affinity(t, 1, env=shared).cpus)
     # isolated: the worker sees only its GPU, and is the one process on it
     alone = plan_affinity(t, g3.busid, env={**PCI, "CUDA_VISIBLE_DEVICES": "3"})
-    assert (alone.device, alone.nproc_per_node) == (g3, 1)
+    assert (alone.device, alone.cpus) == (3, plan_affinity(t, 0, env={**PCI, "CUDA_VISIBLE_DEVICES": "3"}).cpus)
     # isolated, but 8 workers share the machine: the plan is the machine's, this GPU is rank 3
     eight = plan_affinity(t, g3.uuid, 8, env={**PCI, "CUDA_VISIBLE_DEVICES": "3"})
-    assert (eight.device, eight.cpus) == (g3, plan_affinity(t, 3, 8, env=PCI).cpus)
+    assert (eight.device, eight.cpus) == (3, plan_affinity(t, 3, 8, env=PCI).cpus)
     # a GPU the variables do not list at all: placed among every GPU of the machine
     hidden = plan_affinity(t, g6.uuid, env=shared)
-    assert (hidden.device, hidden.nproc_per_node, hidden.cpus) == (g6, 8, plan_affinity(t, 6, env=PCI).cpus)
+    assert (hidden.device, hidden.cpus) == (6, plan_affinity(t, 6, env=PCI).cpus)
 
 
 def test_a_mig_instance_runs_where_its_gpu_sits(dgx):
     _, nvml, t = dgx["dgxa100"]
     last = gpu(t, 7)
     mig = nvml["gpus"][-1]["mig"][0]
-    assert plan_affinity(t, mig, env=PCI).device == last
-    assert plan_affinity(t, mig.removeprefix("MIG-"), env=PCI).device == last
+    assert plan_affinity(t, mig, env=PCI).device == last.index
+    assert plan_affinity(t, mig.removeprefix("MIG-"), env=PCI).device == last.index
     # two instances of one GPU listed: the name does not say which rank this process is
     both = {**PCI, "CUDA_VISIBLE_DEVICES": ",".join(nvml["gpus"][-1]["mig"])}
     with pytest.raises(AffinityError, match=r"device 'MIG-00000001.*': 2 visible MIG instances share GPU 7 "
