@@ -176,9 +176,8 @@ def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multit
         restricted = _restriction(topology)
         if restricted:  # the planner's words would blame the device; the restriction is the cause
             raise AffinityError(
-                f"mode {mode_name!r} cannot give each of {job.nproc} processes its CPUs within {restricted} "
-                f"({_api_words(str(exc))}); widen the restriction, start fewer processes, or use a mode that "
-                "shares CPUs (node, single)") from exc
+                f"mode {mode_name!r} cannot give each of {job.nproc} processes its CPUs within {restricted}; "
+                "widen the restriction, start fewer processes, or use a mode that shares CPUs (node, single)") from exc
         raise AffinityError(_api_words(str(exc))) from exc
     ranks = []
     for rank in range(job.nproc):
