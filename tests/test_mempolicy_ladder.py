@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import seccomp
+import seccomp
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="seccomp filter written for x86_64 and aarch64")
@@ -25,7 +25,7 @@ def child(refuse, call: str) -> dict:
     """Run `call` (an apply_memory_policy(...) expression) under a filter refusing `refuse`."""
     code = f"""
         import json
-        from tests import seccomp
+        import seccomp
         from topo import syscalls
         from topo.cpuset import CpuSet
         seccomp.refuse_set_mempolicy({refuse!r})
@@ -36,7 +36,7 @@ def child(refuse, call: str) -> dict:
         policy, nodes = syscalls.get_mempolicy()
         print(json.dumps({{"rung": rung, "policy": policy, "nodes": str(nodes)}}))
     """
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
