@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 from launcher.binding import binding_of, check_loaded, device_ids
 from launcher.environ import bind_file_env, thread_env
 from launcher.slurm import task_env
+from planners.binding import BINDING_VAR, from_entry
 from topo.cpuset import ascii_number
 from topo.errors import ParseError, TopoError, UsageError
 
@@ -74,14 +75,26 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
         topology = discover()
     check_loaded(loaded, topology, "--bind-file", [])
     key = f"device{device_ids(topology, rank + 1, environ)[rank]}"
-    binding = binding_of(loaded.plan.get(key), topology, memory_policy=loaded.plan.memory_policy)
+    entry = loaded.plan.get(key)
+    if entry is None and loaded.plan.workers():  # a file that binds no process binds none
+        have = ", ".join(p.key for p in loaded.plan.workers())
+        raise UsageError(f"the bind JSON has no {key} for local rank {rank} (it has {have}): plan one process per "
+                         "local rank, e.g. topo plan --nproc-per-node N -o FILE, or pass the right --local-rank")
+    binding = binding_of(entry, topology, memory_policy=loaded.plan.memory_policy)
     env = {**bind_file_env(loaded.path, loaded.sha256),
-           **thread_env(environ, None if binding.cpus is None else binding.cpus.weight(), 1)}
+           **thread_env(environ, binding, 1, _sharing(loaded.plan, binding, topology))}
     if binding.prefix[:1] == ("taskset",):
         return list(command), binding.cpus, env, binding, key
     if binding.prefix and shutil.which(binding.prefix[0], path=environ.get("PATH", os.defpath)) is None:
         return list(command), binding.cpus, env, binding, key  # numactl not found: applied directly
     return [*binding.prefix, *command], None, env, binding, key
+
+
+def _sharing(plan, binding, topology) -> int:
+    """How many of the plan's processes are bound to CPUs that overlap `binding`'s (itself included)."""
+    others = [from_entry(p, topology, None) for p in plan.processes]
+    return max(1, sum(1 for b in others if binding.cpus is not None and b.cpus is not None
+                      and b.cpus.intersects(binding.cpus)))
 
 
 class BindingRefused(TopoError):
@@ -118,6 +131,7 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
                 raise BindingRefused(_refused(exc, key)) from None
             print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
             argv, cpus = list(command), binding.cpus
+            binding = binding.without_memory()
     if cpus is not None:
         try:
             os.sched_setaffinity(0, set(cpus))
@@ -131,7 +145,17 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
             if not bind_fallback:
                 raise BindingRefused(_refused(exc, key)) from None
             print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
+            binding = binding.without_memory()
     os.environ.update({**task_env(os.environ), **env})  # under srun: RANK, WORLD_SIZE, ... from Slurm
+    os.environ.pop(BINDING_VAR, None)
+    if binding.is_bound:
+        os.environ[BINDING_VAR] = binding.env_value()  # what set_affinity keeps (planners.binding)
+    program = command[0]
+    if argv[0] != program and shutil.which(program, path=os.environ.get("PATH", os.defpath)) is None:
+        # numactl would exec it and exit 1 in its own words: the shell's 127 / 126, as for a direct exec
+        if "/" in program and os.path.exists(program):
+            raise CommandNotExecutable(f"{program}: permission denied")
+        raise CommandNotFound(f"{program}: command not found")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -104,8 +104,11 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     tailed = config.tail_worker_log  # None = every worker
     processes = []
 
+    started = ([bindings.scheduler] if start_scheduler else []) + list(bindings.workers[:local_worker_num])
+    shared = iter(envs.sharers(started))  # in start order, as spec() is called
+
     def spec(name, role, rank, local_rank, env, binding, log_name, tail):
-        env.update(envs.thread_env(environ, _cpu_count(binding), processes_on_node))
+        env.update(envs.thread_env(environ, binding, processes_on_node, next(shared)))
         if tail:
             env.update(envs.unbuffered_env(environ))
         return ProcessSpec(name, (*binding.prefix, *command), env, os.path.join(log_dir, log_name), binding,
@@ -149,10 +152,6 @@ def _rank(config: LaunchConfig, local_rank: int) -> int | None:
     if config.node_rank >= 0:
         return config.node_rank * config.local_worker_num + local_rank
     return None
-
-
-def _cpu_count(binding: Binding) -> int | None:
-    return None if binding.cpus is None else binding.cpus.weight()
 
 
 def direct_binding(binding: Binding, search_path: str) -> Binding | None:

@@ -37,6 +37,7 @@ from dataclasses import field
 from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
+from planners.binding import BINDING_VAR
 from launcher.environ import which
 from topo.records import record
 from topo.cpuset import CpuSet
@@ -154,6 +155,10 @@ class ProcessGroup:
         argv = tuple(argv) if argv is not None else (spec.command if direct is not None else spec.argv)
         env = spec.full_env(self.base_env)
         env[JOB_ID_VAR] = self.job_id
+        bound = direct if direct is not None else (spec.binding if argv[:len(spec.binding.prefix)] == spec.binding.prefix
+                                                   else UNBOUND)
+        if bound.is_bound:
+            env[BINDING_VAR] = bound.env_value()  # what set_affinity keeps (planners.binding)
         shim: tuple[str, ...] = ()
         if self.die_with_launcher and direct is None:
             shim = self._death_shim()

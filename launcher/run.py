@@ -16,6 +16,7 @@ import sys
 from typing import TextIO
 
 from launcher.config import LaunchConfig
+from launcher.environ import describe_threads
 from launcher.job import SCHEDULER, JobPlan, check_program, describe_plan, plan_job
 from launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
 from topo.records import record
@@ -59,6 +60,10 @@ def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | N
 
     for warning in plan.warnings:
         say(f"warning: {warning}")
+    threads = describe_threads([p.name for p in plan.processes], [p.binding for p in plan.processes],
+                               [p.env for p in plan.processes])
+    if threads:
+        say(threads)
     _create_logs(plan)
     join = config.join
     group = ProcessGroup(plan.processes, plan.base_env, job_id=os.urandom(8).hex(), inherit_stdin=join,

@@ -18,8 +18,8 @@ Where it differs, on purpose:
 - --numa-binding takes every topo mode (`topo plan --list-modes`), binds through numactl (or
   sched_setaffinity / set_mempolicy when numactl is missing), and verifies each worker in /proc;
 - a failed job exits with the failing worker's code (torchrun always exits 1);
-- a worker bound to N CPUs gets OMP_NUM_THREADS=N (torchrun: 1 for every worker when several share
-  a node; unbound workers here get that too).
+- a worker bound to N CPUs that K workers share gets OMP_NUM_THREADS=N // K, at least 1 (torchrun:
+  1 for every worker when several share a node; unbound workers here get that too).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dataclasses import field
 from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.binding import UNBOUND, Binding
+from launcher.environ import describe_threads
 from topo.cpuset import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds, excerpt
 from topo.errors import UsageError
 from topo.records import record
@@ -392,7 +393,7 @@ class RunPlan:
     def worker_env(self, local_rank: int, restart_count: int, error_file: str) -> dict[str, str]:
         """torchrun's variables for one worker (local_elastic_agent._start_workers), plus topo's
         OMP_NUM_THREADS rule for bound workers."""
-        from launcher.environ import thread_env
+        from launcher.environ import sharers, thread_env
 
         c = self.config
         rank = c.rank(local_rank)
@@ -415,8 +416,7 @@ class RunPlan:
             # the local_rank-th entry of CUDA_VISIBLE_DEVICES (or GPU local_rank when it is unset)
             env["LOCAL_RANK"] = "0"
             env["CUDA_VISIBLE_DEVICES"] = self.virtual_device(local_rank)
-        cpus = None if binding.cpus is None else binding.cpus.weight()
-        env.update(thread_env(self.environ, cpus, c.nproc_per_node))
+        env.update(thread_env(self.environ, binding, c.nproc_per_node, sharers(self.bindings)[local_rank]))
         return env
 
     def virtual_device(self, local_rank: int) -> str:
@@ -568,6 +568,10 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     if config.nproc_per_node > 1 and "OMP_NUM_THREADS" not in plan.environ and not config.numa_binding:
         say(f"OMP_NUM_THREADS=1 for each of the {config.nproc_per_node} workers (they share this node's CPUs); "
             "set OMP_NUM_THREADS to tune it")
+    threads = describe_threads([f"rank {config.rank(r)}" for r in range(config.nproc_per_node)], plan.bindings,
+                               [plan.worker_env(r, 0, "") for r in range(config.nproc_per_node)])
+    if threads:
+        say(threads)
     run_dir = _make_run_dir(config, plan.run_id)
     restart = 0
     while True:

@@ -95,9 +95,18 @@ def test_visible_devices_pick_the_entry(bind_file):
     assert (key, str(cpus)) == ("device2", "0-1")
 
 
-def test_missing_entry_runs_unbound(bind_file):
-    argv, cpus, _, binding, key = plan_bind(["app"], bind_file=bind_file, local_rank=3, environ=BUS_ORDER, topology=BIG)
-    assert (argv, cpus, binding.is_bound, key) == (["app"], None, False, "device3")
+def test_local_rank_beyond_the_file_is_an_error(bind_file):
+    """issue 17: --local-rank 3 with a 3-entry file used to run unbound with exit 0."""
+    with pytest.raises(UsageError, match="the bind JSON has no device3 for local rank 3 "
+                                         r"\(it has device0, device1, device2\)"):
+        plan_bind(["app"], bind_file=bind_file, local_rank=3, environ=BUS_ORDER, topology=BIG)
+
+
+def test_cpus_shared_with_other_ranks_divide_omp_num_threads(bind_file):
+    """issue 18: device2's CPUs 0-1 are shared with device0 (1) and device1 (0): 2 // 3 -> at least 1;
+    device0's CPU 1 is shared with device2: 1 // 2 -> 1."""
+    _, _, env, _, _ = plan_bind(["app"], bind_file=bind_file, local_rank=2, environ=BUS_ORDER, topology=BIG)
+    assert env["OMP_NUM_THREADS"] == "1"
 
 
 def test_bind_file_errors(tmp_path):
@@ -135,8 +144,18 @@ def test_binds_memory_through_numactl(bind_file):
 def test_cli_errors(bind_file):
     r = topo_bind("--bind-file", bind_file, "--", sys.executable, "-c", "pass")
     assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "no local rank" in r.stderr
-    r = topo_bind("--bind-file", bind_file, "--local-rank", "0", "--", "no-such-command-xyz")
-    assert (r.returncode, r.stderr.strip()) == (127, "topo: error: no-such-command-xyz: command not found")
+    for rank in ("0", "1"):  # device1 binds memory: numactl would run the command and exit 1
+        r = topo_bind("--bind-file", bind_file, "--local-rank", rank, "--", "no-such-command-xyz")
+        assert (r.returncode, r.stderr.strip()) == (127, "topo: error: no-such-command-xyz: command not found")
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "3", "--", sys.executable, "-c", "pass")
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "no device3 for local rank 3" in r.stderr
+
+
+@needs_two_cpus
+def test_bound_command_gets_topo_binding(bind_file):
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "0", "--", sys.executable, "-c",
+                  "import os; print(os.environ['TOPO_BINDING'])", env={"TOPO_BINDING": "cpus=7"})
+    assert (r.returncode, r.stdout.strip()) == (0, "cpus=1"), r.stderr
 
 
 @needs_two_cpus

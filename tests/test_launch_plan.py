@@ -202,6 +202,19 @@ def test_omp_num_threads_rules(script):
     assert [x.env.get("OMP_NUM_THREADS") for x in bound.processes] == ["1", "6", "2"]
 
 
+def test_omp_num_threads_divides_shared_cpus(script):
+    """issue 18: ranks sharing CPUs split them: 2 ranks on node 0's 8 CPUs run 4 threads each, not 8."""
+    shared = plan(script, worker_num=2, local_worker_num=2, scheduler=False,
+                  bind_numa='{"device0": ["0"], "device1": ["0"]}')
+    assert [x.env["OMP_NUM_THREADS"] for x in shared.processes] == ["4", "4"]
+    partly = plan(script, worker_num=3, local_worker_num=3, scheduler=False,
+                  bind_core='{"device0": ["0-5"], "device1": ["4-7"], "device2": ["8-9"]}')
+    assert [x.env["OMP_NUM_THREADS"] for x in partly.processes] == ["3", "2", "2"]
+    tight = plan(script, worker_num=3, local_worker_num=3, scheduler=False,
+                 bind_core='{"device0": ["0"], "device1": ["0"], "device2": ["0"]}')
+    assert [x.env["OMP_NUM_THREADS"] for x in tight.processes] == ["1", "1", "1"]  # at least 1
+
+
 def test_simulation_has_no_cluster(script):
     p = plan(script, worker_num=2, local_worker_num=2, sim_level=1)
     assert [x.name for x in p.processes] == ["rank 0", "rank 1"]
