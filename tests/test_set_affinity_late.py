@@ -234,3 +234,34 @@ def test_bind_fallback_under_a_refused_mpol_bind():
     assert (got["rung"], got["policy"], got["kernel"]) == ("preferred", "preferred", "preferred")
     assert got["warnings"] == ["set_affinity: memory='bind' was refused by the kernel; bind_fallback: memory "
                                "preferred on node(s) 0"]
+
+
+@TWO_CPUS
+def test_workers_topo_launch_bound_keep_their_binding(tmp_path):
+    """`topo launch --bind_core=True` binds each worker and says so in TOPO_BINDING; the worker's
+    own set_affinity then keeps that binding instead of planning within it."""
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, sys, warnings
+        from launcher.affinity import bind_process
+        rank = int(os.environ["LOCAL_RANK"])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = bind_process(rank)
+        with open(os.path.join(sys.argv[1], f"rank_{rank}.json"), "w") as fh:
+            json.dump({"cpus": sorted(result.cpus), "kept": result.kept, "binding": os.environ["TOPO_BINDING"],
+                       "warnings": [str(w.message) for w in caught]}, fh)
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "TOPO_BINDING")}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"  # `python` = this one
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run([sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2",
+                             "--join=True", "--no-scheduler", "--bind_core=True", f"--log_dir={tmp_path / 'logs'}",
+                             str(script), str(tmp_path)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    for rank in range(2):
+        got = json.loads((tmp_path / f"rank_{rank}.json").read_text())
+        assert got["kept"] and got["cpus"] == [ALLOWED[rank]] and got["binding"].startswith(f"cpus={ALLOWED[rank]}")
+        assert got["warnings"] == [f"set_affinity: keeping the binding the launcher applied "
+                                   f"(TOPO_BINDING={got['binding']!r}); unset TOPO_BINDING to plan again"]
