@@ -97,9 +97,10 @@ def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str
         visible, rank, origin = _physical(topology, device_id, visible, nproc, origin, env)
         nproc = nproc or len(visible)
         if rank >= nproc:
+            device = visible[rank]
             raise AffinityError(
-                f"device {_shown(device_id)} is {visible[rank].kind.upper()} {visible[rank].index} ({visible[rank].busid}), "
-                f"local rank {rank}, past the nproc_per_node={nproc}{_paren(origin)} devices the job uses; "
+                f"device {_shown(device_id)} is {device.kind.upper()} {device.index} ({device.busid}), local rank "
+                f"{rank}, past the nproc_per_node={nproc}{_paren(origin)} devices the job uses; "
                 f"pass nproc_per_node={len(visible)} or name one of the job's devices")
         return Job(tuple(d.index for d in visible[:nproc])), visible, rank
     what = visible[0].kind.upper() if visible else "device"
@@ -122,7 +123,7 @@ def _physical(topology: Topology, name, visible: list[Device], nproc, origin: st
     """A device named by UUID or bus id: its local rank among the visible devices when they list
     it (and are enough for the job), else among every device of its kind in the runtime's order."""
     try:
-        device, mig = find_device(topology, name)
+        device, _ = find_device(topology, name)
     except TopoError as exc:
         raise AffinityError(str(exc)) from exc
     hits = [r for r, d in enumerate(visible) if d == device]
@@ -153,9 +154,14 @@ def _device_index(device_id) -> int | None:
     if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
         raise AffinityError(f"device_id must be {DEVICE_FORMS}; got {device_id!r}")
     if device_id >= MAX_PROCESSES:
-        raise AffinityError(f"device_id={excerpt(str(device_id))} is past {MAX_PROCESSES - 1}, the largest local "
+        raise AffinityError(f"device_id={_number(device_id)} is past {MAX_PROCESSES - 1}, the largest local "
                             "device index set_affinity plans; give the process's local rank")
     return device_id
+
+
+def _number(n: int) -> str:
+    """`n` for a message; str() refuses ints of more than 4300 digits."""
+    return excerpt(str(n)) if n.bit_length() < 1000 else f"a number of {n.bit_length()} bits"
 
 
 def _shown(name) -> str:
@@ -427,7 +433,7 @@ def _nproc(nproc_per_node, env: Mapping[str, str]) -> tuple[int | None, str]:
         if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
             raise AffinityError(f"nproc_per_node must be a positive number of processes; got {nproc_per_node!r}")
         if nproc_per_node > MAX_PROCESSES:
-            raise AffinityError(f"nproc_per_node={excerpt(str(nproc_per_node))} is more than {MAX_PROCESSES}, the "
+            raise AffinityError(f"nproc_per_node={_number(nproc_per_node)} is more than {MAX_PROCESSES}, the "
                                 "most processes set_affinity plans on one machine; give the processes per machine")
         return nproc_per_node, ""
     text = env.get(NPROC_VARIABLE, "").strip()

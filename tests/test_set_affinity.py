@@ -211,6 +211,13 @@ def test_refused_memory_policy_leaves_the_cpus_alone(monkeypatch):
     assert moved == []
 
 
+def test_numbers_too_long_to_print_are_refused_in_one_line(untouched):
+    with pytest.raises(AffinityError, match=r"^device_id=a number of 16610 bits is past 65535"):
+        topo.set_affinity(10**5000)
+    with pytest.raises(AffinityError, match=r"^nproc_per_node=a number of 16610 bits is more than 65536"):
+        topo.set_affinity(0, 10**5000)
+
+
 def test_machine_is_discovered_once_per_process(monkeypatch):
     calls = []
     real = affinity.discover
