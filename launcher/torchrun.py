@@ -1,5 +1,7 @@
-"""`topo run`: torchrun's command line, per-worker environment, restarts and failure report, over
-the same process group, supervisor and binding code as `topo launch`.
+"""`topo run`: the plan of a torchrun job (per-worker argv, environment, binding, log layout) and
+its run: each attempt goes through the executor `topo launch` uses (launcher.run.execute), restarts
+and the failure report around it. The flags are launcher.torchrun_flags', the error files
+launcher.torchrun_errors'.
 
 What torchrun 2.13 does and topo run does alike:
 - flags, their `-`/`_` spellings and defaults; a missing `--master-port` on a single node means
@@ -9,7 +11,7 @@ What torchrun 2.13 does and topo run does alike:
   WORLD_SIZE, ..., TORCHELASTIC_ERROR_FILE under `<log dir>/<run id>_<random>/attempt_<n>/<local rank>/`);
 - --max-restarts N restarts the whole local worker group after a failure, up to N times;
 - a worker that fails after writing an error file (`@record`) has its exception and traceback
-  reported as the root cause.
+  reported as the root cause; -t prints `[<role><local rank>]:line`; SIGINT exits 1.
 
 Where it differs, on purpose:
 - rendezvous is static: every node is told its --node-rank (or Slurm tells it); no store runs
@@ -17,7 +19,8 @@ Where it differs, on purpose:
   TCPStore on MASTER_PORT (with "True" and no agent store, gloo waits forever);
 - --numa-binding takes every topo mode (`topo plan --list-modes`), binds through numactl (or
   sched_setaffinity / set_mempolicy when numactl is missing), and verifies each worker in /proc;
-- a failed job exits with the failing worker's code (torchrun always exits 1);
+- a failed job exits with the failing worker's code (torchrun always exits 1), a stop signal other
+  than SIGINT with 128 + n; a stop signal at any moment ends the run, restarts included;
 - a worker bound to N CPUs that K workers share gets OMP_NUM_THREADS=N // K, at least 1 (torchrun:
   1 for every worker when several share a node; unbound workers here get that too).
 """
