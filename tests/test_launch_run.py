@@ -145,6 +145,9 @@ def test_unified_json_bindings_are_verified(dirs):
     assert (d["worker_0"]["affinity"], d["worker_0"]["memory_policy"]) == ([1], "bind:0")
     assert (d["worker_1"]["affinity"], d["worker_1"]["memory_policy"]) == ([0], "bind:0")
     assert "scheduler: CPUs 0, memory not bound (verified)" in r.stderr
+    # what was applied, for set_affinity to keep (only the parts that were bound)
+    assert [d[k]["env"].get("TOPO_BINDING") for k in ("scheduler", "worker_0", "worker_1")] == [
+        "cpus=0", "cpus=1 memory=bind:0", "cpus=0 memory=bind:0"]
     assert "rank 0: CPUs 1, memory bound to node 0 (verified)" in r.stderr
     assert "rank 1: CPUs 0, memory bound to node 0 (verified)" in r.stderr
     launched = json.loads((logs / "launch.json").read_text())["processes"]
