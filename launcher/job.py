@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from launcher import environ as envs
@@ -18,7 +18,6 @@ from launcher import network
 from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.environ import MANAGED_VARS
 from launcher.procgroup import ProcessSpec
-from topo.records import record
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
 
@@ -40,7 +39,7 @@ _PSEUDO_DIRS = ("/proc", "/sys", "/dev")
 MOUNTINFO_LIMIT = 4 << 20  # bytes of /proc/self/mountinfo read at most
 
 
-@record
+@dataclass(frozen=True)
 class JobPlan:
     """Every process of a job on this node, decided before any starts."""
 

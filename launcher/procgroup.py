@@ -36,14 +36,13 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
 from topo.binding import BINDING_VAR
 from topo.cpuset import CpuSet
 from launcher.files import open_log
-from topo.records import record
 from topo.errors import TopoError
 
 JOB_ID_VAR = "TOPO_JOB_ID"
@@ -59,7 +58,7 @@ class LaunchError(TopoError):
     """The job could not be started as asked (a binding refused or not taking, a child that cannot exec)."""
 
 
-@record
+@dataclass(frozen=True)
 class ProcessSpec:
     """One process to start.
 
@@ -94,7 +93,7 @@ class ProcessSpec:
         return env
 
 
-@record(frozen=False)
+@dataclass
 class Process:
     """A started process and what is known about it."""
 
@@ -121,7 +120,7 @@ class Process:
         return self.spec.binding
 
 
-@record(frozen=False)
+@dataclass
 class ProcessGroup:
     """Start `specs` in order; stop them all with one deadline; reap what they leave."""
 
@@ -131,7 +130,7 @@ class ProcessGroup:
     inherit_stdin: bool = False  # --join=True: workers share our stdin (pdb)
     die_with_launcher: bool = False
     adopt_orphans: bool = False
-    bind_fallback: bool = False  # a refused memory policy is dropped in the child, the CPUs kept
+    bind_fallback: bool = False  # a refused memory policy walks the ladder in the child (bind, preferred, CPUs alone)
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
     _shim: tuple[str, ...] | None = None

@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence, TextIO
 
 from launcher import verify
@@ -21,7 +21,6 @@ from launcher.files import LAUNCH_JSON, open_log, write_record
 from launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup, fallback_rung
 from topo.binding import Binding
 from topo.cpuset import CpuSet
-from topo.records import record
 from launcher.tail import LogTailer
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
@@ -31,7 +30,7 @@ HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 SCHEMA = "topo.launch/2"
 
 
-@record
+@dataclass(frozen=True)
 class JobResult:
     """How a supervised process group ended."""
 

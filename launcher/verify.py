@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 from topo.binding import Binding, describe_memory, node_words
-from topo.records import record
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 
@@ -21,7 +21,7 @@ from topo.errors import ParseError
 REFUSALS = ("Operation not permitted", "Permission denied")
 
 
-@record
+@dataclass(frozen=True)
 class Observed:
     """What /proc shows for one process: its CPUs and memory policy."""
 
