@@ -73,6 +73,7 @@ def test_single_node_env_contract(dirs):
     r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--master_port=29611", "--join=True",
                      "--cluster_time_out=30", f"--log_dir={logs}", ENVDUMP, str(out), "--foo", "bar"], cwd=cwd)
     assert r.returncode == 0, r.stderr
+    assert r.stderr.count("all 2 workers exited successfully") == 1  # issue 18: said once, not twice
     d = dumps(out)
     assert set(d) == {"scheduler", "worker_0", "worker_1"}
     cluster = {"MS_SCHED_HOST": "127.0.0.1", "MS_SCHED_PORT": "29611", "MS_TOPO_TIMEOUT": "30",

@@ -72,3 +72,17 @@ def test_tailer_prefixes_lines_and_flushes_a_prompt(tmp_path):
     tailer.pump(final=True)
     assert out.getvalue() == "[rank 3] one\n[rank 3] two\n[rank 3] (Pdb) p x\n[rank 3] last"
 
+
+
+def test_the_binding_report_never_has_an_empty_part():
+    """issue 18: a worker that exited quickly was reported as `memory node 0 ()`."""
+    from launcher.procgroup import Process, ProcessSpec
+    from launcher.supervisor import report
+
+    bound = ProcessSpec("rank 0", ("taskset", "-c", "1", "python"), {}, None,
+                        Binding(CpuSet.parse("1"), prefix=("taskset", "-c", "1"), applied_by="taskset"))
+    assert report(Process(bound, None, None, bound.argv)) == "rank 0: CPUs 1, memory not bound (not checked)"
+    quick = Process(bound, None, None, bound.argv, status="exited before it could be checked")
+    assert report(quick) == "rank 0: CPUs 1, memory not bound (exited before it could be checked)"
+    unbound = ProcessSpec("rank 1", ("python",), {}, None)
+    assert report(Process(unbound, None, None, unbound.argv)) == "rank 1: not bound"
