@@ -19,6 +19,8 @@ from launcher.binding import binding_of, check_loaded, device_ids
 from launcher.environ import bind_file_env, thread_env
 from launcher.slurm import task_env
 from planners.binding import BINDING_VAR, from_entry
+from planners.bindload import load_bind
+from topo.discovery import discover
 from topo.cpuset import CpuSet, ascii_number
 from topo.syscalls import MemoryPolicyRefused, apply_memory_policy
 from topo.errors import ParseError, TopoError, UsageError
@@ -57,8 +59,6 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
               environ: Mapping[str, str] | None = None, topology=None):
     """What `topo bind` will do: (argv to exec, CPUs to set on ourselves or None, env additions,
     the binding, its bind JSON key). Raises UsageError for anything that would bind wrongly."""
-    from planners.bindload import load_bind
-
     environ = os.environ if environ is None else environ
     if not command:
         raise UsageError("no command given: topo bind [--bind-file FILE] -- COMMAND [ARGS...]")
@@ -72,8 +72,6 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
         raise UsageError(f"--bind-file: {exc}") from None
     rank = resolve_local_rank(local_rank, environ)
     if topology is None:
-        from topo.discovery import discover
-
         topology = discover()
     check_loaded(loaded, topology, "--bind-file", [])
     key = f"device{device_ids(topology, rank + 1, environ)[rank]}"

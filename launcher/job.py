@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
+import socket
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -17,6 +19,7 @@ from launcher import environ as envs
 from launcher import network
 from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.environ import MANAGED_VARS
+from launcher.options import parse_bind_numa
 from launcher.procgroup import ProcessSpec
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
@@ -266,8 +269,6 @@ def check_log_file(path: str, log_dir: str) -> None:
 def _worker_log_base(template: str, master_ip: str) -> str:
     if not template:
         return "worker"
-    import socket
-
     # msrun substitutes with re.sub: {ip} = this node's address towards the master
     name = re.sub(r"\{hostname\}", socket.gethostname(), template)
     if "{ip}" in name:
@@ -280,8 +281,6 @@ def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology
         return JobBindings(UNBOUND, (UNBOUND,) * n, (), {}, (None,) * n)
     bind_numa = config.bind_numa
     if isinstance(bind_numa, str):  # a bind JSON file, read now
-        from launcher.options import parse_bind_numa
-
         bind_numa = parse_bind_numa(bind_numa)
     if topology is None:
         from topo.discovery import discover
@@ -295,8 +294,6 @@ def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology
 
 def describe_plan(plan: JobPlan) -> str:
     """The dry-run text: per process its argv, log, binding and environment additions."""
-    import shlex
-
     lines = []
     for w in plan.warnings:
         lines.append(f"warning: {w}")

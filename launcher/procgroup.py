@@ -29,9 +29,11 @@ process's log in numactl's words and the child exits 1, so it is detected like n
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -40,10 +42,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
+from topo import syscalls
 from topo.binding import BINDING_VAR
 from topo.cpuset import CpuSet
 from launcher.files import open_log
 from topo.errors import TopoError
+from topo.syscalls import prctl
 
 JOB_ID_VAR = "TOPO_JOB_ID"
 INHERIT = "<inherit>"  # ProcessSpec.stderr_path: the launcher's own stderr, while stdout goes to log_path
@@ -299,17 +303,11 @@ class ProcessGroup:
     def close(self) -> None:
         """Stop being a subreaper (the launcher may be a library call in a longer program)."""
         if self._subreaper_before == 0:
-            from topo.syscalls import prctl
-
             prctl(_PR_SET_CHILD_SUBREAPER, 0)
         self._subreaper_before = None
 
     # ---------------------------------------------------------------- subreaper
     def _become_subreaper(self) -> None:
-        import ctypes
-
-        from topo.syscalls import prctl
-
         self._children_before = frozenset(_children())
         value = ctypes.c_int(0)
         try:
@@ -363,8 +361,6 @@ def has_pdeathsig(setpriv: str) -> bool:
 
 def raise_open_file_limit() -> int:
     """Raise the soft RLIMIT_NOFILE to the hard limit; the new soft limit."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         try:
@@ -402,8 +398,6 @@ def _child_setup(launcher_pid: int | None, direct: Binding | None, bind_fallback
     everything it calls is bound here, in the parent."""
     if launcher_pid is None and direct is None:
         return None
-    from topo import syscalls
-
     set_pdeathsig = syscalls.set_pdeathsig
     apply_memory_policy = syscalls.apply_memory_policy
     syscalls.load()  # libc and the syscall numbers, resolved before fork

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import select
 import signal
 import threading
 import time
@@ -303,9 +305,6 @@ class _ExitWaiter:
         running = [p for p in procs if p.popen.returncode is None]  # not reaped: the pid is still theirs
         if not running or len(running) > self.MAX_WATCHED or not hasattr(os, "pidfd_open"):
             return
-        import resource
-        import select
-
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if soft != resource.RLIM_INFINITY and soft - len(os.listdir("/proc/self/fd")) < len(running) + FDS_NEEDED:
             return  # the descriptors the launcher needs come first
