@@ -121,6 +121,10 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
     direct = binding.is_bound and list(argv[:len(binding.prefix)]) != list(binding.prefix)
+    threads = env.get("OMP_NUM_THREADS")
+    if threads and binding.cpus is not None and int(threads) < binding.cpus.weight():
+        print(f"topo bind: {key}: OMP_NUM_THREADS={threads}: its {binding.cpus.weight()} CPUs are shared with other "
+              "processes of the bind JSON; set OMP_NUM_THREADS to choose another", file=sys.stderr)
     if direct and binding.prefix[0] == "numactl":
         print(f"topo bind: {key}: {binding.describe()} (applied directly: numactl not found)", file=sys.stderr)
     if binding.memory_policy is not None:

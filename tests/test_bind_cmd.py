@@ -109,6 +109,15 @@ def test_cpus_shared_with_other_ranks_divide_omp_num_threads(bind_file):
     assert env["OMP_NUM_THREADS"] == "1"
 
 
+@needs_two_cpus
+def test_topo_bind_says_the_thread_count_it_chose(bind_file):
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "2", "--", sys.executable, "-c",
+                  "import os; print(os.environ['OMP_NUM_THREADS'])")
+    assert (r.returncode, r.stdout.strip()) == (0, "1"), r.stderr
+    assert ("topo bind: device2: OMP_NUM_THREADS=1: its 2 CPUs are shared with other processes of the bind JSON"
+            in r.stderr)
+
+
 def test_bind_file_errors(tmp_path):
     with pytest.raises(UsageError, match="no bind JSON: pass --bind-file FILE"):
         plan_bind(["app"], local_rank=0, environ=BUS_ORDER, topology=BIG)
