@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from launcher.environ import bind_file_env
-from planners.binding import Binding, from_entry, node_cpus
+from topo.binding import Binding
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 
@@ -79,6 +79,8 @@ def binding_of(process: ProcessBinding | None, topology: Topology, *,
     `memory_policy` is the plan's (None: memory not bound). The main CPUs decide the CPU binding,
     else the CPU nodes (a JSON plan never has both).
     """
+    from planners.binding import from_entry  # the planners package (~60 ms): only when something is bound
+
     binding = from_entry(process, topology, memory_policy)
     if process is None or not binding.is_bound:
         return UNBOUND
@@ -185,6 +187,8 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
             # msrun exports the CPUs of the first node for mindspore.runtime.set_cpu_affinity
             for i, entry in enumerate(numa):
                 if entry is not None and entry.cpu_node_set:
+                    from planners.binding import node_cpus
+
                     cpu_lists[i] = node_cpus(topology, CpuSet([entry.cpu_node_set.first()]))
     scheduler = _combine(sched_core, sched_numa, topology)
     workers = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
-from planners.binding import Binding
+from topo.binding import Binding
 
 # Variables the launcher owns: dropped from the inherited environment before each child's own
 # values are added, so nothing leaks from an outer launcher or from one child into the next.
@@ -117,27 +117,3 @@ def worker_env(common: Mapping[str, str], *, local_rank: int, rank: int | None, 
     if rank is not None:
         env.update(RANK_ID=str(rank), MS_NODE_ID=str(rank), RANK=str(rank))
     return env
-
-
-def which(program: str, path: str) -> str | None:
-    """`shutil.which(program, path=path)` as on Linux, where exec looks for `program`: itself when
-    it names a directory part, else the first executable non-directory file of that name in
-    `path`'s directories. Written here because `shutil` imports bz2, lzma and fnmatch, which the
-    launcher does not otherwise need before it starts a job."""
-    if os.path.dirname(program):
-        return program if _executable(program) else None
-    if not path:
-        return None
-    seen = set()
-    for directory in path.split(os.pathsep):
-        if directory in seen:
-            continue
-        seen.add(directory)
-        candidate = os.path.join(directory, program)
-        if _executable(candidate):
-            return candidate
-    return None
-
-
-def _executable(path: str) -> bool:
-    return os.path.exists(path) and os.access(path, os.X_OK) and not os.path.isdir(path)

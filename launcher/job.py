@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -30,8 +31,13 @@ WORKER = "worker"
 
 # Interpreters msrun does not put `python` in front of.
 _NO_PREFIX = ("python", "python3", "pytest")
-# Kernel pseudo-filesystems: a log written there does not go anywhere.
-_PSEUDO_FS = ("/proc", "/sys", "/dev")
+# Kernel pseudo-filesystems: a log written there does not go anywhere (tmpfs, as /dev/shm, is a
+# real filesystem and welcome). Without a readable mountinfo, these directories stand for them.
+PSEUDO_FS_TYPES = frozenset(("proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs",
+                             "securityfs", "configfs", "bpf", "pstore", "efivarfs", "mqueue", "fusectl",
+                             "binfmt_misc", "autofs", "hugetlbfs", "rpc_pipefs", "nsfs"))
+_PSEUDO_DIRS = ("/proc", "/sys", "/dev")
+MOUNTINFO_LIMIT = 4 << 20  # bytes of /proc/self/mountinfo read at most
 
 
 @record
@@ -157,7 +163,7 @@ def _rank(config: LaunchConfig, local_rank: int) -> int | None:
 def direct_binding(binding: Binding, search_path: str) -> Binding | None:
     """How to apply `binding` when its tool (numactl, taskset) is not on PATH: the same CPU set
     and memory policy, set in the child before exec. None when the tool is there (msrun's argv)."""
-    if not binding.prefix or envs.which(binding.prefix[0], search_path) is not None:
+    if not binding.prefix or shutil.which(binding.prefix[0], path=search_path) is not None:
         return None
     return replace(binding, applied_by="system calls", note=f"{binding.prefix[0]} not found")
 
@@ -186,7 +192,7 @@ def check_program(plan: JobPlan) -> None:
             raise UsageError(f"interpreter {why}, {what}={program}: give an interpreter that runs, "
                              "e.g. --python python3")
         return
-    if envs.which(program, plan.base_env.get("PATH", os.defpath)) is None:
+    if shutil.which(program, path=plan.base_env.get("PATH", os.defpath)) is None:
         raise UsageError(f"{program!r} is not on PATH, {what}: install it, put its directory on PATH, "
                          "or pass --python /path/to/python")
 
@@ -205,7 +211,7 @@ def check_log_dir(log_dir: str, what: str) -> None:
     """UsageError unless `log_dir` exists as a writable directory or can be created as one.
     Creates nothing."""
     real = os.path.realpath(log_dir)
-    if any(real == fs or real.startswith(fs + "/") for fs in _PSEUDO_FS):
+    if _on_pseudo_fs(real):
         raise UsageError(f"log directory on a kernel pseudo-filesystem, {what}={log_dir}: "
                          "give a directory on a real filesystem")
     existing = real
@@ -219,6 +225,27 @@ def check_log_dir(log_dir: str, what: str) -> None:
         why = "on a read-only filesystem" if read_only else "not writable (permissions or an immutable directory)"
         where = f"{what}={log_dir}" if existing == real else f"{existing} in {what}={log_dir}"
         raise UsageError(f"log directory {why}, {where}: give a writable directory")
+
+
+def _on_pseudo_fs(real: str) -> bool:
+    """Whether the resolved path `real` lies on a kernel pseudo-filesystem: the type of its
+    mount (the longest mount point above it in /proc/self/mountinfo)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as fh:
+            text = fh.read(MOUNTINFO_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return any(real == d or real.startswith(d + "/") for d in _PSEUDO_DIRS)
+    best, best_type = "", ""
+    for line in text.splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not rest:
+            continue
+        point = parts[4].replace("\\040", " ")
+        inside = point == "/" or real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, best_type = point, rest.split()[0]
+    return best_type in PSEUDO_FS_TYPES
 
 
 def check_log_file(path: str, log_dir: str) -> None:

@@ -29,7 +29,9 @@ process's log in numactl's words and the child exits 1, so it is detected like n
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -37,10 +39,9 @@ from dataclasses import field
 from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
-from planners.binding import BINDING_VAR
-from launcher.environ import which
+from topo.binding import BINDING_VAR
+from launcher.files import open_log
 from topo.records import record
-from topo.cpuset import CpuSet
 from topo.errors import TopoError
 
 JOB_ID_VAR = "TOPO_JOB_ID"
@@ -74,6 +75,7 @@ class ProcessSpec:
     local_rank: int | None = None
     tail: bool = False  # the log is copied to the console under --join
     stderr_path: str | None = None  # stderr's own file; None: with stdout; INHERIT: the launcher's stderr
+    tail_prefix: str | None = None  # before each tailed line; None: "[<name>] "
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -163,8 +165,15 @@ class ProcessGroup:
         if self.die_with_launcher and direct is None:
             shim = self._death_shim()
         setup = _child_setup(os.getpid() if self.die_with_launcher and not shim else None, direct, self.bind_fallback)
-        log = open(spec.log_path, log_mode) if spec.log_path else None
-        err = open(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
+        log = err = None
+        try:
+            log = open_log(spec.log_path, log_mode) if spec.log_path else None
+            err = open_log(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
+        except OSError as exc:
+            if log is not None:
+                log.close()
+            raise LaunchError(f"cannot open the log of {spec.name}, {exc.filename}: {exc.strerror}; "
+                              "remove it or give another log directory") from None
         stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
         try:
             popen = subprocess.Popen(
@@ -184,10 +193,8 @@ class ProcessGroup:
     def _death_shim(self) -> tuple[str, ...]:
         """`setpriv --pdeathsig KILL --` when this system's setpriv has the option, else ()."""
         if self._shim is None:
-            self._shim = ()
-            setpriv = which("setpriv", self.base_env.get("PATH", os.defpath))
-            if setpriv is not None and _names_option(setpriv, b"pdeathsig"):
-                self._shim = (setpriv, "--pdeathsig", "KILL", "--")
+            setpriv = shutil.which("setpriv", path=self.base_env.get("PATH", os.defpath))
+            self._shim = (setpriv, "--pdeathsig", "KILL", "--") if setpriv and has_pdeathsig(setpriv) else ()
         return self._shim
 
     def replace(self, index: int, proc: Process) -> None:
@@ -341,14 +348,16 @@ def _children() -> list[int]:
     return [child.pid for child in psutil.Process().children()]
 
 
-def _names_option(program: str, option: bytes) -> bool:
-    """Whether `program` knows `option` (util-linux added setpriv's --pdeathsig in 2.33): its
-    option table holds the name as text, found without starting it."""
+@functools.cache
+def has_pdeathsig(setpriv: str) -> bool:
+    """Whether this `setpriv` has --pdeathsig (util-linux 2.33 and later), as its --help lists its
+    options; asked once per launcher."""
     try:
-        with open(program, "rb") as fh:
-            return option in fh.read(1 << 22)
-    except OSError:
+        shown = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10,
+                               stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.SubprocessError):
         return False
+    return "--pdeathsig" in shown
 
 
 def raise_open_file_limit() -> int:

@@ -8,6 +8,7 @@ Like torch elastic's agent over its process context, it decides *when* to stop; 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -15,8 +16,9 @@ import time
 from typing import Callable, Sequence, TextIO
 
 from launcher import verify
+from launcher.files import LAUNCH_JSON, open_log, write_record
 from launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup
-from planners.binding import Binding
+from topo.binding import Binding
 from topo.cpuset import CpuSet
 from topo.records import record
 from launcher.tail import LogTailer
@@ -25,7 +27,6 @@ POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun po
 MAX_POLL_INTERVAL = 0.1  # s; the join loop backs off to this, so a day-long job costs no CPU
 EXEC_TIMEOUT = 5.0  # s for numactl / taskset to apply a binding and exec the interpreter
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-LAUNCH_JSON = "launch.json"
 SCHEMA = "topo.launch/2"
 
 
@@ -39,46 +40,70 @@ class JobResult:
     failed_process: Process | None = None  # the first process seen failing, whose code exit_code is
 
 
+class StopSignals:
+    """The signals that stop a job, caught from install() to restore(): for `topo run`, across
+    every attempt and the shutdown of a failed one, so a stop signal at any moment ends the run.
+    The first one received is kept; a second one asks to skip the grace period."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self.force = False
+        self._old: dict[int, object] = {}
+
+    def install(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
+        """Only the main thread can install handlers; a library caller on another thread handles
+        its own signals."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in signals:
+            self._old[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.received is not None:
+            self.force = True
+        else:
+            self.received = signum
+
+    def restore(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old.clear()
+
+
 class Supervisor:
-    """Runs one started ProcessGroup to its end. `say` prints the launcher's own messages."""
+    """Runs one started ProcessGroup to its end. `say` prints the launcher's own messages.
+    `interrupt_grace`: the grace period after a SIGINT when it is shorter than after other signals
+    (msrun: Ctrl-C returns at once)."""
 
     def __init__(self, group: ProcessGroup, *, grace_period: float, bind_fallback: bool,
                  out: TextIO, say: Callable[[str], None], scheduler_role: str | None = None,
-                 after_a_second: Callable[[], None] | None = None):
+                 after_a_second: Callable[[], None] | None = None, err: TextIO | None = None,
+                 signals: StopSignals | None = None, interrupt_grace: float | None = None):
         self.group = group
         self.grace_period = grace_period
+        self.interrupt_grace = interrupt_grace
         self.bind_fallback = bind_fallback
         self.out = out
+        self.err = err or out  # where a separate stderr log is copied
         self.say = say
         self.scheduler_role = scheduler_role  # a process whose end is awaited after the workers'
         self.after_a_second = after_a_second  # run once if the job is still going after 1 s
-        self.stop_signal: int | None = None
-        self.force_kill = False
-        self._old_handlers: dict[int, object] = {}
+        self.signals = signals if signals is not None else StopSignals()
         self.allowed = CpuSet(os.sched_getaffinity(0))  # what the children's cgroup lets them have
+
+    @property
+    def stop_signal(self) -> int | None:
+        return self.signals.received
 
     # ---------------------------------------------------------------- signals
     def install_signal_handlers(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
         """Each of `signals` (SIGINT/SIGTERM/SIGHUP unless given; topo run passes its
         --signals-to-handle) stops the job: forwarded to every process, then SIGKILL after the grace
-        period; a second one skips the grace period. Only the main thread can install handlers; a
-        library caller on another thread handles its own signals."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def on_signal(signum, frame):
-            if self.stop_signal is not None:
-                self.force_kill = True
-            else:
-                self.stop_signal = signum
-
-        for sig in signals:
-            self._old_handlers[sig] = signal.signal(sig, on_signal)
+        period; a second one skips the grace period."""
+        self.signals.install(signals)
 
     def restore_signal_handlers(self) -> None:
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers.clear()
+        self.signals.restore()
 
     # ---------------------------------------------------------------- verification
     def verify_all(self) -> None:
@@ -112,7 +137,7 @@ class Supervisor:
         else:
             self.say(f"{problem}; --bind-fallback: running it unbound")
         if spec.log_path:
-            with open(spec.log_path, "a") as log:
+            with open_log(spec.log_path, "a") as log:
                 log.write(f"topo launch: starting again {'with CPUs only' if cpus else 'unbound'}: {problem}\n")
         direct = (Binding(cpus, device=spec.binding.device, applied_by="system calls", note="memory binding refused")
                   if cpus is not None else None)
@@ -188,8 +213,9 @@ class Supervisor:
         """Follow the job until every process ended, one failed, or a signal came; then stop
         whatever is left (the rest of the job, or daemons it left) and report."""
         procs = self.group.processes
-        tailer = LogTailer([(f"[{p.name}] ", path) for p in procs if p.spec.tail
-                            for path in (p.spec.log_path, p.spec.stderr_path) if path and path != INHERIT], self.out)
+        tailer = LogTailer([(_prefix(p), path, stream) for p in procs if p.spec.tail
+                            for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, self.err))
+                            if path and path != INHERIT], self.out)
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
         failure: tuple[Process, int] | None = None
         waiting_for_scheduler = False
@@ -221,9 +247,11 @@ class Supervisor:
                 self.stop(signal.SIGTERM, tailer)
             elif self.stop_signal is not None:
                 name = signal.Signals(self.stop_signal).name
-                self.say(f"received {name}; forwarding it to every process "
-                         f"(SIGKILL after {self.grace_period:g} s)")
-                self.stop(self.stop_signal, tailer)
+                grace = self.grace_period
+                if self.stop_signal == signal.SIGINT and self.interrupt_grace is not None:
+                    grace = min(grace, self.interrupt_grace)
+                self.say(f"received {name}; forwarding it to every process (SIGKILL after {grace:g} s)")
+                self.stop(self.stop_signal, tailer, grace)
             else:
                 # every process ended by itself: only their leftovers (daemonised grandchildren) remain
                 self.stop(signal.SIGTERM, tailer)
@@ -232,8 +260,9 @@ class Supervisor:
             tailer.pump(final=True)
         if failure is not None:
             proc, code = failure
-            lines = _last_lines(proc.spec.log_path, 10) if proc.spec.log_path else []
-            where = f"; last lines of {proc.spec.log_path}:" if proc.spec.log_path else ""
+            log = failure_log(proc.spec)
+            lines = _last_lines(log, 10) if log else []
+            where = f"; last lines of {log}:" if log else ""
             self.say(f"{proc.name} failed with {describe_code(code)}{where}" + "".join(f"\n    {line}" for line in lines))
             if proc.spec.role == self.scheduler_role:
                 self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
@@ -242,12 +271,19 @@ class Supervisor:
         if self.stop_signal is not None:
             name = signal.Signals(self.stop_signal).name
             return JobResult(128 + self.stop_signal, tuple(procs), f"received {name}")
-        self.say(f"all {len(workers)} workers exited successfully")
+        if waiting_for_scheduler:
+            self.say("the scheduler exited too; the job is done")
+        else:
+            self.say(f"all {len(workers)} workers exited successfully")
         return JobResult(0, tuple(procs))
 
-    def stop(self, sig: int, tailer: LogTailer | None = None) -> None:
-        self.group.stop(sig, self.grace_period, tick=None if tailer is None else tailer.pump,
-                        force=lambda: self.force_kill, say=self.say)
+    def stop(self, sig: int, tailer: LogTailer | None = None, grace: float | None = None) -> None:
+        self.group.stop(sig, self.grace_period if grace is None else grace,
+                        tick=None if tailer is None else tailer.pump, force=lambda: self.signals.force, say=self.say)
+
+
+def _prefix(proc: Process) -> str:
+    return proc.spec.tail_prefix if proc.spec.tail_prefix is not None else f"[{proc.name}] "
 
 
 class _ExitWaiter:
@@ -306,8 +342,6 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
     asked and got. `start_times=False` leaves the start times out (they cost importing psutil, which
     a job that ends within a second should not pay); `topo stop` then tells the job's processes by
     the job id in their environment."""
-    import json  # here, not at the top: the record is written after the processes started
-
     started = _start_time if start_times else (lambda pid: None)
     data = {
         "schema": SCHEMA,
@@ -323,10 +357,7 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
         if start_times:
             proc.create_time = started(proc.pid)
         data["processes"].append(process_record(proc))
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(json.dumps(data, indent=2) + "\n")  # one write; json.dump writes each token on its own
-    os.replace(tmp, path)  # `topo stop` never reads half a file
+    write_record(path, json.dumps(data, indent=2) + "\n")  # `topo stop` never reads half a file
 
 
 def _start_time(pid: int) -> float | None:
@@ -370,24 +401,51 @@ def exit_code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def signal_name(number: int) -> str:
+    """"SIGTERM" for 15; "" for a number that names no signal."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return ""
+
+
 def describe_code(code: int) -> str:
+    """A process's end as words: "exit code 3", "signal 15 (SIGTERM)" (Popen's negative codes)."""
     if code < 0:
-        try:
-            return f"signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"signal {-code}"
+        name = signal_name(-code)
+        return f"signal {-code} ({name})" if name else f"signal {-code}"
     return f"exit code {code}"
 
 
-def _read_text(path: str | None) -> str:
+def failure_log(spec) -> str | None:
+    """The log that holds a failed process's traceback: its stderr file when it has one and the
+    traceback is there (torchrun's -r 3 writes stdout.log and stderr.log apart), else the log."""
+    candidates = [p for p in (spec.stderr_path, spec.log_path) if p and p not in (INHERIT, os.devnull)]
+    texts = [(p, _read_text(p, tail=True)) for p in candidates]
+    return next((p for p, t in texts if "Traceback (most recent call last)" in t), None) or \
+        next((p for p, t in texts if t.strip()), None) or (candidates[-1] if candidates else None)
+
+
+LOG_READ_LIMIT = 1 << 20  # bytes of a log read for a report: its first (refusals) or its last (a traceback)
+
+
+def _read_text(path: str | None, *, tail: bool = False) -> str:
+    """The first (or, with `tail`, the last) LOG_READ_LIMIT bytes of a log, as text."""
     if not path:
         return ""
     try:
-        with open(path, errors="replace") as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            if tail:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_READ_LIMIT))
+            return fh.read(LOG_READ_LIMIT).decode("utf-8", "replace")
     except OSError:
         return ""
 
 
+def read_tail(path: str) -> str:
+    """The last LOG_READ_LIMIT bytes of a log as text ("" when it cannot be read)."""
+    return _read_text(path, tail=True)
+
+
 def _last_lines(path: str, n: int) -> list[str]:
-    return _read_text(path).splitlines()[-n:]
+    return _read_text(path, tail=True).splitlines()[-n:]

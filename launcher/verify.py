@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from planners.binding import Binding, describe_memory, node_words
+from topo.binding import Binding, describe_memory, node_words
 from topo.records import record
 from topo.cpuset import CpuSet
 from topo.errors import ParseError

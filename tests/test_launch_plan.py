@@ -75,6 +75,8 @@ def test_bind_core_table_is_parsed_like_msrun():
 
 @pytest.mark.parametrize("text, message", [
     ('{"device0":["1"', "not True, False or a JSON object"),
+    ('{"device0": ["0-1"],}', r"not True, False or a JSON object: Expecting property name enclosed in double quotes "
+                              r"at line 1 column 21 \(character 20\)"),  # issue 18: where the JSON breaks
     ('{"gpu0":["1"]}', "key 'gpu0' must be 'scheduler' or 'deviceX'"),
     ('{"device0":"1"}', "value of device0 should be a list"),
     ('{"device0":["0-3,5"]}', r"split '0-3,5' into \[\"0-3\", \"5\"\]"),

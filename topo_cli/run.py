@@ -92,9 +92,11 @@ def run(ctx, script, script_args, **flags):
 
     Every torchrun flag a static job uses works with torchrun's names, spellings and defaults, and
     each worker gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...,
-    TORCHELASTIC_ERROR_FILE). Inside a Slurm allocation the node count, node rank, master address
-    and workers per node come from Slurm unless given. A failed worker's error file (@record) is
-    reported as the root cause, and topo run exits with the worker's code.
+    TORCHELASTIC_ERROR_FILE). Workers run `$PYTHON_EXEC -u SCRIPT`, PYTHON_EXEC defaulting to the
+    interpreter running topo (as torchrun): set it when the script's packages live in another
+    environment. Inside a Slurm allocation the node count, node rank, master address and workers per
+    node come from Slurm unless given. A failed worker's error file (@record) is reported as the root
+    cause, and topo run exits with the worker's code.
 
     \b
     Examples:
@@ -102,7 +104,8 @@ def run(ctx, script, script_args, **flags):
       topo run --nnodes=2 --node-rank=0 --master-addr=10.0.0.1 --nproc-per-node=8 train.py
       srun -N2 --ntasks-per-node=1 topo run --nproc-per-node=8 train.py
     """
-    from launcher.torchrun import config_from_flags, run as run_job
+    from launcher.torchrun import run as run_job
+    from launcher.torchrun_flags import config_from_flags
 
     given = {name: value for name, value in flags.items()
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
