@@ -41,9 +41,9 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 import planners
-from planners.binding import BINDING_VAR, Binding
 from planners.core import Job
 from topo import syscalls
+from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet, ascii_number, excerpt, union_all
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError

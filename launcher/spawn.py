@@ -44,8 +44,8 @@ import warnings
 
 from launcher import bindexec
 from launcher.affinity import AffinityError, _home, _migrate, _move_threads, _set_memory, plan_affinity, this_machine
-from planners.binding import BINDING_VAR, Binding
 from topo import syscalls
+from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
 from topo.errors import TopoError
 

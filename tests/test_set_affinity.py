@@ -262,7 +262,7 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
     older kernel's EINVAL falls back to the first node."""
     from topo import syscalls
     from launcher.affinity import _set_memory
-    from planners.binding import Binding
+    from topo.binding import Binding
 
     two = Binding(CpuSet([0, 1]), CpuSet([0, 1]), "preferred")
     calls = []
