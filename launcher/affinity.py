@@ -326,8 +326,8 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
     if kept is not None:
         warnings.warn(f"set_affinity: keeping the binding the launcher applied ({BINDING_VAR}="
                       f"{kept.env_value()!r}); unset {BINDING_VAR} to plan again", stacklevel=_stacklevel)
-        moved = _move_threads(kept.cpus, None) if threads == "all" and kept.cpus is not None else 0
-        pages = _migrate(_home(this_machine(), kept)) if migrate else None
+        moved = move_threads(kept.cpus, None) if threads == "all" and kept.cpus is not None else 0
+        pages = migrate_to(home_nodes(this_machine(), kept)) if migrate else None
         return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, moved, kept=True)
     planned, notes = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
                               multithreading=multithreading, balanced=balanced,
@@ -344,7 +344,7 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
         warnings.warn(f"set_affinity: memory={policy!r} was refused by the kernel; bind_fallback: "
                       + (f"memory preferred on node(s) {binding.memory_nodes}" if rung == "preferred"
                          else "CPUs bound alone, memory policy unchanged"), stacklevel=_stacklevel)
-    pages = _migrate(_home(this_machine(), planned)) if migrate else None
+    pages = migrate_to(home_nodes(this_machine(), planned)) if migrate else None
     return AffinityResult(replace(binding, applied_by="system calls"), frozenset(os.sched_getaffinity(0)), rung,
                           pages, moved)
 
@@ -377,7 +377,7 @@ def _kept_binding(env: Mapping[str, str]) -> Binding | None:
     return binding
 
 
-def _home(topology: Topology, binding: Binding) -> CpuSet:
+def home_nodes(topology: Topology, binding: Binding) -> CpuSet:
     """The NUMA node(s) a binding's pages belong on: its memory nodes, else those of its CPUs."""
     if binding.memory_nodes:
         return binding.memory_nodes
@@ -473,7 +473,7 @@ def _apply(binding: Binding, fallback: bool, threads: str) -> tuple[str | None, 
     cpus = binding.cpus
     before = os.sched_getaffinity(0)  # the threads with this affinity follow the caller
     previous = syscalls.get_mempolicy() if binding.memory_policy else None
-    rung = _set_memory(binding, fallback) if binding.memory_policy else None
+    rung = set_memory(binding, fallback) if binding.memory_policy else None
     try:
         os.sched_setaffinity(0, cpus)
     except OSError as exc:
@@ -484,10 +484,10 @@ def _apply(binding: Binding, fallback: bool, threads: str) -> tuple[str | None, 
                 pass  # a policy this module cannot name (weighted interleave): the error below still holds
         raise AffinityError(f"sched_setaffinity to CPUs {cpus}: {exc.strerror}: the kernel refused them (has "
                             "the cgroup's cpuset changed since set_affinity first read this machine?)") from exc
-    return rung, _move_threads(cpus, before if threads == "shared" else None)
+    return rung, move_threads(cpus, before if threads == "shared" else None)
 
 
-def _move_threads(cpus, only_if) -> int:
+def move_threads(cpus, only_if) -> int:
     """Give `cpus` to this process's other threads: those whose affinity is `only_if`, or all of
     them when it is None. Returns how many moved."""
     me, moved = threading.get_native_id(), 0
@@ -504,7 +504,7 @@ def _move_threads(cpus, only_if) -> int:
     return moved
 
 
-def _set_memory(binding: Binding, fallback: bool = False) -> str:
+def set_memory(binding: Binding, fallback: bool = False) -> str:
     """Set the calling thread's memory policy; return the rung of the fallback ladder that held
     (syscalls.apply_memory_policy)."""
     try:
@@ -531,7 +531,7 @@ def pages_by_node(path: str = "/proc/self/numa_maps") -> dict[int, int]:
     return pages
 
 
-def _migrate(nodes: CpuSet) -> int:
+def migrate_to(nodes: CpuSet) -> int:
     """Move this process's pages from every other node onto `nodes`; return how many moved (the
     pages off `nodes` before, less those still off them after)."""
     before = pages_by_node()

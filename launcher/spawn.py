@@ -43,7 +43,8 @@ import threading
 import warnings
 
 from launcher import bindexec
-from launcher.affinity import AffinityError, _home, _migrate, _move_threads, _set_memory, plan_affinity, this_machine
+from launcher.affinity import (AffinityError, home_nodes, migrate_to, move_threads, plan_affinity, set_memory,
+                               this_machine)
 from topo import syscalls
 from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
@@ -96,7 +97,7 @@ def start_bound(process: multiprocessing.process.BaseProcess, device_id, nproc_p
                                 "run without a hook: call set_affinity(..., migrate=True, threads='all') first "
                                 "thing in run(), or use the spawn start method")
         multiprocessing.forkserver.ensure_running()  # started here, unbound, if it was not yet
-        process._target = BindFirst(binding, bind_fallback, _home(this_machine(), binding), process._target)
+        process._target = BindFirst(binding, bind_fallback, home_nodes(this_machine(), binding), process._target)
         process.start()
     else:
         raise AffinityError(f"start_bound: start method {method!r} copies this process, pages and all; use spawn "
@@ -133,7 +134,7 @@ def _bind_thread(binding: Binding, fallback: bool) -> Binding:
     fallback ladder)."""
     held = binding
     if binding.memory_policy is not None:
-        rung = _set_memory(binding, fallback)
+        rung = set_memory(binding, fallback)
         if rung == "none":
             held = binding.without_memory()
         elif rung == "preferred" and binding.memory_policy == "bind":
@@ -157,8 +158,8 @@ class BindFirst:
 
     def __call__(self, *args, **kwargs):
         held = _bind_thread(self.binding, self.fallback)
-        _move_threads(self.binding.cpus, None)
-        _migrate(self.home)
+        move_threads(self.binding.cpus, None)
+        migrate_to(self.home)
         os.environ[BINDING_VAR] = held.env_value()
         if self.target is not None:
             return self.target(*args, **kwargs)
