@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from launcher.binding import binding_of, check_loaded, device_ids
 from launcher.environ import bind_file_env, thread_env
 from launcher.slurm import task_env
 from planners.binding import BINDING_VAR, from_entry
-from topo.cpuset import ascii_number
+from topo.cpuset import CpuSet, ascii_number
+from topo.syscalls import MemoryPolicyRefused, apply_memory_policy
 from topo.errors import ParseError, TopoError, UsageError
 
 # Where launchers put the local rank: torchrun, Slurm, Open MPI, MPICH / Intel MPI.
@@ -101,51 +103,44 @@ class BindingRefused(TopoError):
     """The kernel refused a binding (a container without CAP_SYS_NICE, CPUs outside the cgroup)."""
 
 
-def _refused(exc, key: str) -> str:
-    return (f"the kernel refused the memory binding ({exc}), {key} of the bind JSON: drop the memory binding, "
-            "grant CAP_SYS_NICE, or add --bind-fallback to keep only the CPU binding")
+def _memory_policy(binding, key: str, bind_fallback: bool) -> str:
+    """Set this process's memory policy (kept across exec): the rung of the ladder that held."""
+    try:
+        return apply_memory_policy(binding.memory_policy, binding.memory_nodes or CpuSet(), fallback=bind_fallback)
+    except MemoryPolicyRefused as exc:
+        raise BindingRefused(f"the kernel refused the memory binding ({exc.__cause__ or exc}), {key} "
+                             "of the bind JSON: drop the memory binding, grant CAP_SYS_NICE, or add --bind-fallback "
+                             "to try 'preferred', then the CPU binding alone") from None
 
 
 def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
                   bind_fallback: bool = False) -> None:
     """Apply the binding and replace this process by `command`; returns only by raising.
 
-    `bind_fallback`: when the kernel refuses the memory policy, keep the CPU binding, drop the
-    memory policy and say so, instead of failing."""
-    from topo.syscalls import SyscallError, set_mempolicy
-
+    `bind_fallback`: when the kernel refuses the memory policy, try MPOL_PREFERRED, then keep the
+    CPU binding alone, and say which held, instead of failing."""
     argv, cpus, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
     direct = binding.is_bound and list(argv[:len(binding.prefix)]) != list(binding.prefix)
-    memory = binding.memory_nodes if direct else None
     if direct and binding.prefix[0] == "numactl":
         print(f"topo bind: {key}: {binding.describe()} (applied directly: numactl not found)", file=sys.stderr)
-    if not direct and binding.memory_nodes is not None:
-        # after the exec a refusal would be numactl's bare "set_mempolicy: Operation not permitted",
-        # too late to fall back or say what to do: ask the kernel first (numactl sets the same policy)
-        try:
-            set_mempolicy(binding.memory_policy, binding.memory_nodes)
-        except SyscallError as exc:
-            if not bind_fallback:
-                raise BindingRefused(_refused(exc, key)) from None
-            print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
-            argv, cpus = list(command), binding.cpus
-            binding = binding.without_memory()
+    if binding.memory_policy is not None:
+        # numactl sets the same policy after the exec, where a refusal would be its bare "set_mempolicy:
+        # Operation not permitted", too late to fall back or say what to do: the kernel is asked first
+        rung = _memory_policy(binding, key, bind_fallback)
+        if rung != binding.memory_policy:
+            held = "preferred held" if rung == "preferred" else "CPUs alone held"
+            print(f"topo bind: {key}: the kernel refused memory policy {binding.memory_policy}; {held} "
+                  "(--bind-fallback)", file=sys.stderr)
+            argv, cpus = list(command), binding.cpus  # not through numactl, which would ask again
+            binding = replace(binding, memory_policy="preferred") if rung == "preferred" else binding.without_memory()
     if cpus is not None:
         try:
             os.sched_setaffinity(0, set(cpus))
         except OSError as exc:
             raise BindingRefused(f"the kernel refused CPUs {cpus} ({exc.strerror}), {key} of the bind JSON: "
                                  "bind within `topo show`'s allowed CPUs") from None
-    if memory is not None:
-        try:
-            set_mempolicy(binding.memory_policy, memory)
-        except SyscallError as exc:
-            if not bind_fallback:
-                raise BindingRefused(_refused(exc, key)) from None
-            print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
-            binding = binding.without_memory()
     os.environ.update({**task_env(os.environ), **env})  # under srun: RANK, WORLD_SIZE, ... from Slurm
     os.environ.pop(BINDING_VAR, None)
     if binding.is_bound:

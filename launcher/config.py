@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
+from launcher import slurm
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
 from topo.cpuset import MAX_SECONDS
 from topo.errors import UsageError
@@ -138,6 +139,23 @@ class LaunchConfig:
     @property
     def simulation(self) -> bool:
         return self.sim_level != -1
+
+
+def config_from_flags(script: str, script_args, flags: dict, given, *,
+                      environ=None) -> tuple[LaunchConfig, str | None]:
+    """A LaunchConfig from `topo launch`'s flags (`given`: the names the user set), with the worker
+    counts, node rank and master address that a Slurm allocation gives filled in when not given
+    (launcher.slurm, the one place Slurm's values are resolved, for `topo run` too); also the line
+    saying which values came from Slurm, or None."""
+    environ = os.environ if environ is None else environ
+    flags = dict(flags)
+    note = None
+    if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):  # launcher.slurm.slurm_node's test
+        taken = slurm.launch_defaults(environ, {name: flags[name] for name in given if name in flags})
+        flags.update(taken.values)
+        if taken.values:
+            note = taken.note(lambda name: f"--{name}")
+    return LaunchConfig.from_flags(script, script_args, **flags), note
 
 
 def _off_or_auto(value, parse):

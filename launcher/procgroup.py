@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
 from topo.binding import BINDING_VAR
+from topo.cpuset import CpuSet
 from launcher.files import open_log
 from topo.records import record
 from topo.errors import TopoError
@@ -384,6 +386,18 @@ def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
                           f"the launcher needs {needed} more; raise it (ulimit -n)")
 
 
+# what a child whose memory policy fell back writes to its log; the supervisor reads the rung back
+FALLBACK_LINE = "topo: --bind-fallback: the kernel refused memory policy {asked}; held: {rung}"
+_FALLBACK = re.compile(r"--bind-fallback: the kernel refused memory policy (\w+); held: (\w+)")
+
+
+def fallback_rung(log_text: str) -> str | None:
+    """The rung of the memory-policy ladder a child's log says held ("preferred", or "none": CPUs
+    alone), or None when the policy was applied as asked."""
+    m = _FALLBACK.search(log_text)
+    return m.group(2) if m else None
+
+
 def _child_setup(launcher_pid: int | None, direct: Binding | None, bind_fallback: bool):
     """The function run in the child between fork and exec. It must not import or allocate much:
     everything it calls is bound here, in the parent."""
@@ -392,9 +406,10 @@ def _child_setup(launcher_pid: int | None, direct: Binding | None, bind_fallback
     from topo import syscalls
 
     set_pdeathsig = syscalls.set_pdeathsig
-    set_mempolicy = syscalls.set_mempolicy
+    apply_memory_policy = syscalls.apply_memory_policy
     syscalls.load()  # libc and the syscall numbers, resolved before fork
     cpus = None if direct is None or direct.cpus is None else frozenset(direct.cpus)
+    nodes = CpuSet() if direct is None or direct.memory_nodes is None else direct.memory_nodes
 
     def fail(text: str) -> None:
         os.write(2, f"topo: {text}\n".encode())
@@ -413,11 +428,11 @@ def _child_setup(launcher_pid: int | None, direct: Binding | None, bind_fallback
             except OSError as exc:
                 fail(f"sched_setaffinity: {exc.strerror} (CPUs {direct.cpus})")
         if direct.memory_policy is not None:
-            try:
-                set_mempolicy(direct.memory_policy, direct.memory_nodes)
+            try:  # with --bind-fallback, a refused MPOL_BIND tries MPOL_PREFERRED, then CPUs alone
+                rung = apply_memory_policy(direct.memory_policy, nodes, fallback=bind_fallback)
             except Exception as exc:  # noqa: BLE001 - anything raised here would lose its message
-                if not bind_fallback:
-                    fail(str(exc))
-                os.write(2, f"topo: {exc}; --bind-fallback: memory policy dropped, CPUs kept\n".encode())
+                fail(str(exc))
+            if rung != direct.memory_policy:
+                os.write(2, (FALLBACK_LINE.format(asked=direct.memory_policy, rung=rung) + "\n").encode())
 
     return setup

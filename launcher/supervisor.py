@@ -13,11 +13,12 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from typing import Callable, Sequence, TextIO
 
 from launcher import verify
 from launcher.files import LAUNCH_JSON, open_log, write_record
-from launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup
+from launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup, fallback_rung
 from topo.binding import Binding
 from topo.cpuset import CpuSet
 from topo.records import record
@@ -125,31 +126,30 @@ class Supervisor:
 
     def _fall_back(self, index: int, proc: Process, problem: str, memory_refused: bool) -> Process:
         """--bind-fallback: a process that runs with another binding is kept; one whose memory
-        binding was refused is started again with its CPUs only; any other refusal, unbound."""
+        binding numactl could not set is started again with the same binding applied by system
+        calls, where a refused MPOL_BIND tries MPOL_PREFERRED, then the CPUs alone; any other
+        refusal, unbound."""
         if proc.popen.poll() is None:
             self.say(f"{problem}; --bind-fallback: keeping it as the kernel placed it")
             proc.status = "bound differently, kept (--bind-fallback)"
             return proc
         spec = proc.spec
-        cpus = spec.binding.cpus if memory_refused else None
-        if cpus is not None:
-            self.say(f"{problem}; --bind-fallback: memory policy dropped, CPUs {spec.binding.cpus} kept")
+        direct = None
+        if memory_refused and proc.direct is None:
+            direct = replace(spec.binding, applied_by="system calls", note=f"{spec.binding.applied_by} was refused")
+            self.say(f"{problem}; --bind-fallback: starting it again with the policy ladder (bind, preferred, CPUs alone)")
         else:
             self.say(f"{problem}; --bind-fallback: running it unbound")
         if spec.log_path:
             with open_log(spec.log_path, "a") as log:
-                log.write(f"topo launch: starting again {'with CPUs only' if cpus else 'unbound'}: {problem}\n")
-        direct = (Binding(cpus, device=spec.binding.device, applied_by="system calls", note="memory binding refused")
-                  if cpus is not None else None)
+                log.write(f"topo launch: starting again {'by system calls' if direct else 'unbound'}: {problem}\n")
         proc = self.group.start_one(spec, direct=direct, argv=spec.command, log_mode="a")
         self.group.replace(index, proc)
+        if direct is not None and self._verify(proc) is None:
+            return proc
         proc.observed = verify.read_observed(proc.pid)
-        if cpus is not None and proc.observed is not None and proc.observed.cpus == spec.binding.cpus:
-            proc.status = "verified CPUs; memory binding refused, dropped (--bind-fallback)"
-            proc.applied = direct
-        else:
-            proc.status = "unbound (--bind-fallback)"
-            proc.applied = Binding()
+        proc.status = "unbound (--bind-fallback)"
+        proc.applied = Binding()
         return proc
 
     def _verify(self, proc: Process) -> tuple[str, bool] | None:
@@ -188,9 +188,10 @@ class Supervisor:
             proc.status = "exited before it could be checked"
             return None
         binding = spec.binding
-        dropped = (proc.direct is not None and self.group.bind_fallback
-                   and "memory policy dropped, CPUs kept" in _read_text(spec.log_path))
-        if dropped:
+        rung = fallback_rung(_read_text(spec.log_path)) if proc.direct is not None and self.group.bind_fallback else None
+        if rung == "preferred":
+            binding = replace(binding, memory_policy="preferred")
+        elif rung is not None:
             binding = binding.without_memory()
         proc.applied = binding
         problem = verify.mismatch(binding, proc.observed)
@@ -205,7 +206,10 @@ class Supervisor:
             fix = "" if self.bind_fallback else ("; the cgroup or another tool restricts this process: bind within "
                                                  "`topo show`'s allowed CPUs / nodes, or rerun with --bind-fallback")
             return f"{spec.name}: binding did not take: {problem}{fix}", False
-        proc.status = f"{how}; memory binding refused, dropped (--bind-fallback)" if dropped else how
+        if rung is not None:
+            held = "preferred held" if rung == "preferred" else "CPUs alone held"
+            how += f"; memory policy {spec.binding.memory_policy} refused, {held} (--bind-fallback)"
+        proc.status = how
         return None
 
     # ---------------------------------------------------------------- join

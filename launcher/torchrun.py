@@ -1,5 +1,7 @@
-"""`topo run`: torchrun's command line, per-worker environment, restarts and failure report, over
-the same process group, supervisor and binding code as `topo launch`.
+"""`topo run`: the plan of a torchrun job (per-worker argv, environment, binding, log layout) and
+its run: each attempt goes through the executor `topo launch` uses (launcher.run.execute), restarts
+and the failure report around it. The flags are launcher.torchrun_flags', the error files
+launcher.torchrun_errors'.
 
 What torchrun 2.13 does and topo run does alike:
 - flags, their `-`/`_` spellings and defaults; a missing `--master-port` on a single node means
@@ -9,7 +11,7 @@ What torchrun 2.13 does and topo run does alike:
   WORLD_SIZE, ..., TORCHELASTIC_ERROR_FILE under `<log dir>/<run id>_<random>/attempt_<n>/<local rank>/`);
 - --max-restarts N restarts the whole local worker group after a failure, up to N times;
 - a worker that fails after writing an error file (`@record`) has its exception and traceback
-  reported as the root cause.
+  reported as the root cause; -t prints `[<role><local rank>]:line`; SIGINT exits 1.
 
 Where it differs, on purpose:
 - rendezvous is static: every node is told its --node-rank (or Slurm tells it); no store runs
@@ -17,7 +19,8 @@ Where it differs, on purpose:
   TCPStore on MASTER_PORT (with "True" and no agent store, gloo waits forever);
 - --numa-binding takes every topo mode (`topo plan --list-modes`), binds through numactl (or
   sched_setaffinity / set_mempolicy when numactl is missing), and verifies each worker in /proc;
-- a failed job exits with the failing worker's code (torchrun always exits 1);
+- a failed job exits with the failing worker's code (torchrun always exits 1), a stop signal other
+  than SIGINT with 128 + n; a stop signal at any moment ends the run, restarts included;
 - a worker bound to N CPUs that K workers share gets OMP_NUM_THREADS=N // K, at least 1 (torchrun:
   1 for every worker when several share a node; unbound workers here get that too).
 """
@@ -90,6 +93,21 @@ class RunPlan:
             env["CUDA_VISIBLE_DEVICES"] = self.virtual_device(local_rank)
         env.update(thread_env(self.environ, binding, c.nproc_per_node, sharers(self.bindings)[local_rank]))
         return env
+
+    def processes(self, restart: int, attempt_dir: str) -> tuple[ProcessSpec, ...]:
+        """Every worker of attempt `restart` as the executor runs it: argv, environment, binding and
+        torchrun's log layout under `attempt_dir` (`<local rank>/error.json`, `stdout.log`, ...)."""
+        c = self.config
+        specs = []
+        for local_rank, binding in enumerate(self.bindings):
+            rank_dir = os.path.join(attempt_dir, str(local_rank))
+            stdout, stderr, tail = _streams(c, local_rank, rank_dir)
+            specs.append(ProcessSpec(
+                f"rank {c.rank(local_rank)}", (*binding.prefix, *self.command),
+                self.worker_env(local_rank, restart, os.path.join(rank_dir, "error.json")), stdout, binding,
+                self.direct[local_rank], c.role, c.rank(local_rank), local_rank, tail,
+                stderr_path=stderr, tail_prefix=f"[{c.role}{local_rank}]:"))
+        return tuple(specs)
 
     def virtual_device(self, local_rank: int) -> str:
         visible = self.environ.get("CUDA_VISIBLE_DEVICES")
@@ -267,24 +285,14 @@ def _attempt(plan: RunPlan, restart: int, run_dir: str, out: TextIO, err: TextIO
     the other workers that ended badly, those stopped because of it included)."""
     config = plan.config
     attempt_dir = os.path.join(run_dir, f"attempt_{restart}")
-    specs = []
+    specs = plan.processes(restart, attempt_dir)
     try:
-        os.makedirs(attempt_dir, exist_ok=True)
-        for local_rank in range(config.nproc_per_node):
-            rank_dir = os.path.join(attempt_dir, str(local_rank))
-            os.makedirs(rank_dir, exist_ok=True)
-            error_file = os.path.join(rank_dir, "error.json")
-            if os.path.exists(error_file):
+        for spec in specs:
+            error_file = spec.env["TORCHELASTIC_ERROR_FILE"]
+            os.makedirs(os.path.dirname(error_file), exist_ok=True)
+            if os.path.lexists(error_file):
                 os.unlink(error_file)
-            binding = plan.bindings[local_rank]
-            stdout, stderr, tail = _streams(config, local_rank, rank_dir)
-            specs.append(ProcessSpec(
-                f"rank {config.rank(local_rank)}", (*binding.prefix, *plan.command),
-                plan.worker_env(local_rank, restart, error_file), stdout, binding,
-                plan.direct[local_rank], config.role, config.rank(local_rank), local_rank, tail,
-                stderr_path=stderr, tail_prefix=f"[{config.role}{local_rank}]:"))
     except OSError as exc:
-
         raise LaunchError(f"cannot create the run's files, {exc.filename}: {exc.strerror}; "
                           "give a writable --log-dir") from None
     _, result = execute(specs, plan.base_env, record_dir=attempt_dir, join=True, grace_period=config.grace_period,
@@ -353,14 +361,11 @@ def describe_run(plan: RunPlan) -> str:
     lines.append(f"run id {plan.run_id}, {config.nnodes} node(s) x {config.nproc_per_node} worker(s), "
                  f"node rank {config.node_rank}, master {config.master_addr}:{plan.master_port}, "
                  f"restarts up to {config.max_restarts}")
-    for local_rank, binding in enumerate(plan.bindings):
-        env = plan.worker_env(local_rank, 0, f"<run dir>/attempt_0/{local_rank}/error.json")
-        lines.append(f"rank {config.rank(local_rank)}, local rank {local_rank}: "
-                     f"{shlex.join((*binding.prefix, *plan.command))}")
-        lines.append(f"  binding: {binding.describe()}")
-        lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())))
+    for spec in plan.processes(0, "<run dir>/attempt_0"):
+        lines.append(f"{spec.name}, local rank {spec.local_rank}: {shlex.join(spec.argv)}")
+        lines.append(f"  binding: {spec.binding.describe()}")
+        lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())))
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------ error files
 __all__ = ["RunPlan", "RunResult", "describe_run", "plan_run", "run"]

@@ -235,12 +235,32 @@ def test_refused_memory_policy_and_bind_fallback(bind_file, tmp_path, monkeypatc
         bind_and_exec(["app"], bind_file=bind_file, local_rank=1)
     assert str(refused.value) == ("the kernel refused the memory binding (set_mempolicy: Operation not "
                                   "permitted (bind 0)), device1 of the bind JSON: drop the memory binding, "
-                                  "grant CAP_SYS_NICE, or add --bind-fallback to keep only the CPU binding")
+                                  "grant CAP_SYS_NICE, or add --bind-fallback to try 'preferred', then the CPU "
+                                  "binding alone")
     assert "argv" not in no_exec  # nothing exec'd
     no_exec.clear()
     with pytest.raises(Exec):
         bind_and_exec(["app"], bind_file=bind_file, local_rank=1, bind_fallback=True)
     assert no_exec == {"argv": ["app"], "cpus": [0]}  # CPUs kept, no numactl to be refused again
     err = capsys.readouterr().err
-    assert "device1: set_mempolicy: Operation not permitted (bind 0); --bind-fallback: memory policy dropped, " \
-           "CPUs kept" in err and "add --bind-fallback" not in err
+    assert "device1: the kernel refused memory policy bind; CPUs alone held (--bind-fallback)" in err
+    assert "add --bind-fallback" not in err
+
+
+def refuse_bind_only(policy, nodes=None):
+    if policy == "bind":
+        refuse(policy, nodes)
+
+
+@needs_two_cpus
+def test_bind_fallback_ladder_holds_on_preferred(bind_file, tmp_path, monkeypatch, capsys, no_exec):
+    """issue 20: a refused MPOL_BIND tries MPOL_PREFERRED before giving up the memory policy."""
+    from launcher.bindcmd import bind_and_exec
+
+    monkeypatch.setenv("PATH", fake_tools(tmp_path, "numactl"))
+    monkeypatch.setattr("topo.syscalls.set_mempolicy", refuse_bind_only)
+    with pytest.raises(Exec):
+        bind_and_exec(["app"], bind_file=bind_file, local_rank=1, bind_fallback=True)
+    assert no_exec == {"argv": ["app"], "cpus": [0]}  # the policy is set here; numactl would ask for bind again
+    assert "device1: the kernel refused memory policy bind; preferred held (--bind-fallback)" in capsys.readouterr().err
+    assert os.environ["TOPO_BINDING"] == "cpus=0 memory=preferred:0"

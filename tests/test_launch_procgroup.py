@@ -355,7 +355,8 @@ def test_refused_memory_policy_without_numactl(dirs, tmp_path, monkeypatch):
     with pytest.raises(LaunchError) as refused:
         launch(LaunchConfig.from_flags(**config), environ=environ, out=io.StringIO(), err=messages)
     assert str(refused.value).startswith("rank 0: the kernel refused the binding (topo: set_mempolicy: Operation "
-                                         "not permitted (bind 0)); drop the memory binding")
+                                         "not permitted (bind 0): the kernel refused memory policy 'bind'")
+    assert "); drop the memory binding" in str(refused.value)
     assert "rerun with --bind-fallback to keep only the CPU binding" in str(refused.value)
     assert not list(out.iterdir())
 
@@ -365,7 +366,8 @@ def test_refused_memory_policy_without_numactl(dirs, tmp_path, monkeypatch):
     record = json.loads((out / "worker_0.json").read_text())
     assert record["memory_policy"] == "default" and record["affinity"] == sorted(os.sched_getaffinity(0))
     assert (f"rank 0: CPUs {allowed.replace(',', '-') if len(allowed) == 3 else allowed}, memory not bound "
-            "(verified, applied directly: numactl not found; memory binding refused, dropped (--bind-fallback))"
-            in messages.getvalue()), messages.getvalue()
+            "(verified, applied directly: numactl not found; memory policy bind refused, CPUs alone held "
+            "(--bind-fallback))" in messages.getvalue()), messages.getvalue()
     assert "rerun with --bind-fallback" not in messages.getvalue()
-    assert "memory policy dropped, CPUs kept" in (logs / "worker_0.log").read_text()
+    assert ("--bind-fallback: the kernel refused memory policy bind; held: none"
+            in (logs / "worker_0.log").read_text())
