@@ -237,7 +237,8 @@ def test_from_topo_import_set_affinity():
     from topo import set_affinity
 
     assert set_affinity is affinity.set_affinity
-    assert "set_affinity" in topo.__all__
+    assert topo.AffinityError is affinity.AffinityError
+    assert "set_affinity" in topo.__all__ and "AffinityError" in topo.__all__
 
 
 def test_refused_cpus_restore_the_memory_policy(monkeypatch):
