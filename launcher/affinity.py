@@ -255,6 +255,7 @@ class AffinityResult:
     pages_moved: int | None  # migrate=True: pages moved onto the process's node(s); None: not asked
     threads_moved: int  # threads besides the caller given the new CPUs
     kept: bool = False  # the launcher's binding (TOPO_BINDING) was kept instead of planning
+    omp_threads: int | None = None  # the OMP_NUM_THREADS advised when the CPUs are shared and it is not set
 
 
 def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
@@ -299,6 +300,10 @@ def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_c
     In a process a launcher bound (TOPO_BINDING set, and the CPUs and memory policy still as it
     says), the binding is kept, with a warning, and its CPUs are returned.
 
+    When ranks share CPUs (modes node, socket, all, single) and OMP_NUM_THREADS is not set, a
+    warning advises OMP_NUM_THREADS = the CPUs divided by the processes sharing them, at least 1
+    (what topo launch, topo run and topo bind set in the processes they start).
+
     Call it once, at the start of main(), before CUDA/ACL initialise and before worker threads
     start. Intel OpenMP resets affinity after a fork: run with KMP_AFFINITY=disabled to keep it
     in DataLoader workers. Raises AffinityError (a TopoError) with one line saying what is wrong.
@@ -329,11 +334,17 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
         moved = move_threads(kept.cpus, None) if threads == "all" and kept.cpus is not None else 0
         pages = migrate_to(home_nodes(this_machine(), kept)) if migrate else None
         return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, moved, kept=True)
-    planned, notes = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
-                              multithreading=multithreading, balanced=balanced,
-                              min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+    planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
+                                     multithreading=multithreading, balanced=balanced,
+                                     min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
     for note in notes:
         warnings.warn(f"set_affinity: {note}", stacklevel=_stacklevel)
+    omp = None
+    if share > 1 and "OMP_NUM_THREADS" not in os.environ:  # the launchers' rule (launcher.environ.thread_env)
+        omp = max(1, planned.cpus.weight() // share)
+        warnings.warn(f"set_affinity: CPUs {planned.cpus} are shared by {share} of the job's processes: set "
+                      f"OMP_NUM_THREADS={omp} (or torch.set_num_threads({omp})) so that they do not run "
+                      "more threads than CPUs", stacklevel=_stacklevel)
     binding = _with_memory(planned, policy)
     rung, moved = _apply(binding, bind_fallback, threads)
     if rung == "none":
@@ -346,7 +357,7 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
                          else "CPUs bound alone, memory policy unchanged"), stacklevel=_stacklevel)
     pages = migrate_to(home_nodes(this_machine(), planned)) if migrate else None
     return AffinityResult(replace(binding, applied_by="system calls"), frozenset(os.sched_getaffinity(0)), rung,
-                          pages, moved)
+                          pages, moved, omp_threads=omp)
 
 
 # ---- a binding a launcher applied ------------------------------------------------------------
@@ -390,19 +401,34 @@ def home_nodes(topology: Topology, binding: Binding) -> CpuSet:
 
 # ---- planning, cached ------------------------------------------------------------------------
 
+
+def plan_here(device_id, nproc_per_node: int | None = None, *, memory: str | None = None,
+              **options) -> tuple[Binding, int]:
+    """The binding set_affinity(device_id, ...) would apply on this machine with this process's
+    environment (without applying it or warning), and how many of the job's processes (that one
+    included) share its CPUs."""
+    policy = _memory(memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned, _, share = _planned(this_machine(), device_id, nproc_per_node, **options)
+    return _with_memory(planned, policy), share
+
+
 _PLANS: dict[tuple, tuple[Topology, tuple]] = {}
 
 
-def _planned(topology: Topology, device_id, nproc_per_node, **options) -> tuple[Binding, tuple[str, ...]]:
-    """plan_affinity with this process's environment. The node's plan is remembered per topology,
-    devices and options: a repeated call costs only the system calls."""
+def _planned(topology: Topology, device_id, nproc_per_node, **options) -> tuple[Binding, tuple[str, ...], int]:
+    """plan_affinity with this process's environment, with the planner's warnings and how many of
+    the job's processes (this one included) share its CPUs. The node's plan is remembered per
+    topology, devices and options: a repeated call costs only the system calls."""
     job, visible, rank = _locate(topology, device_id, nproc_per_node, os.environ)
     key = (id(topology), job.devices, *(str(v) for v in options.values()))
     hit = _PLANS.get(key)
     if hit is None or hit[0] is not topology:
         hit = _PLANS[key] = (topology, _plan(topology, job, visible, **options))
     ranks, mode_name, notes = hit[1]
-    return _pick(topology, ranks, rank, mode_name), notes
+    mine = _pick(topology, ranks, rank, mode_name)
+    return mine, notes, sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
 
 
 def _mode(mode) -> str:

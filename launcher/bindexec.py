@@ -4,7 +4,8 @@ child's argv, so the command starts bound (CPU affinity and memory policy surviv
     python -m launcher.bindexec [--bind-fallback] cpus=0-3 memory=bind:0 -- COMMAND [ARG...]
 
 The binding is written as TOPO_BINDING is (topo.binding): `cpus=LIST`, `memory=POLICY:NODES` or
-`memory=local`, only the parts to bind. The command gets TOPO_BINDING set to what held, so a
+`memory=local`, only the parts to bind; `--env=NAME=VALUE` adds a variable to the command's
+environment (OMP_NUM_THREADS). The command gets TOPO_BINDING set to what held, so a
 `set_affinity` inside it keeps that binding. With --bind-fallback a refused memory policy walks
 syscalls.apply_memory_policy's ladder (bind, preferred, CPUs alone) and says on stderr which rung
 held. Exit status as a shell's: 1 when the kernel refuses the binding, 2 for a malformed binding,
@@ -23,11 +24,12 @@ from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, TopoError
 
-USAGE = "usage: python -m launcher.bindexec [--bind-fallback] [cpus=LIST] [memory=POLICY:NODES] -- COMMAND [ARG...]"
+USAGE = ("usage: python -m launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] [cpus=LIST] "
+         "[memory=POLICY:NODES] -- COMMAND [ARG...]")
 
 
-def parse(args: list[str]) -> tuple[Binding, bool, list[str]]:
-    """(binding, fallback, command) from the command line."""
+def parse(args: list[str]) -> tuple[Binding, bool, dict[str, str], list[str]]:
+    """(binding, fallback, environment additions, command) from the command line."""
     if "--" not in args:
         raise ParseError(f"no '--' before the command; {USAGE}")
     cut = args.index("--")
@@ -35,8 +37,15 @@ def parse(args: list[str]) -> tuple[Binding, bool, list[str]]:
     if not command:
         raise ParseError(f"no command after '--'; {USAGE}")
     fallback = "--bind-fallback" in options
-    binding = Binding.from_env(" ".join(o for o in options if o != "--bind-fallback"))
-    return binding, fallback, command
+    env = {}
+    for option in options:
+        if option.startswith("--env="):
+            name, sep, value = option.removeprefix("--env=").partition("=")
+            if not sep or not name.isidentifier():
+                raise ParseError(f"{option[:80]!r} is not --env=NAME=VALUE")
+            env[name] = value
+    binding = Binding.from_env(" ".join(o for o in options if o != "--bind-fallback" and not o.startswith("--env=")))
+    return binding, fallback, env, command
 
 
 def bind(binding: Binding, fallback: bool) -> Binding:
@@ -64,7 +73,7 @@ def bind(binding: Binding, fallback: bool) -> Binding:
 
 def main(args: list[str]) -> int:
     try:
-        binding, fallback, command = parse(args)
+        binding, fallback, additions, command = parse(args)
     except ParseError as exc:
         print(f"topo: error: {exc}", file=sys.stderr)
         return 2
@@ -73,7 +82,7 @@ def main(args: list[str]) -> int:
     except TopoError as exc:
         print(f"topo: error: {exc}", file=sys.stderr)
         return 1
-    env = dict(os.environ)
+    env = {**os.environ, **additions}
     if held.is_bound:
         env[BINDING_VAR] = held.env_value()
     else:

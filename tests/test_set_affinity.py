@@ -211,6 +211,24 @@ def test_refused_memory_policy_leaves_the_cpus_alone(monkeypatch):
     assert moved == []
 
 
+@TWO_CPUS
+def test_shared_cpus_come_with_advice_on_omp_num_threads(monkeypatch):
+    """Never oversubscribed by default: ranks that share CPUs are told how many threads to run."""
+    from launcher.affinity import bind_process
+
+    monkeypatch.setattr(os, "sched_setaffinity", lambda *a: None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOPO_BINDING", raising=False)
+    n = len(ALLOWED) // 2
+    with pytest.warns(UserWarning, match=rf"^set_affinity: CPUs {ALLOWED[0]}-{ALLOWED[-1]} are shared by 2 of the "
+                                         rf"job's processes: set OMP_NUM_THREADS={n} \(or torch.set_num_threads"
+                                         rf"\({n}\)\) so that they do not run more threads than CPUs$"):
+        assert bind_process(1, 2, mode="node").omp_threads == n
+    assert bind_process(0, 2).omp_threads is None  # unique CPUs: nothing to divide
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert bind_process(1, 2, mode="node").omp_threads is None  # the user's choice stands
+
+
 def test_numbers_too_long_to_print_are_refused_in_one_line(untouched):
     with pytest.raises(AffinityError, match=r"^device_id=a number of 16610 bits is past 65535"):
         topo.set_affinity(10**5000)
