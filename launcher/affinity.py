@@ -41,9 +41,9 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 import planners
-from planners.binding import BINDING_VAR, Binding
 from planners.core import Job
 from topo import syscalls
+from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet, ascii_number, excerpt, union_all
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError
@@ -255,6 +255,7 @@ class AffinityResult:
     pages_moved: int | None  # migrate=True: pages moved onto the process's node(s); None: not asked
     threads_moved: int  # threads besides the caller given the new CPUs
     kept: bool = False  # the launcher's binding (TOPO_BINDING) was kept instead of planning
+    omp_threads: int | None = None  # the OMP_NUM_THREADS advised when the CPUs are shared and it is not set
 
 
 def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
@@ -299,6 +300,10 @@ def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_c
     In a process a launcher bound (TOPO_BINDING set, and the CPUs and memory policy still as it
     says), the binding is kept, with a warning, and its CPUs are returned.
 
+    When ranks share CPUs (modes node, socket, all, single) and OMP_NUM_THREADS is not set, a
+    warning advises OMP_NUM_THREADS = the CPUs divided by the processes sharing them, at least 1
+    (what topo launch, topo run and topo bind set in the processes they start).
+
     Call it once, at the start of main(), before CUDA/ACL initialise and before worker threads
     start. Intel OpenMP resets affinity after a fork: run with KMP_AFFINITY=disabled to keep it
     in DataLoader workers. Raises AffinityError (a TopoError) with one line saying what is wrong.
@@ -326,14 +331,20 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
     if kept is not None:
         warnings.warn(f"set_affinity: keeping the binding the launcher applied ({BINDING_VAR}="
                       f"{kept.env_value()!r}); unset {BINDING_VAR} to plan again", stacklevel=_stacklevel)
-        moved = _move_threads(kept.cpus, None) if threads == "all" and kept.cpus is not None else 0
-        pages = _migrate(_home(this_machine(), kept)) if migrate else None
+        moved = move_threads(kept.cpus, None) if threads == "all" and kept.cpus is not None else 0
+        pages = migrate_to(home_nodes(this_machine(), kept)) if migrate else None
         return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, moved, kept=True)
-    planned, notes = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
-                              multithreading=multithreading, balanced=balanced,
-                              min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+    planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
+                                     multithreading=multithreading, balanced=balanced,
+                                     min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
     for note in notes:
         warnings.warn(f"set_affinity: {note}", stacklevel=_stacklevel)
+    omp = None
+    if share > 1 and "OMP_NUM_THREADS" not in os.environ:  # the launchers' rule (launcher.environ.thread_env)
+        omp = max(1, planned.cpus.weight() // share)
+        warnings.warn(f"set_affinity: CPUs {planned.cpus} are shared by {share} of the job's processes: set "
+                      f"OMP_NUM_THREADS={omp} (or torch.set_num_threads({omp})) so that they do not run "
+                      "more threads than CPUs", stacklevel=_stacklevel)
     binding = _with_memory(planned, policy)
     rung, moved = _apply(binding, bind_fallback, threads)
     if rung == "none":
@@ -344,9 +355,9 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
         warnings.warn(f"set_affinity: memory={policy!r} was refused by the kernel; bind_fallback: "
                       + (f"memory preferred on node(s) {binding.memory_nodes}" if rung == "preferred"
                          else "CPUs bound alone, memory policy unchanged"), stacklevel=_stacklevel)
-    pages = _migrate(_home(this_machine(), planned)) if migrate else None
+    pages = migrate_to(home_nodes(this_machine(), planned)) if migrate else None
     return AffinityResult(replace(binding, applied_by="system calls"), frozenset(os.sched_getaffinity(0)), rung,
-                          pages, moved)
+                          pages, moved, omp_threads=omp)
 
 
 # ---- a binding a launcher applied ------------------------------------------------------------
@@ -377,7 +388,7 @@ def _kept_binding(env: Mapping[str, str]) -> Binding | None:
     return binding
 
 
-def _home(topology: Topology, binding: Binding) -> CpuSet:
+def home_nodes(topology: Topology, binding: Binding) -> CpuSet:
     """The NUMA node(s) a binding's pages belong on: its memory nodes, else those of its CPUs."""
     if binding.memory_nodes:
         return binding.memory_nodes
@@ -390,19 +401,34 @@ def _home(topology: Topology, binding: Binding) -> CpuSet:
 
 # ---- planning, cached ------------------------------------------------------------------------
 
+
+def plan_here(device_id, nproc_per_node: int | None = None, *, memory: str | None = None,
+              **options) -> tuple[Binding, int]:
+    """The binding set_affinity(device_id, ...) would apply on this machine with this process's
+    environment (without applying it or warning), and how many of the job's processes (that one
+    included) share its CPUs."""
+    policy = _memory(memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned, _, share = _planned(this_machine(), device_id, nproc_per_node, **options)
+    return _with_memory(planned, policy), share
+
+
 _PLANS: dict[tuple, tuple[Topology, tuple]] = {}
 
 
-def _planned(topology: Topology, device_id, nproc_per_node, **options) -> tuple[Binding, tuple[str, ...]]:
-    """plan_affinity with this process's environment. The node's plan is remembered per topology,
-    devices and options: a repeated call costs only the system calls."""
+def _planned(topology: Topology, device_id, nproc_per_node, **options) -> tuple[Binding, tuple[str, ...], int]:
+    """plan_affinity with this process's environment, with the planner's warnings and how many of
+    the job's processes (this one included) share its CPUs. The node's plan is remembered per
+    topology, devices and options: a repeated call costs only the system calls."""
     job, visible, rank = _locate(topology, device_id, nproc_per_node, os.environ)
     key = (id(topology), job.devices, *(str(v) for v in options.values()))
     hit = _PLANS.get(key)
     if hit is None or hit[0] is not topology:
         hit = _PLANS[key] = (topology, _plan(topology, job, visible, **options))
     ranks, mode_name, notes = hit[1]
-    return _pick(topology, ranks, rank, mode_name), notes
+    mine = _pick(topology, ranks, rank, mode_name)
+    return mine, notes, sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
 
 
 def _mode(mode) -> str:
@@ -473,7 +499,7 @@ def _apply(binding: Binding, fallback: bool, threads: str) -> tuple[str | None, 
     cpus = binding.cpus
     before = os.sched_getaffinity(0)  # the threads with this affinity follow the caller
     previous = syscalls.get_mempolicy() if binding.memory_policy else None
-    rung = _set_memory(binding, fallback) if binding.memory_policy else None
+    rung = set_memory(binding, fallback) if binding.memory_policy else None
     try:
         os.sched_setaffinity(0, cpus)
     except OSError as exc:
@@ -484,10 +510,10 @@ def _apply(binding: Binding, fallback: bool, threads: str) -> tuple[str | None, 
                 pass  # a policy this module cannot name (weighted interleave): the error below still holds
         raise AffinityError(f"sched_setaffinity to CPUs {cpus}: {exc.strerror}: the kernel refused them (has "
                             "the cgroup's cpuset changed since set_affinity first read this machine?)") from exc
-    return rung, _move_threads(cpus, before if threads == "shared" else None)
+    return rung, move_threads(cpus, before if threads == "shared" else None)
 
 
-def _move_threads(cpus, only_if) -> int:
+def move_threads(cpus, only_if) -> int:
     """Give `cpus` to this process's other threads: those whose affinity is `only_if`, or all of
     them when it is None. Returns how many moved."""
     me, moved = threading.get_native_id(), 0
@@ -504,7 +530,7 @@ def _move_threads(cpus, only_if) -> int:
     return moved
 
 
-def _set_memory(binding: Binding, fallback: bool = False) -> str:
+def set_memory(binding: Binding, fallback: bool = False) -> str:
     """Set the calling thread's memory policy; return the rung of the fallback ladder that held
     (syscalls.apply_memory_policy)."""
     try:
@@ -531,7 +557,7 @@ def pages_by_node(path: str = "/proc/self/numa_maps") -> dict[int, int]:
     return pages
 
 
-def _migrate(nodes: CpuSet) -> int:
+def migrate_to(nodes: CpuSet) -> int:
     """Move this process's pages from every other node onto `nodes`; return how many moved (the
     pages off `nodes` before, less those still off them after)."""
     before = pages_by_node()

@@ -3,13 +3,14 @@ child's argv, so the command starts bound (CPU affinity and memory policy surviv
 
     python -m launcher.bindexec [--bind-fallback] cpus=0-3 memory=bind:0 -- COMMAND [ARG...]
 
-The binding is written as TOPO_BINDING is (planners.binding): `cpus=LIST`, `memory=POLICY:NODES`
-or `memory=local`, only the parts to bind. The command gets TOPO_BINDING set to what held, so a
+The binding is written as TOPO_BINDING is (topo.binding): `cpus=LIST`, `memory=POLICY:NODES` or
+`memory=local`, only the parts to bind; `--env=NAME=VALUE` adds a variable to the command's
+environment (OMP_NUM_THREADS). The command gets TOPO_BINDING set to what held, so a
 `set_affinity` inside it keeps that binding. With --bind-fallback a refused memory policy walks
 syscalls.apply_memory_policy's ladder (bind, preferred, CPUs alone) and says on stderr which rung
 held. Exit status as a shell's: 1 when the kernel refuses the binding, 2 for a malformed binding,
-126 when the command cannot be executed, 127 when it is not found. Imports only topo.cpuset and
-topo.syscalls: it runs once per child, before the child's own interpreter.
+126 when the command cannot be executed, 127 when it is not found. Imports only topo's
+syscalls and binding record: it runs once per child, before the child's own interpreter.
 """
 
 from __future__ import annotations
@@ -19,78 +20,71 @@ import os
 import sys
 
 from topo import syscalls
+from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, TopoError
 
-USAGE = "usage: python -m launcher.bindexec [--bind-fallback] [cpus=LIST] [memory=POLICY:NODES] -- COMMAND [ARG...]"
-BINDING_VAR = "TOPO_BINDING"  # planners.binding.BINDING_VAR, not imported: this module stays light
+USAGE = ("usage: python -m launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] [cpus=LIST] "
+         "[memory=POLICY:NODES] -- COMMAND [ARG...]")
 
 
-def parse(args: list[str]) -> tuple[CpuSet | None, str | None, CpuSet, bool, list[str]]:
-    """(CPUs, memory policy, its nodes, fallback, command) from the command line."""
+def parse(args: list[str]) -> tuple[Binding, bool, dict[str, str], list[str]]:
+    """(binding, fallback, environment additions, command) from the command line."""
     if "--" not in args:
         raise ParseError(f"no '--' before the command; {USAGE}")
     cut = args.index("--")
     options, command = args[:cut], args[cut + 1:]
     if not command:
         raise ParseError(f"no command after '--'; {USAGE}")
-    cpus = policy = None
-    nodes, fallback = CpuSet(), False
+    fallback = "--bind-fallback" in options
+    env = {}
     for option in options:
-        key, sep, value = option.partition("=")
-        if option == "--bind-fallback":
-            fallback = True
-        elif key == "cpus" and sep and cpus is None:
-            cpus = CpuSet.parse(value)
-            if not cpus:
-                raise ParseError(f"{option!r} names no CPU")
-        elif key == "memory" and sep and policy is None:
-            policy, _, node_text = value.partition(":")
-            if policy not in ("bind", "preferred", "local") or (policy != "local") != bool(node_text):
-                raise ParseError(f"{option!r} is not memory=bind:NODES, memory=preferred:NODES or memory=local")
-            nodes = CpuSet.parse(node_text) if node_text else CpuSet()
-        else:
-            raise ParseError(f"unexpected {option[:80]!r}; {USAGE}")
-    return cpus, policy, nodes, fallback, command
+        if option.startswith("--env="):
+            name, sep, value = option.removeprefix("--env=").partition("=")
+            if not sep or not name.isidentifier():
+                raise ParseError(f"{option[:80]!r} is not --env=NAME=VALUE")
+            env[name] = value
+    binding = Binding.from_env(" ".join(o for o in options if o != "--bind-fallback" and not o.startswith("--env=")))
+    return binding, fallback, env, command
 
 
-def bind(cpus: CpuSet | None, policy: str | None, nodes: CpuSet, fallback: bool) -> str:
-    """Apply the binding to this thread (the process before exec); return TOPO_BINDING's value for
-    what held. SyscallError when the kernel refuses it and `fallback` cannot help."""
-    parts = []
-    if policy is not None:
-        rung = syscalls.apply_memory_policy(policy, nodes, fallback=fallback, option="--bind-fallback")
-        if rung != policy:
-            held = f"memory preferred on {nodes}" if rung == "preferred" else "CPUs only, memory policy unchanged"
-            print(f"topo: memory policy {policy} on {nodes or 'the local node'} refused; --bind-fallback: {held}",
-                  file=sys.stderr)
-        if rung == "local":
-            parts.append("memory=local")
-        elif rung in ("bind", "preferred"):
-            parts.append(f"memory={rung}:{nodes}")
-    if cpus is not None:
+def bind(binding: Binding, fallback: bool) -> Binding:
+    """Apply `binding` to this thread (the process before exec); return what held. SyscallError
+    when the kernel refuses it and `fallback` cannot help."""
+    held = binding
+    if binding.memory_policy is not None:
+        nodes = binding.memory_nodes or CpuSet()
+        rung = syscalls.apply_memory_policy(binding.memory_policy, nodes, fallback=fallback,
+                                            option="--bind-fallback")
+        if rung == "none":
+            held = binding.without_memory()
+        elif rung != binding.memory_policy:
+            held = Binding(binding.cpus, nodes, rung)
+        if held != binding:
+            print(f"topo: the kernel refused the memory policy of {binding.describe()}; --bind-fallback: "
+                  f"{held.describe()}", file=sys.stderr)
+    if binding.cpus is not None:
         try:
-            os.sched_setaffinity(0, cpus)
+            os.sched_setaffinity(0, binding.cpus)
         except OSError as exc:
-            raise syscalls.SyscallError("sched_setaffinity", exc.errno, f"CPUs {cpus}") from None
-        parts.insert(0, f"cpus={cpus}")
-    return " ".join(parts)
+            raise syscalls.SyscallError("sched_setaffinity", exc.errno, f"CPUs {binding.cpus}") from None
+    return held
 
 
 def main(args: list[str]) -> int:
     try:
-        cpus, policy, nodes, fallback, command = parse(args)
+        binding, fallback, additions, command = parse(args)
     except ParseError as exc:
         print(f"topo: error: {exc}", file=sys.stderr)
         return 2
     try:
-        held = bind(cpus, policy, nodes, fallback)
+        held = bind(binding, fallback)
     except TopoError as exc:
         print(f"topo: error: {exc}", file=sys.stderr)
         return 1
-    env = dict(os.environ)
-    if held:
-        env[BINDING_VAR] = held
+    env = {**os.environ, **additions}
+    if held.is_bound:
+        env[BINDING_VAR] = held.env_value()
     else:
         env.pop(BINDING_VAR, None)
     try:

@@ -11,9 +11,10 @@ that spawn their workers with `subprocess` or `multiprocessing`).
 
 Both take set_affinity's arguments (the device as a local index, UUID or bus id, the process
 count, mode, scope, memory, bind_fallback, ...) and apply the plan set_affinity would apply in the
-child (`launcher.affinity.plan_affinity` on this machine, with this process's environment). The
-child gets TOPO_BINDING, so a set_affinity call inside it keeps the binding instead of planning
-again. No file is written.
+child (`launcher.affinity.plan_here`: this machine, this process's environment). The child gets
+TOPO_BINDING, so a set_affinity call inside it keeps the binding instead of planning again, and,
+unless it is set, OMP_NUM_THREADS as topo's launchers set it (its CPUs divided by the processes
+sharing them). No file is written.
 
 How each starts bound:
 - `bound_argv` puts `python -m launcher.bindexec cpus=... memory=... --` before the argv: a
@@ -43,20 +44,22 @@ import threading
 import warnings
 
 from launcher import bindexec
-from launcher.affinity import AffinityError, _home, _migrate, _move_threads, _set_memory, plan_affinity, this_machine
-from planners.binding import BINDING_VAR, Binding
+from launcher.affinity import AffinityError, home_nodes, migrate_to, move_threads, plan_here, set_memory, this_machine
+from launcher.environ import thread_env
 from topo import syscalls
+from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
 from topo.errors import TopoError
 
 _WINDOW = threading.Lock()  # one child's binding on the calling thread at a time (os.environ is shared)
 
 
-def plan_child(device_id, nproc_per_node: int | None = None, *, memory: str | None = None, **options) -> Binding:
-    """The binding a child for `device_id` gets: set_affinity's plan on this machine."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the planner's warnings are the child's set_affinity's to give
-        return plan_affinity(this_machine(), device_id, nproc_per_node, memory=memory, env=os.environ, **options)
+def plan_child(device_id, nproc_per_node: int | None = None, *, memory: str | None = None,
+               **options) -> tuple[Binding, dict[str, str]]:
+    """The binding a child for `device_id` gets (set_affinity's plan on this machine), and the
+    environment it adds: OMP_NUM_THREADS as topo's launchers set it, unless it is set."""
+    binding, share = plan_here(device_id, nproc_per_node, memory=memory, **options)
+    return binding, thread_env(os.environ, binding, share, share)
 
 
 def bound_argv(argv, device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
@@ -70,10 +73,11 @@ def bound_argv(argv, device_id, nproc_per_node: int | None = None, *, mode="uniq
     argv = [str(a) for a in argv]
     if not argv:
         raise AffinityError("bound_argv: the command is empty")
-    binding = plan_child(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
-                         balanced=balanced, min_physical_cores=min_physical_cores,
-                         max_physical_cores=max_physical_cores, memory=memory)
+    binding, env = plan_child(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
+                              balanced=balanced, min_physical_cores=min_physical_cores,
+                              max_physical_cores=max_physical_cores, memory=memory)
     flags = ["--bind-fallback"] if bind_fallback else []
+    flags += [f"--env={name}={value}" for name, value in env.items()]
     return [sys.executable, "-m", bindexec.__name__, *flags, *binding.env_value().split(), "--", *argv]
 
 
@@ -85,18 +89,19 @@ def start_bound(process: multiprocessing.process.BaseProcess, device_id, nproc_p
     set_affinity(device_id, ...) would bind it, and return the binding. See the module
     documentation for how each start method is bound. AffinityError when it cannot be."""
     method = getattr(process, "_start_method", None) or multiprocessing.get_start_method()
-    binding = plan_child(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
-                         balanced=balanced, min_physical_cores=min_physical_cores,
-                         max_physical_cores=max_physical_cores, memory=memory)
+    binding, env = plan_child(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
+                              balanced=balanced, min_physical_cores=min_physical_cores,
+                              max_physical_cores=max_physical_cores, memory=memory)
     if method == "spawn":
-        _spawn_bound(process, binding, bind_fallback)
+        _spawn_bound(process, binding, bind_fallback, env)
     elif method == "forkserver":
         if type(process).run is not multiprocessing.process.BaseProcess.run:
             raise AffinityError(f"start_bound: {type(process).__name__} overrides run(), which forkserver children "
                                 "run without a hook: call set_affinity(..., migrate=True, threads='all') first "
                                 "thing in run(), or use the spawn start method")
         multiprocessing.forkserver.ensure_running()  # started here, unbound, if it was not yet
-        process._target = BindFirst(binding, bind_fallback, _home(this_machine(), binding), process._target)
+        process._target = BindFirst(binding, bind_fallback, home_nodes(this_machine(), binding), env,
+                                    process._target)
         process.start()
     else:
         raise AffinityError(f"start_bound: start method {method!r} copies this process, pages and all; use spawn "
@@ -104,15 +109,16 @@ def start_bound(process: multiprocessing.process.BaseProcess, device_id, nproc_p
     return binding
 
 
-def _spawn_bound(process, binding: Binding, fallback: bool) -> None:
-    """Start a spawn child with the binding on the calling thread, then restore the thread's own."""
+def _spawn_bound(process, binding: Binding, fallback: bool, env: dict[str, str]) -> None:
+    """Start a spawn child with the binding on the calling thread and `env` in the environment,
+    then restore the thread's own binding and the environment."""
     with _WINDOW:
         cpus = os.sched_getaffinity(0)
         policy = syscalls.get_mempolicy() if binding.memory_policy else None
-        saved = os.environ.get(BINDING_VAR)
+        saved = {name: os.environ.get(name) for name in (BINDING_VAR, *env)}
         try:
             held = _bind_thread(binding, fallback)
-            os.environ[BINDING_VAR] = held.env_value()
+            os.environ.update(env, **{BINDING_VAR: held.env_value()})
             process.start()
         finally:
             os.sched_setaffinity(0, cpus)
@@ -122,10 +128,11 @@ def _spawn_bound(process, binding: Binding, fallback: bool) -> None:
                 except (TopoError, KeyError) as exc:
                     warnings.warn(f"start_bound: could not restore this thread's memory policy {policy[0]} "
                                   f"({exc})", stacklevel=3)
-            if saved is None:
-                os.environ.pop(BINDING_VAR, None)
-            else:
-                os.environ[BINDING_VAR] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _bind_thread(binding: Binding, fallback: bool) -> Binding:
@@ -133,7 +140,7 @@ def _bind_thread(binding: Binding, fallback: bool) -> Binding:
     fallback ladder)."""
     held = binding
     if binding.memory_policy is not None:
-        rung = _set_memory(binding, fallback)
+        rung = set_memory(binding, fallback)
         if rung == "none":
             held = binding.without_memory()
         elif rung == "preferred" and binding.memory_policy == "bind":
@@ -152,14 +159,14 @@ class BindFirst:
     """A forkserver child's target: bind the whole child (every thread, memory policy, the pages
     touched so far), set TOPO_BINDING, then run the original target."""
 
-    def __init__(self, binding: Binding, fallback: bool, home: CpuSet, target):
-        self.binding, self.fallback, self.home, self.target = binding, fallback, home, target
+    def __init__(self, binding: Binding, fallback: bool, home: CpuSet, env: dict[str, str], target):
+        self.binding, self.fallback, self.home, self.env, self.target = binding, fallback, home, env, target
 
     def __call__(self, *args, **kwargs):
         held = _bind_thread(self.binding, self.fallback)
-        _move_threads(self.binding.cpus, None)
-        _migrate(self.home)
-        os.environ[BINDING_VAR] = held.env_value()
+        move_threads(self.binding.cpus, None)
+        migrate_to(self.home)
+        os.environ.update(self.env, **{BINDING_VAR: held.env_value()})
         if self.target is not None:
             return self.target(*args, **kwargs)
         return None

@@ -211,6 +211,24 @@ def test_refused_memory_policy_leaves_the_cpus_alone(monkeypatch):
     assert moved == []
 
 
+@TWO_CPUS
+def test_shared_cpus_come_with_advice_on_omp_num_threads(monkeypatch):
+    """Never oversubscribed by default: ranks that share CPUs are told how many threads to run."""
+    from launcher.affinity import bind_process
+
+    monkeypatch.setattr(os, "sched_setaffinity", lambda *a: None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOPO_BINDING", raising=False)
+    n = len(ALLOWED) // 2
+    with pytest.warns(UserWarning, match=rf"^set_affinity: CPUs {ALLOWED[0]}-{ALLOWED[-1]} are shared by 2 of the "
+                                         rf"job's processes: set OMP_NUM_THREADS={n} \(or torch.set_num_threads"
+                                         rf"\({n}\)\) so that they do not run more threads than CPUs$"):
+        assert bind_process(1, 2, mode="node").omp_threads == n
+    assert bind_process(0, 2).omp_threads is None  # unique CPUs: nothing to divide
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert bind_process(1, 2, mode="node").omp_threads is None  # the user's choice stands
+
+
 def test_numbers_too_long_to_print_are_refused_in_one_line(untouched):
     with pytest.raises(AffinityError, match=r"^device_id=a number of 16610 bits is past 65535"):
         topo.set_affinity(10**5000)
@@ -237,7 +255,8 @@ def test_from_topo_import_set_affinity():
     from topo import set_affinity
 
     assert set_affinity is affinity.set_affinity
-    assert "set_affinity" in topo.__all__
+    assert topo.AffinityError is affinity.AffinityError
+    assert "set_affinity" in topo.__all__ and "AffinityError" in topo.__all__
 
 
 def test_refused_cpus_restore_the_memory_policy(monkeypatch):
@@ -261,14 +280,14 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
     """MPOL_PREFERRED keeps one node; Linux 5.15+ prefers several with MPOL_PREFERRED_MANY, and an
     older kernel's EINVAL falls back to the first node."""
     from topo import syscalls
-    from launcher.affinity import _set_memory
-    from planners.binding import Binding
+    from launcher.affinity import set_memory
+    from topo.binding import Binding
 
     two = Binding(CpuSet([0, 1]), CpuSet([0, 1]), "preferred")
     calls = []
     monkeypatch.setattr(syscalls, "get_mempolicy", lambda: ("default", CpuSet()))
     monkeypatch.setattr(syscalls, "set_mempolicy", lambda *a: calls.append(a))
-    assert _set_memory(two) == "preferred"
+    assert set_memory(two) == "preferred"
     assert calls == [("preferred-many", CpuSet([0, 1]))]
 
     def old_kernel(policy, nodes=CpuSet()):
@@ -278,7 +297,7 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
 
     calls.clear()
     monkeypatch.setattr(syscalls, "set_mempolicy", old_kernel)
-    assert _set_memory(two) == "preferred"
+    assert set_memory(two) == "preferred"
     assert calls == [("preferred-many", CpuSet([0, 1])), ("preferred", CpuSet([0, 1]))]
 
 

@@ -64,7 +64,7 @@ def test_migrate_moves_the_pages_off_other_nodes_and_counts_them(monkeypatch):
     calls = []
     monkeypatch.setattr(affinity, "pages_by_node", lambda: next(maps))
     monkeypatch.setattr(syscalls, "migrate_pages", lambda pid, old, new: calls.append((pid, old, new)) or 0)
-    assert affinity._migrate(CpuSet([1])) == 95
+    assert affinity.migrate_to(CpuSet([1])) == 95
     assert calls == [(0, CpuSet([0, 2]), CpuSet([1]))]
 
 
@@ -76,7 +76,7 @@ def test_a_refused_migration_names_the_option(monkeypatch):
     monkeypatch.setattr(syscalls, "migrate_pages", refuse)
     with pytest.raises(AffinityError, match=r"^migrate=True: migrate_pages: Invalid argument \(nodes 0 to 1\): the "
                                             r"kernel refused to move the pages .*; pass migrate=False$"):
-        affinity._migrate(CpuSet([1]))
+        affinity.migrate_to(CpuSet([1]))
 
 
 def test_the_one_liner_binds_and_migrates():

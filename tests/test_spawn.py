@@ -31,7 +31,8 @@ def where_am_i() -> dict:
         cpus = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("Cpus_allowed_list"))
     with open("/proc/self/numa_maps") as fh:
         policy = fh.readline().split()[1]
-    return {"cpus": cpus, "policy": policy, "binding": os.environ.get("TOPO_BINDING")}
+    return {"cpus": cpus, "policy": policy, "binding": os.environ.get("TOPO_BINDING"),
+            "omp": os.environ.get("OMP_NUM_THREADS")}
 
 
 CHILD = [sys.executable, "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); import test_spawn; "
@@ -43,7 +44,7 @@ def run(argv, *, refuse=None) -> subprocess.CompletedProcess:
     if refuse is not None:
         argv = [sys.executable, "-c", "import os, sys, seccomp; seccomp.refuse_set_mempolicy(eval(sys.argv[1])); "
                 "os.execv(sys.argv[2], sys.argv[2:])", repr(refuse), *argv]
-    env = {k: v for k, v in os.environ.items() if k != "TOPO_BINDING"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TOPO_BINDING", "OMP_NUM_THREADS")}
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{ROOT / 'tests'}"
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
 
@@ -62,10 +63,22 @@ def test_bound_argv_starts_the_command_bound():
     assert got["binding"] == f"cpus={ALLOWED[1]} memory={got['policy']}"
 
 
-def test_bound_argv_cpus_only_leaves_memory_alone():
+def test_bound_argv_cpus_only_leaves_memory_alone(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     proc = run(bound_argv(CHILD, 0, 2))
     got = json.loads(proc.stdout)
     assert (got["cpus"], got["policy"], got["binding"]) == (str(ALLOWED[0]), "default", f"cpus={ALLOWED[0]}")
+    assert got["omp"] == "1"  # its one CPU, as topo launch sets it
+
+
+def test_bound_argv_divides_shared_cpus_among_the_processes(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    argv = bound_argv(CHILD, 1, 2, mode="node")  # both ranks on every CPU
+    assert f"--env=OMP_NUM_THREADS={len(ALLOWED) // 2}" in argv
+    got = json.loads(run(argv).stdout)
+    assert got["cpus"] == f"{ALLOWED[0]}-{ALLOWED[-1]}" and got["omp"] == str(len(ALLOWED) // 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the user's choice wins
+    assert not any(a.startswith("--env=") for a in bound_argv(CHILD, 1, 2, mode="node"))
 
 
 @pytest.mark.skipif(not seccomp.supported(), reason="seccomp filter written for x86_64 and aarch64")
@@ -79,7 +92,9 @@ def test_bound_argv_where_the_kernel_refuses_mpol_bind():
     got = json.loads(relaxed.stdout)
     assert got["policy"].startswith("prefer:") and got["cpus"] == str(ALLOWED[0])
     assert got["binding"] == f"cpus={ALLOWED[0]} memory=preferred:{got['policy'].split(':')[1]}"
-    assert "refused; --bind-fallback: memory preferred on" in relaxed.stderr
+    node = got["policy"].split(":")[1]
+    assert relaxed.stderr == (f"topo: the kernel refused the memory policy of CPUs {ALLOWED[0]}, memory bound to "
+                              f"node {node}; --bind-fallback: CPUs {ALLOWED[0]}, memory preferred on node {node}\n")
     alone = run(bound_argv(CHILD, 0, 2, memory="bind", bind_fallback=True), refuse=None)
     assert json.loads(alone.stdout)["policy"].startswith("bind:")
     cpus_only = run(bound_argv(CHILD, 0, 2, memory="preferred", bind_fallback=True), refuse={1: 1, 5: 1})
@@ -92,6 +107,8 @@ def test_the_prefix_exits_as_a_shell_does():
     assert missing.returncode == 127 and "topo: error: no-such-command-here: No such file" in missing.stderr
     malformed = run([sys.executable, "-m", "launcher.bindexec", "cpus=x", "--", "true"])
     assert malformed.returncode == 2 and malformed.stderr.startswith("topo: error: ")
+    bad_env = run([sys.executable, "-m", "launcher.bindexec", "--env=1X=2", "cpus=0", "--", "true"])
+    assert bad_env.returncode == 2 and "'--env=1X=2' is not --env=NAME=VALUE" in bad_env.stderr
     no_command = run([sys.executable, "-m", "launcher.bindexec", "cpus=0"])
     assert no_command.returncode == 2 and "no '--' before the command" in no_command.stderr
 
@@ -116,9 +133,11 @@ class OwnRun(multiprocessing.get_context("forkserver").Process):
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_start_bound_binds_each_child(method):
+def test_start_bound_binds_each_child(method, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     ctx = multiprocessing.get_context(method)
-    before = (os.sched_getaffinity(0), syscalls.get_mempolicy(), os.environ.get("TOPO_BINDING"))
+    before = (os.sched_getaffinity(0), syscalls.get_mempolicy(), os.environ.get("TOPO_BINDING"),
+              os.environ.get("OMP_NUM_THREADS"))
     queue = ctx.Queue()
     children = [ctx.Process(target=report, args=(queue,)) for _ in range(2)]
     bindings = [start_bound(child, rank, 2, memory="bind") for rank, child in enumerate(children)]
@@ -129,10 +148,11 @@ def test_start_bound_binds_each_child(method):
     assert [g["cpus"] for g in got] == [str(c) for c in ALLOWED[:2]]
     assert [b.cpus for b in bindings] == [CpuSet([ALLOWED[0]]), CpuSet([ALLOWED[1]])]
     for g, b in zip(got, bindings):
-        assert g["binding"] == b.env_value()
+        assert g["binding"] == b.env_value() and g["omp"] == "1"
         assert g["policy"] == f"bind:{b.memory_nodes}"
     # the parent's thread has its own binding back
-    assert (os.sched_getaffinity(0), syscalls.get_mempolicy(), os.environ.get("TOPO_BINDING")) == before
+    assert (os.sched_getaffinity(0), syscalls.get_mempolicy(), os.environ.get("TOPO_BINDING"),
+            os.environ.get("OMP_NUM_THREADS")) == before
 
 
 def test_start_bound_refuses_what_it_cannot_bind_at_birth():

@@ -13,6 +13,9 @@
 - Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists logical NPU ids; msrun maps local rank i to
   `sorted(ids)[i]`, and so do we, so our plans and msrun agree on every process's device.
 
+`find_device(topology, name)` is the device a caller names itself, whatever those variables say:
+a GPU/MIG UUID (or a bare one, as torch prints it) or a PCI bus id in any of its usual forms.
+
 Pure functions of the topology and an environment mapping: planners, `topo.set_affinity` and the
 launcher all call them.
 """
@@ -243,11 +246,6 @@ def normal_bus_id(text: str) -> str | None:
     if domain > 0xFFFF:
         return None
     return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
-
-
-def is_physical_name(name) -> bool:
-    """Whether `name` names a device by what it is (UUID or bus id) rather than by a local index."""
-    return not isinstance(name, int) and not (isinstance(name, str) and _INDEX.match(name.strip()))
 
 
 def find_device(topology: Topology, name) -> tuple[Device, Device | None]:
