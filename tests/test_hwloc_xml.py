@@ -144,7 +144,7 @@ def test_show_from_xml_and_json_roundtrip(tmp_path):
     saved.write_text(first.output)
     second = runner.invoke(cli, ["show", "--from", str(saved), "--json"], catch_exceptions=False)
     assert json.loads(second.output) == json.loads(first.output)
-    text = runner.invoke(cli, ["show", "--from", str(xml)]).output
+    text = runner.invoke(cli, ["show", "--from", str(xml), "--long"]).output
     assert "2 packages, 2 NUMA nodes, 16 cores, 16 PUs" in text
 
 

@@ -14,6 +14,8 @@ import sys
 
 import click
 
+from topo.text import printable
+
 # name -> "module:attribute" in this package; one line per command.
 COMMANDS: dict[str, str] = {
     "show": "topo_cli.show:show",
@@ -113,12 +115,13 @@ def _exit_without_teardown(code) -> None:
 
 
 def _report(exc: click.ClickException) -> int:
-    """One line for every error, usage errors included: `topo: error: <message>`."""
+    """One line for every error, usage errors included: `topo: error: <message>`, control
+    characters from a machine or file it quotes escaped."""
     message = exc.format_message()
     if isinstance(exc, click.UsageError):
         path = exc.ctx.command_path if exc.ctx is not None else getattr(exc, "help_path", "topo")
         message = f"{message} (see `{path} --help`)"
-    click.echo(f"topo: error: {message}", err=True)
+    click.echo(f"topo: error: {printable(message)}", err=True)
     return exc.exit_code
 
 
