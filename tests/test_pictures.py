@@ -125,7 +125,7 @@ def test_show_output_rejects_an_unknown_extension_before_reading_the_machine(tmp
     result = CliRunner().invoke(cli, ["show", "--root", str(tmp_path / "absent"), "--output",
                                       str(tmp_path / "m.png")])
     assert result.exit_code == 2
-    assert "unknown format '.png'; name the file .txt, .json, .svg, .html, .htm, or give --of" in result.output
+    assert "unknown format '.png'; name the file .txt, .json, .svg, .html, .htm, .xml, or give --of" in result.output
     assert not (tmp_path / "m.png").exists()
     result = CliRunner().invoke(cli, ["show", "--json", "--output", str(tmp_path / "m.svg")])
     assert result.exit_code == 2 and "give one of them" in result.output

@@ -11,7 +11,7 @@ cpulist text, tuples <-> lists, ...). `_JSON_NAMES` lists the few keys not named
 
 from __future__ import annotations
 
-from dataclasses import MISSING, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Iterable, Mapping
 
 from topo.cpuset import EMPTY, CpuSet
@@ -123,10 +123,43 @@ class PciDevice:
     driver: str | None = None
     names: tuple[str, ...] = ()  # OS devices under it, RDMA first: "mlx5_0", "eth0", "nvme0"
     rdma_names: tuple[str, ...] = ()  # those sysfs lists under infiniband/ (the RDMA devices)
+    parent: str | None = None  # id of the PciBridge above it; None when bridges are not known
 
     @property
     def id(self) -> str:
         return f"{self.vendor_id}:{self.device_id}"
+
+
+@dataclass(frozen=True)
+class PciBridge:
+    """A bridge of the PCI tree, as lstopo shows it: a host bridge (`id` "pci0000:00", as Linux
+    names its directory, no PCI function of its own) or a PCI-to-PCI bridge (`id` its bus id).
+    `local_cpus` is where hwloc attaches the host bridge's whole tree."""
+
+    id: str
+    parent: str | None  # id of the bridge above; None for a host bridge
+    domain: int
+    secondary_bus: int  # the buses below it: secondary_bus..subordinate_bus
+    subordinate_bus: int
+    local_cpus: CpuSet
+    class_id: str | None = None  # "0604"; None for a host bridge
+    vendor_id: str | None = None
+    device_id: str | None = None
+
+    @property
+    def is_host(self) -> bool:
+        return self.parent is None
+
+
+@dataclass(frozen=True)
+class OsDevice:
+    """What the OS names below a PCI function (or near a NUMA node): lstopo's OS devices."""
+
+    name: str  # "sda", "nvme0n1", "eth0", "ib0", "mlx5_0", "card0", "dma0chan0", "dax0.0"
+    type: str  # "block" | "net" | "openfabrics" | "gpu" | "coproc" | "dma"
+    parent: str | None  # bus id of its PCI function; None when it hangs from a CPU-side object
+    local_cpus: CpuSet  # the CPUs of the object it hangs from (its PCI tree's locality, or its node's)
+    subtype: str | None = None  # lstopo's: "Disk", "NVM", ...
 
 
 @record
@@ -170,6 +203,8 @@ class Topology:
     memory_side_caches: tuple[MemorySideCache, ...] = ()
     groups: tuple[Group, ...] = ()
     pci_devices: tuple[PciDevice, ...] = ()
+    pci_bridges: tuple[PciBridge, ...] = ()
+    os_devices: tuple[OsDevice, ...] = ()
     devices: tuple[Device, ...] = ()
     links: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     include_disallowed: bool = False  # the view `discover(include_disallowed=...)` asked for
@@ -359,6 +394,7 @@ def _cache_problems(t: Topology) -> list[str]:
 # (the view flag; root and probes, which Topology.to_dict writes under "source").
 _JSON_NAMES = {
     "PciDevice": {"class_id": "class"},
+    "PciBridge": {"class_id": "class"},
     "Topology": {"root": None, "probes": None, "include_disallowed": None},
 }
 # One key holding two fields: PciDevice's "id" is "vendor_id:device_id".

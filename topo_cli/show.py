@@ -13,7 +13,8 @@ from topo_cli import CONTEXT
 from topo_cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
 
 # --of FORMAT -> the file name endings that mean it (lstopo: the output format from the extension)
-FORMATS = {"console": (".txt",), "json": (".json",), "svg": (".svg",), "html": (".html", ".htm")}
+FORMATS = {"console": (".txt",), "json": (".json",), "svg": (".svg",), "html": (".html", ".htm"),
+           "xml": (".xml",)}
 FORMAT_ALIASES = {"txt": "console"}
 
 
@@ -24,7 +25,8 @@ FORMAT_ALIASES = {"txt": "console"}
               help="Write to FILE (as the positional FILE) instead of stdout; '-' is stdout.")
 @click.option("--of", "output_format", default=None, metavar="FORMAT",
               type=click.Choice([*FORMATS, *FORMAT_ALIASES], case_sensitive=False),
-              help="Output format, as lstopo's --of: console (or txt), json, svg, html. "
+              help="Output format, as lstopo's --of: console (or txt), json, svg, html, xml (hwloc v2 "
+                   "XML, which lstopo -i FILE reads). "
                    "Default: from FILE's extension, else console.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists (else refused, as lstopo).")
 @click.option("-p", "--physical", "index", flag_value="physical",
@@ -53,6 +55,7 @@ def show(machine, file, output, output_format, force, index, long_form, as_json,
       topo show --root /tmp/captured     # a sysfs/procfs captured below a directory
       topo show --from machine.xml       # an hwloc XML export (lstopo --of xml)
       topo show machine.svg              # a drawing (.html: with the summary and link matrix)
+      topo show exported.xml             # hwloc v2 XML, for lstopo -i, hwloc-calc, hwloc-bind
     """
     if file is not None and output is not None:
         raise UsageError(f"FILE {file} and --output {output} both name the output file: give one of them")
@@ -114,6 +117,10 @@ def _render(topology, fmt: str, index: str, long_form: bool) -> str:
         from topo.draw import draw_html
 
         return draw_html(topology)
+    if fmt == "xml":
+        from topo.hwloc_export import to_xml
+
+        return to_xml(topology)
     from topo.render import render_console, render_text
 
     return (render_text(topology) if long_form else render_console(topology, index)) + "\n"
