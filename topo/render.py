@@ -209,7 +209,8 @@ INDEX_MODES = ("default", "physical", "logical")
 class ConsoleObj:
     """One object of lstopo's console tree (a plain class, as TreeNode)."""
 
-    __slots__ = ("type", "os_index", "attr", "cpuset", "order", "subtype", "children", "memory", "logical")
+    __slots__ = ("type", "os_index", "attr", "cpuset", "order", "subtype", "children", "memory", "io", "logical",
+                 "label")
 
     def __init__(self, type: str, os_index: int | None, attr: str, cpuset: CpuSet, order: int,
                  subtype: str | None = None):
@@ -221,7 +222,9 @@ class ConsoleObj:
         self.subtype = subtype  # printed in parentheses after the type: "Group0(Cluster)"
         self.children: list[ConsoleObj] = []
         self.memory: list[ConsoleObj] = []
+        self.io: list[ConsoleObj] = []  # bridges, PCI functions, OS devices: no cpuset, no index
         self.logical = 0
+        self.label = ""  # an I/O object's whole text: "PCI 02:00.0 (Ethernet)", 'Net "eth0"'
 
 
 def hwloc_size(n: int) -> str:
@@ -250,9 +253,11 @@ def _console_objects(t: Topology) -> tuple[list[ConsoleObj], dict[int, ConsoleOb
     return objs, group_of_node
 
 
-def console_tree(t: Topology) -> ConsoleObj:
+def console_tree(t: Topology, io: str = "important") -> ConsoleObj:
     """The tree lstopo builds for `t`: objects nested by cpuset and hwloc's type order, NUMA nodes
-    (behind their memory-side caches) as memory children, logical indices in tree order."""
+    (behind their memory-side caches) as memory children, the I/O trees lstopo shows by default
+    as I/O children (`io`: "important", "whole" as lstopo --whole-io, "none" as --no-io), logical
+    indices in tree order."""
     machine = ConsoleObj("Machine", None, "", t.pus, _HWLOC_ORDER["Machine"])
     objs, group_of_node = _console_objects(t)
     objs.sort(key=lambda o: (-o.cpuset.weight(), o.order, o.cpuset.first()))
@@ -277,8 +282,124 @@ def console_tree(t: Topology) -> ConsoleObj:
                 wrapper.memory.append(top)
                 top = wrapper
         _memory_parent(placed, machine, node.locality, group_of_node.get(node.os_index)).memory.append(top)
+    if io != "none":
+        for obj, local_cpus in _io_trees(t, whole=io == "whole"):
+            _io_parent(placed, machine, local_cpus).io.append(obj)
     _console_number(machine)
     return machine
+
+
+# hwloc's "important" PCI functions, what lstopo shows by default (hwloc_filter_check_pcidev_subtype_
+# important): storage, network, display, unclassified, processors, accelerators, Fibre Channel,
+# InfiniBand, CXL memory; and the OS devices hwloc's Linux backend looks up in that view, which
+# leaves out DRM GPUs (card0) and DMA channels.
+_HIDDEN_OS_DEVICES = ("gpu", "dma")
+_IMPORTANT_PCI_BASES = ("00", "01", "02", "03", "0b", "12")
+_IMPORTANT_PCI_CLASSES = ("0c04", "0c06", "0502")
+_OS_DEVICE_TYPES = {"block": "Block", "net": "Net", "openfabrics": "OpenFabrics", "gpu": "GPU",
+                    "coproc": "CoProc", "dma": "DMA"}
+# hwloc_pci_class_string: a class's name by its 16 bits, else by its base class
+_PCI_CLASSES = {
+    "0001": "VGA", "0100": "SCSI", "0101": "IDE", "0102": "Floppy", "0103": "IPI", "0104": "RAID", "0105": "ATA",
+    "0106": "SATA", "0107": "SAS", "0108": "NVMExp", "0200": "Ethernet", "0201": "TokenRing", "0202": "FDDI",
+    "0203": "ATM", "0204": "ISDN", "0205": "WorldFip", "0206": "PICMG", "0207": "InfiniBand", "0208": "Fabric",
+    "0300": "VGA", "0301": "XGA", "0302": "3D", "0400": "MultimediaVideo", "0401": "MultimediaAudio",
+    "0402": "Telephony", "0403": "AudioDevice", "0500": "RAM", "0501": "Flash", "0502": "CXLMem",
+    "0600": "HostBridge", "0601": "ISABridge", "0602": "EISABridge", "0603": "MicroChannelBridge",
+    "0604": "PCIBridge", "0605": "PCMCIABridge", "0606": "NubusBridge", "0607": "CardBusBridge",
+    "0608": "RACEwayBridge", "0609": "SemiTransparentPCIBridge", "060a": "InfiniBandPCIHostBridge",
+    "0700": "Serial", "0701": "Parallel", "0702": "MultiportSerial", "0703": "Model", "0704": "GPIB",
+    "0705": "SmartCard", "0800": "PIC", "0801": "DMA", "0802": "Timer", "0803": "RTC", "0804": "PCIHotPlug",
+    "0805": "SDHost", "0806": "IOMMU", "0900": "Keyboard", "0901": "DigitizerPen", "0902": "Mouse",
+    "0903": "Scanern", "0904": "Gameport", "0b00": "386", "0b01": "486", "0b02": "Pentium", "0b10": "Alpha",
+    "0b20": "PowerPC", "0b30": "MIPS", "0b40": "Co-Processor", "0c00": "FireWire", "0c01": "ACCESS",
+    "0c02": "SSA", "0c03": "USB", "0c04": "FibreChannel", "0c05": "SMBus", "0c06": "InfiniBand",
+    "0c07": "IPMI-SMIC", "0c08": "SERCOS", "0c09": "CANBUS", "0d00": "IRDA", "0d01": "ConsumerIR", "0d10": "RF",
+    "0d11": "Bluetooth", "0d12": "Broadband", "0d20": "802.1a", "0d21": "802.1b", "0e00": "I2O",
+}
+_PCI_BASES = {
+    "00": "Other", "01": "Storage", "02": "Network", "03": "Display", "04": "Multimedia", "05": "Memory",
+    "06": "Bridge", "07": "Communication", "08": "SystemPeripheral", "09": "Input", "0a": "DockingStation",
+    "0b": "Processor", "0c": "SerialBus", "0d": "Wireless", "0e": "Intelligent", "0f": "Satellite",
+    "10": "Encryption", "11": "SignalProcessing", "12": "ProcessingAccelerator", "13": "Instrumentation",
+    "40": "Co-Processor",
+}
+
+
+def pci_class_name(class_id: str) -> str:
+    """A PCI class ("0108") as lstopo names it ("NVMExp")."""
+    class_id = class_id.lower()
+    return _PCI_CLASSES.get(class_id) or _PCI_BASES.get(class_id[:2], "Other")
+
+
+def _io_trees(t: Topology, whole: bool = False) -> list[tuple[ConsoleObj, CpuSet]]:
+    """lstopo's default I/O view: the important PCI functions with their OS devices, the bridges
+    above them (a bridge with nothing shown below it is left out), and the OS devices of no PCI
+    function; each tree with the CPUs it is local to. `whole`: every function, bridge and OS
+    device (lstopo --whole-io)."""
+    hidden = () if whole else _HIDDEN_OS_DEVICES
+    domains = any(busid[:4] != "0000" for busid in (*(d.busid for d in t.pci_devices),
+                                                    *(b.id for b in t.pci_bridges if not b.is_host)))
+    by_parent: dict[str | None, list[tuple[str, ConsoleObj]]] = {}
+    for dev in t.pci_devices:
+        if not (whole or dev.class_id[:2] in _IMPORTANT_PCI_BASES or dev.class_id in _IMPORTANT_PCI_CLASSES):
+            continue
+        obj = ConsoleObj("PCI", None, "", CpuSet(), 16)
+        obj.label = f"PCI {dev.busid if domains else dev.busid[5:]} ({pci_class_name(dev.class_id)})"
+        by_parent.setdefault(dev.parent, []).append((dev.busid, obj))
+        for osdev in t.os_devices:
+            if osdev.parent == dev.busid and osdev.type not in hidden:
+                obj.io.append(_os_device(osdev))
+    trees: list[tuple[tuple[int, int], ConsoleObj, CpuSet]] = []
+    bridges = {b.id: b for b in t.pci_bridges}
+    # deepest bridges first, so a bridge knows whether anything is shown below it
+    for bridge in sorted(t.pci_bridges, key=lambda b: -_bridge_depth(b, bridges)):
+        below = sorted(by_parent.pop(bridge.id, []), key=lambda kv: kv[0])
+        if not below and not whole:
+            continue
+        obj = ConsoleObj("HostBridge" if bridge.is_host else "PCIBridge", None, "", CpuSet(), 15)
+        obj.label = obj.type
+        obj.io = [o for _, o in below]
+        if bridge.is_host:
+            trees.append(((bridge.domain, bridge.secondary_bus), obj, bridge.local_cpus))
+        else:
+            by_parent.setdefault(bridge.parent, []).append((bridge.id, obj))
+    trees.sort(key=lambda entry: entry[0])
+    out = [(obj, cpus) for _, obj, cpus in trees]
+    out += [(_os_device(d), d.local_cpus) for d in t.os_devices
+            if d.parent is None and d.type not in hidden]
+    return out
+
+
+def _bridge_depth(bridge, bridges: dict) -> int:
+    depth = 0
+    while bridge.parent is not None and bridge.parent in bridges and depth < len(bridges):
+        bridge, depth = bridges[bridge.parent], depth + 1
+    return depth
+
+
+def _os_device(d) -> ConsoleObj:
+    obj = ConsoleObj("OSDev", None, "", CpuSet(), 17)
+    obj.label = f'{_OS_DEVICE_TYPES.get(d.type, "OS")}{f"({d.subtype})" if d.subtype else ""} "{d.name}"'
+    return obj
+
+
+def _io_parent(placed: list[ConsoleObj], machine: ConsoleObj, local_cpus: CpuSet) -> ConsoleObj:
+    """Where hwloc attaches an I/O tree (hwloc_find_insert_io_parent_by_complete_cpuset): the
+    machine when the CPUs are all of its own or none of them, else the highest object with exactly
+    those CPUs, else the smallest holding them."""
+    local_cpus = local_cpus & machine.cpuset
+    if not local_cpus or local_cpus == machine.cpuset:
+        return machine
+    best = machine
+    for obj in placed:
+        if obj.type == "PU" or obj is machine:
+            continue
+        if obj.cpuset == local_cpus:
+            return obj
+        if local_cpus <= obj.cpuset and obj.cpuset.weight() <= best.cpuset.weight():
+            best = obj
+    return best
 
 
 def _memory_parent(placed: list[ConsoleObj], machine: ConsoleObj, locality: CpuSet,
@@ -341,24 +462,28 @@ def _console_label(obj: ConsoleObj, index: str, total_memory: int) -> str:
     return text
 
 
-def render_console(t: Topology, index: str = "default") -> str:
+def render_console(t: Topology, index: str = "default", io: str = "important") -> str:
     """The tree as `lstopo-no-graphics` prints it (`-p`: index="physical", `-l`: "logical"): an
     object whose parent has it as its only child, with the same CPUs and no memory child, is
-    printed on its parent's line after " + "."""
+    printed on its parent's line after " + ". `io`: the I/O objects shown, "important" (lstopo's default), "whole" (--whole-io) or
+    "none" (--no-io)."""
     if index not in INDEX_MODES:
         raise ValueError(f"index must be one of {INDEX_MODES}, not {index!r}")
     total = sum(n.local_memory for n in t.numa_nodes)
     lines: list[str] = []
 
     def emit(obj: ConsoleObj, parent: ConsoleObj | None, depth: int) -> None:
-        if (parent is not None and len(parent.children) == 1 and not parent.memory
+        if obj.label:
+            lines.append("  " * depth + obj.label)
+            depth += 1
+        elif (parent is not None and len(parent.children) == 1 and not parent.memory and not parent.io
                 and obj.cpuset == parent.cpuset and obj.type != "NUMANode"):
             lines[-1] += " + " + _console_label(obj, index, total)
         else:
             lines.append("  " * depth + _console_label(obj, index, total))
             depth += 1
-        for child in (*obj.memory, *obj.children):
+        for child in (*obj.memory, *obj.children, *obj.io):
             emit(child, obj, depth)
 
-    emit(console_tree(t), None, 0)
+    emit(console_tree(t, io), None, 0)
     return "\n".join(printable(line) for line in lines)
