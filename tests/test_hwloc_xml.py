@@ -355,7 +355,8 @@ def test_bitmaps_with_empty_words_and_many_words():
 def test_show_output_xml_writes_hwloc_v2(tmp_path):
     xml = SYSFS / "32em64t-2n8c+dax+nvme+mic+dimms.xml"
     out = tmp_path / "machine.xml"
-    result = CliRunner().invoke(cli, ["show", "--from", str(xml), "--output", str(out)], catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["show", "--from", str(xml), "--whole-io", "--output", str(out)],
+                                catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert out.read_text().startswith('<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE topology SYSTEM "hwloc2.dtd">')
     assert _same_fields(topo.load_topology(xml), topo.load_topology(out)) == []

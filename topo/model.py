@@ -250,6 +250,39 @@ class Topology:
                 parts.append(_count(kinds[kind], kind.upper() if kind != "accel" else "accelerator"))
         return ", ".join(parts)
 
+    def io_view(self, io: str = "important", bridges: bool = True) -> "Topology":
+        """The I/O objects lstopo shows with the same flags: `io` "important" (its default: storage,
+        network, display, co-processor and accelerator functions, the bridges leading to them, OS
+        devices but DMA channels and DRM cards), "whole" (`--whole-io`) or "none" (`--no-io`);
+        `bridges=False` (`--no-bridges`) drops the bridges, the functions keep their locality.
+        `devices` (what planners place processes next to) is never filtered."""
+        if io not in ("important", "whole", "none"):
+            raise ValueError(f"io must be 'important', 'whole' or 'none', not {io!r}")
+        if io == "none":
+            return replace(self, pci_devices=(), pci_bridges=(), os_devices=())
+        functions = self.pci_devices
+        osdevs = self.os_devices
+        if io == "important":
+            functions = tuple(d for d in functions if _important(d.class_id))
+            osdevs = tuple(o for o in osdevs if o.type not in ("dma", "gpu"))
+        kept = {d.busid for d in functions}
+        by_id = {b.id: b for b in self.pci_bridges}
+        osdevs = tuple(o if o.parent is None or o.parent in kept else replace(o, parent=None) for o in osdevs)
+        if not bridges:
+            return replace(self, pci_devices=tuple(replace(d, parent=None) for d in functions), pci_bridges=(),
+                           os_devices=osdevs)
+        used = set()
+        if io == "important":  # bridges with nothing below them go, as hwloc__filter_bridges removes them
+            for d in functions:
+                up = d.parent
+                while up is not None and up not in used and up in by_id:
+                    used.add(up)
+                    up = by_id[up].parent
+        else:
+            used = set(by_id)
+        return replace(self, pci_devices=functions, pci_bridges=tuple(b for b in self.pci_bridges if b.id in used),
+                       os_devices=osdevs)
+
     def with_devices(self, devices: Iterable[Device], **changes) -> "Topology":
         return replace(self, devices=tuple(devices), **changes)
 
@@ -288,6 +321,16 @@ class Topology:
         except _Malformed as exc:
             raise _malformed(exc.where, exc.what, source.get("probes")) from None
         return _decode(cls, data, "", root=source["root"], probes=probes)
+
+
+# hwloc_filter_check_pcidev_subtype_important: unclassified (BXI), storage, network, display,
+# processor, accelerator base classes; fibre channel, InfiniBand and CXL memory.
+_IMPORTANT_BASES = ("00", "01", "02", "03", "0b", "12")
+_IMPORTANT_CLASSES = ("0c04", "0c06", "0502")
+
+
+def _important(class_id: str) -> bool:
+    return class_id[:2] in _IMPORTANT_BASES or class_id in _IMPORTANT_CLASSES
 
 
 def _count(n: int, noun: str) -> str:

@@ -253,10 +253,9 @@ def _console_objects(t: Topology) -> tuple[list[ConsoleObj], dict[int, ConsoleOb
     return objs, group_of_node
 
 
-def console_tree(t: Topology, io: str = "important") -> ConsoleObj:
+def console_tree(t: Topology) -> ConsoleObj:
     """The tree lstopo builds for `t`: objects nested by cpuset and hwloc's type order, NUMA nodes
-    (behind their memory-side caches) as memory children, the I/O trees lstopo shows by default
-    as I/O children (`io`: "important", "whole" as lstopo --whole-io, "none" as --no-io), logical
+    (behind their memory-side caches) as memory children, the I/O trees as I/O children, logical
     indices in tree order."""
     machine = ConsoleObj("Machine", None, "", t.pus, _HWLOC_ORDER["Machine"])
     objs, group_of_node = _console_objects(t)
@@ -282,20 +281,12 @@ def console_tree(t: Topology, io: str = "important") -> ConsoleObj:
                 wrapper.memory.append(top)
                 top = wrapper
         _memory_parent(placed, machine, node.locality, group_of_node.get(node.os_index)).memory.append(top)
-    if io != "none":
-        for obj, local_cpus in _io_trees(t, whole=io == "whole"):
-            _io_parent(placed, machine, local_cpus).io.append(obj)
+    for obj, local_cpus in _io_trees(t):
+        _io_parent(placed, machine, local_cpus).io.append(obj)
     _console_number(machine)
     return machine
 
 
-# hwloc's "important" PCI functions, what lstopo shows by default (hwloc_filter_check_pcidev_subtype_
-# important): storage, network, display, unclassified, processors, accelerators, Fibre Channel,
-# InfiniBand, CXL memory; and the OS devices hwloc's Linux backend looks up in that view, which
-# leaves out DRM GPUs (card0) and DMA channels.
-_HIDDEN_OS_DEVICES = ("gpu", "dma")
-_IMPORTANT_PCI_BASES = ("00", "01", "02", "03", "0b", "12")
-_IMPORTANT_PCI_CLASSES = ("0c04", "0c06", "0502")
 _OS_DEVICE_TYPES = {"block": "Block", "net": "Net", "openfabrics": "OpenFabrics", "gpu": "GPU",
                     "coproc": "CoProc", "dma": "DMA"}
 # hwloc_pci_class_string: a class's name by its 16 bits, else by its base class
@@ -332,42 +323,35 @@ def pci_class_name(class_id: str) -> str:
     return _PCI_CLASSES.get(class_id) or _PCI_BASES.get(class_id[:2], "Other")
 
 
-def _io_trees(t: Topology, whole: bool = False) -> list[tuple[ConsoleObj, CpuSet]]:
-    """lstopo's default I/O view: the important PCI functions with their OS devices, the bridges
-    above them (a bridge with nothing shown below it is left out), and the OS devices of no PCI
-    function; each tree with the CPUs it is local to. `whole`: every function, bridge and OS
-    device (lstopo --whole-io)."""
-    hidden = () if whole else _HIDDEN_OS_DEVICES
+def _io_trees(t: Topology) -> list[tuple[ConsoleObj, CpuSet]]:
+    """The I/O objects of `t` as lstopo nests them (`Topology.io_view` picks which): host bridges
+    with the bridges and PCI functions below them, in bus order, each function with its OS
+    devices; functions without a bridge and OS devices without a function stand alone. Each tree
+    comes with the CPUs it is local to."""
     domains = any(busid[:4] != "0000" for busid in (*(d.busid for d in t.pci_devices),
                                                     *(b.id for b in t.pci_bridges if not b.is_host)))
-    by_parent: dict[str | None, list[tuple[str, ConsoleObj]]] = {}
+    by_parent: dict[str | None, list[tuple[str, ConsoleObj, CpuSet]]] = {}
     for dev in t.pci_devices:
-        if not (whole or dev.class_id[:2] in _IMPORTANT_PCI_BASES or dev.class_id in _IMPORTANT_PCI_CLASSES):
-            continue
         obj = ConsoleObj("PCI", None, "", CpuSet(), 16)
         obj.label = f"PCI {dev.busid if domains else dev.busid[5:]} ({pci_class_name(dev.class_id)})"
-        by_parent.setdefault(dev.parent, []).append((dev.busid, obj))
-        for osdev in t.os_devices:
-            if osdev.parent == dev.busid and osdev.type not in hidden:
-                obj.io.append(_os_device(osdev))
-    trees: list[tuple[tuple[int, int], ConsoleObj, CpuSet]] = []
+        obj.io = [_os_device(d) for d in t.os_devices if d.parent == dev.busid]
+        by_parent.setdefault(dev.parent, []).append((dev.busid, obj, dev.local_cpus))
     bridges = {b.id: b for b in t.pci_bridges}
-    # deepest bridges first, so a bridge knows whether anything is shown below it
+    trees: list[tuple[tuple, ConsoleObj, CpuSet]] = []
+    # deepest bridges first, so that each finds everything below it already made
     for bridge in sorted(t.pci_bridges, key=lambda b: -_bridge_depth(b, bridges)):
-        below = sorted(by_parent.pop(bridge.id, []), key=lambda kv: kv[0])
-        if not below and not whole:
-            continue
         obj = ConsoleObj("HostBridge" if bridge.is_host else "PCIBridge", None, "", CpuSet(), 15)
         obj.label = obj.type
-        obj.io = [o for _, o in below]
+        obj.io = [o for _, o, _ in sorted(by_parent.pop(bridge.id, []), key=lambda entry: entry[0])]
         if bridge.is_host:
-            trees.append(((bridge.domain, bridge.secondary_bus), obj, bridge.local_cpus))
+            trees.append(((bridge.domain, bridge.secondary_bus, ""), obj, bridge.local_cpus))
         else:
-            by_parent.setdefault(bridge.parent, []).append((bridge.id, obj))
+            by_parent.setdefault(bridge.parent, []).append((bridge.id, obj, bridge.local_cpus))
+    for busid, obj, cpus in (entry for entries in by_parent.values() for entry in entries):
+        trees.append(((int(busid[:busid.index(":")], 16), -1, busid), obj, cpus))  # no bridge above it
     trees.sort(key=lambda entry: entry[0])
     out = [(obj, cpus) for _, obj, cpus in trees]
-    out += [(_os_device(d), d.local_cpus) for d in t.os_devices
-            if d.parent is None and d.type not in hidden]
+    out += [(_os_device(d), d.local_cpus) for d in t.os_devices if d.parent is None]
     return out
 
 
@@ -462,11 +446,11 @@ def _console_label(obj: ConsoleObj, index: str, total_memory: int) -> str:
     return text
 
 
-def render_console(t: Topology, index: str = "default", io: str = "important") -> str:
+def render_console(t: Topology, index: str = "default") -> str:
     """The tree as `lstopo-no-graphics` prints it (`-p`: index="physical", `-l`: "logical"): an
     object whose parent has it as its only child, with the same CPUs and no memory child, is
-    printed on its parent's line after " + ". `io`: the I/O objects shown, "important" (lstopo's default), "whole" (--whole-io) or
-    "none" (--no-io)."""
+    printed on its parent's line after " + ". The I/O objects shown are those of `t`: `t.io_view()` picks them as
+    lstopo's flags do."""
     if index not in INDEX_MODES:
         raise ValueError(f"index must be one of {INDEX_MODES}, not {index!r}")
     total = sum(n.local_memory for n in t.numa_nodes)
@@ -485,5 +469,5 @@ def render_console(t: Topology, index: str = "default", io: str = "important") -
         for child in (*obj.memory, *obj.children, *obj.io):
             emit(child, obj, depth)
 
-    emit(console_tree(t, io), None, 0)
+    emit(console_tree(t), None, 0)
     return "\n".join(printable(line) for line in lines)

@@ -37,16 +37,19 @@ FORMAT_ALIASES = {"txt": "console"}
               help="topo's long form: every object on its own line with its P# and L#, the package "
                    "model, devices under their NUMA node, the device link matrix, a summary line and "
                    "how each probe fared.")
-@click.option("--no-io", "io", flag_value="none", help="Leave out I/O objects (bridges, PCI, OS devices), as lstopo.")
+@click.option("--no-io", "io", flag_value="none", help="No PCI function, bridge or OS device (lstopo --no-io).")
 @click.option("--whole-io", "io", flag_value="whole",
-              help="Show every PCI function, bridge and OS device, as lstopo (default: the important ones).")
+              help="Every PCI function, bridge and OS device (lstopo --whole-io); by default those lstopo "
+                   "shows: storage, network, display, accelerators and the bridges to them.")
+@click.option("--no-bridges", is_flag=True, help="PCI functions without the bridges above them, as lstopo.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the topology as JSON (schema topo.topology/1), as --of json.")
 @click.option("--include-disallowed", "--disallowed", is_flag=True,
               help="Also show CPUs and NUMA nodes the cgroup cpuset / affinity does not allow.")
 @click.option("--probes", default=None, metavar="LIST",
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
-def show(machine, file, output, output_format, force, index, long_form, io, as_json, include_disallowed, probes):
+def show(machine, file, output, output_format, force, index, long_form, io, no_bridges, as_json, include_disallowed,
+         probes):
     """Show the topology: packages, NUMA nodes, caches, cores, PUs, as lstopo prints them.
 
     \b
@@ -66,18 +69,19 @@ def show(machine, file, output, output_format, force, index, long_form, io, as_j
     if path in STDOUT_NAMES:
         path = None
     fmt = _format(path, output_format, as_json)
-    io_flag = {"none": "--no-io", "whole": "--whole-io"}.get(io)
-    shaping = "--long" if long_form else f"-{index[0]}" if index else io_flag
+    shaping = "--long" if long_form else f"-{index[0]}" if index else None
     if fmt != "console" and shaping:
         raise UsageError(f"{shaping} shapes the console form, not {fmt}: leave it out or write the console "
                          "form (--of console)")
-    if long_form and (index or io):
-        raise UsageError(f"--long has its own form: leave out {'-' + index[0] if index else io_flag}")
+    if long_form and index:
+        raise UsageError(f"--long shows both P# and L#: leave out -{index[0]}")
     if path is not None:
         check_output(path, force)  # a file that may not be written fails before the machine is read
     wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
     topology = machine.load(include_disallowed=include_disallowed, probes=wanted)
-    text = _render(topology, fmt, index or "default", io or "important", long_form)
+    # the I/O objects lstopo shows with the same flags, in every format
+    topology = topology.io_view(io or "important", bridges=not no_bridges)
+    text = _render(topology, fmt, index or "default", long_form)
     if path is not None:
         write_text(path, text, force)
     else:
@@ -109,7 +113,7 @@ def _format(path: str | None, output_format: str | None, as_json: bool) -> str:
                      f"or give --of {'|'.join(FORMATS)}")
 
 
-def _render(topology, fmt: str, index: str, io: str, long_form: bool) -> str:
+def _render(topology, fmt: str, index: str, long_form: bool) -> str:
     if fmt == "json":
         import json
 
@@ -128,4 +132,4 @@ def _render(topology, fmt: str, index: str, io: str, long_form: bool) -> str:
         return to_xml(topology)
     from topo.render import render_console, render_text
 
-    return (render_text(topology) if long_form else render_console(topology, index, io)) + "\n"
+    return (render_text(topology) if long_form else render_console(topology, index)) + "\n"

@@ -21,7 +21,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import EMPTY, CpuSet
+from topo.cpuset import EMPTY, MAX_ID, CpuSet
 from topo.errors import ParseError, ProbeError
 from topo.hwloc_export import GROUP_KIND_IO
 from topo.model import (Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
@@ -31,6 +31,7 @@ from topo.probes.sysfs import bus_key
 
 _BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 
+_HWLOC_WORDS = re.compile(r"\A(?:0x[0-9a-fA-F]{1,8})?(?:,(?:0x[0-9a-fA-F]{1,8})?)*\Z")
 _CACHE_TYPES = {"0": "unified", "1": "data", "2": "instruction"}
 _V2_CACHES = {"L1Cache": 1, "L2Cache": 2, "L3Cache": 3, "L4Cache": 4, "L5Cache": 5,
               "L1iCache": 1, "L2iCache": 2, "L3iCache": 3}
@@ -43,8 +44,14 @@ def parse_bitmap(text: str | None) -> CpuSet:
     is dropped."""
     if not text:
         return EMPTY
-    # An empty word between commas is an all-zero one: lstopo 2.x writes 0x00000011,,0x0.
-    words = [w or "0x0" for w in text.strip().split(",") if "..." not in w]
+    text = text.strip()
+    if _HWLOC_WORDS.match(text):
+        # What hwloc writes: one int() of the whole mask, each word padded to 32 bits (an empty
+        # word between commas is an all-zero one: lstopo 2.x writes 0x00000011,,0x0).
+        digits = "".join(w[2:].zfill(8) for w in text.split(","))
+        if len(digits.lstrip("0")) <= (MAX_ID + 1) // 4:
+            return CpuSet.from_mask(int(digits, 16))
+    words = [w or "0x0" for w in text.split(",") if "..." not in w]
     if not words:
         return EMPTY
     try:

@@ -187,6 +187,10 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     if all(d.cpuset in {p.cpuset for p in packages} for d in die_objs):
         die_objs = []  # one die per package: sysfs says nothing the package does not
     caches = _caches(fs, cpus, online)
+    caches, dropped = _nesting_caches([p.cpuset for p in packages] + [d.cpuset for d in die_objs]
+                                      + [s for _, s in clusters] + [c.cpuset for c in cores], caches)
+    notes += [f"L{c.level} {c.type} cache with CPUs {c.cpuset} ignored: it straddles another object, "
+              "as in hwloc" for c in dropped]
     models = _cpu_models(cpuinfo, packages)
     if models:
         packages = [replace(p, model=models.get(p.os_index)) for p in packages]
@@ -319,9 +323,44 @@ def _caches(fs: FsRoot, cpus: list[_Cpu], online: CpuSet) -> list[Cache]:
             read_already.add((name, shared))
             line = fs.read_int(idx + "coherency_line_size") or None
             seen[key] = Cache(level, kind, size, shared, line, _ways(fs, idx, size, line))
-    caches = list(seen.values())
-    caches.sort(key=lambda c: (c.level, c.type != "data", c.cpuset.first()))
-    return caches
+    return list(seen.values())  # in hwloc's insertion order: CPU by CPU, index by index
+
+
+def _nesting_caches(placed: list[CpuSet], caches: list[Cache]) -> tuple[list[Cache], list[Cache]]:
+    """(kept, dropped) caches by hwloc's insertion (hwloc__insert_object_by_cpuset): packages, dies,
+    clusters and cores first, then caches in the order found; one whose CPUs straddle an object
+    already in the tree (part inside, part outside, not holding it whole) is dropped.
+
+    The tree is laminar, so the objects holding a PU form a chain: a cache is checked against the
+    chains of its own PUs, each object once, which is linear in the PUs times the depth."""
+    chains: dict[int, list[CpuSet]] = {}
+
+    def add(s: CpuSet) -> None:
+        for pu in s:
+            chains.setdefault(pu, []).append(s)
+
+    def fits(s: CpuSet) -> bool:
+        seen = set()
+        for pu in s:
+            for o in chains.get(pu, ()):
+                if id(o) not in seen:
+                    seen.add(id(o))
+                    if not (o <= s or s <= o):
+                        return False
+        return True
+
+    for s in dict.fromkeys(placed):
+        if fits(s):
+            add(s)
+    kept, dropped = [], []
+    for c in caches:
+        if fits(c.cpuset):
+            kept.append(c)
+            add(c.cpuset)
+        else:
+            dropped.append(c)
+    kept.sort(key=lambda c: (c.level, c.type != "data", c.cpuset.first()))
+    return kept, dropped
 
 
 def _ways(fs: FsRoot, idx: str, size: int, line: int | None) -> int | None:
@@ -368,7 +407,6 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
         node = NumaNode(0, online, total, False, online, {0: 10})
         return RawNodes([node], [], False)
 
-    has_memory = fs.read_cpulist(f"{NODE}/has_memory")
     # NUMA emulation (numa=fake= on the kernel command line) puts a CPU in every fake node cut
     # from its physical node, so node CPU sets overlap; hwloc accepts them then, and ignores
     # initiators, which the emulation does not update.
@@ -385,10 +423,6 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     for i in ids:
         d = f"{NODE}/node{i}"
         c = own[i]
-        if has_memory is not None and i not in has_memory and c:
-            # CPU-only initiator node (no memory): hwloc does not make it a NUMA node; its
-            # CPUs find their memory through the access0/1 initiators of memory targets.
-            continue
         if c & taken and not fake_numa:
             # A CPU belongs to one node on Linux; overlapping cpumaps come from a buggy BIOS,
             # and hwloc keeps the first node that claims the CPUs.
@@ -728,12 +762,17 @@ def _config_space(fs: FsRoot, path: str) -> bytes | None:
 def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(RDMA names, all OS device names with RDMA first, then netdevs, block, drm, dma) of one PCI
     function. virtio-net keeps its netdev one level down, in virtioN/net."""
-    rdma = sorted(fs.listdir(f"{d}/infiniband"), key=_natural)
-    net = sorted(fs.listdir(f"{d}/net"), key=_natural)
-    for child in fs.listdir(d):
+    children = set(fs.listdir(d))  # one listing; only the class directories present are listed
+
+    def names(sub: str) -> list[str]:
+        return sorted(fs.listdir(f"{d}/{sub}"), key=_natural) if sub in children else []
+
+    rdma = names("infiniband")
+    net = names("net")
+    for child in sorted(children):
         if _VIRTIO_DIR.match(child):
             net += sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)
-    rest = [n for sub in ("nvme", "drm", "dma") for n in sorted(fs.listdir(f"{d}/{sub}"), key=_natural)]
+    rest = [n for sub in ("nvme", "drm", "dma") for n in names(sub)]
     return tuple(rdma), tuple(rdma + net + rest)
 
 
