@@ -132,7 +132,7 @@ def main():
 
     \b
     Examples:
-      topo show                                  # the machine, like lstopo -p
+      topo show                                  # the machine, as lstopo prints it
       topo plan --mode exclusive -o bind.json    # one process per accelerator
       topo launch --bind_numa=bind.json --join=True net.py
     """
