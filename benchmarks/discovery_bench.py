@@ -14,6 +14,11 @@ Child Pythons run with bytecode caching on (PYTHONDONTWRITEBYTECODE dropped, the
 dir via PYTHONPYCACHEPREFIX) as an installed `topo` does; pass --no-pyc to keep the caller's setting.
 
     python benchmarks/discovery_bench.py [-n 15] [FIXTURE ...]
+    python benchmarks/discovery_bench.py --io-scaling 2000,4000,16000
+
+--io-scaling times, in-process, discovery of a generated root with N PCI functions (one bridge per
+32) and loading an hwloc XML with N PCI devices and N NUMA nodes: near-linear time shows as a
+steady "us per item" column.
 """
 
 from __future__ import annotations
@@ -65,12 +70,88 @@ def topo_command() -> list[str]:
     return [str(normal_install() / "topo")]
 
 
+def pci_root(base: Path, n: int) -> Path:
+    """A one-CPU root with n PCI functions: a root port per 32 functions, each bridging one bus."""
+    root = base / f"pci-{n}"
+    cpu = root / "sys/devices/system/cpu/cpu0/topology"
+    cpu.mkdir(parents=True)
+    for name, text in (("core_cpus_list", "0"), ("package_cpus_list", "0"), ("core_id", "0"),
+                       ("physical_package_id", "0")):
+        (cpu / name).write_text(text + "\n")
+    (root / "sys/devices/system/cpu/online").write_text("0\n")
+    (root / "proc").mkdir()
+    (root / "proc/meminfo").write_text("MemTotal: 1024 kB\n")
+    pci = root / "sys/bus/pci/devices"
+    pci.mkdir(parents=True)
+    bridges = (n + 31) // 32
+    for i in range(n):
+        domain, bus = divmod(i // 32, 200)
+        if i % 32 == 0:  # the root port of this group, on its domain's bus 0
+            d = pci / f"{domain:04x}:00:{bus // 8:02x}.{bus % 8}"
+            d.mkdir()
+            (d / "class").write_text("0x060400\n")
+            (d / "local_cpulist").write_text("0\n")
+            config = bytearray(64)
+            config[0x0E], config[0x19], config[0x1A] = 1, bus + 1, bus + 1
+            (d / "config").write_bytes(bytes(config))
+        d = pci / f"{domain:04x}:{bus + 1:02x}:{(i % 32):02x}.0"
+        d.mkdir()
+        (d / "class").write_text("0x020000\n")
+        (d / "vendor").write_text("0x15b3\n")
+        (d / "device").write_text("0x1017\n")
+    assert bridges
+    return root
+
+
+def hwloc_xml(n: int) -> str:
+    """An hwloc v2 XML with n NUMA nodes (one PU each) and n PCI devices below host bridges."""
+    pus = [f'<object type="PU" os_index="{i}" cpuset="{_word_mask(i)}"/>' for i in range(n)]
+    nodes = [f'<object type="NUMANode" os_index="{i}" cpuset="{_word_mask(i)}" local_memory="1"/>' for i in range(n)]
+    devices = [f'<object type="PCIDev" pci_busid="{i // 8192:04x}:{(i // 32) % 256:02x}:{i % 32:02x}.0" '
+               f'pci_type="0200 [15b3:1017] [0000:0000] 00"/>' for i in range(n)]
+    return ('<topology version="2.0"><object type="Machine" cpuset="' + _full_mask(n) + '">'
+            + "".join(nodes[i] + pus[i] for i in range(n)) + "".join(devices) + "</object></topology>")
+
+
+def _word_mask(i: int) -> str:
+    """PU i's cpuset as lstopo 2.x writes it: zero words below the top one left empty, "0x0" last."""
+    top = f"0x{1 << (i % 32):08x}"
+    return top if i < 32 else ",".join([top] + [""] * (i // 32 - 1) + ["0x0"])
+
+
+def _full_mask(n: int) -> str:
+    mask = (1 << n) - 1
+    return ",".join(f"0x{(mask >> (32 * w)) & 0xFFFFFFFF:08x}" for w in reversed(range((n + 31) // 32)))
+
+
+def io_scaling(sizes: list[int], repeat: int) -> int:
+    sys.path.insert(0, str(REPO))
+    import topo  # noqa: E402
+    from topo.probes.hwloc_xml import parse_hwloc_xml  # noqa: E402
+
+    print(f"{'items':>6} {'discover ms':>11} {'us/function':>11} {'xml load ms':>11} {'us/device':>9}")
+    with tempfile.TemporaryDirectory(prefix="topo-bench-") as tmp:
+        for n in sizes:
+            root = pci_root(Path(tmp), n)
+            assert len(topo.discover(root).pci_devices) == n
+            t_discover = best_of(repeat, lambda: topo.discover(root))
+            text = hwloc_xml(n)
+            assert len(parse_hwloc_xml(text).pci_devices) == n
+            t_xml = best_of(repeat, lambda: parse_hwloc_xml(text))
+            print(f"{n:>6} {t_discover * 1e3:>11.0f} {t_discover * 1e6 / n:>11.1f} {t_xml * 1e3:>11.0f} "
+                  f"{t_xml * 1e6 / n:>9.1f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("fixtures", nargs="*", default=LARGEST)
     ap.add_argument("-n", "--repeat", type=int, default=15, help="runs per measurement (best is kept)")
     ap.add_argument("--no-pyc", action="store_true", help="keep the environment's bytecode settings")
+    ap.add_argument("--io-scaling", metavar="N,N,...", help="time PCI discovery and XML loading at these sizes")
     args = ap.parse_args()
+    if args.io_scaling:
+        return io_scaling([int(x) for x in args.io_scaling.split(",")], min(args.repeat, 3))
 
     lstopo = shutil.which("lstopo-no-graphics")
     if not lstopo:

@@ -134,7 +134,7 @@ def test_dgx_a100_gpus_at_their_numa_nodes_in_the_text_view(machine_root, replay
     assert node3["cpuset"] == "48-63,176-191"
     assert [d["index"] for d in data["devices"] if d["kind"] == "gpu" and d["numa_node"] == 3] == [0, 1]
 
-    text = CliRunner().invoke(cli, ["show", "--root", str(root)]).output
+    text = CliRunner().invoke(cli, ["show", "--root", str(root), "--long"]).output
     block = text.split("NUMANode L#3 (P#3")[1].split("NUMANode")[0]
     assert "GPU 0 (NVIDIA A100-SXM4-80GB 0000:07:00.0)" in block
     assert "GPU 1 (NVIDIA A100-SXM4-80GB 0000:0f:00.0)" in block

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import topo
 from lstopo_oracle import LSTOPO, answer
-from sysfs_builder import Machine, Node, Pci, _mask, build
+from sysfs_builder import Cgroup, Machine, Node, Pci, _mask, build
 from topo.cpuset import CpuSet
 from topo.errors import ProbeError
 from topo_cli import main
@@ -488,3 +488,72 @@ def test_random_numa_layout_matches_lstopo(tmp_path, seed):
     t = discover(root)
     got = Counter((n.os_index, n.locality.to_list(), n.subtype) for n in t.numa_nodes)
     assert got == Counter(answer(root).numa_nodes)
+
+
+# ---- the unseen cases: conflicting PCI localities, caches that do not nest, CPU nodes without memory
+
+
+def test_pci_locality_straddling_packages_hangs_from_the_machine(tmp_path):
+    # hwloc inserts a Group of a host bridge's local CPUs where it nests in the tree; CPUs 2-5
+    # straddle packages 0-3 and 4-7, the Group conflicts, and the tree hangs from the machine
+    # (hwloc_find_insert_io_parent_by_complete_cpuset). CPUs 4-5 nest: a Group of them.
+    pci = [
+        Pci("0000:00:00.0", "0x060000", vendor="0x8086", device="0x2020", numa_node=0, local_cpulist="2-5"),
+        Pci("0000:00:01.0", "0x060400", vendor="0x8086", device="0x2030", numa_node=0, local_cpulist="2-5",
+            bridge_buses=(1, 1)),
+        Pci("0000:01:00.0", "0x020000", vendor="0x15b3", device="0x1017", numa_node=0, local_cpulist="2-5"),
+        Pci("0000:40:00.0", "0x010802", vendor="0x144d", device="0xa808", numa_node=1, local_cpulist="4-5"),
+    ]
+    root = build(tmp_path, Machine(packages=2, cores=4, caches=False, pci=pci))
+    t = discover(root)
+    where = {d.busid: d.local_cpus.to_list() for d in t.pci_devices}
+    assert where == {"0000:01:00.0": "0-7", "0000:40:00.0": "4-5"}
+    assert {b.id: b.local_cpus.to_list() for b in t.pci_bridges} == {
+        "pci0000:00": "0-7", "0000:00:01.0": "0-7", "pci0000:40": "4-5"}
+    if LSTOPO is not None:
+        assert {b: s for b, s in answer(root).pci.items() if b in where} == where
+
+
+def test_cache_straddling_another_is_dropped_as_hwloc_drops_it(tmp_path):
+    # L3 0-1 and 2-3; cpus 1 and 2 claim an L2 shared by 1-2, which straddles both L3s. hwloc
+    # inserts CPU 0's caches first, then CPU 1's L2 conflicts with the L3 0-1 already there.
+    root = build(tmp_path, Machine(packages=1, cores=4))
+
+    def share(cpu: int, index: int, cpus: str) -> None:
+        d = root / f"sys/devices/system/cpu/cpu{cpu}/cache/index{index}"
+        (d / "shared_cpu_list").write_text(cpus + "\n")
+        (d / "shared_cpu_map").write_text(_mask(CpuSet.parse(cpus), 1) + "\n")
+
+    for cpu, l3 in ((0, "0-1"), (1, "0-1"), (2, "2-3"), (3, "2-3")):
+        share(cpu, 3, l3)
+    for cpu in (1, 2):
+        share(cpu, 2, "1-2")
+    t = discover(root)
+    got = sorted((c.level, c.type, c.cpuset.to_list()) for c in t.caches if c.level >= 2)
+    assert got == [(2, "unified", "0"), (2, "unified", "3"), (3, "unified", "0-1"), (3, "unified", "2-3")]
+    assert "L2 unified cache with CPUs 1-2 ignored: it straddles another object" in t.probes["sysfs"]
+    if LSTOPO is not None:
+        assert sorted(c for c in answer(root).caches if c[0] >= 2) == got
+
+
+def test_cpu_node_without_memory_is_kept_as_hwloc_keeps_it(tmp_path):
+    # A node with CPUs and no memory (has_memory leaves it out; a CPU-only initiator) is a NUMA node
+    # in hwloc; it is the memory-only node's nearest CPUs' holder, not node 0 alone.
+    nodes = [Node("0-3", distances=[10, 20, 17]), Node("4-7", memory=0, distances=[20, 10, 28]),
+             Node("", memory=8 << 30, distances=[17, 28, 10])]
+    root = build(tmp_path, Machine(packages=2, cores=4, caches=False, nodes=nodes))
+    t = discover(root)
+    assert [(n.os_index, n.cpuset.to_list(), n.locality.to_list(), n.local_memory, n.memory_only)
+            for n in t.numa_nodes] == [(0, "0-3", "0-3", 4 << 30, False), (1, "4-7", "4-7", 0, False),
+                                       (2, "", "0-3", 8 << 30, True)]
+    agree(t, root, "numa_nodes")
+
+
+def test_cpu_node_without_memory_outside_the_cgroup_is_left_out(tmp_path):
+    # Linux lets a cpuset's mems hold only nodes with memory: the node is there, but not allowed.
+    nodes = [Node("0-3"), Node("4-7", memory=0)]
+    root = build(tmp_path, Machine(packages=2, cores=4, caches=False, nodes=nodes,
+                                   cgroup=Cgroup(1, cpus="0-7", mems="0")))
+    assert [n.os_index for n in discover(root).numa_nodes] == [0]
+    assert [n.os_index for n in topo.discover(root, include_disallowed=True).numa_nodes] == [0, 1]
+    agree(discover(root), root, "numa_nodes")

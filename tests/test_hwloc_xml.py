@@ -4,16 +4,24 @@ gives, hwloc v1 exports too, and `topo show --from` / `topo.load_topology` accep
 from __future__ import annotations
 
 import json
+import re
+import os
+import shutil
 import subprocess
+from dataclasses import fields
 
 import pytest
 from click.testing import CliRunner
 
 import topo
-from conftest import SYSFS, parse_test_file
-from lstopo_oracle import LSTOPO
+from conftest import SYSFS, fixture_names, parse_test_file
 from topo_cli import main as cli
+from topo.cpuset import CpuSet
+from topo.hwloc_export import bitmap, to_xml
 from topo.probes.hwloc_xml import parse_bitmap, parse_hwloc_xml
+
+LSTOPO = shutil.which("lstopo-no-graphics")
+needs_lstopo = pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
 
 XML_TARGETS = sorted(p.stem for p in SYSFS.glob("*.xml"))
 
@@ -144,7 +152,7 @@ def test_show_from_xml_and_json_roundtrip(tmp_path):
     saved.write_text(first.output)
     second = runner.invoke(cli, ["show", "--from", str(saved), "--json"], catch_exceptions=False)
     assert json.loads(second.output) == json.loads(first.output)
-    text = runner.invoke(cli, ["show", "--from", str(xml)]).output
+    text = runner.invoke(cli, ["show", "--from", str(xml), "--long"]).output
     assert "2 packages, 2 NUMA nodes, 16 cores, 16 PUs" in text
 
 
@@ -204,3 +212,151 @@ def test_gpu_identity_from_hwloc_nvml_osdevs():
     from topo.visible import visible_devices
 
     assert [d.index for d in visible_devices(t, env={"CUDA_VISIBLE_DEVICES": "GPU-0d2a"})] == [1]
+
+
+# ---- every captured machine, both ways ---------------------------------------------------------
+
+
+def _tarballs() -> list[str]:
+    """One fixture name per captured tarball."""
+    seen = {}
+    for name in fixture_names():
+        source = parse_test_file(name)["source"]
+        if source and source.endswith(".tar.bz2"):
+            seen.setdefault(source, name)
+    return sorted(seen.values())
+
+
+def _lstopo(*args: str, root=None) -> str:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "HWLOC_COMPONENTS": "linux,stop",
+           "HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES": "1"}
+    if root is not None:
+        env["HWLOC_FSROOT"] = str(root)
+    return subprocess.run([LSTOPO, "--whole-io", *args], env=env, capture_output=True, text=True, timeout=120,
+                          check=True).stdout
+
+
+def _big_domain_names(t: topo.Topology) -> set[str]:
+    """OS devices below PCI functions whose domain has more than 16 bits (hwloc attaches them by
+    NUMA node instead)."""
+    return {o.name for o in t.os_devices if o.parent and int(o.parent.split(":")[0], 16) > 0xFFFF}
+
+
+def hwloc_view(t: topo.Topology, *, v1: bool = False, drop: set[str] = frozenset()) -> dict:
+    """What an hwloc XML carries, field by field. Left out: which node owns which CPUs (hwloc's XML
+    gives a node only its locality; topo apportions them), a single node's distance to itself (hwloc
+    keeps no 1x1 matrix), PCI domains above 16 bits (Debian's hwloc is built without them). v1
+    exports also lose OS device subtypes and write a node without locality at the machine."""
+    small = [d for d in t.pci_devices if int(d.busid.split(":")[0], 16) <= 0xFFFF]
+    out = {
+        "pus": t.pus.to_list(),
+        "allowed_pus": t.allowed_pus.to_list(),
+        "complete_pus": t.complete_pus.to_list(),
+        "packages": sorted((p.os_index, p.cpuset.to_list(), p.model) for p in t.packages if p.cpuset),
+        "dies": sorted((d.os_index, d.cpuset.to_list()) for d in t.dies),
+        "numa_nodes": sorted((n.os_index, n.local_memory, n.subtype, n.locality.to_list()) for n in t.numa_nodes),
+        "distances": sorted((n.os_index, sorted(n.distances.items())) for n in t.numa_nodes)
+        if len(t.numa_nodes) > 1 else [],
+        "cores": sorted((c.os_index, c.cpuset.to_list()) for c in t.cores),
+        "caches": sorted((c.level, c.type, c.size, c.cpuset.to_list(), c.line_size, c.ways)
+                         for c in t.caches if c.cpuset),
+        "memory_side_caches": sorted((m.size, m.numa_nodes) for m in t.memory_side_caches),
+        "pci_devices": sorted((d.busid, d.class_id, d.id, d.parent, d.local_cpus.to_list()) for d in small),
+        "pci_bridges": sorted((b.id, b.parent, b.domain, b.secondary_bus, b.subordinate_bus, b.local_cpus.to_list(),
+                               b.class_id, b.vendor_id, b.device_id) for b in t.pci_bridges if b.domain <= 0xFFFF),
+        "os_devices": sorted((o.name, o.type, o.parent, o.local_cpus.to_list(), o.subtype) for o in t.os_devices
+                             if o.name not in drop),
+    }
+    if v1:  # no Die, MemCache or subtypes in v1; the nodes it keeps are compared by the caller
+        out["numa_nodes"] = [n[:2] for n in out["numa_nodes"]]
+        out["os_devices"] = [o[:4] for o in out["os_devices"]]
+        del out["dies"], out["memory_side_caches"], out["distances"]
+    return out
+
+
+def _same_fields(a: topo.Topology, b: topo.Topology) -> list[str]:
+    """The fields where two topologies differ; lists compared as multisets (their order is the
+    order objects were found in, not part of the model)."""
+    def norm(v):
+        return sorted(map(repr, v)) if isinstance(v, tuple) else v
+    return [f.name for f in fields(a) if f.name not in ("root", "probes") and norm(getattr(a, f.name)) != norm(getattr(b, f.name))]
+
+
+@pytest.mark.parametrize("name", _tarballs())
+def test_topo_reads_its_own_xml_back_equal(hwloc_roots, name):
+    original = topo.discover(hwloc_roots.for_fixture(name), probes=())
+    back = parse_hwloc_xml(to_xml(original), "machine.xml")
+    back.check()
+    assert _same_fields(original, back) == []
+    assert back.probes == {"hwloc-xml": "ok (hwloc v2 format)"} and not back.is_this_system
+
+
+def test_own_xml_keeps_the_restricted_view(hwloc_roots):
+    """A cgroup-restricted view (nodes whose CPUs are all disallowed, CPU-less packages) and the
+    include_disallowed view both read back as they were."""
+    root = hwloc_roots.for_fixture("32amd64-4s2n4c-cgroup2")
+    for include in (False, True):
+        original = topo.discover(root, include_disallowed=include)
+        assert _same_fields(original, parse_hwloc_xml(to_xml(original))) == []
+
+
+@needs_lstopo
+@pytest.mark.parametrize("name", _tarballs())
+def test_lstopo_xml_of_every_root_loads_as_discovery(hwloc_roots, name):
+    """lstopo's own export of the root (v2, then v1), masks with empty words and all, reads as
+    topo's discovery of the same root."""
+    root = hwloc_roots.for_fixture(name)
+    ours = topo.discover(root, probes=())
+    for flags in ([], ["--export-xml-flags", "v1"]):
+        theirs = parse_hwloc_xml(_lstopo("--of", "xml", *flags, root=root), "lstopo.xml")
+        theirs.check()
+        drop = _big_domain_names(ours)
+        mine, got = hwloc_view(ours, v1=bool(flags), drop=drop), hwloc_view(theirs, v1=bool(flags), drop=drop)
+        if flags:  # v1 has no memory children: CPU-less nodes hwloc could not place are left out
+            assert set(got.pop("numa_nodes")) <= set(mine.pop("numa_nodes"))
+            assert {n.os_index: n.distances for n in theirs.numa_nodes if n.distances} == {
+                n.os_index: {k: v for k, v in ours.numa_node(n.os_index).distances.items() if k in n.distances}
+                for n in theirs.numa_nodes if n.distances}
+        assert got == mine, flags
+
+
+@needs_lstopo
+@pytest.mark.parametrize("name", _tarballs())
+def test_lstopo_reads_topo_xml(hwloc_roots, tmp_path, name):
+    """lstopo opens topo's XML without a warning and exports the same machine (read back by topo)."""
+    root = hwloc_roots.for_fixture(name)
+    ours = topo.discover(root, probes=())
+    path = tmp_path / "machine.xml"
+    path.write_text(to_xml(ours))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+    proc = subprocess.run([LSTOPO, "-i", str(path), "--whole-io", "--of", "xml"], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    if any(int(d.busid.split(":")[0], 16) > 0xFFFF for d in ours.pci_devices):
+        assert "non-16bit domain" in proc.stderr
+    else:
+        assert proc.stderr == ""
+    drop = _big_domain_names(ours)
+    assert hwloc_view(parse_hwloc_xml(proc.stdout, "lstopo.xml"), drop=drop) == hwloc_view(ours, drop=drop)
+    console = subprocess.run([LSTOPO, "-i", str(path), "--whole-io"], env=env, capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+    assert console.count("PU L#") == ours.pus.weight()
+    assert len(re.findall(r"^ *NUMANode(\([A-Za-z]+\))? L#", console, re.M)) == len(ours.numa_nodes)
+
+
+def test_bitmaps_with_empty_words_and_many_words():
+    assert parse_bitmap("0x00000011,,0x0").to_list() == "64,68"
+    assert parse_bitmap("0xffffffff,0xffffffff,,0x0").to_list() == "64-127"
+    assert parse_bitmap("0x1,,,,0x3").to_list() == "0-1,128"
+    s = CpuSet.parse("0-3,64,8191")
+    assert parse_bitmap(bitmap(s)) == s
+    assert bitmap(CpuSet.parse("")) == "0x0" and bitmap(CpuSet.parse("0-3,32")) == "0x00000001,0x0000000f"
+
+
+def test_show_output_xml_writes_hwloc_v2(tmp_path):
+    xml = SYSFS / "32em64t-2n8c+dax+nvme+mic+dimms.xml"
+    out = tmp_path / "machine.xml"
+    result = CliRunner().invoke(cli, ["show", "--from", str(xml), "--whole-io", "--output", str(out)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith('<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE topology SYSTEM "hwloc2.dtd">')
+    assert _same_fields(topo.load_topology(xml), topo.load_topology(out)) == []

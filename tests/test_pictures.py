@@ -130,7 +130,7 @@ def test_show_output_rejects_an_unknown_extension_before_reading_the_machine(tmp
     result = CliRunner().invoke(cli, ["show", "--root", str(tmp_path / "absent"), "--output",
                                       str(tmp_path / "m.png")])
     assert result.exit_code == 2
-    assert "unknown format '.png'; name the file .svg, .html, .json or .txt" in result.output
+    assert "unknown format '.png'; name the file .txt, .json, .svg, .html, .htm, .xml, or give --of" in result.output
     assert not (tmp_path / "m.png").exists()
     result = CliRunner().invoke(cli, ["show", "--json", "--output", str(tmp_path / "m.svg")])
     assert result.exit_code == 2 and "give one of them" in result.output
@@ -299,7 +299,7 @@ def test_picture_option_writes_svg_or_html_and_refuses_other_names(dgx_root, tmp
     runner = CliRunner()
     for name in ("p.svg", "p.html"):
         result = runner.invoke(cli, ["plan", "--root", str(dgx_root), "--mode", "exclusive", "--picture",
-                                     str(tmp_path / name), "-o", str(tmp_path / "bind.json")])
+                                     str(tmp_path / name), "-o", str(tmp_path / "bind.json"), "--force"])
         assert result.exit_code == 0, result.output
     parse_svg((tmp_path / "p.svg").read_text())
     page = (tmp_path / "p.html").read_text()

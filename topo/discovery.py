@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from topo.cpuset import CpuSet
 from topo.fsroot import FsRoot
-from topo.groups import fit_localities, node_groups
+from topo.groups import Placed, fit_localities, node_groups
 from topo.model import Topology
 from topo.probes import cgroup as cgroup_probe
 from topo.probes import sysfs
@@ -131,7 +131,7 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allo
     )
     machine = cpus.online
     cpu_side = {o.cpuset for o in (*cpus.packages, *cpus.dies, *cpus.clusters, *cpus.caches, *cpus.cores)}
-    pci = sysfs.probe_pci(fs, machine)
+    pci = _pci(fs, machine, cpu_side, raw_nodes.nodes)
     return Topology(
         root=fs.root,
         pus=pus,
@@ -149,11 +149,32 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allo
         memory_side_caches=restrict(
             m for m in raw_nodes.memory_side_caches if set(m.numa_nodes) & {n.os_index for n in kept_nodes}
         ),
-        pci_devices=restrict(pci, "local_cpus"),
+        pci_devices=restrict(pci.devices, "local_cpus"),
+        pci_bridges=restrict(pci.bridges, "local_cpus"),
+        os_devices=restrict(pci.os_devices, "local_cpus"),
         probes=status,
         info=_info(fs, allowed.cgroup, cpus.models),
         include_disallowed=include_disallowed,
     )
+
+
+def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> sysfs.RawPci:
+    """The PCI tree and OS devices, each host bridge's locality placed as hwloc places it: one that
+    straddles an object of the tree (CPUs of two packages) hangs from the object covering it."""
+    raw = sysfs.probe_pci(fs, machine)
+    tree = Placed([*cpu_side, *(n.locality & machine for n in nodes)])
+    fitted = {}
+    for bridge in raw.bridges:
+        if bridge.is_host and bridge.local_cpus not in fitted:
+            fitted[bridge.local_cpus] = tree.fit(bridge.local_cpus, machine)
+
+    def fit(objs):
+        return [o if fitted.get(o.local_cpus, o.local_cpus) == o.local_cpus
+                else replace(o, local_cpus=fitted[o.local_cpus]) for o in objs]
+
+    raw = sysfs.RawPci(fit(raw.devices), fit(raw.bridges), [])
+    localities = {n.os_index: n.locality & machine for n in nodes}
+    return replace(raw, os_devices=sysfs.probe_os_devices(fs, raw, localities, machine))
 
 
 def _info(fs: FsRoot, cg, models: dict) -> dict[str, str]:

@@ -86,22 +86,37 @@ def fit_localities(nodes: list[NumaNode], cpu_side: list[CpuSet], machine: CpuSe
     the node then hangs from the covering object, whose CPUs become its locality. Nodes with CPUs
     are placed first, then CPU-less ones, each in node order, as hwloc inserts them.
     """
-    # Each distinct set once, in first-seen order (caches and cores repeat one another's sets),
-    # compared as bitmasks: several hundred objects against every node.
-    placed = list(dict.fromkeys(cpu_side))
-    masks = [o.mask for o in placed]
+    tree = Placed(cpu_side)
     out = {}
     for node in sorted(nodes, key=lambda n: (not n.cpuset, n.os_index)):
         loc = node.locality & machine
-        m = loc.mask
-        if m and loc != machine and m not in masks:
-            # nested either way, or disjoint: their intersection is one of them, or nothing
-            if all((i := m & o) == m or i == o or not i for o in masks):
-                placed.append(loc)  # a Group of these CPUs fits
-                masks.append(m)
-            else:
-                cover = min((o for o in placed if loc <= o), key=CpuSet.weight, default=machine)
-                node = NumaNode(node.os_index, node.cpuset, node.local_memory, node.memory_only, cover | node.cpuset,
-                                node.distances, node.subtype)
+        fitted = tree.fit(loc, machine)
+        if fitted != loc:
+            node = NumaNode(node.os_index, node.cpuset, node.local_memory, node.memory_only, fitted | node.cpuset,
+                            node.distances, node.subtype)
         out[node.os_index] = node
     return [out[n.os_index] for n in nodes]
+
+
+class Placed:
+    """The CPU sets of the objects already in the tree, in insertion order, to place new ones by
+    hwloc's rule (hwloc__insert_object_by_cpuset): a set equal to an object's, or nesting with every
+    object (a Group of these CPUs fits), is kept; one that straddles an object conflicts and the
+    new thing hangs from the smallest object covering it (the machine at worst)."""
+
+    def __init__(self, sets) -> None:
+        # Each distinct set once (caches and cores repeat one another's sets), compared as bitmasks.
+        self.placed = list(dict.fromkeys(sets))
+        self.masks = {o.mask for o in self.placed}
+
+    def fit(self, loc: CpuSet, machine: CpuSet) -> CpuSet:
+        """Where something local to `loc` hangs: `loc` itself, or the covering object's CPUs."""
+        m = loc.mask
+        if not m or loc == machine or m in self.masks:
+            return loc
+        # nested either way, or disjoint: their intersection is one of them, or nothing
+        if all((i := m & o.mask) == m or i == o.mask or not i for o in self.placed):
+            self.placed.append(loc)  # a Group of these CPUs fits
+            self.masks.add(m)
+            return loc
+        return min((o for o in self.placed if loc <= o), key=CpuSet.weight, default=machine)

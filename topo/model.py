@@ -11,7 +11,7 @@ cpulist text, tuples <-> lists, ...). `_JSON_NAMES` lists the few keys not named
 
 from __future__ import annotations
 
-from dataclasses import MISSING, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Iterable, Mapping
 
 from topo.cpuset import EMPTY, CpuSet
@@ -123,10 +123,43 @@ class PciDevice:
     driver: str | None = None
     names: tuple[str, ...] = ()  # OS devices under it, RDMA first: "mlx5_0", "eth0", "nvme0"
     rdma_names: tuple[str, ...] = ()  # those sysfs lists under infiniband/ (the RDMA devices)
+    parent: str | None = None  # id of the PciBridge above it; None when bridges are not known
 
     @property
     def id(self) -> str:
         return f"{self.vendor_id}:{self.device_id}"
+
+
+@dataclass(frozen=True)
+class PciBridge:
+    """A bridge of the PCI tree, as lstopo shows it: a host bridge (`id` "pci0000:00", as Linux
+    names its directory, no PCI function of its own) or a PCI-to-PCI bridge (`id` its bus id).
+    `local_cpus` is where hwloc attaches the host bridge's whole tree."""
+
+    id: str
+    parent: str | None  # id of the bridge above; None for a host bridge
+    domain: int
+    secondary_bus: int  # the buses below it: secondary_bus..subordinate_bus
+    subordinate_bus: int
+    local_cpus: CpuSet
+    class_id: str | None = None  # "0604"; None for a host bridge
+    vendor_id: str | None = None
+    device_id: str | None = None
+
+    @property
+    def is_host(self) -> bool:
+        return self.parent is None
+
+
+@dataclass(frozen=True)
+class OsDevice:
+    """What the OS names below a PCI function (or near a NUMA node): lstopo's OS devices."""
+
+    name: str  # "sda", "nvme0n1", "eth0", "ib0", "mlx5_0", "card0", "dma0chan0", "dax0.0"
+    type: str  # "block" | "net" | "openfabrics" | "gpu" | "coproc" | "dma"
+    parent: str | None  # bus id of its PCI function; None when it hangs from a CPU-side object
+    local_cpus: CpuSet  # the CPUs of the object it hangs from (its PCI tree's locality, or its node's)
+    subtype: str | None = None  # lstopo's: "Disk", "NVM", ...
 
 
 @record
@@ -170,6 +203,8 @@ class Topology:
     memory_side_caches: tuple[MemorySideCache, ...] = ()
     groups: tuple[Group, ...] = ()
     pci_devices: tuple[PciDevice, ...] = ()
+    pci_bridges: tuple[PciBridge, ...] = ()
+    os_devices: tuple[OsDevice, ...] = ()
     devices: tuple[Device, ...] = ()
     links: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     include_disallowed: bool = False  # the view `discover(include_disallowed=...)` asked for
@@ -215,6 +250,39 @@ class Topology:
                 parts.append(_count(kinds[kind], kind.upper() if kind != "accel" else "accelerator"))
         return ", ".join(parts)
 
+    def io_view(self, io: str = "important", bridges: bool = True) -> "Topology":
+        """The I/O objects lstopo shows with the same flags: `io` "important" (its default: storage,
+        network, display, co-processor and accelerator functions, the bridges leading to them, OS
+        devices but DMA channels and DRM cards), "whole" (`--whole-io`) or "none" (`--no-io`);
+        `bridges=False` (`--no-bridges`) drops the bridges, the functions keep their locality.
+        `devices` (what planners place processes next to) is never filtered."""
+        if io not in ("important", "whole", "none"):
+            raise ValueError(f"io must be 'important', 'whole' or 'none', not {io!r}")
+        if io == "none":
+            return replace(self, pci_devices=(), pci_bridges=(), os_devices=())
+        functions = self.pci_devices
+        osdevs = self.os_devices
+        if io == "important":
+            functions = tuple(d for d in functions if _important(d.class_id))
+            osdevs = tuple(o for o in osdevs if o.type not in ("dma", "gpu"))
+        kept = {d.busid for d in functions}
+        by_id = {b.id: b for b in self.pci_bridges}
+        osdevs = tuple(o if o.parent is None or o.parent in kept else replace(o, parent=None) for o in osdevs)
+        if not bridges:
+            return replace(self, pci_devices=tuple(replace(d, parent=None) for d in functions), pci_bridges=(),
+                           os_devices=osdevs)
+        used = set()
+        if io == "important":  # bridges with nothing below them go, as hwloc__filter_bridges removes them
+            for d in functions:
+                up = d.parent
+                while up is not None and up not in used and up in by_id:
+                    used.add(up)
+                    up = by_id[up].parent
+        else:
+            used = set(by_id)
+        return replace(self, pci_devices=functions, pci_bridges=tuple(b for b in self.pci_bridges if b.id in used),
+                       os_devices=osdevs)
+
     def with_devices(self, devices: Iterable[Device], **changes) -> "Topology":
         return replace(self, devices=tuple(devices), **changes)
 
@@ -253,6 +321,16 @@ class Topology:
         except _Malformed as exc:
             raise _malformed(exc.where, exc.what, source.get("probes")) from None
         return _decode(cls, data, "", root=source["root"], probes=probes)
+
+
+# hwloc_filter_check_pcidev_subtype_important: unclassified (BXI), storage, network, display,
+# processor, accelerator base classes; fibre channel, InfiniBand and CXL memory.
+_IMPORTANT_BASES = ("00", "01", "02", "03", "0b", "12")
+_IMPORTANT_CLASSES = ("0c04", "0c06", "0502")
+
+
+def _important(class_id: str) -> bool:
+    return class_id[:2] in _IMPORTANT_BASES or class_id in _IMPORTANT_CLASSES
 
 
 def _count(n: int, noun: str) -> str:
@@ -359,6 +437,7 @@ def _cache_problems(t: Topology) -> list[str]:
 # (the view flag; root and probes, which Topology.to_dict writes under "source").
 _JSON_NAMES = {
     "PciDevice": {"class_id": "class"},
+    "PciBridge": {"class_id": "class"},
     "Topology": {"root": None, "probes": None, "include_disallowed": None},
 }
 # One key holding two fields: PciDevice's "id" is "vendor_id:device_id".

@@ -13,6 +13,8 @@ import sys
 
 import click
 
+from topo.text import printable
+
 # name -> "module:attribute" in this package; one line per command.
 COMMANDS: dict[str, str] = {
     "show": "topo_cli.show:show",
@@ -80,12 +82,13 @@ class _TopoClickError(click.ClickException):
 
 
 def _report(exc: click.ClickException) -> int:
-    """One line for every error, usage errors included: `topo: error: <message>`."""
+    """One line for every error, usage errors included: `topo: error: <message>`, control
+    characters from a machine or file it quotes escaped."""
     message = exc.format_message()
     if isinstance(exc, click.UsageError):
         path = exc.ctx.command_path if exc.ctx is not None else getattr(exc, "help_path", "topo")
         message = f"{message} (see `{path} --help`)"
-    click.echo(f"topo: error: {message}", err=True)
+    click.echo(f"topo: error: {printable(message)}", err=True)
     return exc.exit_code
 
 
@@ -96,7 +99,7 @@ def main():
 
     \b
     Examples:
-      topo show                                  # the machine, like lstopo -p
+      topo show                                  # the machine, as lstopo prints it
       topo plan --mode exclusive -o bind.json    # one process per accelerator
       topo launch --bind_numa=bind.json --join=True net.py
     """

@@ -13,8 +13,9 @@ import sys
 import click
 
 from topo.errors import ParseError, TopoError, UsageError
+from topo.text import printable
 from topo_cli import CONTEXT
-from topo_cli.machine import machine_options, write_text
+from topo_cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
 from topo_cli.numbers import WholeRange
 
 
@@ -114,13 +115,15 @@ def _list_modes() -> str:
 @click.option("--explain", is_flag=True,
               help="Print a table per process (device, node, CPUs, cores, L3, memory, locality) and "
                    "warnings instead of the JSON (the JSON still goes to -o FILE).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the bind JSON to FILE (default: stdout).")
-@click.option("--picture", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+@click.option("-o", "--output", default=None, metavar="FILE",
+              help="Write the bind JSON to FILE (default: stdout; '-' is stdout).")
+@click.option("--picture", default=None, metavar="FILE",
               help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
+@click.option("-f", "--force", is_flag=True,
+              help="Overwrite the -o and --picture files if they exist (else refused, as lstopo).")
 def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced,
          min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
-         scheduler_base, explain, output, picture):
+         scheduler_base, explain, output, picture, force):
     """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
 
     \b
@@ -140,6 +143,13 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         raise UsageError(f"--mode is required: one of {', '.join(planners.modes())} (see --list-modes)")
     if picture is not None and os.path.splitext(picture)[1].lower() not in (".svg", ".html", ".htm"):
         raise UsageError(f"--picture {picture}: name the file .svg or .html")
+    if output in STDOUT_NAMES:
+        output = None
+    if output is not None and output == picture:
+        raise UsageError(f"-o {output} and --picture {picture} name the same file: give two names")
+    for path in (output, picture):
+        if path is not None:
+            check_output(path, force)  # before any work: nothing is written if one cannot be
     topology = machine.load()
     ids = parse_devices(devices, topology)  # None: planners.plan applies the visible-device variables
     result = planners.plan(
@@ -151,8 +161,8 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         scheduler_base=scheduler_base,
     )
     text = json.dumps(result.to_json(), indent=2) + "\n"
-    if output and output != "-":
-        write_text(output, text)
+    if output is not None:
+        write_text(output, text, force)
     if picture is not None or explain:
         # drawn on the view with disallowed CPUs, so they show greyed
         drawn = topology if machine.file is not None else machine.load(include_disallowed=True)
@@ -160,19 +170,19 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         from views.plan import plan_html, plan_svg
 
         draw = plan_svg if picture.lower().endswith(".svg") else plan_html
-        write_text(picture, draw(drawn, result))
+        write_text(picture, draw(drawn, result), force)
     if explain:
         from planners.explain import explain as render
         from views.plan import plan_map
 
-        click.echo(render(topology, result))
+        click.echo(printable(render(topology, result), lines=True))
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         click.echo("\n" + plan_map(drawn, result, colour=colour))
-    elif not output or output == "-":
+    elif output is None:
         sys.stdout.write(text)
     if not explain:
         for w in result.warnings:
-            click.echo(f"topo: warning: {w}", err=True)
+            click.echo(printable(f"topo: warning: {w}"), err=True)
 
 
 @click.command(context_settings=CONTEXT)
@@ -204,14 +214,14 @@ def validate(machine, file):
     warned = len(problems) - len(errors)
     warnings = f", {warned} warning{'s' if warned != 1 else ''}" if warned else ""
     if errors:
-        click.echo(f"{file}: {len(errors)} problem{'s' if len(errors) != 1 else ''}{warnings}")
+        click.echo(printable(f"{file}: {len(errors)} problem{'s' if len(errors) != 1 else ''}{warnings}"))
     else:
         keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
-        click.echo(f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}")
+        click.echo(printable(f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}"))
     for p in problems:
         tag = "warning: " if p.severity == "warning" else ""
-        click.echo(f"  {p.path or '(file)'}: {tag}{p.message}")
+        click.echo(printable(f"  {p.path or '(file)'}: {tag}{p.message}"))
         if p.fix:
-            click.echo(f"    fix: {p.fix}")
+            click.echo(printable(f"    fix: {p.fix}"))
     if errors:
         sys.exit(1)

@@ -148,7 +148,7 @@ def sort_devices(devices: list[Device]) -> list[Device]:
                                           d.index, d.uuid or ""))
 
 
-def _numa_from_cpus(device: Device, topology: Topology) -> Device:
+def numa_from_cpus(device: Device, topology: Topology) -> Device:
     """A device sysfs gives no node (-1, or no PCI entry) gets the one node its CPUs lie in."""
     if device.numa_node is not None or not device.local_cpus or device.local_cpus == topology.pus:
         return device
@@ -174,6 +174,21 @@ def pci_chain(fs: FsRoot, busid: str) -> tuple[str, tuple[str, ...]] | None:
     if not chain or chain[-1] != busid:
         return None
     return parts[start], chain[:-1]
+
+
+def tree_chains(topology: Topology) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """What pci_chain gives for every PCI function, from the model's bridges (a topology read from
+    a file has no sysfs links): host bridge id and the bus ids of the bridges from the root port down."""
+    parent = {b.id: b.parent for b in topology.pci_bridges}
+    chains = {}
+    for d in topology.pci_devices:
+        up, hops = d.parent, []
+        while up is not None and up in parent and parent[up] is not None and len(hops) < 256:
+            hops.append(up)
+            up = parent[up]
+        if up is not None and up in parent:
+            chains[d.busid] = (up, tuple(reversed(hops)))
+    return chains
 
 
 def pci_link_level(a: tuple[str, tuple[str, ...]], b: tuple[str, tuple[str, ...]],
@@ -315,7 +330,7 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
         overlay.update(links)
         migs.update(mig)
 
-    devices = [_numa_from_cpus(d, topology) for d in devices]
+    devices = [numa_from_cpus(d, topology) for d in devices]
     for gpu in [d for d in devices if d.kind == "gpu" and d.index in migs and d.source == "nvml"]:
         # A MIG instance sits where its GPU sits; its index is the GPU's physical id.
         devices.extend(replace(gpu, kind="mig", name=f"MIG on GPU{gpu.index}", uuid=uuid, memory=None)

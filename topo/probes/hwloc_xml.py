@@ -21,23 +21,37 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import EMPTY, CpuSet
+from topo.cpuset import EMPTY, MAX_ID, CpuSet
 from topo.errors import ParseError, ProbeError
-from topo.model import (Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, Package,
-                        PciDevice, Topology)
+from topo.hwloc_export import GROUP_KIND_IO
+from topo.model import (Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
+                        PciBridge, PciDevice, Topology)
+from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
+from topo.probes.sysfs import bus_key
 
+_BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
+
+_HWLOC_WORDS = re.compile(r"\A(?:0x[0-9a-fA-F]{1,8})?(?:,(?:0x[0-9a-fA-F]{1,8})?)*\Z")
 _CACHE_TYPES = {"0": "unified", "1": "data", "2": "instruction"}
 _V2_CACHES = {"L1Cache": 1, "L2Cache": 2, "L3Cache": 3, "L4Cache": 4, "L5Cache": 5,
               "L1iCache": 1, "L2iCache": 2, "L3iCache": 3}
 
 
 def parse_bitmap(text: str | None) -> CpuSet:
-    """hwloc's `0xffffffff,0x0000000f` (most significant word first). An infinite set's `0xf...f`
+    """hwloc's `0xffffffff,0x0000000f` (most significant word first, any number of words, an empty
+    word meaning zero). An infinite set's `0xf...f`
     leading word (every higher bit set) cannot be a CpuSet; it only appears on complete sets and
     is dropped."""
     if not text:
         return EMPTY
-    words = [w for w in text.strip().split(",") if "..." not in w]
+    text = text.strip()
+    if _HWLOC_WORDS.match(text):
+        # What hwloc writes: one int() of the whole mask, each word padded to 32 bits (an empty
+        # word between commas is an all-zero one: lstopo 2.x writes 0x00000011,,0x0).
+        digits = "".join(w[2:].zfill(8) for w in text.split(","))
+        if len(digits.lstrip("0")) <= (MAX_ID + 1) // 4:
+            return CpuSet.from_mask(int(digits, 16))
+    words = [w or "0x0" for w in text.split(",") if "..." not in w]
     if not words:
         return EMPTY
     try:
@@ -57,7 +71,9 @@ class _Walk:
     nodes: list = field(default_factory=list)  # (element, locality, parent cpuset)
     memcaches: list = field(default_factory=list)
     groups: list = field(default_factory=list)
-    pci: list = field(default_factory=list)
+    pci: list = field(default_factory=list)  # (PCIDev element, locality, parent bridge id)
+    bridges: list = field(default_factory=list)  # PciBridge
+    osdevs: list = field(default_factory=list)  # (OSDev element, locality, parent bus id)
     pus: list = field(default_factory=list)
 
 
@@ -92,7 +108,7 @@ def _real(text: str | None, what: str) -> float:
     return value
 
 
-def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet) -> None:
+def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
     t = el.get("type")
     cpuset = parse_bitmap(el.get("cpuset"))
     if t in ("Package", "Socket"):
@@ -103,10 +119,10 @@ def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet) -> None:
         w.dies.append(Die(_int(el, "os_index", len(w.dies)), package or 0, cpuset))
     elif t == "Group" and (el.get("subtype") or "").lower() == "cluster":
         w.clusters.append(Cluster(_int(el, "os_index", len(w.clusters)), package or 0, cpuset))
-    elif t == "Group":
+    elif t == "Group" and el.get("kind") != str(GROUP_KIND_IO):  # I/O locality groups are no level
         w.groups.append((el, cpuset))
     elif t == "Core":
-        w.cores.append(Core(_int(el, "os_index", len(w.cores)), package or 0, cpuset))
+        w.cores.append(Core(_int(el, "os_index"), package, cpuset))
     elif t == "PU":
         w.pus.append(_int(el, "os_index"))
     elif t in _V2_CACHES or t == "Cache":
@@ -116,32 +132,93 @@ def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet) -> None:
             kind = "instruction"
         size = _int(el, "cache_size", 0)
         if size:  # hwloc keeps zero-sized caches out of lstopo's view; so do we
-            ways = _int(el, "cache_associativity")
-            w.caches.append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize"), ways))
+            w.caches.append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
+                                  _int(el, "cache_associativity") or None))
     elif t == "MemCache":
         nodes = tuple(parse_bitmap(el.get("nodeset")))
         w.memcaches.append(MemorySideCache(_int(el, "cache_size", 0), nodes, cpuset))
     elif t == "NUMANode":
         w.nodes.append((el, cpuset, parent_set))
+    elif t == "Bridge":
+        bridge = _bridge(el, io_parent, parent_set, len(w.bridges))
+        if bridge is not None:
+            w.bridges.append(bridge)
+            io_parent = bridge.id
     elif t == "PCIDev":
-        w.pci.append((el, parent_set))
+        w.pci.append((el, parent_set, io_parent))
+        io_parent = el.get("pci_busid", "").lower() or io_parent
+    elif t == "OSDev":
+        w.osdevs.append((el, parent_set, io_parent))
     if t not in ("Bridge", "PCIDev", "OSDev", "Misc") and cpuset:
         parent_set = cpuset
     for child in el.findall("object"):
-        _walk(child, w, package, parent_set)
+        _walk(child, w, package, parent_set, io_parent)
 
 
-def _pci_device(el, locality: CpuSet, node_sets: dict[int, CpuSet]) -> PciDevice:
-    busid = el.get("pci_busid", "").lower()
+_BRIDGE_PCI = re.compile(r"([0-9a-fA-F]{1,8}):\[([0-9a-fA-F]{1,2})-([0-9a-fA-F]{1,2})\]\Z")
+
+
+def _bridge(el, parent: str | None, locality: CpuSet, n: int) -> PciBridge | None:
+    """A Bridge element: a host bridge ("0-1", below a CPU-side object) or a PCI-to-PCI one
+    ("1-1", with its own bus id); None for kinds topo does not model."""
+    m = _BRIDGE_PCI.match(el.get("bridge_pci") or "")
+    if not m:
+        return None
+    domain, secondary, subordinate = (int(x, 16) for x in m.groups())
+    if el.get("bridge_type") == "0-1":
+        return PciBridge(f"pci{domain:04x}:{secondary:02x}", None, domain, secondary, subordinate, locality)
+    busid = (el.get("pci_busid") or "").lower()
+    class_id, vendor, device = _pci_type(el, busid)
+    return PciBridge(busid, parent or f"pci{domain:04x}:{int(busid.split(':')[1], 16):02x}", domain, secondary,
+                     subordinate, locality, class_id, vendor, device)
+
+
+def _pci_type(el, busid: str) -> tuple[str, str, str]:
+    """(class, vendor, device) from `pci_type="0302 [10de:20b2] [10de:1463] a1"`."""
     fields = (el.get("pci_type") or "").split()
-    if not busid or len(fields) < 2 or not fields[1].startswith("["):
-        raise ParseError(f"hwloc XML: PCIDev {busid or '?'} has no 'class [vendor:device]' pci_type")
+    if not _BUS_ID.match(busid) or len(fields) < 2 or not fields[1].startswith("["):
+        raise ParseError(f"hwloc XML: {el.get('type')} {busid or '?'} has no bus id and 'class [vendor:device]' pci_type")
     vendor, _, device = fields[1].strip("[]").partition(":")
-    # The PCI device's NUMA node: the one node whose locality is exactly where hwloc attached it.
-    nodes = [i for i, s in node_sets.items() if s == locality]
-    names = tuple(o.get("name") for o in el.iter("object") if o.get("type") == "OSDev" and o.get("name"))
-    return PciDevice(busid, fields[0].lower(), vendor.lower(), device.lower(),
-                     nodes[0] if len(nodes) == 1 else None, locality, None, names)
+    return fields[0].lower(), vendor.lower(), device.lower()
+
+
+def _pci_device(el, locality: CpuSet, parent: str | None, nodes_at: dict[CpuSet, list[int]]) -> PciDevice:
+    busid = el.get("pci_busid", "").lower()
+    class_id, vendor, device = _pci_type(el, busid)
+    infos = _infos(el)
+    if "topoNUMANode" in infos:  # written by topo: what sysfs said
+        node = None if infos["topoNUMANode"] == "none" else _number(infos["topoNUMANode"], "topoNUMANode")
+    else:  # the one node whose locality is exactly where hwloc attached the device
+        at = nodes_at.get(locality, [])
+        node = at[0] if len(at) == 1 else None
+    child_names = tuple(o.get("name") for o in el.iter("object") if o.get("type") == "OSDev" and o.get("name"))
+    names = tuple(infos["topoNames"].split()) if "topoNames" in infos else child_names
+    rdma = tuple(infos.get("topoRDMANames", "").split())
+    return PciDevice(busid, class_id, vendor, device, node, locality, infos.get("topoDriver"), names, rdma, parent)
+
+
+def _infos(el) -> dict[str, str]:
+    return {i.get("name"): i.get("value", "") for i in el.findall("info") if i.get("name")}
+
+
+# hwloc 2.x numbers OS device types; 3.0 writes a bitmask of them
+_OSDEV_V2 = {"0": "block", "1": "gpu", "2": "net", "3": "openfabrics", "4": "dma", "5": "coproc"}
+_OSDEV_V3 = ((1 << 5, "openfabrics"), (1 << 4, "net"), (1 << 0, "block"), (1 << 1, "memory"), (1 << 2, "gpu"),
+             (1 << 3, "coproc"), (1 << 6, "dma"))
+
+
+def _os_device(el, locality: CpuSet, parent: str | None, version3: bool) -> OsDevice:
+    infos = _infos(el)
+    value = el.get("osdev_type") or "0"
+    kind = infos.get("topoType")
+    if kind is None and version3:
+        bits = _number(value, "osdev_type")
+        kind = next((name for bit, name in _OSDEV_V3 if bits & bit), "block")
+        kind = "block" if kind == "memory" else kind
+    elif kind is None:
+        kind = _OSDEV_V2.get(value, "block")
+    return OsDevice(el.get("name") or "", kind, parent if parent and _BUS_ID.match(parent) else None, locality,
+                    el.get("subtype"))
 
 
 def _distances_v2(root, nodes_by_index: dict[int, int]) -> dict[int, dict[int, int]]:
@@ -177,11 +254,12 @@ def _distances_v1(root, node_order: list[int]) -> dict[int, dict[int, int]]:
     return out
 
 
-def _own_cpus(nodes: list[tuple[int, CpuSet, str | None]]) -> dict[int, CpuSet]:
+def _own_cpus(nodes: list[tuple[int, CpuSet, object]]) -> dict[int, CpuSet]:
+    """{node: CPUs it owns} from (node, locality, memory-only: a subtype or topo's flag)."""
     owned = EMPTY
     own: dict[int, CpuSet] = {}
-    for os_index, locality, subtype in sorted(nodes, key=lambda n: (n[2] is not None, n[1].weight(), n[0])):
-        mine = EMPTY if subtype else locality - owned
+    for os_index, locality, memory_only in sorted(nodes, key=lambda n: (bool(n[2]), n[1].weight(), n[0])):
+        mine = EMPTY if memory_only else locality - owned
         own[os_index] = mine
         owned |= mine
     return own
@@ -221,6 +299,8 @@ def _build(root, machine, version: int, source: str) -> Topology:
     pus = CpuSet(p for p in w.pus if p is not None) if w.pus else machine_set
     complete = parse_bitmap(machine.get("complete_cpuset")) | pus
     allowed = (parse_bitmap(machine.get("allowed_cpuset")) & pus) if machine.get("allowed_cpuset") else pus
+    machine_info = _infos(machine)
+    online = CpuSet.parse(machine_info["topoOnlineCPUs"]) if "topoOnlineCPUs" in machine_info else pus
     node_ids = [_int(el, "os_index", i) for i, (el, _, _) in enumerate(w.nodes)]
     all_nodes = CpuSet(node_ids)
     allowed_nodes = (parse_bitmap(machine.get("allowed_nodeset")) & all_nodes
@@ -237,13 +317,21 @@ def _build(root, machine, version: int, source: str) -> Topology:
     else:
         complete_localities = []
         for i, (el, cpuset, _) in zip(node_ids, w.nodes):
-            localities[i] = cpuset  # a v2 memory child's cpuset is its locality
-            complete_localities.append((i, parse_bitmap(el.get("complete_cpuset")) | cpuset, el.get("subtype")))
+            # a v2 memory child's cpuset is its locality; topo marks a node it knows none for
+            localities[i] = EMPTY if _infos(el).get("topoLocality") == "none" else cpuset
+            # topo writes whether a node owns CPUs; for others, a subtype says it owns none
+            flag = _infos(el).get("topoMemoryOnly")
+            memory_only = el.get("subtype") if flag is None else (flag == "1")
+            complete_localities.append((i, parse_bitmap(el.get("complete_cpuset")) | cpuset, memory_only))
         complete_own = _own_cpus(complete_localities)
     gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
+    if len(node_ids) == 1 and "topoNodeDistances" in machine_info:  # the 1x1 matrix hwloc keeps none of
+        pairs = [x.partition(":") for x in machine_info["topoNodeDistances"].split()]
+        distances = {node_ids[0]: {_number(a, "topoNodeDistances"): _number(b, "topoNodeDistances") for a, _, b in pairs}}
     nodes = tuple(sorted((
-        NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0), not complete_own[i], localities[i],
+        NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0),
+                 _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1", localities[i],
                  {j: v for j, v in distances.get(i, {}).items() if j in all_nodes}, el.get("subtype"))
         for i, (el, _, _) in zip(node_ids, w.nodes)
     ), key=lambda n: n.os_index))
@@ -253,43 +341,54 @@ def _build(root, machine, version: int, source: str) -> Topology:
 
     groups = []
     for el, cpuset in w.groups:
-        members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
+        if cpuset:
+            members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
+        else:  # topo's Group of the nodes without locality
+            members = tuple(n.os_index for n in nodes if not n.locality)
         groups.append(Group(cpuset, members, el.get("subtype") or "hwloc"))
-    node_localities = {n.os_index: n.locality for n in nodes}
-    pci = tuple(sorted((_pci_device(el, loc, node_localities) for el, loc in w.pci),
-                       key=lambda d: d.busid))
+    nodes_at: dict[CpuSet, list[int]] = {}  # locality -> nodes: one lookup per PCI device
+    for n in nodes:
+        nodes_at.setdefault(n.locality, []).append(n.os_index)
+    pci = sorted((_pci_device(el, loc, parent, nodes_at) for el, loc, parent in w.pci), key=lambda d: bus_key(d.busid))
     pci = tuple(d for d in pci if not d.class_id.startswith("06"))
-    info = {i.get("name"): i.get("value", "") for i in machine.findall("info") if i.get("name")}
+    bridges = tuple(sorted(w.bridges, key=lambda b: (b.parent is not None, bus_key(b.id) if b.parent else
+                                                     (b.domain, b.secondary_bus, 0, 0))))
+    version3 = (root.get("version") or "").startswith("3")
+    osdevs = tuple(_os_device(el, loc, parent, version3) for el, loc, parent in w.osdevs)
+    info = {k: v for k, v in machine_info.items() if not k.startswith("topo")}
     packages = sorted(w.packages, key=lambda p: p.cpuset.first())
     topology = Topology(
         root=source,
         pus=pus,
         allowed_pus=allowed,
         complete_pus=complete,
-        online_pus=pus,
+        online_pus=online | pus,
         allowed_numa_nodes=allowed_nodes,
-        packages=tuple(packages) or (Package(0, pus),),
+        packages=tuple(packages),
         numa_nodes=nodes,
-        cores=tuple(sorted(w.cores, key=lambda c: c.cpuset.first())) or tuple(Core(p, 0, CpuSet([p])) for p in pus),
+        cores=tuple(sorted(w.cores, key=lambda c: c.cpuset.first())),
         caches=tuple(sorted(w.caches, key=lambda c: (c.level, c.type != "data", c.cpuset.first()))),
         dies=tuple(w.dies),
         clusters=tuple(w.clusters),
         groups=tuple(groups),
         memory_side_caches=tuple(w.memcaches),
         pci_devices=pci,
+        pci_bridges=bridges,
+        os_devices=osdevs,
+        include_disallowed=machine_info.get("topoIncludeDisallowed") == "1",
         probes={"hwloc-xml": f"ok (hwloc v{version} format)"},
         info=info,
     )
-    from topo.probes.devices import sort_devices, sysfs_devices
-
-    return topology.with_devices(sort_devices(_with_nvml_identity(sysfs_devices(topology), w.pci)))
+    devices = [numa_from_cpus(d, topology) for d in _with_nvml_identity(sysfs_devices(topology), w.pci)]
+    devices = sort_devices(devices)
+    return topology.with_devices(devices, links=link_matrix(devices, tree_chains(topology), {}))
 
 
 def _with_nvml_identity(devices, pci_elements):
     """GPUs an export made with hwloc's NVML backend carry their NVML index (`nvml3`), model and
     UUID on an OSDev: use them, so CUDA_VISIBLE_DEVICES UUIDs resolve on a topology from a file."""
     found = {}
-    for el, _ in pci_elements:
+    for el, _, _ in pci_elements:
         for osdev in el.iter("object"):
             m = re.fullmatch(r"nvml([0-9]{1,6})", osdev.get("name") or "")
             if osdev.get("type") == "OSDev" and m:

@@ -7,6 +7,7 @@ normal input here, not errors; a file with garbage in it is an error naming that
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass, field, replace
 
@@ -14,7 +15,8 @@ from topo.cpuset import EMPTY, MAX_ID, CpuSet, union_all
 from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import SYSFS_INT_MAX, FsRoot
-from topo.model import Cache, Cluster, Core, Die, MemorySideCache, NumaNode, Package, PciDevice
+from topo.model import (Cache, Cluster, Core, Die, MemorySideCache, NumaNode, OsDevice, Package, PciBridge,
+                        PciDevice)
 
 CPU = "/sys/devices/system/cpu"
 NODE = "/sys/devices/system/node"
@@ -188,6 +190,10 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     if all(d.cpuset in {p.cpuset for p in packages} for d in die_objs):
         die_objs = []  # one die per package: sysfs says nothing the package does not
     caches = _caches(fs, cpus, online)
+    caches, dropped = _nesting_caches([p.cpuset for p in packages] + [d.cpuset for d in die_objs]
+                                      + [s for _, s in clusters] + [c.cpuset for c in cores], caches)
+    notes += [f"L{c.level} {c.type} cache with CPUs {c.cpuset} ignored: it straddles another object, "
+              "as in hwloc" for c in dropped]
     models = _cpu_models(cpuinfo, packages)
     if models:
         packages = [replace(p, model=models.get(p.os_index)) for p in packages]
@@ -318,11 +324,57 @@ def _caches(fs: FsRoot, cpus: list[_Cpu], online: CpuSet) -> list[Cache]:
             if not size:
                 continue  # hwloc ignores zero-sized caches (some VMs, PowerPC L1i)
             read_already.add((name, shared))
-            seen[key] = Cache(level, kind, size, shared,
-                              fs.read_int(idx + "coherency_line_size"), fs.read_int(idx + "ways_of_associativity"))
-    caches = list(seen.values())
-    caches.sort(key=lambda c: (c.level, c.type != "data", c.cpuset.first()))
-    return caches
+            line = fs.read_int(idx + "coherency_line_size") or None
+            seen[key] = Cache(level, kind, size, shared, line, _ways(fs, idx, size, line))
+    return list(seen.values())  # in hwloc's insertion order: CPU by CPU, index by index
+
+
+def _nesting_caches(placed: list[CpuSet], caches: list[Cache]) -> tuple[list[Cache], list[Cache]]:
+    """(kept, dropped) caches by hwloc's insertion (hwloc__insert_object_by_cpuset): packages, dies,
+    clusters and cores first, then caches in the order found; one whose CPUs straddle an object
+    already in the tree (part inside, part outside, not holding it whole) is dropped.
+
+    The tree is laminar, so the objects holding a PU form a chain: a cache is checked against the
+    chains of its own PUs, each object once, which is linear in the PUs times the depth."""
+    chains: dict[int, list[CpuSet]] = {}
+
+    def add(s: CpuSet) -> None:
+        for pu in s:
+            chains.setdefault(pu, []).append(s)
+
+    def fits(s: CpuSet) -> bool:
+        seen = set()
+        for pu in s:
+            for o in chains.get(pu, ()):
+                if id(o) not in seen:
+                    seen.add(id(o))
+                    if not (o <= s or s <= o):
+                        return False
+        return True
+
+    for s in dict.fromkeys(placed):
+        if fits(s):
+            add(s)
+    kept, dropped = [], []
+    for c in caches:
+        if fits(c.cpuset):
+            kept.append(c)
+            add(c.cpuset)
+        else:
+            dropped.append(c)
+    kept.sort(key=lambda c: (c.level, c.type != "data", c.cpuset.first()))
+    return kept, dropped
+
+
+def _ways(fs: FsRoot, idx: str, size: int, line: int | None) -> int | None:
+    """Associativity as hwloc computes it: size / line size / lines per tag / sets, unknown (None)
+    without those or with one set; ways_of_associativity itself is 0 or -1 for fully associative
+    caches depending on the architecture."""
+    sets = fs.read_int(idx + "number_of_sets") or 0
+    per_tag = fs.read_int(idx + "physical_line_partition", 1) or 0
+    if not line or not per_tag or sets <= 1:
+        return None
+    return size // line // per_tag // sets or None
 
 
 def _cpu_models(cpuinfo: str, packages: list[Package]) -> dict[int, str]:
@@ -358,7 +410,6 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
         node = NumaNode(0, online, total, False, online, {0: 10})
         return RawNodes([node], [], False)
 
-    has_memory = fs.read_cpulist(f"{NODE}/has_memory")
     # NUMA emulation (numa=fake= on the kernel command line) puts a CPU in every fake node cut
     # from its physical node, so node CPU sets overlap; hwloc accepts them then, and ignores
     # initiators, which the emulation does not update.
@@ -375,10 +426,6 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     for i in ids:
         d = f"{NODE}/node{i}"
         c = own[i]
-        if has_memory is not None and i not in has_memory and c:
-            # CPU-only initiator node (no memory): hwloc does not make it a NUMA node; its
-            # CPUs find their memory through the access0/1 initiators of memory targets.
-            continue
         if c & taken and not fake_numa:
             # A CPU belongs to one node on Linux; overlapping cpumaps come from a buggy BIOS,
             # and hwloc keeps the first node that claims the CPUs.
@@ -524,15 +571,164 @@ def _memory_side_caches(fs: FsRoot, nodes: list[NumaNode]) -> list[MemorySideCac
 # PCI
 
 
-def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
-    """PCI functions (bridges left out), each with the locality hwloc gives it.
+@dataclass
+class RawPci:
+    devices: list[PciDevice]  # PCI functions other than bridges, in bus order
+    bridges: list[PciBridge]  # host bridges and PCI-to-PCI bridges, in bus order
+    os_devices: list[OsDevice]
 
-    hwloc attaches a whole PCI hierarchy below one host bridge at one place: where the local_cpus
-    of the host bridge's first function (lowest bus id on the root bus) point, or the whole
-    machine when that file is missing or empty. A device's own local_cpus are not used, so a
-    device whose file disagrees with its root port's sits where the root port sits. The
-    hierarchy comes from the bridges' bus ranges in config space.
+
+@dataclass
+class _Function:
+    busid: str
+    key: tuple[int, int, int, int]
+    class_id: str
+    buses: tuple[int, int] | None  # (secondary, subordinate) of a PCI-to-PCI bridge
+    dir: str
+    parent: str | None = None  # id of the bridge above
+
+
+def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
+    """PCI functions, the bridges between them and the OS devices below them, each with the
+    locality hwloc gives it.
+
+    hwloc inserts every function under the innermost bridge whose bus range holds its bus, groups
+    what no bridge holds into one host bridge per (domain, bus), and attaches each host bridge's
+    whole tree at one place: where the local_cpus of its first function (lowest bus id) point, or
+    the whole machine when that file is missing or empty. A device's own local_cpus are not used.
+    Bridges come from their bus ranges in config space. Each step is one pass over the functions
+    (a map from (domain, bus) to the bridge below which it lies), so thousands of functions cost
+    linear time.
     """
+    functions = _pci_functions(fs)
+    below: dict[tuple[int, int], _Function] = {}  # (domain, bus) -> innermost bridge holding it
+    for f in functions:  # bus order: a bridge's own bus comes before the buses below it
+        above = below.get((f.key[0], f.key[1]))
+        f.parent = above.busid if above is not None else None
+        if f.buses is not None:
+            for bus in range(f.buses[0], f.buses[1] + 1):
+                below[(f.key[0], bus)] = f
+
+    # One host bridge per (domain, bus) of the functions no bridge holds; its range reaches the
+    # highest bus below its bridges.
+    hosts: dict[tuple[int, int], list[_Function]] = {}
+    for f in functions:
+        if f.parent is None:
+            hosts.setdefault((f.key[0], f.key[1]), []).append(f)
+    bridges_by_id: dict[str, PciBridge] = {}
+    host_of: dict[str, str] = {}
+    for (domain, bus), tops in hosts.items():
+        host_id = f"pci{domain:04x}:{bus:02x}"
+        first = tops[0]
+        local = fs.read_set(f"{first.dir}/local_cpulist", f"{first.dir}/local_cpus")
+        locality = local & machine if local and local & machine else machine
+        subordinate = max([bus] + [t.buses[1] for t in tops if t.buses])
+        bridges_by_id[host_id] = PciBridge(host_id, None, domain, bus, subordinate, locality)
+        for t in tops:
+            t.parent = host_id
+            host_of[t.busid] = host_id
+    bridges = list(bridges_by_id.values())
+    locality_of: dict[str, CpuSet] = {}  # any function's or bridge's id -> its tree's locality
+    for host in bridges:
+        locality_of[host.id] = host.local_cpus
+    for f in functions:  # a parent always comes before its children in bus order
+        locality_of[f.busid] = locality_of.get(f.parent, machine)
+
+    devices = []
+    for f in functions:
+        vendor = (fs.read(f"{f.dir}/vendor") or "0x0000").lower().removeprefix("0x")
+        device = (fs.read(f"{f.dir}/device") or "0x0000").lower().removeprefix("0x")
+        if f.buses is not None:
+            bridges.append(PciBridge(f.busid, f.parent, f.key[0], f.buses[0], f.buses[1], locality_of[f.busid],
+                                     f.class_id, vendor, device))
+            continue
+        if f.class_id.startswith("06"):
+            continue  # host and ISA bridge functions: plumbing, which lstopo drops by default too
+        node = fs.read_int(f"{f.dir}/numa_node")
+        rdma, names = _os_devices(fs, f.dir)
+        driver = fs.link_name(f"{f.dir}/driver")
+        devices.append(
+            PciDevice(f.busid, f.class_id, vendor, device, node if node is not None and node >= 0 else None,
+                      locality_of[f.busid], driver, names, rdma, f.parent)
+        )
+    return RawPci(devices, bridges, [])
+
+
+# The classes lstopo reads OS devices from, in its order, with the type each gives.
+_OS_CLASSES = (("/sys/class/block", "block"), ("/sys/bus/dax/devices", "block"), ("/sys/class/net", "net"),
+               ("/sys/class/infiniband", "openfabrics"), ("/sys/class/drm", "gpu"), ("/sys/class/dma", "dma"))
+# The last "dddd:bb:dd.f" of a device path below /devices/pciDDDD:BB/ is the PCI function it hangs from.
+_PATH_BUSID = re.compile(r"/([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])(?=/)")
+
+
+def probe_os_devices(fs: FsRoot, pci: RawPci, node_localities: dict[int, CpuSet], machine: CpuSet) -> list[OsDevice]:
+    """Block devices, network interfaces, RDMA devices, DRM cards and DMA channels, as hwloc's
+    Linux backend finds them (hwloc_linuxfs_lookup_*_class): each class entry's link names the
+    device's path, whose last PCI bus id is the function it hangs from; without one, the entry's
+    numa_node places it at that node's CPUs, else at the machine. Virtual (loop, ram, lo) and USB
+    devices are skipped, and so are partitions, DRM connectors, scif and kmem DAX devices."""
+    functions = {d.busid: d.local_cpus for d in pci.devices}
+    functions.update((b.id, b.local_cpus) for b in pci.bridges if not b.is_host)
+    out = []
+    for base, kind in _OS_CLASSES:
+        for name in sorted(fs.listdir(base), key=_natural):
+            path = f"{base}/{name}"
+            if kind == "block" and base.endswith("block") and fs.exists(f"{path}/partition"):
+                continue
+            if kind == "gpu" and not fs.exists(f"{path}/dev"):
+                continue  # card0-DP-1 and other connectors
+            if kind == "openfabrics" and name.startswith("scif"):
+                continue
+            if base.endswith("dax/devices") and fs.exists(f"/sys/bus/dax/drivers/kmem/{name}"):
+                continue  # onlined as a NUMA node
+            target = fs.readlink(path) or fs.readlink(f"{path}/device") or ""
+            if "/virtual/" in target or "/usb" in target:
+                continue
+            busids = _PATH_BUSID.findall(target[target.find("/pci"):]) if "/pci" in target else []
+            parent = busids[-1].lower() if busids else None
+            if parent in functions:
+                out.append(OsDevice(name, kind, parent, functions[parent], _os_subtype(fs, kind, path, name, target)))
+                continue
+            if base.startswith("/sys/bus"):
+                # A bus device is the hardware itself; before Linux 5.5 an NVDIMM DAX device had
+                # numa_node only in its parent (the directory its link points into).
+                node = fs.read_int(f"{path}/numa_node")
+                if node is None and target:
+                    node = fs.read_int(posixpath.dirname(posixpath.normpath(posixpath.join(base, target))) + "/numa_node")
+            else:
+                node = fs.read_int(f"{path}/device/numa_node")
+            local = node_localities.get(node, machine) if node is not None and node >= 0 else machine
+            out.append(OsDevice(name, kind, None, local or machine, _os_subtype(fs, kind, path, name, target)))
+    return out
+
+
+def _os_subtype(fs: FsRoot, kind: str, path: str, name: str, target: str) -> str | None:
+    """lstopo's subtype of a block device: NVM for persistent memory (an nd_* device type, or a DAX
+    device on an NVDIMM bus), SPM for soft-reserved memory, else from udev's ID_TYPE, Disk for NVMe."""
+    if kind != "block":
+        return None
+    if path.startswith("/sys/bus/dax"):
+        return "NVM" if "/ndbus" in target else ("SPM" if "hmem" in target else None)
+    if (fs.read(f"{path}/device/devtype") or "").startswith("nd_"):
+        return "NVM"
+    blocktype = ""
+    dev = fs.read(f"{path}/dev") or ""
+    if re.fullmatch(r"[0-9]{1,10}:[0-9]{1,10}", dev):
+        for line in (fs.read(f"/run/udev/data/b{dev}") or "").splitlines():
+            if line.startswith("E:ID_TYPE="):
+                blocktype = line.removeprefix("E:ID_TYPE=")
+    if blocktype == "disk" or name.startswith("nvme"):
+        return "Disk"
+    if blocktype == "tape":
+        return "Tape"
+    if blocktype in ("cd", "floppy", "optical"):
+        return "Removable Media Device"
+    return None
+
+
+def _pci_functions(fs: FsRoot) -> list[_Function]:
+    """Every function below /sys/bus/pci/devices in bus order, PCI-to-PCI bridges with their
+    bus ranges (from config space)."""
     functions = []
     for busid in sorted(fs.listdir(PCI), key=bus_key):
         key = bus_key(busid)
@@ -556,38 +752,8 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> list[PciDevice]:
                 if not key[1] < secondary <= subordinate:
                     continue  # invalid bus range (00/00 on some firmware): hwloc drops the bridge
                 buses = (secondary, subordinate)
-        functions.append((busid.lower(), key, class_id, buses, d))
-
-    def upstream_root(key: tuple) -> tuple[int, int]:
-        """(domain, root bus) of the host bridge a function hangs from: the bus of the outermost
-        bridge whose range holds it, or its own bus when no bridge does."""
-        root = (key[0], key[1])
-        for _, k, _, buses, _ in functions:
-            if buses and k[0] == key[0] and buses[0] <= key[1] <= buses[1] and k[1] < root[1]:
-                root = (k[0], k[1])
-        return root
-
-    locality: dict[tuple[int, int], CpuSet] = {}
-    for _, key, _, _, d in functions:
-        root = upstream_root(key)
-        if root == (key[0], key[1]) and root not in locality:
-            local = fs.read_set(f"{d}/local_cpulist", f"{d}/local_cpus")
-            locality[root] = local & machine if local and local & machine else machine
-
-    out = []
-    for busid, key, class_id, buses, d in functions:
-        if class_id.startswith("06"):
-            continue  # host, ISA and PCI bridges are plumbing, not devices
-        vendor = (fs.read(f"{d}/vendor") or "0x0000").lower().removeprefix("0x")
-        device = (fs.read(f"{d}/device") or "0x0000").lower().removeprefix("0x")
-        node = fs.read_int(f"{d}/numa_node")
-        rdma, names = _os_devices(fs, d)
-        driver = fs.link_name(f"{d}/driver")
-        out.append(
-            PciDevice(busid, class_id, vendor, device, node if node is not None and node >= 0 else None,
-                      locality.get(upstream_root(key), machine), driver, names, rdma)
-        )
-    return out
+        functions.append(_Function(busid.lower(), key, class_id, buses, d))
+    return functions
 
 
 def _config_space(fs: FsRoot, path: str) -> bytes | None:
@@ -599,12 +765,17 @@ def _config_space(fs: FsRoot, path: str) -> bytes | None:
 def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(RDMA names, all OS device names with RDMA first, then netdevs, block, drm, dma) of one PCI
     function. virtio-net keeps its netdev one level down, in virtioN/net."""
-    rdma = sorted(fs.listdir(f"{d}/infiniband"), key=_natural)
-    net = sorted(fs.listdir(f"{d}/net"), key=_natural)
-    for child in fs.listdir(d):
+    children = set(fs.listdir(d))  # one listing; only the class directories present are listed
+
+    def names(sub: str) -> list[str]:
+        return sorted(fs.listdir(f"{d}/{sub}"), key=_natural) if sub in children else []
+
+    rdma = names("infiniband")
+    net = names("net")
+    for child in sorted(children):
         if _VIRTIO_DIR.match(child):
             net += sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)
-    rest = [n for sub in ("nvme", "drm", "dma") for n in sorted(fs.listdir(f"{d}/{sub}"), key=_natural)]
+    rest = [n for sub in ("nvme", "drm", "dma") for n in names(sub)]
     return tuple(rdma), tuple(rdma + net + rest)
 
 
