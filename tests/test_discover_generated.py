@@ -90,7 +90,7 @@ def test_include_disallowed_shows_everything_but_keeps_allowed_sets(tmp_path, ve
     data = show_json(root, "--include-disallowed")
     assert data == as_json(t)
     assert (data["pus"], data["allowed_pus"], data["allowed_numa_nodes"]) == ("0-15", "2-5,10-13", "1")
-    text = show(root, "--include-disallowed").output
+    text = show(root, "--include-disallowed", "--long").output
     assert text.splitlines()[-2] == "2 packages, 2 NUMA nodes, 8 cores, 16 PUs"
 
 
@@ -182,7 +182,7 @@ def test_offline_cpus_and_sparse_numbering(tmp_path, global_online):
         (0, 0, "0,8"), (0, 1, "1"), (1, 0, "2,10"), (1, 1, "11")]
     assert [n.cpuset.to_list() for n in t.numa_nodes] == ["0-1,8", "2,10-11"]
     assert all(c.cpuset <= t.pus for c in t.caches)
-    text = show(root).output
+    text = show(root, "--long").output
     # Logical indices follow the tree, as in lstopo: core 0 holds PUs 0 and 8.
     assert "PU L#1 (P#8)" in text and "P#9)" not in text
     assert text.splitlines()[-2] == "2 packages, 2 NUMA nodes, 4 cores, 6 PUs"
@@ -211,7 +211,7 @@ def test_cpuless_memory_node_with_distances(tmp_path):
     node2 = data["numa_nodes"][2]
     assert (node2["cpuset"], node2["memory_only"], node2["locality"]) == ("", True, "2-3")
     assert node2["distances"] == {"0": 30, "1": 20, "2": 10}
-    text = show(root).output
+    text = show(root, "--long").output
     assert "NUMANode L#2 (P#2 local=16GiB memory-only)" in text
     assert text.splitlines()[-2] == "2 packages, 3 NUMA nodes, 4 cores, 4 PUs"
 
@@ -267,7 +267,7 @@ def test_pci_devices_locality_and_classification(tmp_path):
     assert (data["pci_devices"][1]["class"], data["pci_devices"][1]["id"]) == ("0302", "10de:20b0")
     assert data["pci_devices"][0]["numa_node"] is None
     assert data["pci_devices"][2]["local_cpus"] == "4-5,12-13"
-    lines = show(root).output.splitlines()
+    lines = show(root, "--long").output.splitlines()
     node1 = next(i for i, line in enumerate(lines) if "NUMANode L#1 (P#1" in line)
     assert "GPU 0 (0000:3b:00.0)" in lines[node1 + 1] and "GPU 1 (0000:af:00.0)" in lines[node1 + 2]
     assert lines[-2] == "2 packages, 2 NUMA nodes, 6 cores, 12 PUs, 2 GPUs, 1 NIC"
@@ -278,7 +278,7 @@ def test_pci_devices_locality_and_classification(tmp_path):
 
 def test_text_output_is_a_tree_with_a_summary(tmp_path):
     root = build(tmp_path, Machine(**TWO_SOCKETS))
-    result = show(root)
+    result = show(root, "--long")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0] == "Machine"

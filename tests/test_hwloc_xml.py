@@ -61,7 +61,7 @@ def test_xml_devices_classified_like_sysfs(hwloc_roots):
     assert not from_xml.is_this_system
 
 
-@pytest.mark.skipif(shutil.which("lstopo-no-graphics") is None, reason="hwloc's lstopo not installed")
+@pytest.mark.skipif(LSTOPO is None, reason="hwloc's lstopo not installed")
 @pytest.mark.parametrize("name", ["16ia64-8n2s", "40intel64-2g2n4c+pcilocality", "8em64t-2s2ca2c"])
 def test_lstopo_v1_and_v2_exports_read_back(hwloc_roots, tmp_path, name):
     """A second oracle: lstopo exports the same root in both formats; both read as our discovery."""
@@ -70,7 +70,7 @@ def test_lstopo_v1_and_v2_exports_read_back(hwloc_roots, tmp_path, name):
     ours.pop("pci")
     for flags in ([], ["--export-xml-flags", "v1"]):
         out = tmp_path / f"{name}-{len(flags)}.xml"
-        subprocess.run(["lstopo-no-graphics", "--input", str(root), "--of", "xml", *flags, str(out)],
+        subprocess.run([LSTOPO, "--input", str(root), "--of", "xml", *flags, str(out)],
                        check=True, capture_output=True, env={"HWLOC_COMPONENTS": "linux,stop", "PATH": "/usr/bin:/bin"})
         t = topo.load_topology(out)
         t.check()
@@ -152,7 +152,7 @@ def test_show_from_xml_and_json_roundtrip(tmp_path):
     saved.write_text(first.output)
     second = runner.invoke(cli, ["show", "--from", str(saved), "--json"], catch_exceptions=False)
     assert json.loads(second.output) == json.loads(first.output)
-    text = runner.invoke(cli, ["show", "--from", str(xml)]).output
+    text = runner.invoke(cli, ["show", "--from", str(xml), "--long"]).output
     assert "2 packages, 2 NUMA nodes, 16 cores, 16 PUs" in text
 
 

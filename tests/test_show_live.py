@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from lstopo_oracle import LSTOPO, needs_lstopo
 from topo.cpuset import CpuSet
 
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -67,8 +69,8 @@ def test_live_pus_packages_and_nodes(live_json):
     assert sum(c.mask for c in cores) == pus.mask
 
 
-def test_live_text_tree_and_summary(live_json):
-    result = run_topo("show")
+def test_live_long_form_tree_and_summary(live_json):
+    result = run_topo("show", "--long")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     pus = expected_pus()
@@ -81,6 +83,36 @@ def test_live_text_tree_and_summary(live_json):
     assert summary.startswith(f"{npkg} package{'s' * (npkg != 1)}, {nnode} NUMA node{'s' * (nnode != 1)}, ")
     assert f"{pus.weight()} PU" in summary
     assert lines[-1].startswith("probes: sysfs: ok")
+
+
+def test_live_console_form_shows_each_pu_once():
+    result = run_topo("show")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Machine")
+    shown = [int(p) for p in re.findall(r"PU L#\d+ \(P#(\d+)\)", result.stdout)]
+    assert sorted(shown) == list(expected_pus())
+
+
+def _comparable(text: str) -> list[str]:
+    """Console lines with the memory sizes of the machine and its NUMA nodes left out: the free
+    memory of a VM changes between two runs (ballooning), and so does its total."""
+    return [re.sub(r"\d+[KMGT]B( total)?\)", "SIZE)", x) if x.lstrip().startswith(("Machine", "NUMANode"))
+            or " + NUMANode" in x else x for x in text.splitlines()]
+
+
+@needs_lstopo
+@pytest.mark.parametrize("args", [[], ["-p"], ["-l"]])
+def test_live_console_form_is_lstopos(args):
+    if set(os.sched_getaffinity(0)) != set(CpuSet.parse((SYS_CPU / "online").read_text())):
+        pytest.skip("this process is bound to some CPUs: topo leaves the others out, lstopo does not")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")}
+    theirs = subprocess.run([LSTOPO, *args], capture_output=True, text=True, env=env, timeout=60)
+    ours = run_topo("show", *args)
+    assert ours.returncode == 0, ours.stderr
+    expected = _comparable(theirs.stdout)
+    if "-p" in args:  # caches have no P# in topo (the sysfs cache `id` is not read)
+        expected = [re.sub(r"\b(L\d[di]?) P#\d+", r"\1", x) for x in expected]
+    assert _comparable(ours.stdout) == expected
 
 
 def test_live_show_matches_library(live_json):

@@ -10,12 +10,21 @@ the command line is refused.
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
+import stat
+import uuid
 
 import click
 from click.core import ParameterSource
 
 from topo.errors import UsageError
+
+# Replaying a captured machine: run the live-only probes (NVML, npu-smi, lscpu) against a --root
+# that is not "/", with stand-in tools (a fake pynvml, a fake npu-smi on PATH). Never needed on a
+# real machine.
+REPLAY_ENV = "TOPO_REPLAY_LIVE_PROBES"
 
 
 def machine_options(func):
@@ -60,18 +69,81 @@ class MachineSource:
                 return load_topology(self.file)
             from topo.discovery import discover
 
-            return discover(self.root, include_disallowed=include_disallowed, probes=probes)
+            return discover(self.root, include_disallowed=include_disallowed, probes=probes,
+                            live_probes=os.environ.get(REPLAY_ENV) == "1")
         except ProbeError as exc:
             if self.file is not None or self.root is not None:
                 exc.exit_code = 2
             raise
 
 
-def write_text(path: str, text: str) -> None:
-    """Write a command's output file (bind JSON, picture, machine); its directory must exist, as
-    lstopo's output file's must (nothing is created but the file)."""
+STDOUT_NAMES = ("-", "/dev/stdout")  # output names that mean standard output, as for lstopo
+
+_NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def check_output(path: str, force: bool = False) -> None:
+    """Refuse an output file before any work is done: one in a missing directory, one that is not
+    a regular file or a link (a FIFO would block the writer), one that exists unless `force`
+    (lstopo's "File exists" unless -f)."""
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise UsageError(f"cannot write {path}: no directory {directory}; name a file in a directory that exists")
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc
+    for test, what in _NOT_REGULAR:
+        if test(mode):
+            raise UsageError(f"cannot write {path}: it is {what}, not a regular file; name a file to write")
+    if not force:
+        raise UsageError(f"cannot write {path}: File exists; give -f/--force to overwrite it")
+
+
+def write_text(path: str, text: str, force: bool = False) -> None:
+    """Write a command's output file (bind JSON, picture, machine) whole or not at all.
+
+    The text goes to a new file beside it, created with O_EXCL|O_NOFOLLOW (a link planted under
+    that name is never followed), then takes the file's name: by link(), which fails if the name
+    was taken meanwhile, or with `force` by rename(), which replaces the name (a link itself, not
+    what it points to). The directory must exist, as lstopo's output file's must."""
+    check_output(path, force)
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:16]}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(temporary, flags, 0o666)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if force:
+            os.replace(temporary, path)
+        else:
+            _link_new(temporary, path)
+    except FileExistsError:
+        raise UsageError(f"cannot write {path}: File exists; give -f/--force to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc
+    finally:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+
+
+def _link_new(temporary: str, path: str) -> None:
+    """Give `temporary`'s file the name `path`, which must still be free."""
+    try:
+        os.link(temporary, path, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        # a filesystem without hard links (vfat, some FUSE): look again, then rename
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "File exists", path) from None
+        os.rename(temporary, path)

@@ -12,9 +12,10 @@ import sys
 
 import click
 
-from topo.errors import ParseError, UsageError
+from topo.errors import ParseError, TopoError, UsageError
+from topo.text import printable
 from topo_cli import CONTEXT
-from topo_cli.machine import machine_options, write_text
+from topo_cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
 from topo_cli.numbers import WholeRange
 
 
@@ -36,24 +37,34 @@ class _ModeType(click.ParamType):
 
         return planners.get_planner(value).name  # its UsageError names the modes
 
-def parse_devices(text: str | None) -> tuple[int, ...] | None:
-    """--devices: physical ids in local-rank order ("3,1", "0-3"), or none/cpu for a CPU-only job."""
+def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
+    """--devices: physical ids in local-rank order ("3,1", "0-3"), GPU/MIG UUIDs or PCI bus ids
+    (found in `topology`), or none/cpu for a CPU-only job."""
     if text is None:
         return None
     t = text.strip().lower()
     if t in ("", "none", "cpu"):
         return ()
     from topo.cpuset import CpuSet
+    from topo.visible import find_device
 
     ids: list[int] = []
-    for item in t.split(","):
-        try:
-            ids.extend(CpuSet.parse(item.strip()) if item.strip() else ())
-        except ParseError as exc:
-            raise UsageError(f"--devices {text!r}: {exc}: give physical device ids such as 0,1,3 (or 'none')") from None
-        if not item.strip():
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
             raise UsageError(f"--devices {text!r} has an empty item: give physical device ids such as 0,1,3 "
                              "(or 'none')")
+        if all(c.isdigit() or c == "-" for c in item) and item.count("-") <= 1:  # an id or a range of ids
+            try:
+                ids.extend(CpuSet.parse(item))
+            except ParseError as exc:
+                raise UsageError(f"--devices {text!r}: {exc}: give physical device ids such as 0,1,3 "
+                                 "(or 'none')") from None
+            continue
+        try:  # a UUID or a PCI bus id
+            ids.append(find_device(topology, item)[0].index)
+        except TopoError as exc:
+            raise UsageError(f"--devices {text!r}: {exc}") from None
     return tuple(ids)
 
 
@@ -72,7 +83,8 @@ def _list_modes() -> str:
 @click.option("--nproc-per-node", type=WholeRange(min=1), default=None,
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
 @click.option("--devices", default=None, metavar="IDS",
-              help="Physical device ids, comma separated, in local-rank order; 'none' for a CPU-only job. "
+              help="Physical device ids, GPU/MIG UUIDs or PCI bus ids, comma separated, in local-rank order; "
+                   "'none' for a CPU-only job. "
                    "Default: the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible.")
 @click.option("--scope", type=click.Choice(["node", "socket"]), default="node", show_default=True,
               help="gpu_affinity modes: the CPUs a device may use, its NUMA node or its socket.")
@@ -103,13 +115,15 @@ def _list_modes() -> str:
 @click.option("--explain", is_flag=True,
               help="Print a table per process (device, node, CPUs, cores, L3, memory, locality) and "
                    "warnings instead of the JSON (the JSON still goes to -o FILE).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the bind JSON to FILE (default: stdout).")
-@click.option("--picture", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+@click.option("-o", "--output", default=None, metavar="FILE",
+              help="Write the bind JSON to FILE (default: stdout; '-' is stdout).")
+@click.option("--picture", default=None, metavar="FILE",
               help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
+@click.option("-f", "--force", is_flag=True,
+              help="Overwrite the -o and --picture files if they exist (else refused, as lstopo).")
 def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced,
          min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
-         scheduler_base, explain, output, picture):
+         scheduler_base, explain, output, picture, force):
     """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
 
     \b
@@ -129,8 +143,15 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         raise UsageError(f"--mode is required: one of {', '.join(planners.modes())} (see --list-modes)")
     if picture is not None and os.path.splitext(picture)[1].lower() not in (".svg", ".html", ".htm"):
         raise UsageError(f"--picture {picture}: name the file .svg or .html")
+    if output in STDOUT_NAMES:
+        output = None
+    if output is not None and output == picture:
+        raise UsageError(f"-o {output} and --picture {picture} name the same file: give two names")
+    for path in (output, picture):
+        if path is not None:
+            check_output(path, force)  # before any work: nothing is written if one cannot be
     topology = machine.load()
-    ids = parse_devices(devices)  # None: planners.plan applies the visible-device variables
+    ids = parse_devices(devices, topology)  # None: planners.plan applies the visible-device variables
     result = planners.plan(
         topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
         balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
@@ -140,28 +161,28 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         scheduler_base=scheduler_base,
     )
     text = json.dumps(result.to_json(), indent=2) + "\n"
-    if output and output != "-":
-        write_text(output, text)
+    if output is not None:
+        write_text(output, text, force)
     if picture is not None or explain:
         # drawn on the view with disallowed CPUs, so they show greyed
         drawn = topology if machine.file is not None else machine.load(include_disallowed=True)
     if picture is not None:
-        from planners.picture import plan_html, plan_svg
+        from views.plan import plan_html, plan_svg
 
         draw = plan_svg if picture.lower().endswith(".svg") else plan_html
-        write_text(picture, draw(drawn, result))
+        write_text(picture, draw(drawn, result), force)
     if explain:
         from planners.explain import explain as render
-        from planners.picture import plan_map
+        from views.plan import plan_map
 
-        click.echo(render(topology, result))
+        click.echo(printable(render(topology, result), lines=True))
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         click.echo("\n" + plan_map(drawn, result, colour=colour))
-    elif not output or output == "-":
+    elif output is None:
         sys.stdout.write(text)
     if not explain:
         for w in result.warnings:
-            click.echo(f"topo: warning: {w}", err=True)
+            click.echo(printable(f"topo: warning: {w}"), err=True)
 
 
 @click.command(context_settings=CONTEXT)
@@ -193,14 +214,14 @@ def validate(machine, file):
     warned = len(problems) - len(errors)
     warnings = f", {warned} warning{'s' if warned != 1 else ''}" if warned else ""
     if errors:
-        click.echo(f"{file}: {len(errors)} problem{'s' if len(errors) != 1 else ''}{warnings}")
+        click.echo(printable(f"{file}: {len(errors)} problem{'s' if len(errors) != 1 else ''}{warnings}"))
     else:
         keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
-        click.echo(f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}")
+        click.echo(printable(f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}"))
     for p in problems:
         tag = "warning: " if p.severity == "warning" else ""
-        click.echo(f"  {p.path or '(file)'}: {tag}{p.message}")
+        click.echo(printable(f"  {p.path or '(file)'}: {tag}{p.message}"))
         if p.fix:
-            click.echo(f"    fix: {p.fix}")
+            click.echo(printable(f"    fix: {p.fix}"))
     if errors:
         sys.exit(1)

@@ -1,4 +1,4 @@
-"""`topo show`: the machine as a tree (like `lstopo -p`) or as JSON."""
+"""`topo show`: the machine as lstopo prints it, in topo's long form, as JSON, or drawn."""
 
 from __future__ import annotations
 
@@ -10,81 +10,126 @@ import click
 from topo.errors import UsageError
 
 from topo_cli import CONTEXT
-from topo_cli.machine import machine_options, write_text
+from topo_cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
+
+# --of FORMAT -> the file name endings that mean it (lstopo: the output format from the extension)
+FORMATS = {"console": (".txt",), "json": (".json",), "svg": (".svg",), "html": (".html", ".htm"),
+           "xml": (".xml",)}
+FORMAT_ALIASES = {"txt": "console"}
 
 
 @click.command(context_settings=CONTEXT)
 @machine_options
-@click.option("--json", "as_json", is_flag=True, help="Print the topology as JSON (schema topo.topology/1).")
-@click.option("--include-disallowed", is_flag=True,
+@click.argument("file", required=False, metavar="[FILE]")
+@click.option("-o", "--output", default=None, metavar="FILE",
+              help="Write to FILE (as the positional FILE) instead of stdout; '-' is stdout.")
+@click.option("--of", "output_format", default=None, metavar="FORMAT",
+              type=click.Choice([*FORMATS, *FORMAT_ALIASES], case_sensitive=False),
+              help="Output format, as lstopo's --of: console (or txt), json, svg, html, xml (hwloc v2 "
+                   "XML, which lstopo -i FILE reads). "
+                   "Default: from FILE's extension, else console.")
+@click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists (else refused, as lstopo).")
+@click.option("-p", "--physical", "index", flag_value="physical",
+              help="Show physical (OS) indexes P#, as lstopo -p.")
+@click.option("-l", "--logical", "index", flag_value="logical",
+              help="Show logical indexes L# only, as lstopo -l.")
+@click.option("--long", "long_form", is_flag=True,
+              help="topo's long form: every object on its own line with its P# and L#, the package "
+                   "model, devices under their NUMA node, the device link matrix, a summary line and "
+                   "how each probe fared.")
+@click.option("--no-io", "io", flag_value="none", help="No PCI function, bridge or OS device (lstopo --no-io).")
+@click.option("--whole-io", "io", flag_value="whole",
+              help="Every PCI function, bridge and OS device (lstopo --whole-io); by default those lstopo "
+                   "shows: storage, network, display, accelerators and the bridges to them.")
+@click.option("--no-bridges", is_flag=True, help="PCI functions without the bridges above them, as lstopo.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the topology as JSON (schema topo.topology/1), as --of json.")
+@click.option("--include-disallowed", "--disallowed", is_flag=True,
               help="Also show CPUs and NUMA nodes the cgroup cpuset / affinity does not allow.")
 @click.option("--probes", default=None, metavar="LIST",
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Write the machine to FILE, in the format its extension names (like `lstopo FILE`): "
-                   ".svg a drawing, .html the drawing with the summary and link matrix, .json, .txt, "
-                   ".xml hwloc v2 XML (lstopo -i FILE reads it).")
-@click.option("--whole-io", is_flag=True, help="Every PCI function, bridge and OS device (lstopo --whole-io); "
-              "by default those lstopo shows: storage, network, display, accelerators and the bridges to them.")
-@click.option("--no-io", is_flag=True, help="No PCI function, bridge or OS device (lstopo --no-io).")
-@click.option("--no-bridges", is_flag=True, help="PCI functions without the bridges above them (lstopo --no-bridges).")
-def show(machine, as_json, include_disallowed, probes, output, whole_io, no_io, no_bridges):
-    """Show the topology: packages, NUMA nodes, caches, cores, PUs and devices.
+def show(machine, file, output, output_format, force, index, long_form, io, no_bridges, as_json, include_disallowed,
+         probes):
+    """Show the topology: packages, NUMA nodes, caches, cores, PUs, as lstopo prints them.
 
     \b
     Examples:
-      topo show                          # this machine, like lstopo -p
+      topo show                          # this machine, like lstopo-no-graphics
+      topo show -p                       # physical (OS) indexes, like lstopo -p
+      topo show --long                   # every object, devices, link matrix, summary
       topo show --json > machine.json    # save it; plan on it elsewhere with --topology
       topo show --root /tmp/captured     # a sysfs/procfs captured below a directory
       topo show --from machine.xml       # an hwloc XML export (lstopo --of xml)
-      topo show --output machine.svg     # a drawing (.html: with the summary and link matrix)
+      topo show machine.svg              # a drawing (.html: with the summary and link matrix)
+      topo show exported.xml             # hwloc v2 XML, for lstopo -i, hwloc-calc, hwloc-bind
     """
-    if output is not None:
-        writer = _writer(output, as_json)  # a bad name fails before the machine is read
+    if file is not None and output is not None:
+        raise UsageError(f"FILE {file} and --output {output} both name the output file: give one of them")
+    path = output if output is not None else file
+    if path in STDOUT_NAMES:
+        path = None
+    fmt = _format(path, output_format, as_json)
+    shaping = "--long" if long_form else f"-{index[0]}" if index else None
+    if fmt != "console" and shaping:
+        raise UsageError(f"{shaping} shapes the console form, not {fmt}: leave it out or write the console "
+                         "form (--of console)")
+    if long_form and index:
+        raise UsageError(f"--long shows both P# and L#: leave out -{index[0]}")
+    if path is not None:
+        check_output(path, force)  # a file that may not be written fails before the machine is read
     wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
-    if whole_io and no_io:
-        raise UsageError("--whole-io shows every I/O object and --no-io none: give one of them")
     topology = machine.load(include_disallowed=include_disallowed, probes=wanted)
-    topology = topology.io_view("none" if no_io else "whole" if whole_io else "important", bridges=not no_bridges)
-    if output is not None:
-        write_text(output, writer(topology))
-    elif as_json:
-        import json
-
-        # One write: json.dump() streams thousands of small chunks, each a syscall when stdout
-        # is unbuffered (PYTHONUNBUFFERED=1, as under many job launchers).
-        sys.stdout.write(json.dumps(topology.to_dict(), indent=2) + "\n")
+    # the I/O objects lstopo shows with the same flags, in every format
+    topology = topology.io_view(io or "important", bridges=not no_bridges)
+    text = _render(topology, fmt, index or "default", long_form)
+    if path is not None:
+        write_text(path, text, force)
     else:
-        from topo.render import render_text
+        # One write: json.dumps() output written in one call, not thousands of small chunks, each a
+        # syscall when stdout is unbuffered (PYTHONUNBUFFERED=1, as under many job launchers).
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
-        click.echo(render_text(topology))
 
-
-def _writer(path: str, as_json: bool):
-    """The function that renders a Topology in the format ``path``'s extension names."""
+def _format(path: str | None, output_format: str | None, as_json: bool) -> str:
+    """The output format: --of, else --json, else the file's extension, else console."""
+    if as_json and path is not None:
+        raise UsageError(f"--json prints to stdout and {path} is a file to write: give one of them "
+                         "(FILE.json, or --of json FILE, writes the JSON)")
     if as_json:
-        raise UsageError(f"--json prints to stdout and --output {path} writes a file: give one of them "
-                         "(--output FILE.json writes the JSON)")
+        if output_format is not None and FORMAT_ALIASES.get(output_format, output_format) != "json":
+            raise UsageError(f"--json and --of {output_format} ask for two formats: give one of them")
+        return "json"
+    if output_format is not None:
+        return FORMAT_ALIASES.get(output_format.lower(), output_format.lower())
+    if path is None:
+        return "console"
     suffix = os.path.splitext(path)[1].lower()
-    if suffix == ".svg":
-        from topo.draw import draw_svg
+    for fmt, suffixes in FORMATS.items():
+        if suffix in suffixes:
+            return fmt
+    endings = ", ".join(s for suffixes in FORMATS.values() for s in suffixes)
+    raise UsageError(f"{path}: unknown format {suffix or '(no extension)'!r}; name the file {endings}, "
+                     f"or give --of {'|'.join(FORMATS)}")
 
-        return draw_svg
-    if suffix in (".html", ".htm"):
-        from topo.draw import draw_html
 
-        return draw_html
-    if suffix == ".json":
+def _render(topology, fmt: str, index: str, long_form: bool) -> str:
+    if fmt == "json":
         import json
 
-        return lambda t: json.dumps(t.to_dict(), indent=2) + "\n"
-    if suffix == ".xml":
+        return json.dumps(topology.to_dict(), indent=2) + "\n"
+    if fmt == "svg":
+        from views.svg import draw_svg
+
+        return draw_svg(topology)
+    if fmt == "html":
+        from views.html import draw_html
+
+        return draw_html(topology)
+    if fmt == "xml":
         from topo.hwloc_export import to_xml
 
-        return to_xml
-    if suffix == ".txt":
-        from topo.render import render_text
+        return to_xml(topology)
+    from topo.render import render_console, render_text
 
-        return lambda t: render_text(t) + "\n"
-    raise UsageError(f"--output {path}: unknown format {suffix or '(no extension)'!r}; "
-                     "name the file .svg, .html, .json, .xml or .txt")
+    return (render_text(topology) if long_form else render_console(topology, index)) + "\n"

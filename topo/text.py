@@ -1,0 +1,29 @@
+"""Text that came from a machine or a file, made safe to print on a terminal.
+
+CPU model names, device and host names, info values and the keys of a loaded JSON or XML file are
+whatever sysfs, /proc or the file says. Printed raw, an ESC or BEL starts a terminal command (clear
+the screen, set the window title), a CR overwrites the line, and a bidi override reorders what the
+reader sees. `printable` escapes them as Python does in a repr (``\\x1b``, ``\\u202e``).
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls, DEL, C1 controls (U+0080-U+009F), the line and paragraph separators, and the
+# bidirectional marks, embeddings, overrides and isolates.
+_OTHERS = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[\x00-\x1f{_OTHERS}]")
+_UNSAFE_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f{_OTHERS}]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` with every control character and bidi control escaped; with `lines`, newlines are
+    kept (a report of several lines), else they are escaped too (one line stays one line)."""
+    pattern = _UNSAFE_BUT_NEWLINE if lines else _UNSAFE
+    return pattern.sub(_escape, text)
