@@ -6,7 +6,35 @@ from __future__ import annotations
 import _socket as socket  # socket's C module, the same calls without socket.py's enums (about 2 ms to import)
 import functools
 
+from topo.cpuset import excerpt
 from topo.errors import UsageError
+
+MAX_LABEL = 63  # DNS: each dot-separated label of a host name is 1 to 63 octets (RFC 1035)
+MAX_NAME = 253  # and the whole name at most 253 characters, written without its final dot
+
+
+def check_host(name: str, what: str | None = None, fix: str | None = None) -> None:
+    """UsageError naming the value (`what`: how the message names it, by default
+    --master_addr='NAME') when `name` is not a host name DNS or IDNA would take: an empty label
+    ("a..b", ".a"), a label over MAX_LABEL characters, a name over MAX_NAME, or text the IDNA codec
+    refuses. Checked before socket calls encode it, where the same faults end as a UnicodeError.
+    One final dot (a fully qualified name) is allowed."""
+    what = what or f"--master_addr={excerpt(name)!r}"
+    fix = fix or "give an IP address or a host name of dot-separated labels of 1 to 63 characters"
+    body = name[:-1] if name.endswith(".") else name
+    if not body:
+        raise UsageError(f"{what} is empty; {fix}")
+    if len(body) > MAX_NAME:
+        raise UsageError(f"{what} is {len(body)} characters long, more than the {MAX_NAME} of a host name; {fix}")
+    for label in body.split("."):
+        if not label:
+            raise UsageError(f"{what} has an empty label (two dots in a row, or a leading dot); {fix}")
+        if len(label) > MAX_LABEL:
+            raise UsageError(f"{what} has a label of {len(label)} characters, more than {MAX_LABEL}; {fix}")
+    try:
+        body.encode("idna")
+    except UnicodeError as exc:
+        raise UsageError(f"{what} is not a host name IDNA can encode ({exc}); {fix}") from None
 
 
 def resolve_master(addr: str) -> str:
@@ -17,11 +45,12 @@ def resolve_master(addr: str) -> str:
     for family in (socket.AF_INET, socket.AF_INET6):  # a literal, written the canonical way
         try:
             return socket.inet_ntop(family, socket.inet_pton(family, text))
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL byte
             continue
+    check_host(text, f"--master_addr={excerpt(addr)!r}")
     try:
         return socket.getaddrinfo(text, None, socket.AF_UNSPEC, socket.SOCK_STREAM)[0][4][0]
-    except (OSError, IndexError) as exc:
+    except (OSError, IndexError, UnicodeError) as exc:
         raise UsageError(f"--master_addr={addr!r} does not resolve ({exc}); give an IP or a resolvable host name") from None
 
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from launcher.network import check_host
 from topo.records import record
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
+from topo.cpuset import excerpt
 
 _NODE_COUNT_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 _NODE_LIST_VARS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
@@ -143,8 +145,15 @@ class SlurmNode:
 
     @property
     def master_addr(self) -> str | None:
-        """The first node: the only one a launcher needs, found without expanding the list."""
-        return first_host(self.nodelist) if self.nodelist else None
+        """The first node: the only one a launcher needs, found without expanding the list, and
+        checked as a host name (UsageError naming it and the fix when DNS could not take it)."""
+        if not self.nodelist:
+            return None
+        host = first_host(self.nodelist)
+        check_host(host, f"Slurm's node list {excerpt(self.nodelist)!r} starts with host {excerpt(host)!r}, which",
+                   "fix the node names, or give the master address yourself (--master_addr; --master-addr "
+                   "for topo run; MASTER_ADDR for topo bind)")
+        return host
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -294,7 +303,7 @@ def task_env(environ: Mapping[str, str]) -> dict[str, str]:
     if local is not None:
         derived["LOCAL_WORLD_SIZE"] = str(local)
     node = slurm_node(environ)
-    if node is not None and node.master_addr:
+    if node is not None and not environ.get("MASTER_ADDR") and node.master_addr:
         derived["MASTER_ADDR"] = node.master_addr
     derived["MASTER_PORT"] = str(default_master_port(job_id))
     return {k: v for k, v in derived.items() if not environ.get(k)}

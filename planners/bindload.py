@@ -37,6 +37,9 @@ from topo.errors import ParseError
 from planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding, as_written, normalize_key
 
 UNIFIED_KEYS = ("bind_config", "bind_cpu", "bind_memory")
+# The largest bind JSON file read: msrun's are a few KB (a few hundred bytes per device), so 16 MiB
+# is thousands of times any real one; a larger file is refused by its size before it is read.
+BIND_JSON_LIMIT = 16 << 20
 _TABLE_KEY = re.compile(r"device[0-9]{1,18}|scheduler")
 # msrun's per-item pattern (ASCII digits): "0-9" or "1,2,3"; a mixed "0-3,5" must be ["0-3", "5"].
 _TABLE_ITEM = re.compile(r"[0-9]+-[0-9]+|[0-9]+(?:,[0-9]+)*")
@@ -92,9 +95,10 @@ def read_bind_json(value: str) -> BindSource:
     if not os.path.isfile(value):
         raise ParseError(f"bind_numa json path '{value}' is not a file.")
     try:
-        with open(value, "rb") as f:
-            raw = f.read()
+        raw = _read_limited(value)
         data = parse_json(raw.decode("utf-8"))
+    except ParseError:
+        raise
     except (OSError, ValueError, RecursionError) as exc:
         # msrun's words first (scripts match them), then what is wrong and where
         why = exc.strerror if isinstance(exc, OSError) else (
@@ -111,6 +115,25 @@ def read_bind_json(value: str) -> BindSource:
     if str(config.get("bind_memory_mode", "none")).lower() not in MEMORY_MODES:
         raise ParseError("'bind_memory_mode' only supports 'numa'/'none'.")
     return BindSource(data, os.path.abspath(value), hashlib.sha256(raw).hexdigest())
+
+
+def _read_limited(path: str) -> bytes:
+    """The file's bytes; ParseError by its size, before reading, when it is over BIND_JSON_LIMIT."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO swapped in must not block
+    try:
+        size = os.fstat(fd).st_size
+        if size > BIND_JSON_LIMIT:
+            raise ParseError(f"Failed to load bind_numa json file: {path}. (it is {size} bytes, more than the "
+                             f"{BIND_JSON_LIMIT} a bind JSON can be; msrun's are a few KB: write one with "
+                             "`topo plan -o FILE`)")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read(BIND_JSON_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > BIND_JSON_LIMIT:
+        raise ParseError(f"Failed to load bind_numa json file: {path}. (it is more than the {BIND_JSON_LIMIT} "
+                         "bytes a bind JSON can be; write one with `topo plan -o FILE`)")
+    return raw
 
 
 def load_bind(value: str) -> LoadedBind:
@@ -179,5 +202,5 @@ def load_table(value: Mapping, flag: str) -> LoadedBind:
     return LoadedBind(plan, table=True)
 
 
-__all__ = ["BindSource", "LoadedBind", "JsonObject", "parse_json", "read_bind_json", "load_bind", "plan_of",
+__all__ = ["BIND_JSON_LIMIT", "BindSource", "LoadedBind", "JsonObject", "parse_json", "read_bind_json", "load_bind", "plan_of",
            "plan_from_json", "load_table", "UNIFIED_KEYS"]

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "bind": "topo_cli.launch:bind",
     "run": "topo_cli.run:run",
     "stop": "topo_cli.stop:stop",
+    "ps": "topo_cli.ps:ps",
 }
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}

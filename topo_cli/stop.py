@@ -19,8 +19,13 @@ def stop(log_dir, grace_period):
     SIGTERM to every process it started and to whatever they started (daemons included), SIGKILL
     after the grace period.
 
-    A pid is signalled only while it still names the process that was started (its start time is
-    checked), so a pid the system has given to another program since is left alone.
+    A process is signalled only when it is provably the job's: it carries the job's TOPO_JOB_ID in
+    its environment and, for a recorded pid, started at the recorded time. Each is signalled alone,
+    never its session or process group, so a forged or stale launch.json reaches nothing else.
+
+    Exit status 0 when the job's processes are gone (a job that had already ended is said to be
+    not running, and nothing is signalled); 1 when a process survived SIGKILL or a recorded process
+    that still runs could not be proven the job's (it is named and left alone).
 
     \b
     Examples:

@@ -1,0 +1,471 @@
+"""`topo ps`: where running processes really are, read from /proc and sysfs (and NVML when present).
+
+Per process: its allowed CPUs (Cpus_allowed_list), the CPU each thread last ran on (field 39 of
+/proc/PID/task/TID/stat), its memory policy and resident pages per NUMA node (/proc/PID/numa_maps),
+the accelerators it has open (/proc/PID/fd links to /dev/nvidiaN, /dev/davinciN,
+/dev/dri/renderDN, /dev/accel/accelN, or NVML's process lists) and their NUMA node (the topology's
+devices), and a verdict: the share of its pages on nodes not local to its device(s) (without a
+device: not local to its allowed CPUs), threads running outside its allowed CPUs or on a CPU
+another listed process runs on, more runnable threads than allowed CPUs.
+
+Every read is bounded; a process that exits meanwhile, or cannot be read (another user's), is
+reported as such. Everything is read below one root ("/": /proc and /sys), so tests hand it a
+fake tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+
+import topo
+from launcher import procinfo
+from launcher.procinfo import AccessDenied, ProcError, ProcessGone
+from topo.cpuset import CpuSet
+from topo.errors import ParseError
+
+SCHEMA = "topo.ps/1"
+# numa_maps has a line (~100 bytes) per mapping; a process may have up to vm.max_map_count (65530
+# by default) of them, about 7 MB. Past 16 MiB the counts stop, and the report says they are partial.
+NUMA_MAPS_LIMIT = 16 << 20
+MAX_THREADS = 1 << 15  # threads read per process; more are counted, not read
+MAX_FDS = 1 << 16  # open files looked at per process
+# A few percent of a process's pages sit on another node for reasons no binding controls (shared
+# libraries' page cache, first read by another process); a tenth is a binding problem.
+REMOTE_WARN = 0.10
+BASE_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+_DEVICE_FILES = (
+    (re.compile(r"/dev/nvidia([0-9]{1,4})"), "nvidia"),
+    (re.compile(r"/dev/davinci([0-9]{1,4})"), "davinci"),
+    (re.compile(r"/dev/dri/renderD([0-9]{1,4})"), "drm"),
+    (re.compile(r"/dev/accel/accel([0-9]{1,4})"), "accel"),
+)
+# numa_maps' policy words (mm/mempolicy.c policy_modes), then "=static"/"=relative", then ":nodes"
+_POLICY = re.compile(r"(weighted interleave|prefer \(many\)|default|prefer|bind|interleave|local)"
+                     r"(?:=[a-z]+)?(?::([0-9,-]+))?")
+
+
+@dataclass(frozen=True)
+class Thread:
+    tid: int
+    name: str
+    state: str  # R running or runnable, S sleeping, D waiting on I/O, ...
+    cpu: int  # the CPU it last ran on
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    path: str  # the device file, or "nvml" when only NVML's process list named it
+    kind: str  # "gpu", "npu", "accel", ...
+    index: int | None  # the device's index as its runtime numbers it (NVML index, npu id)
+    busid: str | None
+    numa_node: int | None
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    pid: int
+    label: str = ""  # "rank 0" for a job's process
+    name: str = ""
+    error: str | None = None  # why it could not be read: "exited", "permission denied (...)"
+    cpus_allowed: CpuSet | None = None
+    mems_allowed: CpuSet | None = None
+    memory_policy: str | None = None  # numa_maps' word for the task's policy: "default", "bind:0", ...
+    other_policies: dict[str, int] = field(default_factory=dict)  # policies of single mappings -> how many
+    pages_by_node: dict[int, int] = field(default_factory=dict)  # resident pages (base pages) per node
+    numa_maps: str = "read"  # "read", "cut at N bytes: partial counts", "unreadable: ...", "absent"
+    threads: tuple[Thread, ...] = ()
+    thread_count: int = 0  # all threads, also those past MAX_THREADS
+    devices: tuple[DeviceUse, ...] = ()
+    local_nodes: CpuSet = CpuSet()
+    local_from: str = ""  # "device" or "allowed CPUs"
+    remote_fraction: float | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def last_cpus(self) -> CpuSet:
+        return CpuSet(t.cpu for t in self.threads)
+
+    @property
+    def running(self) -> int:
+        return sum(t.state == "R" for t in self.threads)
+
+
+# -------------------------------------------------------------------- reading one process
+def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, set[str]] | None = None,
+                 devices_by_bus: dict[str, DeviceUse] | None = None) -> ProcessView:
+    """What /proc shows of `pid` (no verdict yet: see inspect). `devices_by_bus` maps a PCI bus
+    id to its device (index, NUMA node); `nvml` maps pids to the bus ids NVML says they use."""
+    proc = os.path.join(root, "proc")
+    try:
+        fields = procinfo.stat_fields(proc, pid)
+        if fields[2] in ("Z", "X"):
+            return ProcessView(pid, label, fields[1], error="exited (a zombie)")
+        status = procinfo.status_fields(proc, pid)
+        cpus = CpuSet.parse(status.get("Cpus_allowed_list", ""))
+        mems = CpuSet.parse(status.get("Mems_allowed_list", "")) if "Mems_allowed_list" in status else None
+    except ProcessGone:
+        return ProcessView(pid, label, error="exited (no such process)")
+    except AccessDenied as exc:
+        return ProcessView(pid, label, error=f"permission denied ({exc}): another user's process")
+    except (ProcError, ParseError) as exc:
+        return ProcessView(pid, label, error=f"unreadable: {exc}")
+    policy, others, pages, maps_state = _numa_maps(proc, pid)
+    threads, count = _threads(proc, pid)
+    used = _devices(root, pid, devices_by_bus or {}, (nvml or {}).get(pid, set()))
+    return ProcessView(pid, label, fields[1], cpus_allowed=cpus, mems_allowed=mems, memory_policy=policy,
+                       other_policies=others, pages_by_node=pages, numa_maps=maps_state, threads=threads,
+                       thread_count=count, devices=used)
+
+
+def _numa_maps(proc: str, pid: int) -> tuple[str | None, dict[str, int], dict[int, int], str]:
+    """(the task's policy, the other policies by mappings, resident base pages per node, what was read).
+    A mapping without a policy of its own shows the task's (fs/proc/task_mmu.c), so the policy
+    most mappings show is the task's; N<node>=<pages> counts pages of the mapping's own
+    size (kernelpagesize_kB), converted here to base pages so huge pages weigh what they hold."""
+    path = f"{proc}/{pid}/numa_maps"
+    try:
+        data = procinfo.read_bounded(path, NUMA_MAPS_LIMIT, cut=True)
+    except ProcessGone:
+        return None, {}, {}, "absent (a kernel without NUMA, or the process exited)"
+    except AccessDenied:
+        return None, {}, {}, "unreadable: permission denied (another user's process; run as root)"
+    except ProcError as exc:
+        return None, {}, {}, f"unreadable: {exc}"
+    state = "read"
+    if len(data) >= NUMA_MAPS_LIMIT:
+        data = data[:data.rfind(b"\n") + 1]
+        state = f"cut at {NUMA_MAPS_LIMIT} bytes: partial counts"
+    policies: dict[str, int] = {}
+    pages: dict[int, int] = {}
+    for line in data.decode("ascii", "replace").splitlines():
+        address, _, rest = line.partition(" ")
+        m = _POLICY.match(rest)
+        if not m:
+            continue
+        word = m.group(1) + (f":{m.group(2)}" if m.group(2) else "")
+        policies[word] = policies.get(word, 0) + 1
+        counts, size_kb = [], BASE_PAGE_KB
+        for token in rest[m.end():].split():
+            key, _, value = token.partition("=")
+            if key == "kernelpagesize_kB" and value.isdigit():
+                size_kb = int(value)
+            elif key[:1] == "N" and key[1:].isdigit() and value.isdigit():
+                counts.append((int(key[1:]), int(value)))
+        for node, n in counts:
+            pages[node] = pages.get(node, 0) + n * max(1, size_kb // BASE_PAGE_KB)
+    if not policies:
+        return None, {}, pages, state
+    task = max(policies, key=policies.get)
+    return task, {p: n for p, n in policies.items() if p != task}, dict(sorted(pages.items())), state
+
+
+def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
+    try:
+        names = [n for n in os.listdir(f"{proc}/{pid}/task") if n.isascii() and n.isdigit()]
+    except OSError:
+        return (), 0
+    threads = []
+    for name in sorted(names, key=int)[:MAX_THREADS]:
+        try:
+            fields = procinfo.stat_fields(proc, pid, int(name))
+        except ProcError:
+            continue  # the thread ended meanwhile
+        if len(fields) > 38 and fields[38].isdigit():
+            threads.append(Thread(int(name), fields[1], fields[2], int(fields[38])))
+    return tuple(threads), len(names)
+
+
+def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[str]) -> tuple[DeviceUse, ...]:
+    """The accelerators `pid` has open, each once."""
+    fd_dir = os.path.join(root, "proc", str(pid), "fd")
+    found: dict[str, DeviceUse] = {}
+    try:
+        fds = sorted((n for n in os.listdir(fd_dir) if n.isascii() and n.isdigit()), key=int)[:MAX_FDS]
+    except OSError:
+        fds = []  # another user's fds: NVML may still name its GPUs
+    for fd in fds:
+        try:
+            target = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue  # closed meanwhile
+        use = device_of(root, target, by_bus)
+        if use is not None:
+            found.setdefault(use.busid or use.path, use)
+    for busid in sorted(nvml_buses):
+        if busid not in found:
+            known = by_bus.get(busid)
+            found[busid] = DeviceUse("nvml", "gpu", known.index if known else None, busid,
+                                     known.numa_node if known else _pci_node(root, busid))
+    return tuple(found.values())
+
+
+def device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse | None:
+    """The accelerator a device file names, or None when `target` is not one: its bus id from the
+    driver (/proc/driver/nvidia/gpus/*/information for an NVIDIA minor number; the device link of
+    /sys/class/drm/renderDN or /sys/class/accel/accelN), then its index and node from the topology."""
+    for pattern, family in _DEVICE_FILES:
+        m = pattern.fullmatch(target)
+        if m:
+            break
+    else:
+        return None
+    number = int(m.group(1))
+    busid = None
+    if family == "nvidia":
+        busid = _nvidia_bus(root, number)
+    elif family in ("drm", "accel"):
+        cls = "drm" if family == "drm" else "accel"
+        link = os.path.join(root, "sys", "class", cls, os.path.basename(target), "device")
+        try:
+            busid = os.path.basename(os.readlink(link)).lower()
+        except OSError:
+            busid = None
+    if busid is not None and busid in by_bus:
+        known = by_bus[busid]
+        return DeviceUse(target, known.kind, known.index, busid, known.numa_node)
+    if family == "davinci":  # the davinci number is the NPU's physical id
+        known = next((d for d in by_bus.values() if d.kind == "npu" and d.index == number), None)
+        if known is not None:
+            return DeviceUse(target, "npu", number, known.busid, known.numa_node)
+        return DeviceUse(target, "npu", number, None, None)
+    kind = {"nvidia": "gpu", "drm": "gpu", "accel": "accel"}[family]
+    index = number if family in ("nvidia", "accel") and busid is None else None
+    return DeviceUse(target, kind, index, busid, _pci_node(root, busid) if busid else None)
+
+
+def _nvidia_bus(root: str, minor: int) -> str | None:
+    """The PCI bus id of the NVIDIA GPU with this device minor number, from the driver's
+    /proc/driver/nvidia/gpus/<busid>/information ("Device Minor:" line)."""
+    base = os.path.join(root, "proc", "driver", "nvidia", "gpus")
+    try:
+        buses = sorted(os.listdir(base))
+    except OSError:
+        return None
+    for bus in buses:
+        try:
+            text = procinfo.read_bounded(os.path.join(base, bus, "information"), 64 << 10).decode("ascii", "replace")
+        except ProcError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Device Minor" and value.strip() == str(minor):
+                return bus.lower()
+    return None
+
+
+def _pci_node(root: str, busid: str) -> int | None:
+    try:
+        text = procinfo.read_bounded(os.path.join(root, "sys", "bus", "pci", "devices", busid, "numa_node"), 64)
+    except ProcError:
+        return None
+    text = text.decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def nvml_processes() -> dict[int, set[str]]:
+    """pid -> bus ids of the GPUs NVML says it runs on (compute and graphics); {} without pynvml
+    or a driver that answers. Bus ids are written as sysfs writes them (0000:07:00.0)."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # pynvml.NVMLError and its driver-less variants
+        return {}
+    found: dict[int, set[str]] = {}
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            busid = pynvml.nvmlDeviceGetPciInfo(handle).busId
+            busid = (busid.decode() if isinstance(busid, bytes) else str(busid)).lower()
+            domain, _, rest = busid.partition(":")
+            busid = f"{int(domain, 16):04x}:{rest}" if rest else busid  # NVML writes an 8-digit domain
+            for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+                try:
+                    for p in query(handle):
+                        found.setdefault(int(p.pid), set()).add(busid)
+                except Exception:
+                    continue
+    except Exception:
+        return found
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return found
+
+
+# -------------------------------------------------------------------- finding processes
+def accelerator_pids(root: str = "/", nvml: dict[int, set[str]] | None = None) -> tuple[list[int], int]:
+    """Every process with an accelerator's device file open (or in NVML's lists), and how many
+    processes' open files could not be looked at (another user's)."""
+    proc = os.path.join(root, "proc")
+    found, hidden = set(nvml or {}), 0
+    for pid in procinfo.pids(proc):
+        if pid == os.getpid():
+            continue
+        try:
+            with os.scandir(f"{proc}/{pid}/fd") as entries:
+                for i, entry in enumerate(entries):
+                    if i >= MAX_FDS:
+                        break
+                    try:
+                        target = os.readlink(entry.path)
+                    except OSError:
+                        continue
+                    if any(p.fullmatch(target) for p, _ in _DEVICE_FILES):
+                        found.add(pid)
+                        break
+        except PermissionError:
+            hidden += 1
+        except OSError:
+            continue
+    return sorted(p for p in found if os.path.isdir(f"{proc}/{p}")), hidden
+
+
+# -------------------------------------------------------------------- verdicts
+def devices_by_bus(topology) -> dict[str, DeviceUse]:
+    """The topology's accelerators (not NICs or disks) by PCI bus id."""
+    found = {}
+    for d in topology.devices:
+        if d.busid and d.kind not in ("nic", "nvme"):
+            found[d.busid.lower()] = DeviceUse("", d.kind, d.index, d.busid.lower(), d.numa_node)
+    return found
+
+
+def node_cpus(topology) -> dict[int, CpuSet]:
+    return {n.os_index: n.cpuset for n in topology.numa_nodes}
+
+
+def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessView]:
+    """Each readable view with its local nodes, remote fraction and problems."""
+    readable = [v for v in views if v.error is None]
+    out = []
+    for view in views:
+        if view.error is not None:
+            out.append(view)
+            continue
+        device_nodes = CpuSet(d.numa_node for d in view.devices if d.numa_node is not None)
+        if device_nodes:
+            local, source = device_nodes, "device"
+        else:
+            local = CpuSet(n for n, cpus in nodes.items() if cpus & view.cpus_allowed)
+            source = "allowed CPUs"
+        total = sum(view.pages_by_node.values())
+        remote = sum(n for node, n in view.pages_by_node.items() if node not in local)
+        fraction = remote / total if total else None
+        problems = []
+        if fraction is not None and fraction > REMOTE_WARN:
+            far = CpuSet(node for node, n in view.pages_by_node.items() if n and node not in local)
+            problems.append(f"{fraction:.0%} of its resident pages ({_size(remote)}) are on node(s) {far}, not "
+                            f"local to its {'device' if source == 'device' else 'allowed CPUs'} (node(s) {local})")
+        outside = [t for t in view.threads if t.cpu not in view.cpus_allowed]
+        if outside:
+            problems.append(f"{len(outside)} thread(s) last ran outside its allowed CPUs {view.cpus_allowed}: "
+                            + ", ".join(f"{t.tid} on CPU {t.cpu}" for t in outside[:8]))
+        busy = CpuSet(t.cpu for t in view.threads if t.state == "R")
+        for other in readable:
+            if other.pid == view.pid:
+                continue
+            shared = busy & CpuSet(t.cpu for t in other.threads if t.state == "R")
+            if shared:
+                problems.append(f"its running threads share CPU(s) {shared} with running threads of pid {other.pid}")
+            overlap = view.cpus_allowed & other.cpus_allowed
+            if overlap:
+                problems.append(f"its allowed CPUs overlap those of pid {other.pid} on CPU(s) {overlap}")
+        width = view.cpus_allowed.weight()
+        if view.running > width:
+            problems.append(f"{view.running} threads ready to run on {width} allowed CPU(s)")
+        out.append(replace(view, local_nodes=local, local_from=source, remote_fraction=fraction,
+                           problems=tuple(problems)))
+    return out
+
+
+def _size(pages: int) -> str:
+    kb = pages * BASE_PAGE_KB
+    return f"{kb / (1 << 20):.1f} GiB" if kb >= 1 << 20 else f"{kb / 1024:.1f} MiB" if kb >= 1024 else f"{kb} KiB"
+
+
+def inspect(pids: list[int], *, root: str = "/", labels: dict[int, str] | None = None, topology=None,
+            nvml: dict[int, set[str]] | None = None) -> list[ProcessView]:
+    """Read and judge each of `pids` (in that order). `topology` defaults to topo.discover(root)
+    with disallowed CPUs and nodes included (a process may be allowed what this one is not)."""
+    if topology is None:
+        topology = topo.discover(root, include_disallowed=True)
+    by_bus = devices_by_bus(topology)
+    views = [read_process(pid, root=root, label=(labels or {}).get(pid, ""), nvml=nvml, devices_by_bus=by_bus)
+             for pid in pids]
+    return judge(views, node_cpus(topology))
+
+
+# -------------------------------------------------------------------- output
+def as_json(views: list[ProcessView], notes: list[str]) -> dict:
+    """The `topo.ps/1` object."""
+    processes = []
+    for v in views:
+        if v.error is not None:
+            processes.append({"pid": v.pid, "label": v.label or None, "error": v.error})
+            continue
+        processes.append({
+            "pid": v.pid, "label": v.label or None, "name": v.name, "error": None,
+            "cpus_allowed": str(v.cpus_allowed), "mems_allowed": None if v.mems_allowed is None else str(v.mems_allowed),
+            "memory_policy": v.memory_policy, "other_policies": v.other_policies,
+            "pages_by_node": {str(n): p for n, p in v.pages_by_node.items()}, "page_kb": BASE_PAGE_KB,
+            "numa_maps": v.numa_maps, "local_nodes": str(v.local_nodes), "local_from": v.local_from,
+            "remote_fraction": None if v.remote_fraction is None else round(v.remote_fraction, 4),
+            "last_cpus": str(v.last_cpus), "thread_count": v.thread_count, "running_threads": v.running,
+            "threads": [{"tid": t.tid, "name": t.name, "state": t.state, "cpu": t.cpu} for t in v.threads],
+            "devices": [{"path": d.path, "kind": d.kind, "index": d.index, "busid": d.busid, "numa_node": d.numa_node}
+                        for d in v.devices],
+            "problems": list(v.problems),
+        })
+    return {"schema": SCHEMA, "processes": processes, "notes": notes}
+
+
+def as_text(views: list[ProcessView], *, threads: bool = False) -> str:
+    lines = []
+    for v in views:
+        head = f"pid {v.pid}" + (f" ({v.label})" if v.label else "") + (f" {_printable(v.name)}" if v.name else "")
+        if v.error is not None:
+            lines.append(f"{head}: {v.error}")
+            continue
+        lines.append(head)
+        lines.append(f"  CPUs allowed {v.cpus_allowed} ({v.cpus_allowed.weight()}); {v.thread_count} thread(s), "
+                     f"{v.running} running, last on CPU(s) {v.last_cpus or '-'}")
+        policy = v.memory_policy or "unknown"
+        extra = "; other mappings: " + ", ".join(f"{p} ({n})" for p, n in v.other_policies.items()) \
+            if v.other_policies else ""
+        mems = f"; memory nodes allowed {v.mems_allowed}" if v.mems_allowed is not None else ""
+        lines.append(f"  memory policy {policy}{extra}{mems}")
+        if v.pages_by_node:
+            pages = ", ".join(f"node {n} {_size(p)}" for n, p in v.pages_by_node.items())
+            lines.append(f"  resident: {pages}" + ("" if v.numa_maps == "read" else f" ({v.numa_maps})"))
+        else:
+            lines.append(f"  resident: numa_maps {v.numa_maps}" if v.numa_maps != "read" else "  resident: nothing")
+        if v.devices:
+            lines.append("  devices: " + ", ".join(
+                f"{d.kind} {'?' if d.index is None else d.index} ({d.path}"
+                + (f", {d.busid}" if d.busid else "") + f", node {'?' if d.numa_node is None else d.numa_node})"
+                for d in v.devices))
+        remote = "-" if v.remote_fraction is None else f"{v.remote_fraction:.1%}"
+        lines.append(f"  local node(s) {v.local_nodes or '-'} (of its {v.local_from}); remote pages {remote}")
+        if v.problems:
+            lines.extend(f"  ! {p}" for p in v.problems)
+        else:
+            lines.append("  ok")
+        if threads:
+            for t in v.threads:
+                lines.append(f"    thread {t.tid} {_printable(t.name)}: {t.state} on CPU {t.cpu}")
+            if v.thread_count > len(v.threads):
+                lines.append(f"    ... {v.thread_count - len(v.threads)} more thread(s) not read")
+    return "\n".join(lines)
+
+
+def _printable(text: str) -> str:
+    """A process or thread name as the terminal may show it (a name can hold escape sequences)."""
+    return "".join(c if c.isprintable() else "?" for c in text)

@@ -1,0 +1,93 @@
+"""`topo ps`: where running processes' threads and pages really are (see launcher.ps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from launcher import ps as psmod
+from launcher.stop import read_record, record_path, running
+from topo.cpuset import ascii_number, excerpt
+from topo.errors import UsageError
+from topo_cli import CONTEXT
+
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("pids", nargs=-1, metavar="[PID]...")
+@click.option("--job", "log_dir", metavar="LOG_DIR", default=None,
+              help="The processes of the job topo launch or topo run recorded in LOG_DIR (each checked as topo "
+                   "stop checks it: the job's TOPO_JOB_ID and its recorded start time).")
+@click.option("--threads", is_flag=True, help="List every thread: its state and the CPU it last ran on.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, schema topo.ps/1.")
+@click.option("--root", default="/", metavar="DIR", show_default=True,
+              help="Read DIR/proc and DIR/sys (a copy of another machine's, or a test tree).")
+def ps(pids, log_dir, threads, as_json, root):
+    """Show where processes really run: per process its allowed CPUs, the CPUs its threads last
+    ran on, its memory policy, its resident pages per NUMA node, the accelerators it has open and
+    their NUMA node, and a verdict (pages remote from its device, or from its allowed CPUs when it
+    has none; threads outside its allowed CPUs or on a CPU another listed process runs on; more
+    runnable threads than CPUs).
+
+    With PIDs: those processes. With --job LOG_DIR: the processes of a job topo started. Alone:
+    every process with an accelerator open (/dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN,
+    /dev/accel/accelN in /proc/PID/fd, or NVML's process lists). Reads only /proc and sysfs (and
+    NVML when installed); a process it cannot read (another user's, or one that exited) is said
+    to be so. Exit status 1 only when none of the PIDs given exists.
+
+    \b
+    Examples:
+      topo ps                       # every process using a GPU or NPU
+      topo ps 4242 4243 --threads
+      topo ps --job logs            # a job started by topo launch --log_dir=logs
+      python -m topo ps --json $$
+    """
+    if log_dir is not None and pids:
+        raise UsageError("give PIDs or --job LOG_DIR, not both")
+    numbers = []
+    for text in pids:
+        value = ascii_number(text, PID_MAX)
+        if value is None or value < 1:
+            raise UsageError(f"PID {excerpt(text)!r} is not a process id from 1 to {PID_MAX}; give the pids "
+                             "`ps` or `pgrep` prints")
+        numbers.append(value)
+    if not os.path.isdir(os.path.join(root, "proc")):
+        raise UsageError(f"--root {root!r} has no proc directory; give a directory holding proc/ and sys/")
+    notes: list[str] = []
+    labels: dict[int, str] = {}
+    nvml = psmod.nvml_processes() if root == "/" else {}
+    if log_dir is not None:
+        numbers, labels, notes = _job(log_dir, root)
+    elif not numbers:
+        numbers, hidden = psmod.accelerator_pids(root, nvml)
+        if hidden:
+            notes.append(f"{hidden} process(es) of other users could not be looked at; run as root to include them")
+        if not numbers:
+            notes.append("no process has an accelerator open")
+    views = psmod.inspect(numbers, root=root, labels=labels, nvml=nvml) if numbers else []
+    if as_json:
+        click.echo(json.dumps(psmod.as_json(views, notes), indent=2))
+    else:
+        if views:
+            click.echo(psmod.as_text(views, threads=threads))
+        for note in notes:
+            click.echo(f"topo ps: {note}", err=True)
+    if pids and all(v.error is not None and v.error.startswith("exited") for v in views):
+        sys.exit(1)
+
+
+def _job(log_dir: str, root: str) -> tuple[list[int], dict[int, str], list[str]]:
+    """The running processes of the job recorded in `log_dir`, their labels and notes."""
+    path = record_path(log_dir)
+    record = read_record(log_dir, path, grace=False)
+    labels, gone, unproven = running(record, proc=os.path.join(root, "proc"))
+    notes = [f"{text} has exited" for text in gone]
+    notes += [f"{text} still runs but is not provably the job's (no TOPO_JOB_ID={record.job_id} in its "
+              "environment): not shown" for text in unproven]
+    if not labels:
+        notes.append(f"the job recorded in {path} is not running")
+    return list(labels), labels, notes
