@@ -100,6 +100,13 @@ def workers(rec: dict, count: int) -> list[dict]:
     return out
 
 
+@pytest.mark.parametrize("machine", ["numa2", "numa4"])
+def test_boot_ran_every_check_and_powered_off(machine):
+    boot = boot_of(machine)
+    assert not boot.timed_out and boot.finished, boot.console[-3000:]
+    assert "TOPOVM-DONE rc=0" in boot.console, boot.console[-3000:]
+
+
 # --- topo show against the kernel -------------------------------------------------------------
 
 @pytest.mark.parametrize("machine", ["numa2", "numa4"])
@@ -293,10 +300,14 @@ def test_run_numa_binding(mode):
     rec = record("numa2", f"run:{mode}")
     ok(rec["run"])
     plan = record("numa2", f"plan:{mode}")["plan"]
+    planned = [cpus(plan["bind_cpu"][f"device{r}"]["main"]) for r in range(2)]
     for r, worker in enumerate(workers(rec, 2)):
-        expected = cpus(plan["bind_cpu"][f"device{r}"]["main"])
+        expected = planned[r]
         assert cpus(worker["cpus"]) == expected, (r, worker)
-        assert worker["env"]["OMP_NUM_THREADS"] == str(len(expected))
+        omp = int(worker["env"]["OMP_NUM_THREADS"])
+        assert 1 <= omp <= len(expected)
+        if planned.count(expected) == 1:  # CPUs of its own: one thread per CPU
+            assert omp == len(expected)
         memory = plan["bind_memory"][f"device{r}"]
         assert_pages_on(worker, memory, f"bind:{memory}")
     assert rec["run"]["stderr"].count("(verified)") == 2, rec["run"]["stderr"]
@@ -356,3 +367,20 @@ def test_cgroup_run_stays_in_allowed_part():
     assert got[0] | got[1] == {0, 1} and not got[0] & got[1]
     for worker in workers(rec, 2):
         assert_pages_on(worker, 0, "bind:0")
+
+
+# --- topo ps ----------------------------------------------------------------------------------
+
+def test_ps_sees_remote_memory():
+    """A process on node 1's CPUs whose memory was first touched on node 0: topo ps says nearly
+    all of its pages are remote, as numa_maps counts them."""
+    rec = record("numa2", "ps:remote")
+    ok(rec["run"])
+    assert "N0=16384" in rec["pages"].split(), rec["pages"]  # 64 MiB of 4 KiB pages on node 0
+    (proc,) = rec["ps"]["processes"]
+    assert proc["pid"] == rec["pid"]
+    assert cpus(proc["cpus_allowed"]) == cpu_nodes("numa2")[1]
+    assert proc["local_nodes"] == "1" and proc["local_from"] == "allowed CPUs"
+    assert proc["remote_fraction"] > 0.8, proc
+    pages = {int(k): v for k, v in proc["pages_by_node"].items()}
+    assert pages.get(0, 0) >= 16384

@@ -19,13 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "vm_worker.py")
+REMOTE = os.path.join(HERE, "vm_remote.py")
 PY = sys.executable
 MODES = ["node", "socket", "exclusive", "core-complex", "all", "single", "single-unique",
          "unique-interleaved", "unique-contiguous", "msrun-auto"]
 HIDDEN = ("numactl", "taskset")
-
-
-PRINT = threading.Lock()
+PRINT = threading.Lock()  # one record per line, whichever thread of parallel() prints it
 
 
 def emit(name, **data):
@@ -35,20 +34,13 @@ def emit(name, **data):
 
 
 def run_check(name, fn):
+    """Run one check and print its record, or the exception it raised."""
     start = time.monotonic()
     try:
         data = fn()
     except Exception:
         data = {"error": traceback.format_exc()}
     emit(name, elapsed=round(time.monotonic() - start, 2), **data)
-
-
-def check(name):
-    """Run the decorated function now and emit its record (or the exception it raised)."""
-    def run(fn):
-        run_check(name, fn)
-        return fn
-    return run
 
 
 def parallel(checks, workers=2):
@@ -93,11 +85,11 @@ def worker_records(out):
     return {name: json.load(open(os.path.join(out, name))) for name in sorted(os.listdir(out)) if name.endswith(".json")}
 
 
-def launch(*flags, env=None):
+def launch(*flags):
     out = tempfile.mkdtemp(prefix="out-")
     logs = tempfile.mkdtemp(prefix="logs-")
     r = topo("launch", "--worker_num=2", "--local_worker_num=2", "--join=True", "--no-scheduler",
-             f"--log_dir={logs}", *flags, WORKER, out, env=env)
+             f"--log_dir={logs}", *flags, WORKER, out)
     record = json.load(open(os.path.join(logs, "launch.json"))) if os.path.exists(os.path.join(logs, "launch.json")) else None
     return {"run": r, "launch": record, "workers": worker_records(out)}
 
@@ -149,75 +141,71 @@ def set_affinity(**kwargs):
     return {"kwargs": kwargs, "run": r, "workers": worker_records(out)}
 
 
-def in_cgroup(argv):
-    """argv run from inside the child cgroup /sys/fs/cgroup/topovm."""
-    return sh(["sh", "-c", 'echo $$ > /sys/fs/cgroup/topovm/cgroup.procs && exec "$@"', "sh", *argv])
+def wait_for(path, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.05)
+    return read(path)
 
 
-def common(nproc):
-    @check("truth")
-    def _():
-        return {"sysfs": sysfs_truth(), "numactl": sh(["numactl", "-H"]),
-                "lstopo": sh(["lstopo-no-graphics", "--of", "xml", "-"])}
-
-    @check("show")
-    def _():
-        r = topo("show", "--json")
-        return {"run": r, "json": json.loads(r["stdout"]) if r["rc"] == 0 else None}
-
-    def plan(mode):
-        r = topo("plan", "--mode", mode, "--devices", "none", "--nproc-per-node", str(nproc))
-        return {"run": r, "plan": json.loads(r["stdout"]) if r["rc"] == 0 else None}
-
-    parallel([(f"plan:{mode}", lambda mode=mode: plan(mode)) for mode in MODES])
-
-
-def machine_numa2():
-    common(2)
-
-    @check("membind-pages")
-    def _():
-        out = tempfile.mkdtemp(prefix="out-")
-        r = sh(["numactl", "--membind", "1", PY, WORKER, out, "64"])
-        return {"run": r, "workers": worker_records(out)}
-
-    numa_plan, numa_json = plan_file("--mode", "node", "--nproc-per-node", "2", "--memory", "numa")
-    pref_plan, pref_json = plan_file("--mode", "node", "--nproc-per-node", "2", "--memory", "preferred")
-    launches = [("bind_core", ["--bind_core=True"], None), ("bind_numa", ["--bind_numa=True"], None),
-                ("json_numa", [f"--bind_numa={numa_plan}"], numa_json),
-                ("json_preferred", [f"--bind_numa={pref_plan}"], pref_json)]
-
-    def bind():
-        out = tempfile.mkdtemp(prefix="out-")
-        r = topo("bind", "--bind-file", numa_plan, "--local-rank", "1", "--", PY, WORKER, out)
-        return {"run": r, "workers": worker_records(out), "plan": numa_json}
-
-    checks = [(f"launch:{label}", lambda flags=flags, plan=plan: {**launch(*flags), "plan": plan})
-              for label, flags, plan in launches]
-    parallel(checks + [("bind", bind)])
-
-    # numactl and taskset gone: the launcher and topo bind make the system calls themselves
-    hide_tools()
+def ps_remote():
+    """`topo ps` on a process running on node 1's CPUs whose 64 MiB were first touched on node 0."""
+    out = tempfile.mkdtemp(prefix="remote-")
+    proc = subprocess.Popen([PY, REMOTE, out, "0", "1"])
     try:
-        @check("no-numactl:hidden")
-        def _():
-            return {"which": {t: shutil.which(t) for t in HIDDEN},
-                    "exists": {t: os.path.exists(f"/usr/bin/{t}") for t in HIDDEN},
-                    "shell": sh(["sh", "-c", "command -v numactl taskset"])}
-
-        parallel([("no-numactl:" + name, fn) for name, fn in checks] + [("no-numactl:bind", bind)])
+        before = wait_for(os.path.join(out, "ready"))
+        r = topo("ps", "--json", str(proc.pid))
+        return {"pid": proc.pid, "pages": before, "run": r,
+                "ps": json.loads(r["stdout"]) if r["rc"] == 0 else None}
     finally:
-        unhide_tools()
+        with open(os.path.join(out, "stop"), "w"):
+            pass
+        proc.wait(timeout=60)
 
-    parallel([(f"run:{mode}", lambda mode=mode: run_mode(mode, "--memory", "numa")) for mode in MODES])
 
-    parallel([(f"set_affinity:{memory}",
-               lambda memory=memory: set_affinity(device_id=1, nproc_per_node=2, mode="unique_contiguous", memory=memory))
-              for memory in ("local", "bind", "preferred")]
-             + [("set_affinity:preferred-many",
-                 lambda: set_affinity(device_id=0, nproc_per_node=1, mode="all", scope="socket", memory="preferred"))])
+def in_cgroup_argv(argv):
+    """argv, run from inside the child cgroup /sys/fs/cgroup/topovm."""
+    return ["sh", "-c", 'echo $$ > /sys/fs/cgroup/topovm/cgroup.procs && exec "$@"', "sh", *argv]
 
-    # a child cgroup with node 0's CPUs and memory only
+
+def truth():
+    return {"sysfs": sysfs_truth(), "numactl": sh(["numactl", "-H"]),
+            "lstopo": sh(["lstopo-no-graphics", "--of", "xml", "-"])}
+
+
+def show(wrap=lambda argv: argv):
+    r = sh(wrap([PY, "-m", "topo", "show", "--json"]))
+    return {"run": r, "json": json.loads(r["stdout"]) if r["rc"] == 0 else None}
+
+
+def plan(mode, nproc, wrap=lambda argv: argv):
+    r = sh(wrap([PY, "-m", "topo", "plan", "--mode", mode, "--devices", "none", "--nproc-per-node", str(nproc)]))
+    return {"run": r, "plan": json.loads(r["stdout"]) if r["rc"] == 0 else None}
+
+
+def membind_pages():
+    """The guest itself: 64 MiB touched under `numactl --membind 1`."""
+    out = tempfile.mkdtemp(prefix="out-")
+    r = sh(["numactl", "--membind", "1", PY, WORKER, out, "64"])
+    return {"run": r, "workers": worker_records(out)}
+
+
+def bind(plan_path, plan_json):
+    out = tempfile.mkdtemp(prefix="out-")
+    r = topo("bind", "--bind-file", plan_path, "--local-rank", "1", "--", PY, WORKER, out)
+    return {"run": r, "workers": worker_records(out), "plan": plan_json}
+
+
+def tools_hidden():
+    return {"which": {t: shutil.which(t) for t in HIDDEN},
+            "exists": {t: os.path.exists(f"/usr/bin/{t}") for t in HIDDEN},
+            "shell": sh(["sh", "-c", "command -v numactl taskset"])}
+
+
+def make_cgroup():
+    """A child cgroup with node 0's CPUs and memory only."""
     with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as fh:
         fh.write("+cpuset")
     os.makedirs("/sys/fs/cgroup/topovm", exist_ok=True)
@@ -226,33 +214,62 @@ def machine_numa2():
     with open("/sys/fs/cgroup/topovm/cpuset.mems", "w") as fh:
         fh.write("0")
 
-    @check("cgroup:show")
-    def _():
-        r = in_cgroup([PY, "-m", "topo", "show", "--json"])
-        return {"run": r, "json": json.loads(r["stdout"]) if r["rc"] == 0 else None,
-                "effective": {"cpus": read("/sys/fs/cgroup/topovm/cpuset.cpus.effective"),
-                              "mems": read("/sys/fs/cgroup/topovm/cpuset.mems.effective")}}
 
-    def cgroup_plan(mode):
-        r = in_cgroup([PY, "-m", "topo", "plan", "--mode", mode, "--devices", "none", "--nproc-per-node", "2"])
-        return {"run": r, "plan": json.loads(r["stdout"]) if r["rc"] == 0 else None}
+def cgroup_show():
+    return {**show(in_cgroup_argv), "effective": {"cpus": read("/sys/fs/cgroup/topovm/cpuset.cpus.effective"),
+                                                  "mems": read("/sys/fs/cgroup/topovm/cpuset.mems.effective")}}
 
-    parallel([(f"cgroup:plan:{mode}", lambda mode=mode: cgroup_plan(mode)) for mode in MODES])
 
-    @check("cgroup:run:exclusive")
-    def _():
-        out = tempfile.mkdtemp(prefix="out-")
-        r = in_cgroup([PY, "-m", "topo", "run", "--standalone", "--nproc-per-node=2", "--numa-binding=exclusive",
-                       "--memory", "numa", WORKER, out])
-        return {"run": r, "workers": worker_records(out)}
+def cgroup_run():
+    out = tempfile.mkdtemp(prefix="out-")
+    r = sh(in_cgroup_argv([PY, "-m", "topo", "run", "--standalone", "--nproc-per-node=2",
+                           "--numa-binding=exclusive", "--memory", "numa", WORKER, out]))
+    return {"run": r, "workers": worker_records(out)}
+
+
+def machine_numa2():
+    """2 CPU nodes, a memory-only node, devices on node 1: every check."""
+    run_check("truth", truth)
+    run_check("show", show)
+    parallel([(f"plan:{mode}", lambda mode=mode: plan(mode, 2)) for mode in MODES])
+    run_check("membind-pages", membind_pages)
+
+    numa_plan = plan_file("--mode", "node", "--nproc-per-node", "2", "--memory", "numa")
+    pref_plan = plan_file("--mode", "node", "--nproc-per-node", "2", "--memory", "preferred")
+    launches = [("launch:bind_core", lambda: {**launch("--bind_core=True"), "plan": None}),
+                ("launch:bind_numa", lambda: {**launch("--bind_numa=True"), "plan": None}),
+                ("launch:json_numa", lambda: {**launch(f"--bind_numa={numa_plan[0]}"), "plan": numa_plan[1]}),
+                ("launch:json_preferred", lambda: {**launch(f"--bind_numa={pref_plan[0]}"), "plan": pref_plan[1]}),
+                ("bind", lambda: bind(*numa_plan))]
+    parallel(launches)
+    # numactl and taskset gone: the launcher and topo bind make the system calls themselves
+    hide_tools()
+    try:
+        run_check("no-numactl:hidden", tools_hidden)
+        parallel([("no-numactl:" + name, fn) for name, fn in launches])
+    finally:
+        unhide_tools()
+
+    parallel([(f"run:{mode}", lambda mode=mode: run_mode(mode, "--memory", "numa")) for mode in MODES])
+    run_check("ps:remote", ps_remote)
+    parallel([(f"set_affinity:{memory}",
+               lambda memory=memory: set_affinity(device_id=1, nproc_per_node=2, mode="unique_contiguous", memory=memory))
+              for memory in ("local", "bind", "preferred")]
+             + [("set_affinity:preferred-many",  # all CPUs, so both nodes: MPOL_PREFERRED_MANY
+                 lambda: set_affinity(device_id=0, nproc_per_node=1, mode="all", scope="socket", memory="preferred"))])
+
+    make_cgroup()
+    run_check("cgroup:show", cgroup_show)
+    parallel([(f"cgroup:plan:{mode}", lambda mode=mode: plan(mode, 2, in_cgroup_argv)) for mode in MODES])
+    run_check("cgroup:run:exclusive", cgroup_run)
 
 
 def machine_numa4():
-    common(4)
-
-    @check("run:node")
-    def _():
-        return run_mode("node", "--memory", "numa", nproc=4)
+    """4 one-CPU nodes with asymmetric distances, an NVMe drive on node 2: discovery and planning."""
+    run_check("truth", truth)
+    run_check("show", show)
+    parallel([(f"plan:{mode}", lambda mode=mode: plan(mode, 4)) for mode in MODES])
+    run_check("run:node", lambda: run_mode("node", "--memory", "numa", nproc=4))
 
 
 def main():
