@@ -2,9 +2,12 @@
 for PyTorch jobs), `topo stop` (stop a detached job from its launch.json) and `topo bind` (apply
 one process's binding under any other launcher).
 
-The layers: launcher.job plans (config -> process specs, every check before anything exists),
-launcher.procgroup starts and stops a group of processes, launcher.supervisor verifies, follows
-and records them; launcher.environ holds the environment rules `topo launch` and `topo bind` share.
+The layers: launcher.job (msrun's flags) and launcher.torchrun (torchrun's, parsed in
+launcher.torchrun_flags) plan a job (process specs: argv, environment, binding, logs; every check
+before anything exists); launcher.run.execute runs any plan: launcher.procgroup starts and stops
+the group of processes, launcher.supervisor verifies, follows and records them (launcher.files
+writes the logs and the record). launcher.environ holds the environment rules `topo launch`,
+`topo run` and `topo bind` share.
 
     from launcher import LaunchConfig, launch
     result = launch(LaunchConfig("train.py", worker_num=2, local_worker_num=2, join=True, scheduler=False))

@@ -12,12 +12,17 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from launcher.binding import binding_of, check_loaded, device_ids
 from launcher.environ import bind_file_env, thread_env
 from launcher.slurm import task_env
-from topo.cpuset import ascii_number
+from planners.binding import BINDING_VAR, from_entry
+from planners.bindload import load_bind
+from topo.discovery import discover
+from topo.cpuset import CpuSet, ascii_number
+from topo.syscalls import MemoryPolicyRefused, apply_memory_policy
 from topo.errors import ParseError, TopoError, UsageError
 
 # Where launchers put the local rank: torchrun, Slurm, Open MPI, MPICH / Intel MPI.
@@ -54,8 +59,6 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
               environ: Mapping[str, str] | None = None, topology=None):
     """What `topo bind` will do: (argv to exec, CPUs to set on ourselves or None, env additions,
     the binding, its bind JSON key). Raises UsageError for anything that would bind wrongly."""
-    from planners.bindload import load_bind
-
     environ = os.environ if environ is None else environ
     if not command:
         raise UsageError("no command given: topo bind [--bind-file FILE] -- COMMAND [ARGS...]")
@@ -69,14 +72,17 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
         raise UsageError(f"--bind-file: {exc}") from None
     rank = resolve_local_rank(local_rank, environ)
     if topology is None:
-        from topo.discovery import discover
-
         topology = discover()
     check_loaded(loaded, topology, "--bind-file", [])
     key = f"device{device_ids(topology, rank + 1, environ)[rank]}"
-    binding = binding_of(loaded.plan.get(key), topology, memory_policy=loaded.plan.memory_policy)
+    entry = loaded.plan.get(key)
+    if entry is None and loaded.plan.workers():  # a file that binds no process binds none
+        have = ", ".join(p.key for p in loaded.plan.workers())
+        raise UsageError(f"the bind JSON has no {key} for local rank {rank} (it has {have}): plan one process per "
+                         "local rank, e.g. topo plan --nproc-per-node N -o FILE, or pass the right --local-rank")
+    binding = binding_of(entry, topology, memory_policy=loaded.plan.memory_policy)
     env = {**bind_file_env(loaded.path, loaded.sha256),
-           **thread_env(environ, None if binding.cpus is None else binding.cpus.weight(), 1)}
+           **thread_env(environ, binding, 1, _sharing(loaded.plan, binding, topology))}
     if binding.prefix[:1] == ("taskset",):
         return list(command), binding.cpus, env, binding, key
     if binding.prefix and shutil.which(binding.prefix[0], path=environ.get("PATH", os.defpath)) is None:
@@ -84,54 +90,69 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
     return [*binding.prefix, *command], None, env, binding, key
 
 
+def _sharing(plan, binding, topology) -> int:
+    """How many of the plan's processes are bound to CPUs that overlap `binding`'s (itself included)."""
+    others = [from_entry(p, topology, None) for p in plan.processes]
+    return max(1, sum(1 for b in others if binding.cpus is not None and b.cpus is not None
+                      and b.cpus.intersects(binding.cpus)))
+
+
 class BindingRefused(TopoError):
     """The kernel refused a binding (a container without CAP_SYS_NICE, CPUs outside the cgroup)."""
 
 
-def _refused(exc, key: str) -> str:
-    return (f"the kernel refused the memory binding ({exc}), {key} of the bind JSON: drop the memory binding, "
-            "grant CAP_SYS_NICE, or add --bind-fallback to keep only the CPU binding")
+def _memory_policy(binding, key: str, bind_fallback: bool) -> str:
+    """Set this process's memory policy (kept across exec): the rung of the ladder that held."""
+    try:
+        return apply_memory_policy(binding.memory_policy, binding.memory_nodes or CpuSet(), fallback=bind_fallback)
+    except MemoryPolicyRefused as exc:
+        raise BindingRefused(f"the kernel refused the memory binding ({exc.__cause__ or exc}), {key} "
+                             "of the bind JSON: drop the memory binding, grant CAP_SYS_NICE, or add --bind-fallback "
+                             "to try 'preferred', then the CPU binding alone") from None
 
 
 def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
                   bind_fallback: bool = False) -> None:
     """Apply the binding and replace this process by `command`; returns only by raising.
 
-    `bind_fallback`: when the kernel refuses the memory policy, keep the CPU binding, drop the
-    memory policy and say so, instead of failing."""
-    from topo.syscalls import SyscallError, set_mempolicy
-
+    `bind_fallback`: when the kernel refuses the memory policy, try MPOL_PREFERRED, then keep the
+    CPU binding alone, and say which held, instead of failing."""
     argv, cpus, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
     direct = binding.is_bound and list(argv[:len(binding.prefix)]) != list(binding.prefix)
-    memory = binding.memory if direct else None
+    threads = env.get("OMP_NUM_THREADS")
+    if threads and binding.cpus is not None and int(threads) < binding.cpus.weight():
+        print(f"topo bind: {key}: OMP_NUM_THREADS={threads}: its {binding.cpus.weight()} CPUs are shared with other "
+              "processes of the bind JSON; set OMP_NUM_THREADS to choose another", file=sys.stderr)
     if direct and binding.prefix[0] == "numactl":
         print(f"topo bind: {key}: {binding.describe()} (applied directly: numactl not found)", file=sys.stderr)
-    if not direct and binding.memory is not None:
-        # after the exec a refusal would be numactl's bare "set_mempolicy: Operation not permitted",
-        # too late to fall back or say what to do: ask the kernel first (numactl sets the same policy)
-        try:
-            set_mempolicy(binding.memory_policy, binding.memory)
-        except SyscallError as exc:
-            if not bind_fallback:
-                raise BindingRefused(_refused(exc, key)) from None
-            print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
-            argv, cpus = list(command), binding.cpus
+    if binding.memory_policy is not None:
+        # numactl sets the same policy after the exec, where a refusal would be its bare "set_mempolicy:
+        # Operation not permitted", too late to fall back or say what to do: the kernel is asked first
+        rung = _memory_policy(binding, key, bind_fallback)
+        if rung != binding.memory_policy:
+            held = "preferred held" if rung == "preferred" else "CPUs alone held"
+            print(f"topo bind: {key}: the kernel refused memory policy {binding.memory_policy}; {held} "
+                  "(--bind-fallback)", file=sys.stderr)
+            argv, cpus = list(command), binding.cpus  # not through numactl, which would ask again
+            binding = replace(binding, memory_policy="preferred") if rung == "preferred" else binding.without_memory()
     if cpus is not None:
         try:
             os.sched_setaffinity(0, set(cpus))
         except OSError as exc:
             raise BindingRefused(f"the kernel refused CPUs {cpus} ({exc.strerror}), {key} of the bind JSON: "
                                  "bind within `topo show`'s allowed CPUs") from None
-    if memory is not None:
-        try:
-            set_mempolicy(binding.memory_policy, memory)
-        except SyscallError as exc:
-            if not bind_fallback:
-                raise BindingRefused(_refused(exc, key)) from None
-            print(f"topo bind: {key}: {exc}; --bind-fallback: memory policy dropped, CPUs kept", file=sys.stderr)
     os.environ.update({**task_env(os.environ), **env})  # under srun: RANK, WORLD_SIZE, ... from Slurm
+    os.environ.pop(BINDING_VAR, None)
+    if binding.is_bound:
+        os.environ[BINDING_VAR] = binding.env_value()  # what set_affinity keeps (planners.binding)
+    program = command[0]
+    if argv[0] != program and shutil.which(program, path=os.environ.get("PATH", os.defpath)) is None:
+        # numactl would exec it and exit 1 in its own words: the shell's 127 / 126, as for a direct exec
+        if "/" in program and os.path.exists(program):
+            raise CommandNotExecutable(f"{program}: permission denied")
+        raise CommandNotFound(f"{program}: command not found")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -17,12 +17,12 @@ policy is `preferred` gets `numactl --preferred N` where msrun's strict one gets
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from launcher.environ import bind_file_env
-from topo.records import record
-from topo.cpuset import CpuSet, union_all
+from topo.binding import Binding
+from topo.cpuset import CpuSet
 from topo.errors import UsageError
 
 if TYPE_CHECKING:  # planners and the model are imported only when something is bound
@@ -31,37 +31,7 @@ if TYPE_CHECKING:  # planners and the model are imported only when something is 
     from topo.model import Topology
 
 
-@record
-class Binding:
-    """One process's binding: the argv prefix, and the CPUs / memory nodes it should end up with."""
-
-    prefix: tuple[str, ...] = ()
-    cpus: CpuSet | None = None  # expected Cpus_allowed_list; None = CPUs not bound
-    memory: CpuSet | None = None  # memory policy nodes; None = memory not bound
-    cpu_list_env: str | None = None  # MSRUN_CPU_LIST, a Python list literal: "[0, 1]"
-    memory_policy: str = "bind"  # with memory: "bind" (MPOL_BIND, --membind) or "preferred" (MPOL_PREFERRED)
-
-    @property
-    def is_bound(self) -> bool:
-        return bool(self.prefix)
-
-    def describe(self) -> str:
-        if not self.prefix:
-            return "not bound"
-        parts = []
-        if self.cpus is not None:
-            parts.append(f"CPUs {self.cpus}")
-        if self.memory is not None:
-            preferred = "preferred " if self.memory_policy == "preferred" else ""
-            parts.append(f"memory {preferred}{_node_words(self.memory)}")
-        return ", ".join(parts)
-
-
 UNBOUND = Binding()
-
-
-def _node_words(nodes: CpuSet) -> str:
-    return f"node {nodes}" if nodes.weight() == 1 else f"nodes {nodes}"
 
 
 def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory: str | None = None,
@@ -109,33 +79,24 @@ def binding_of(process: ProcessBinding | None, topology: Topology, *,
     `memory_policy` is the plan's (None: memory not bound). The main CPUs decide the CPU binding,
     else the CPU nodes (a JSON plan never has both).
     """
-    if process is None:
+    from planners.binding import from_entry  # the planners package (~60 ms): only when something is bound
+
+    binding = from_entry(process, topology, memory_policy)
+    if process is None or not binding.is_bound:
         return UNBOUND
     main = process.main
-    cpus = process.cpus("main") if main else None
-    memory = process.memory_nodes if memory_policy is not None else None
-    nodes = process.cpu_node_set if not main else None
-    prefix = bind_prefix(cpus=main, cpu_nodes=_text(process.cpu_nodes) if nodes is not None else None,
-                         memory=_text(process.memory) if memory is not None else None,
-                         memory_policy=memory_policy or "bind")
-    if not prefix:
-        return UNBOUND
-    if cpus is None and nodes is not None:
-        cpus = _node_cpus(topology, nodes)
-    return Binding(prefix, cpus, memory if memory else None, None, memory_policy or "bind")
+    prefix = bind_prefix(cpus=main, cpu_nodes=None if main else _text(process.cpu_nodes),
+                         memory=_text(process.memory) if binding.memory_policy else None,
+                         memory_policy=binding.memory_policy or "bind")
+    return Binding(binding.cpus, binding.memory_nodes, binding.memory_policy, binding.device, prefix, prefix[0])
 
 
 def _text(value: int | str | None) -> str | None:
     return None if value is None else (str(value) or None)
 
 
-def _node_cpus(topology: Topology, nodes: CpuSet) -> CpuSet:
-    """The allowed CPUs of NUMA nodes `nodes` (what --cpunodebind leaves a process)."""
-    return union_all(topology.numa_node(node).cpuset for node in nodes) & topology.allowed_pus
-
-
 # ------------------------------------------------------------------ a job's bindings
-@record
+@dataclass(frozen=True)
 class JobBindings:
     """Every process's binding in a job, and what resolving them found."""
 
@@ -143,6 +104,7 @@ class JobBindings:
     workers: tuple[Binding, ...]  # by local rank
     warnings: tuple[str, ...]
     env: Mapping[str, str]  # for every process (MSRUN_BIND_FILE / _HASH)
+    cpu_lists: tuple[str | None, ...] = ()  # by local rank: MSRUN_CPU_LIST, a Python list literal "[0, 1]"
 
 
 def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: Topology | None,
@@ -155,7 +117,7 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
     here; the launcher then applies it with system calls (launcher.job, launcher.bindcmd).
     """
     if not bind_core and not bind_numa:
-        return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {})
+        return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {}, (None,) * local_worker_num)
     if topology is None:
         raise UsageError("binding needs this machine's topology; none was given")
     if not topology.is_this_system:
@@ -163,14 +125,15 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
     physical = device_ids(topology, local_worker_num, environ)
     warnings: list[str] = []
     unified = getattr(bind_numa, "table", True) is False
+    cpu_lists: list[str | None] = [None] * local_worker_num
     if unified:
         scheduler, workers = _from_unified(bind_numa, physical, topology, warnings)
         if bind_core:
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
     else:
-        scheduler, workers = _from_tables(bind_core, bind_numa, physical, topology, warnings)
+        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings)
     env = bind_file_env(bind_numa.path, bind_numa.sha256) if unified else {}
-    return JobBindings(scheduler, tuple(workers), tuple(warnings), env)
+    return JobBindings(scheduler, tuple(workers), tuple(warnings), env, tuple(cpu_lists))
 
 
 def _from_unified(loaded: LoadedBind, physical: list[int], topology: Topology, warnings: list[str]):
@@ -224,26 +187,28 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
             # msrun exports the CPUs of the first node for mindspore.runtime.set_cpu_affinity
             for i, entry in enumerate(numa):
                 if entry is not None and entry.cpu_node_set:
-                    cpu_lists[i] = topology.numa_node(entry.cpu_node_set.first()).cpuset & topology.allowed_pus
+                    from planners.binding import node_cpus
+
+                    cpu_lists[i] = node_cpus(topology, CpuSet([entry.cpu_node_set.first()]))
     scheduler = _combine(sched_core, sched_numa, topology)
     workers = []
+    exported: list[str | None] = []
     for i in range(n):
         b = _combine(core[i], numa[i], topology)
         if bind_core is True and core[i] is not None:
             cpu_lists[i] = b.cpus  # msrun exports the automatic split's CPUs too
-        if cpu_lists[i] and b.is_bound:
-            b = replace(b, cpu_list_env=str(list(cpu_lists[i])))
+        exported.append(str(list(cpu_lists[i])) if cpu_lists[i] and b.is_bound else None)
         workers.append(b)
-    return scheduler, workers
+    return scheduler, workers, exported
 
 
 def _combine(core: ProcessBinding | None, numa: ProcessBinding | None, topology: Topology) -> Binding:
     """C and N -> `numactl --membind N --physcpubind C`; N -> `--membind N --cpunodebind N`;
     C -> `taskset -c C` (msrun's table)."""
     if core is not None and core.main:
-        memory = numa.memory_nodes if numa is not None else None
+        memory = numa.memory_nodes if numa is not None and numa.memory_nodes else None
         prefix = bind_prefix(cpus=core.main, memory=_text(numa.memory) if memory else None)
-        return Binding(prefix, core.cpus("main"), memory or None)
+        return Binding(core.cpus("main"), memory, "bind" if memory else None, core.device, prefix, prefix[0])
     return binding_of(numa, topology)
 
 

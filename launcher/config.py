@@ -1,21 +1,30 @@
-"""LaunchConfig: msrun's flags (names, defaults, meaning) plus ours, validated on construction.
+"""LaunchConfig: msrun's flags (names, defaults, meaning) plus ours, typed, validated on construction.
 
-Construction reads nothing from disk and starts nothing: a bind JSON named by path stays a path
-until the job is planned (launcher.job.plan_job), where the files are read and checked.
+`LaunchConfig.from_flags` reads msrun's text values ("True", JSON tables) into the typed fields.
+Neither reads anything from disk or starts anything: a bind JSON named by path stays a path until
+the job is planned (launcher.job.plan_job), where the files are read and checked.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
+from launcher import slurm
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
-from topo.records import record
 from topo.cpuset import MAX_SECONDS
 from topo.errors import UsageError
 
+if TYPE_CHECKING:
+    from planners.bindload import LoadedBind
 
-@record
+# the most processes one node starts: far above any machine's CPU count, and a bound on the work
+# (and memory) spent planning before anything starts
+MAX_PROCESSES_PER_NODE = 65536
+
+
+@dataclass(frozen=True)
 class LaunchConfig:
     """One `topo launch` / `msrun` invocation.
 
@@ -30,13 +39,14 @@ class LaunchConfig:
         log_dir: where scheduler.log and worker_<rank>.log go ("" = the current directory).
         join: wait for the job, tail its logs and report failures (msrun's default is False).
         cluster_time_out: MS_TOPO_TIMEOUT in seconds.
-        bind_core / bind_numa: False, True (automatic), a table {"deviceX": ["0-9"]}, or for
-            bind_numa a unified bind JSON (inline, or a file path, which is kept as the path and
-            read when the job is planned); strings are parsed as msrun does.
+        bind_core / bind_numa: False, True (automatic), or a planners.bindload.LoadedBind (msrun's
+            table {"deviceX": ["0-9"]}, or for bind_numa a unified bind JSON); bind_numa may also
+            be a bind JSON file's path, read when the job is planned. `from_flags` parses msrun's
+            strings into these.
         sim_level / sim_rank_id: MindSpore's dry-run simulation (no scheduler).
         rank_table_file: exported as RANK_TABLE_FILE.
         worker_log_name: base name instead of "worker"; {ip} and {hostname} are substituted.
-        tail_worker_log: ranks whose logs --join prints, "-1" (default) for all.
+        tail_worker_log: ranks whose logs --join prints, None (default) for all.
 
     Ours:
         scheduler: True/False forces starting the MindSpore scheduler process; None starts it
@@ -56,34 +66,48 @@ class LaunchConfig:
     master_port: int = 8118
     node_rank: int = -1
     log_dir: str = ""
-    join: Any = False
+    join: bool = False
     cluster_time_out: int = 600
-    bind_core: Any = False
-    bind_numa: Any = False
+    bind_core: Union[bool, "LoadedBind"] = False
+    bind_numa: Union[bool, str, "LoadedBind"] = False  # str: a bind JSON file's path
     sim_level: int = -1
     sim_rank_id: int = -1
     rank_table_file: str = ""
     worker_log_name: str = ""
-    tail_worker_log: Any = "-1"
+    tail_worker_log: tuple[int, ...] | None = None
     scheduler: bool | None = None
     dry_run: bool = False
     grace_period: float = 5.0
     bind_fallback: bool = False
     python: str = "python"
 
+    @classmethod
+    def from_flags(cls, script: str, script_args=(), **flags) -> LaunchConfig:
+        """A config from msrun's flag values as given on its command line: `join` "True"/"False",
+        `bind_core`/`bind_numa` "True"/"False"/JSON (bind_numa also a file path, kept as the path),
+        `tail_worker_log` "0,3" or "-1"; the other flags as the fields take them."""
+        if "join" in flags:
+            flags["join"] = parse_literal_bool(flags["join"], "--join")
+        if "bind_core" in flags:
+            flags["bind_core"] = _off_or_auto(flags["bind_core"], parse_bind_core)
+        if "bind_numa" in flags and not _is_bind_file(flags["bind_numa"]):  # a file is read when planned
+            flags["bind_numa"] = _off_or_auto(flags["bind_numa"], parse_bind_numa)
+        if "tail_worker_log" in flags and not isinstance(flags["tail_worker_log"], tuple):
+            text = flags["tail_worker_log"]
+            flags["tail_worker_log"] = None if text is None else parse_tail_worker_log(text)
+        return cls(script, tuple(script_args), **flags)
+
     def __post_init__(self):
-        set_ = object.__setattr__
-        set_(self, "script_args", tuple(self.script_args))
-        set_(self, "join", parse_literal_bool(self.join, "--join"))
-        set_(self, "bind_core", _off_or_auto(self.bind_core, parse_bind_core))
-        if not _is_bind_file(self.bind_numa):  # a file is read when the job is planned
-            set_(self, "bind_numa", _off_or_auto(self.bind_numa, parse_bind_numa))
-        if not isinstance(self.tail_worker_log, tuple) and self.tail_worker_log is not None:
-            set_(self, "tail_worker_log", parse_tail_worker_log(self.tail_worker_log))
+        if not isinstance(self.script_args, tuple) or not isinstance(self.join, bool):
+            raise TypeError("LaunchConfig takes script_args as a tuple and join as a bool; "
+                            "LaunchConfig.from_flags reads msrun's text values")
         if self.worker_num <= 0:
             raise UsageError(f"--worker_num must be greater than 0, got {self.worker_num}")
         if self.local_worker_num <= 0:
             raise UsageError(f"--local_worker_num must be greater than 0, got {self.local_worker_num}")
+        if self.local_worker_num > MAX_PROCESSES_PER_NODE:
+            raise UsageError(f"--local_worker_num={self.local_worker_num} is more than {MAX_PROCESSES_PER_NODE} "
+                             "processes on one node: start fewer")
         if self.local_worker_num > self.worker_num:
             raise UsageError(
                 f"--local_worker_num={self.local_worker_num} exceeds --worker_num={self.worker_num}: "
@@ -115,6 +139,23 @@ class LaunchConfig:
     @property
     def simulation(self) -> bool:
         return self.sim_level != -1
+
+
+def config_from_flags(script: str, script_args, flags: dict, given, *,
+                      environ=None) -> tuple[LaunchConfig, str | None]:
+    """A LaunchConfig from `topo launch`'s flags (`given`: the names the user set), with the worker
+    counts, node rank and master address that a Slurm allocation gives filled in when not given
+    (launcher.slurm, the one place Slurm's values are resolved, for `topo run` too); also the line
+    saying which values came from Slurm, or None."""
+    environ = os.environ if environ is None else environ
+    flags = dict(flags)
+    note = None
+    if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):  # launcher.slurm.slurm_node's test
+        taken = slurm.launch_defaults(environ, {name: flags[name] for name in given if name in flags})
+        flags.update(taken.values)
+        if taken.values:
+            note = taken.note(lambda name: f"--{name}")
+    return LaunchConfig.from_flags(script, script_args, **flags), note
 
 
 def _off_or_auto(value, parse):

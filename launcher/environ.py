@@ -9,7 +9,9 @@ environment is built fresh: the launcher's environment minus MANAGED_VARS, plus 
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import Mapping, Sequence
+
+from topo.binding import Binding
 
 # Variables the launcher owns: dropped from the inherited environment before each child's own
 # values are added, so nothing leaks from an outer launcher or from one child into the next.
@@ -17,7 +19,7 @@ MANAGED_VARS = (
     "MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_TOPO_TIMEOUT", "MS_NODE_ID",
     "RANK_SIZE", "RANK_ID", "DEVICE_ID", "MSRUN_CPU_LIST", "MSRUN_BIND_FILE", "MSRUN_BIND_FILE_HASH",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "TOPO_JOB_ID",
+    "MASTER_ADDR", "MASTER_PORT", "TOPO_JOB_ID", "TOPO_BINDING",
 )
 
 
@@ -34,17 +36,44 @@ def bind_file_env(path: str | None, sha256: str | None) -> dict[str, str]:
     return {"MSRUN_BIND_FILE": path, "MSRUN_BIND_FILE_HASH": sha256 or ""}
 
 
-def thread_env(environ: Mapping[str, str], cpu_count: int | None, processes_on_node: int) -> dict[str, str]:
-    """OMP_NUM_THREADS, torchrun's rule (and what `import mindspore` does inside msrun): several
-    processes on one node must not each start a thread per CPU. A process bound to N CPUs gets N,
-    an unbound one 1 when it shares the node; a value already set wins."""
+def thread_env(environ: Mapping[str, str], binding: Binding, processes_on_node: int,
+               sharers: int = 1) -> dict[str, str]:
+    """OMP_NUM_THREADS, so that no CPU runs more threads than it has room for: a process bound to
+    N CPUs that `sharers` of the job's bound processes share (itself included) gets N // sharers,
+    at least 1; an unbound one gets 1 when it shares the node (torchrun's rule, and what `import
+    mindspore` does inside msrun). A value already set wins."""
     if "OMP_NUM_THREADS" in environ:
         return {}
-    if cpu_count is not None:
-        return {"OMP_NUM_THREADS": str(max(1, cpu_count))}
+    if binding.cpus is not None:
+        return {"OMP_NUM_THREADS": str(max(1, binding.cpus.weight() // max(1, sharers)))}
     if processes_on_node > 1:
         return {"OMP_NUM_THREADS": "1"}
     return {}
+
+
+def sharers(bindings: Sequence[Binding]) -> list[int]:
+    """For each binding, how many of `bindings` (itself included) are bound to CPUs that overlap
+    its own; 1 for an unbound one. Unbound processes are left out: the kernel moves them."""
+    counts = []
+    for b in bindings:
+        if b.cpus is None:
+            counts.append(1)
+            continue
+        counts.append(sum(1 for other in bindings if other.cpus is not None and other.cpus.intersects(b.cpus)))
+    return counts
+
+
+def describe_threads(names: Sequence[str], bindings: Sequence[Binding], envs: Sequence[Mapping[str, str]]) -> str | None:
+    """The report line for the OMP_NUM_THREADS chosen, when topo chose it for a bound process."""
+    parts = []
+    for name, binding, env, shared in zip(names, bindings, envs, sharers(bindings)):
+        if binding.cpus is None or "OMP_NUM_THREADS" not in env:
+            continue
+        why = f"{binding.cpus.weight()} CPUs" + (f" shared by {shared} processes" if shared > 1 else "")
+        parts.append(f"{name} {env['OMP_NUM_THREADS']} ({why})")
+    if not parts:
+        return None
+    return "OMP_NUM_THREADS " + ", ".join(parts) + "; set OMP_NUM_THREADS to choose another"
 
 
 def unbuffered_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -88,27 +117,3 @@ def worker_env(common: Mapping[str, str], *, local_rank: int, rank: int | None, 
     if rank is not None:
         env.update(RANK_ID=str(rank), MS_NODE_ID=str(rank), RANK=str(rank))
     return env
-
-
-def which(program: str, path: str) -> str | None:
-    """`shutil.which(program, path=path)` as on Linux, where exec looks for `program`: itself when
-    it names a directory part, else the first executable non-directory file of that name in
-    `path`'s directories. Written here because `shutil` imports bz2, lzma and fnmatch, which the
-    launcher does not otherwise need before it starts a job."""
-    if os.path.dirname(program):
-        return program if _executable(program) else None
-    if not path:
-        return None
-    seen = set()
-    for directory in path.split(os.pathsep):
-        if directory in seen:
-            continue
-        seen.add(directory)
-        candidate = os.path.join(directory, program)
-        if _executable(candidate):
-            return candidate
-    return None
-
-
-def _executable(path: str) -> bool:
-    return os.path.exists(path) and os.access(path, os.X_OK) and not os.path.isdir(path)

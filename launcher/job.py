@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
+import socket
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from launcher import environ as envs
 from launcher import network
 from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.environ import MANAGED_VARS
-from launcher.procgroup import DirectBinding, ProcessSpec
-from topo.records import record
+from launcher.options import parse_bind_numa
+from launcher.procgroup import ProcessSpec
 from topo.cpuset import ascii_number
 from topo.errors import UsageError
 
@@ -29,11 +33,16 @@ WORKER = "worker"
 
 # Interpreters msrun does not put `python` in front of.
 _NO_PREFIX = ("python", "python3", "pytest")
-# Kernel pseudo-filesystems: a log written there does not go anywhere.
-_PSEUDO_FS = ("/proc", "/sys", "/dev")
+# Kernel pseudo-filesystems: a log written there does not go anywhere (tmpfs, as /dev/shm, is a
+# real filesystem and welcome). Without a readable mountinfo, these directories stand for them.
+PSEUDO_FS_TYPES = frozenset(("proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs",
+                             "securityfs", "configfs", "bpf", "pstore", "efivarfs", "mqueue", "fusectl",
+                             "binfmt_misc", "autofs", "hugetlbfs", "rpc_pipefs", "nsfs"))
+_PSEUDO_DIRS = ("/proc", "/sys", "/dev")
+MOUNTINFO_LIMIT = 4 << 20  # bytes of /proc/self/mountinfo read at most
 
 
-@record
+@dataclass(frozen=True)
 class JobPlan:
     """Every process of a job on this node, decided before any starts."""
 
@@ -103,12 +112,15 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     tailed = config.tail_worker_log  # None = every worker
     processes = []
 
+    started = ([bindings.scheduler] if start_scheduler else []) + list(bindings.workers[:local_worker_num])
+    shared = iter(envs.sharers(started))  # in start order, as spec() is called
+
     def spec(name, role, rank, local_rank, env, binding, log_name, tail):
-        env.update(envs.thread_env(environ, _cpu_count(binding), processes_on_node))
+        env.update(envs.thread_env(environ, binding, processes_on_node, next(shared)))
         if tail:
             env.update(envs.unbuffered_env(environ))
         return ProcessSpec(name, (*binding.prefix, *command), env, os.path.join(log_dir, log_name), binding,
-                           direct_binding(binding, config.bind_fallback, search_path), role, rank, local_rank, tail)
+                           direct_binding(binding, search_path), role, rank, local_rank, tail)
 
     if start_scheduler:
         processes.append(spec("scheduler", SCHEDULER, None, None, envs.scheduler_env(common),
@@ -125,8 +137,8 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         if simulation and sim_rank_id != -1:
             env["RANK_ID"] = env["RANK"] = str(sim_rank_id)
         binding = bindings.workers[i]
-        if binding.cpu_list_env:
-            env["MSRUN_CPU_LIST"] = binding.cpu_list_env
+        if bindings.cpu_lists[i]:
+            env["MSRUN_CPU_LIST"] = bindings.cpu_lists[i]
         log_rank = rank if rank is not None else i
         name = f"rank {rank}" if rank is not None else f"local worker {i}"
         tail = config.join and (tailed is None or log_rank in tailed)
@@ -150,20 +162,12 @@ def _rank(config: LaunchConfig, local_rank: int) -> int | None:
     return None
 
 
-def _cpu_count(binding: Binding) -> int | None:
-    return None if binding.cpus is None else binding.cpus.weight()
-
-
-def direct_binding(binding: Binding, bind_fallback: bool, search_path: str) -> DirectBinding | None:
+def direct_binding(binding: Binding, search_path: str) -> Binding | None:
     """How to apply `binding` when its tool (numactl, taskset) is not on PATH: the same CPU set
     and memory policy, set in the child before exec. None when the tool is there (msrun's argv)."""
-    if not binding.prefix or envs.which(binding.prefix[0], search_path) is not None:
+    if not binding.prefix or shutil.which(binding.prefix[0], path=search_path) is not None:
         return None
-    return DirectBinding(
-        cpus=None if binding.cpus is None else frozenset(binding.cpus),
-        memory_policy=None if binding.memory is None else binding.memory_policy,
-        memory_nodes=binding.memory, keep_cpus_if_memory_refused=bind_fallback,
-        reason=f"{binding.prefix[0]} not found")
+    return replace(binding, applied_by="system calls", note=f"{binding.prefix[0]} not found")
 
 
 def _command(config: LaunchConfig) -> tuple[str, ...]:
@@ -190,7 +194,7 @@ def check_program(plan: JobPlan) -> None:
             raise UsageError(f"interpreter {why}, {what}={program}: give an interpreter that runs, "
                              "e.g. --python python3")
         return
-    if envs.which(program, plan.base_env.get("PATH", os.defpath)) is None:
+    if shutil.which(program, path=plan.base_env.get("PATH", os.defpath)) is None:
         raise UsageError(f"{program!r} is not on PATH, {what}: install it, put its directory on PATH, "
                          "or pass --python /path/to/python")
 
@@ -209,7 +213,7 @@ def check_log_dir(log_dir: str, what: str) -> None:
     """UsageError unless `log_dir` exists as a writable directory or can be created as one.
     Creates nothing."""
     real = os.path.realpath(log_dir)
-    if any(real == fs or real.startswith(fs + "/") for fs in _PSEUDO_FS):
+    if _on_pseudo_fs(real):
         raise UsageError(f"log directory on a kernel pseudo-filesystem, {what}={log_dir}: "
                          "give a directory on a real filesystem")
     existing = real
@@ -223,6 +227,27 @@ def check_log_dir(log_dir: str, what: str) -> None:
         why = "on a read-only filesystem" if read_only else "not writable (permissions or an immutable directory)"
         where = f"{what}={log_dir}" if existing == real else f"{existing} in {what}={log_dir}"
         raise UsageError(f"log directory {why}, {where}: give a writable directory")
+
+
+def _on_pseudo_fs(real: str) -> bool:
+    """Whether the resolved path `real` lies on a kernel pseudo-filesystem: the type of its
+    mount (the longest mount point above it in /proc/self/mountinfo)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as fh:
+            text = fh.read(MOUNTINFO_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return any(real == d or real.startswith(d + "/") for d in _PSEUDO_DIRS)
+    best, best_type = "", ""
+    for line in text.splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not rest:
+            continue
+        point = parts[4].replace("\\040", " ")
+        inside = point == "/" or real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, best_type = point, rest.split()[0]
+    return best_type in PSEUDO_FS_TYPES
 
 
 def check_log_file(path: str, log_dir: str) -> None:
@@ -244,8 +269,6 @@ def check_log_file(path: str, log_dir: str) -> None:
 def _worker_log_base(template: str, master_ip: str) -> str:
     if not template:
         return "worker"
-    import socket
-
     # msrun substitutes with re.sub: {ip} = this node's address towards the master
     name = re.sub(r"\{hostname\}", socket.gethostname(), template)
     if "{ip}" in name:
@@ -255,11 +278,9 @@ def _worker_log_base(template: str, master_ip: str) -> str:
 
 def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology) -> JobBindings:
     if not config.bind_core and not config.bind_numa:
-        return JobBindings(UNBOUND, (UNBOUND,) * n, (), {})
+        return JobBindings(UNBOUND, (UNBOUND,) * n, (), {}, (None,) * n)
     bind_numa = config.bind_numa
     if isinstance(bind_numa, str):  # a bind JSON file, read now
-        from launcher.options import parse_bind_numa
-
         bind_numa = parse_bind_numa(bind_numa)
     if topology is None:
         from topo.discovery import discover
@@ -273,8 +294,6 @@ def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology
 
 def describe_plan(plan: JobPlan) -> str:
     """The dry-run text: per process its argv, log, binding and environment additions."""
-    import shlex
-
     lines = []
     for w in plan.warnings:
         lines.append(f"warning: {w}")
@@ -284,7 +303,7 @@ def describe_plan(plan: JobPlan) -> str:
         lines.append(f"  log: {p.log_path}")
         binding = p.binding.describe()
         if p.direct is not None:
-            binding += f" (applied directly: {p.direct.reason}; runs {shlex.join(p.command)})"
+            binding += f" (applied directly: {p.direct.note}; runs {shlex.join(p.command)})"
         lines.append(f"  binding: {binding}")
         lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items())))
     return "\n".join(lines)

@@ -6,6 +6,7 @@ msrun reports bad values as argparse errors (exit 2) and bad resource ids later 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -74,6 +75,9 @@ def _parse_bind(value: Any, flag: str) -> BindValue:
                 return load_bind(text)  # a bind JSON file
             try:
                 value = parse_json(text)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{flag}={text[:200]!r}: not True, False or a JSON object: {exc.msg} at line "
+                                 f"{exc.lineno} column {exc.colno} (character {exc.pos})") from None
             except (ValueError, RecursionError):
                 raise UsageError(f"{flag}={text[:200]!r}: not True, False or a JSON object") from None
         if not isinstance(value, Mapping):

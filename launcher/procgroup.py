@@ -29,18 +29,25 @@ process's log in numactl's words and the child exits 1, so it is detected like n
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
+import re
+import resource
+import shutil
 import signal
 import subprocess
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
-from launcher.environ import which
-from topo.records import record
+from topo import syscalls
+from topo.binding import BINDING_VAR
 from topo.cpuset import CpuSet
+from launcher.files import open_log
 from topo.errors import TopoError
+from topo.syscalls import prctl
 
 JOB_ID_VAR = "TOPO_JOB_ID"
 INHERIT = "<inherit>"  # ProcessSpec.stderr_path: the launcher's own stderr, while stdout goes to log_path
@@ -55,18 +62,7 @@ class LaunchError(TopoError):
     """The job could not be started as asked (a binding refused or not taking, a child that cannot exec)."""
 
 
-@record
-class DirectBinding:
-    """A binding applied with system calls in the child, because its tool is not on PATH."""
-
-    cpus: frozenset[int] | None  # sched_setaffinity
-    memory_policy: str | None  # "bind" | "preferred" for set_mempolicy; None: memory not bound
-    memory_nodes: CpuSet | None = None  # the policy's nodes
-    keep_cpus_if_memory_refused: bool = False  # --bind-fallback
-    reason: str = ""  # "numactl not found"
-
-
-@record
+@dataclass(frozen=True)
 class ProcessSpec:
     """One process to start.
 
@@ -78,12 +74,13 @@ class ProcessSpec:
     env: Mapping[str, str]  # added to / replacing the group's base environment
     log_path: str | None  # stdout and stderr go here; None: the launcher's own
     binding: Binding = UNBOUND
-    direct: DirectBinding | None = None
+    direct: Binding | None = None  # the binding, applied with system calls in the child (its tool is missing)
     role: str = "worker"
     rank: int | None = None  # global rank, when known
     local_rank: int | None = None
     tail: bool = False  # the log is copied to the console under --join
     stderr_path: str | None = None  # stderr's own file; None: with stdout; INHERIT: the launcher's stderr
+    tail_prefix: str | None = None  # before each tailed line; None: "[<name>] "
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -100,18 +97,19 @@ class ProcessSpec:
         return env
 
 
-@record(frozen=False)
+@dataclass
 class Process:
     """A started process and what is known about it."""
 
     spec: ProcessSpec
     popen: subprocess.Popen
-    direct: DirectBinding | None
+    direct: Binding | None
     argv: tuple[str, ...]  # what was exec'd, after the shim
     shim: tuple[str, ...] = ()  # setpriv --pdeathsig KILL --, exec'd first
     create_time: float | None = None  # psutil's, for telling a reused pid apart
     observed: object = None  # launcher.verify.Observed, once read
     status: str = ""  # "verified", "not bound", ...
+    applied: Binding | None = None  # what the check found applied (None: as the spec asked)
 
     @property
     def pid(self) -> int:
@@ -126,7 +124,7 @@ class Process:
         return self.spec.binding
 
 
-@record(frozen=False)
+@dataclass
 class ProcessGroup:
     """Start `specs` in order; stop them all with one deadline; reap what they leave."""
 
@@ -136,6 +134,7 @@ class ProcessGroup:
     inherit_stdin: bool = False  # --join=True: workers share our stdin (pdb)
     die_with_launcher: bool = False
     adopt_orphans: bool = False
+    bind_fallback: bool = False  # a refused memory policy walks the ladder in the child (bind, preferred, CPUs alone)
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
     _shim: tuple[str, ...] | None = None
@@ -156,19 +155,30 @@ class ProcessGroup:
             self.stop(signal.SIGTERM, 1.0)
             raise
 
-    def start_one(self, spec: ProcessSpec, *, direct: DirectBinding | None = ..., argv=None,
+    def start_one(self, spec: ProcessSpec, *, direct: Binding | None = ..., argv=None,
                   log_mode: str = "w") -> Process:
         """Start one process; `direct`/`argv` override the spec's (a restart with less binding)."""
         direct = spec.direct if direct is ... else direct
         argv = tuple(argv) if argv is not None else (spec.command if direct is not None else spec.argv)
         env = spec.full_env(self.base_env)
         env[JOB_ID_VAR] = self.job_id
+        bound = direct if direct is not None else (spec.binding if argv[:len(spec.binding.prefix)] == spec.binding.prefix
+                                                   else UNBOUND)
+        if bound.is_bound:
+            env[BINDING_VAR] = bound.env_value()  # what set_affinity keeps (planners.binding)
         shim: tuple[str, ...] = ()
         if self.die_with_launcher and direct is None:
             shim = self._death_shim()
-        setup = _child_setup(os.getpid() if self.die_with_launcher and not shim else None, direct)
-        log = open(spec.log_path, log_mode) if spec.log_path else None
-        err = open(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
+        setup = _child_setup(os.getpid() if self.die_with_launcher and not shim else None, direct, self.bind_fallback)
+        log = err = None
+        try:
+            log = open_log(spec.log_path, log_mode) if spec.log_path else None
+            err = open_log(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
+        except OSError as exc:
+            if log is not None:
+                log.close()
+            raise LaunchError(f"cannot open the log of {spec.name}, {exc.filename}: {exc.strerror}; "
+                              "remove it or give another log directory") from None
         stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
         try:
             popen = subprocess.Popen(
@@ -188,10 +198,8 @@ class ProcessGroup:
     def _death_shim(self) -> tuple[str, ...]:
         """`setpriv --pdeathsig KILL --` when this system's setpriv has the option, else ()."""
         if self._shim is None:
-            self._shim = ()
-            setpriv = which("setpriv", self.base_env.get("PATH", os.defpath))
-            if setpriv is not None and _names_option(setpriv, b"pdeathsig"):
-                self._shim = (setpriv, "--pdeathsig", "KILL", "--")
+            setpriv = shutil.which("setpriv", path=self.base_env.get("PATH", os.defpath))
+            self._shim = (setpriv, "--pdeathsig", "KILL", "--") if setpriv and has_pdeathsig(setpriv) else ()
         return self._shim
 
     def replace(self, index: int, proc: Process) -> None:
@@ -295,17 +303,11 @@ class ProcessGroup:
     def close(self) -> None:
         """Stop being a subreaper (the launcher may be a library call in a longer program)."""
         if self._subreaper_before == 0:
-            from topo.syscalls import prctl
-
             prctl(_PR_SET_CHILD_SUBREAPER, 0)
         self._subreaper_before = None
 
     # ---------------------------------------------------------------- subreaper
     def _become_subreaper(self) -> None:
-        import ctypes
-
-        from topo.syscalls import prctl
-
         self._children_before = frozenset(_children())
         value = ctypes.c_int(0)
         try:
@@ -345,20 +347,20 @@ def _children() -> list[int]:
     return [child.pid for child in psutil.Process().children()]
 
 
-def _names_option(program: str, option: bytes) -> bool:
-    """Whether `program` knows `option` (util-linux added setpriv's --pdeathsig in 2.33): its
-    option table holds the name as text, found without starting it."""
+@functools.cache
+def has_pdeathsig(setpriv: str) -> bool:
+    """Whether this `setpriv` has --pdeathsig (util-linux 2.33 and later), as its --help lists its
+    options; asked once per launcher."""
     try:
-        with open(program, "rb") as fh:
-            return option in fh.read(1 << 22)
-    except OSError:
+        shown = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10,
+                               stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.SubprocessError):
         return False
+    return "--pdeathsig" in shown
 
 
 def raise_open_file_limit() -> int:
     """Raise the soft RLIMIT_NOFILE to the hard limit; the new soft limit."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         try:
@@ -379,16 +381,28 @@ def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
                           f"the launcher needs {needed} more; raise it (ulimit -n)")
 
 
-def _child_setup(launcher_pid: int | None, direct: DirectBinding | None):
+# what a child whose memory policy fell back writes to its log; the supervisor reads the rung back
+FALLBACK_LINE = "topo: --bind-fallback: the kernel refused memory policy {asked}; held: {rung}"
+_FALLBACK = re.compile(r"--bind-fallback: the kernel refused memory policy (\w+); held: (\w+)")
+
+
+def fallback_rung(log_text: str) -> str | None:
+    """The rung of the memory-policy ladder a child's log says held ("preferred", or "none": CPUs
+    alone), or None when the policy was applied as asked."""
+    m = _FALLBACK.search(log_text)
+    return m.group(2) if m else None
+
+
+def _child_setup(launcher_pid: int | None, direct: Binding | None, bind_fallback: bool):
     """The function run in the child between fork and exec. It must not import or allocate much:
     everything it calls is bound here, in the parent."""
     if launcher_pid is None and direct is None:
         return None
-    from topo import syscalls
-
     set_pdeathsig = syscalls.set_pdeathsig
-    set_mempolicy = syscalls.set_mempolicy
+    apply_memory_policy = syscalls.apply_memory_policy
     syscalls.load()  # libc and the syscall numbers, resolved before fork
+    cpus = None if direct is None or direct.cpus is None else frozenset(direct.cpus)
+    nodes = CpuSet() if direct is None or direct.memory_nodes is None else direct.memory_nodes
 
     def fail(text: str) -> None:
         os.write(2, f"topo: {text}\n".encode())
@@ -401,17 +415,17 @@ def _child_setup(launcher_pid: int | None, direct: DirectBinding | None):
                 os._exit(1)
         if direct is None:
             return
-        if direct.cpus is not None:
+        if cpus is not None:
             try:
-                os.sched_setaffinity(0, direct.cpus)
+                os.sched_setaffinity(0, cpus)
             except OSError as exc:
-                fail(f"sched_setaffinity: {exc.strerror} (CPUs {sorted(direct.cpus)})")
+                fail(f"sched_setaffinity: {exc.strerror} (CPUs {direct.cpus})")
         if direct.memory_policy is not None:
-            try:
-                set_mempolicy(direct.memory_policy, direct.memory_nodes)
+            try:  # with --bind-fallback, a refused MPOL_BIND tries MPOL_PREFERRED, then CPUs alone
+                rung = apply_memory_policy(direct.memory_policy, nodes, fallback=bind_fallback)
             except Exception as exc:  # noqa: BLE001 - anything raised here would lose its message
-                if not direct.keep_cpus_if_memory_refused:
-                    fail(str(exc))
-                os.write(2, f"topo: {exc}; --bind-fallback: memory policy dropped, CPUs kept\n".encode())
+                fail(str(exc))
+            if rung != direct.memory_policy:
+                os.write(2, (FALLBACK_LINE.format(asked=direct.memory_policy, rung=rung) + "\n").encode())
 
     return setup

@@ -1,4 +1,6 @@
-"""launch(): plan a job, start it as one process group, check its bindings, follow it and clean up.
+"""launch(): plan a job, start it as one process group, check its bindings, follow it and clean up;
+execute(): the one executor, which runs the processes of any plan (`topo launch`'s and each
+attempt of `topo run`'s).
 
     plan_job (launcher.job)       config -> every process's argv, environment, log, binding; all checks
     ProcessGroup (procgroup)      start, signal, stop with a grace period, reap; no orphans
@@ -13,18 +15,25 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import TextIO
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.config import LaunchConfig
+from launcher.environ import describe_threads
+from launcher.files import check_not_running, open_log
 from launcher.job import SCHEDULER, JobPlan, check_program, describe_plan, plan_job
-from launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
-from topo.records import record
-from launcher.supervisor import LAUNCH_JSON, Supervisor, write_launch_json
+from launcher.procgroup import LaunchError, Process, ProcessGroup, ProcessSpec, check_open_file_limit
+from launcher.supervisor import (HANDLED_SIGNALS, LAUNCH_JSON, JobResult, StopSignals, Supervisor,
+                                 write_launch_json)
 
-__all__ = ["LaunchError", "LaunchResult", "launch"]
+# seconds between forwarding a Ctrl-C (SIGINT) to the job and SIGKILL: msrun returns at once
+INTERRUPT_GRACE = 1.0
+
+__all__ = ["LaunchError", "LaunchResult", "execute", "launch"]
 
 
-@record
+@dataclass(frozen=True)
 class LaunchResult:
     """How a `topo launch` job ended (or, with join=False, was left running)."""
 
@@ -57,47 +66,74 @@ def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | N
     def say(text: str) -> None:
         print(f"topo launch: {text}", file=err, flush=True)
 
+    check_not_running(plan.log_dir, config.log_dir or ".")
     for warning in plan.warnings:
         say(f"warning: {warning}")
+    threads = describe_threads([p.name for p in plan.processes], [p.binding for p in plan.processes],
+                               [p.env for p in plan.processes])
+    if threads:
+        say(threads)
     _create_logs(plan)
-    join = config.join
-    group = ProcessGroup(plan.processes, plan.base_env, job_id=os.urandom(8).hex(), inherit_stdin=join,
-                         die_with_launcher=join, adopt_orphans=join)
-    record = os.path.join(plan.log_dir, LAUNCH_JSON)
+    group, result = execute(
+        plan.processes, plan.base_env, record_dir=plan.log_dir, join=config.join, grace_period=config.grace_period,
+        bind_fallback=config.bind_fallback, out=out, say=say, scheduler_role=SCHEDULER,
+        interrupt_grace=INTERRUPT_GRACE, on_start=lambda p: say(_started(p)))
+    if result is None:
+        say(f"{len(group.processes)} processes left running (--join=False); the job is recorded in "
+            f"{os.path.join(plan.log_dir, LAUNCH_JSON)}; stop it with: topo stop {plan.log_dir}")
+        return LaunchResult(0, plan, tuple(group.processes))
+    return LaunchResult(result.exit_code, plan, result.processes, result.failed)
+
+
+def execute(specs: Sequence[ProcessSpec], base_env: Mapping[str, str], *, record_dir: str, join: bool,
+            grace_period: float, bind_fallback: bool, out: TextIO, say: Callable[[str], None],
+            err: TextIO | None = None, signals: StopSignals | None = None,
+            handled: Sequence[int] = HANDLED_SIGNALS, scheduler_role: str | None = None,
+            interrupt_grace: float | None = None,
+            on_start: Callable[[Process], None] | None = None) -> tuple[ProcessGroup, JobResult | None]:
+    """Run any plan's processes: start them as one group, check their bindings, record the job in
+    `record_dir`/launch.json, then (join) follow it to its end and report, or (not join) leave it
+    running and return None as the result. Whatever goes wrong, nothing started outlives it under
+    join. `signals`: the caller's, caught across several calls (topo run's restarts); else
+    `handled` are caught for this call alone."""
+    group = ProcessGroup(specs, base_env, job_id=uuid.uuid4().hex, inherit_stdin=join, die_with_launcher=join,
+                         adopt_orphans=join, bind_fallback=bind_fallback)
+    record_path = os.path.join(record_dir, LAUNCH_JSON)
 
     def write_record(start_times: bool) -> None:
-        write_launch_json(record, group, join=join, log_dir=plan.log_dir, grace_period=config.grace_period,
+        write_launch_json(record_path, group, join=join, log_dir=record_dir, grace_period=grace_period,
                           start_times=start_times)
 
+    own = join and signals is None
+    signals = signals if signals is not None else StopSignals()
     # under --join the start times are recorded once the job has run a second (a short job does
     # not pay for importing psutil); a detached job's record is complete at once
-    supervisor = Supervisor(group, grace_period=config.grace_period, bind_fallback=config.bind_fallback,
-                            out=out, say=say, scheduler_role=SCHEDULER, after_a_second=lambda: write_record(True))
-    if join:
-        supervisor.install_signal_handlers()
+    supervisor = Supervisor(group, grace_period=grace_period, bind_fallback=bind_fallback, out=out, err=err,
+                            say=say, scheduler_role=scheduler_role, after_a_second=lambda: write_record(True),
+                            signals=signals, interrupt_grace=interrupt_grace)
+    if own:
+        signals.install(handled)
     try:
-        group.start(on_start=lambda p: say(_started(p)))
+        group.start(on_start=on_start)
         supervisor.verify_all()
         write_record(start_times=not join)
         if not join:
-            say(f"{len(group.processes)} processes left running (--join=False); the job is recorded in {record}; "
-                f"stop it with: topo stop {plan.log_dir}")
-            return LaunchResult(0, plan, tuple(group.processes))
-        result = supervisor.join()
-        return LaunchResult(result.exit_code, plan, result.processes, result.failed)
+            return group, None
+        return group, supervisor.join()
     except BaseException:
         # whatever went wrong in here (a refused binding, a broken console, an interrupt in a
         # host program), nothing we started may outlive it
-        group.stop(signal.SIGTERM, config.grace_period, say=say)
+        group.stop(signal.SIGTERM, grace_period, say=say)
         raise
     finally:
+        if own:
+            signals.restore()
         if join:
-            supervisor.restore_signal_handlers()
             group.close()
 
 
 def _started(proc: Process) -> str:
-    how = f" (binding applied directly: {proc.direct.reason})" if proc.direct is not None and proc.direct.reason else ""
+    how = f" (binding applied directly: {proc.direct.note})" if proc.direct is not None and proc.direct.note else ""
     return f"started {proc.name} (pid {proc.pid}), log {proc.spec.log_path}: {' '.join(proc.argv)}{how}"
 
 
@@ -113,7 +149,7 @@ def _create_logs(plan: JobPlan) -> None:
                 os.umask(old)
         for p in plan.processes:  # --worker_log_name=sub/w: msrun crashes half-way, we create sub/
             os.makedirs(os.path.dirname(p.log_path), exist_ok=True)
-            open(p.log_path, "w").close()
+            open_log(p.log_path).close()
     except OSError as exc:
         raise LaunchError(f"cannot create the logs, {exc.filename}: {exc.strerror}; "
                           "give a writable --log_dir") from None

@@ -8,26 +8,31 @@ Like torch elastic's agent over its process context, it decides *when* to stop; 
 
 from __future__ import annotations
 
+import json
 import os
+import resource
+import select
 import signal
 import threading
 import time
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence, TextIO
 
 from launcher import verify
-from launcher.procgroup import FDS_NEEDED, INHERIT, DirectBinding, LaunchError, Process, ProcessGroup
-from topo.records import record
+from launcher.files import LAUNCH_JSON, open_log, write_record
+from launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup, fallback_rung
+from topo.binding import Binding
+from topo.cpuset import CpuSet
 from launcher.tail import LogTailer
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
 MAX_POLL_INTERVAL = 0.1  # s; the join loop backs off to this, so a day-long job costs no CPU
 EXEC_TIMEOUT = 5.0  # s for numactl / taskset to apply a binding and exec the interpreter
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-LAUNCH_JSON = "launch.json"
 SCHEMA = "topo.launch/2"
 
 
-@record
+@dataclass(frozen=True)
 class JobResult:
     """How a supervised process group ended."""
 
@@ -37,45 +42,70 @@ class JobResult:
     failed_process: Process | None = None  # the first process seen failing, whose code exit_code is
 
 
+class StopSignals:
+    """The signals that stop a job, caught from install() to restore(): for `topo run`, across
+    every attempt and the shutdown of a failed one, so a stop signal at any moment ends the run.
+    The first one received is kept; a second one asks to skip the grace period."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self.force = False
+        self._old: dict[int, object] = {}
+
+    def install(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
+        """Only the main thread can install handlers; a library caller on another thread handles
+        its own signals."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in signals:
+            self._old[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.received is not None:
+            self.force = True
+        else:
+            self.received = signum
+
+    def restore(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old.clear()
+
+
 class Supervisor:
-    """Runs one started ProcessGroup to its end. `say` prints the launcher's own messages."""
+    """Runs one started ProcessGroup to its end. `say` prints the launcher's own messages.
+    `interrupt_grace`: the grace period after a SIGINT when it is shorter than after other signals
+    (msrun: Ctrl-C returns at once)."""
 
     def __init__(self, group: ProcessGroup, *, grace_period: float, bind_fallback: bool,
                  out: TextIO, say: Callable[[str], None], scheduler_role: str | None = None,
-                 after_a_second: Callable[[], None] | None = None):
+                 after_a_second: Callable[[], None] | None = None, err: TextIO | None = None,
+                 signals: StopSignals | None = None, interrupt_grace: float | None = None):
         self.group = group
         self.grace_period = grace_period
+        self.interrupt_grace = interrupt_grace
         self.bind_fallback = bind_fallback
         self.out = out
+        self.err = err or out  # where a separate stderr log is copied
         self.say = say
         self.scheduler_role = scheduler_role  # a process whose end is awaited after the workers'
         self.after_a_second = after_a_second  # run once if the job is still going after 1 s
-        self.stop_signal: int | None = None
-        self.force_kill = False
-        self._old_handlers: dict[int, object] = {}
+        self.signals = signals if signals is not None else StopSignals()
+        self.allowed = CpuSet(os.sched_getaffinity(0))  # what the children's cgroup lets them have
+
+    @property
+    def stop_signal(self) -> int | None:
+        return self.signals.received
 
     # ---------------------------------------------------------------- signals
     def install_signal_handlers(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
         """Each of `signals` (SIGINT/SIGTERM/SIGHUP unless given; topo run passes its
         --signals-to-handle) stops the job: forwarded to every process, then SIGKILL after the grace
-        period; a second one skips the grace period. Only the main thread can install handlers; a
-        library caller on another thread handles its own signals."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def on_signal(signum, frame):
-            if self.stop_signal is not None:
-                self.force_kill = True
-            else:
-                self.stop_signal = signum
-
-        for sig in signals:
-            self._old_handlers[sig] = signal.signal(sig, on_signal)
+        period; a second one skips the grace period."""
+        self.signals.install(signals)
 
     def restore_signal_handlers(self) -> None:
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers.clear()
+        self.signals.restore()
 
     # ---------------------------------------------------------------- verification
     def verify_all(self) -> None:
@@ -97,28 +127,30 @@ class Supervisor:
 
     def _fall_back(self, index: int, proc: Process, problem: str, memory_refused: bool) -> Process:
         """--bind-fallback: a process that runs with another binding is kept; one whose memory
-        binding was refused is started again with its CPUs only; any other refusal, unbound."""
+        binding numactl could not set is started again with the same binding applied by system
+        calls, where a refused MPOL_BIND tries MPOL_PREFERRED, then the CPUs alone; any other
+        refusal, unbound."""
         if proc.popen.poll() is None:
             self.say(f"{problem}; --bind-fallback: keeping it as the kernel placed it")
             proc.status = "bound differently, kept (--bind-fallback)"
             return proc
         spec = proc.spec
-        cpus = frozenset(spec.binding.cpus) if memory_refused and spec.binding.cpus is not None else None
-        if cpus is not None:
-            self.say(f"{problem}; --bind-fallback: memory policy dropped, CPUs {spec.binding.cpus} kept")
+        direct = None
+        if memory_refused and proc.direct is None:
+            direct = replace(spec.binding, applied_by="system calls", note=f"{spec.binding.applied_by} was refused")
+            self.say(f"{problem}; --bind-fallback: starting it again with the policy ladder (bind, preferred, CPUs alone)")
         else:
             self.say(f"{problem}; --bind-fallback: running it unbound")
         if spec.log_path:
-            with open(spec.log_path, "a") as log:
-                log.write(f"topo launch: starting again {'with CPUs only' if cpus else 'unbound'}: {problem}\n")
-        direct = DirectBinding(cpus, None, reason="memory binding refused") if cpus is not None else None
+            with open_log(spec.log_path, "a") as log:
+                log.write(f"topo launch: starting again {'by system calls' if direct else 'unbound'}: {problem}\n")
         proc = self.group.start_one(spec, direct=direct, argv=spec.command, log_mode="a")
         self.group.replace(index, proc)
+        if direct is not None and self._verify(proc) is None:
+            return proc
         proc.observed = verify.read_observed(proc.pid)
-        if cpus is not None and proc.observed is not None and proc.observed.cpus == spec.binding.cpus:
-            proc.status = "verified CPUs; memory binding refused, dropped (--bind-fallback)"
-        else:
-            proc.status = "unbound (--bind-fallback)"
+        proc.status = "unbound (--bind-fallback)"
+        proc.applied = Binding()
         return proc
 
     def _verify(self, proc: Process) -> tuple[str, bool] | None:
@@ -133,7 +165,7 @@ class Supervisor:
         reached = verify.wait_for_exec(proc.pid, (proc.shim, proc.argv[:len(proc.argv) - len(spec.command)]),
                                        EXEC_TIMEOUT)
         proc.observed = verify.read_observed(proc.pid)  # a zombie still shows its last affinity
-        how = "verified" if proc.direct is None else f"verified, applied directly: {proc.direct.reason}"
+        how = "verified" if proc.direct is None else f"verified, applied directly: {proc.direct.note}"
         if not reached:
             code = proc.popen.poll()
             refusal = verify.refusal_in(_read_text(spec.log_path))
@@ -151,26 +183,34 @@ class Supervisor:
             if code is None:
                 return (f"{spec.name}: {tool} did not exec the interpreter within {EXEC_TIMEOUT:.0f} s; "
                         f"is {tool} on PATH the real one?"), False
-            if code != 0:
-                return None  # it failed on its own; the join loop reports it like any failure
-            proc.status = "exited before it could be checked"
-            return None
+            proc.status = f"exited with {describe_code(code)} before it could be checked"
+            return None  # a failure is reported by the join loop like any other
         if proc.observed is None:
             proc.status = "exited before it could be checked"
             return None
         binding = spec.binding
-        dropped = (proc.direct is not None and proc.direct.keep_cpus_if_memory_refused
-                   and "memory policy dropped, CPUs kept" in _read_text(spec.log_path))
-        if dropped:
-            from dataclasses import replace
-
-            binding = replace(binding, memory=None)
+        rung = fallback_rung(_read_text(spec.log_path)) if proc.direct is not None and self.group.bind_fallback else None
+        if rung == "preferred":
+            binding = replace(binding, memory_policy="preferred")
+        elif rung is not None:
+            binding = binding.without_memory()
+        proc.applied = binding
         problem = verify.mismatch(binding, proc.observed)
+        if problem and verify.changed_after_start(binding, proc.observed, self.allowed):
+            # the tool (or the child's own system calls) applied the binding before the program
+            # ran: the program, or something else, changed it since; the job is left running
+            self.say(f"{spec.name}: bound to {binding.describe()}; it now runs with {proc.observed.describe()}: "
+                     "changed after start (by the process itself or another tool); the job goes on")
+            proc.status = f"{how}; changed after start"
+            return None
         if problem:
             fix = "" if self.bind_fallback else ("; the cgroup or another tool restricts this process: bind within "
                                                  "`topo show`'s allowed CPUs / nodes, or rerun with --bind-fallback")
             return f"{spec.name}: binding did not take: {problem}{fix}", False
-        proc.status = f"{how}; memory binding refused, dropped (--bind-fallback)" if dropped else how
+        if rung is not None:
+            held = "preferred held" if rung == "preferred" else "CPUs alone held"
+            how += f"; memory policy {spec.binding.memory_policy} refused, {held} (--bind-fallback)"
+        proc.status = how
         return None
 
     # ---------------------------------------------------------------- join
@@ -178,8 +218,9 @@ class Supervisor:
         """Follow the job until every process ended, one failed, or a signal came; then stop
         whatever is left (the rest of the job, or daemons it left) and report."""
         procs = self.group.processes
-        tailer = LogTailer([(f"[{p.name}] ", path) for p in procs if p.spec.tail
-                            for path in (p.spec.log_path, p.spec.stderr_path) if path and path != INHERIT], self.out)
+        tailer = LogTailer([(_prefix(p), path, stream) for p in procs if p.spec.tail
+                            for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, self.err))
+                            if path and path != INHERIT], self.out)
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
         failure: tuple[Process, int] | None = None
         waiting_for_scheduler = False
@@ -211,9 +252,11 @@ class Supervisor:
                 self.stop(signal.SIGTERM, tailer)
             elif self.stop_signal is not None:
                 name = signal.Signals(self.stop_signal).name
-                self.say(f"received {name}; forwarding it to every process "
-                         f"(SIGKILL after {self.grace_period:g} s)")
-                self.stop(self.stop_signal, tailer)
+                grace = self.grace_period
+                if self.stop_signal == signal.SIGINT and self.interrupt_grace is not None:
+                    grace = min(grace, self.interrupt_grace)
+                self.say(f"received {name}; forwarding it to every process (SIGKILL after {grace:g} s)")
+                self.stop(self.stop_signal, tailer, grace)
             else:
                 # every process ended by itself: only their leftovers (daemonised grandchildren) remain
                 self.stop(signal.SIGTERM, tailer)
@@ -222,8 +265,9 @@ class Supervisor:
             tailer.pump(final=True)
         if failure is not None:
             proc, code = failure
-            lines = _last_lines(proc.spec.log_path, 10) if proc.spec.log_path else []
-            where = f"; last lines of {proc.spec.log_path}:" if proc.spec.log_path else ""
+            log = failure_log(proc.spec)
+            lines = _last_lines(log, 10) if log else []
+            where = f"; last lines of {log}:" if log else ""
             self.say(f"{proc.name} failed with {describe_code(code)}{where}" + "".join(f"\n    {line}" for line in lines))
             if proc.spec.role == self.scheduler_role:
                 self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
@@ -232,12 +276,19 @@ class Supervisor:
         if self.stop_signal is not None:
             name = signal.Signals(self.stop_signal).name
             return JobResult(128 + self.stop_signal, tuple(procs), f"received {name}")
-        self.say(f"all {len(workers)} workers exited successfully")
+        if waiting_for_scheduler:
+            self.say("the scheduler exited too; the job is done")
+        else:
+            self.say(f"all {len(workers)} workers exited successfully")
         return JobResult(0, tuple(procs))
 
-    def stop(self, sig: int, tailer: LogTailer | None = None) -> None:
-        self.group.stop(sig, self.grace_period, tick=None if tailer is None else tailer.pump,
-                        force=lambda: self.force_kill, say=self.say)
+    def stop(self, sig: int, tailer: LogTailer | None = None, grace: float | None = None) -> None:
+        self.group.stop(sig, self.grace_period if grace is None else grace,
+                        tick=None if tailer is None else tailer.pump, force=lambda: self.signals.force, say=self.say)
+
+
+def _prefix(proc: Process) -> str:
+    return proc.spec.tail_prefix if proc.spec.tail_prefix is not None else f"[{proc.name}] "
 
 
 class _ExitWaiter:
@@ -254,9 +305,6 @@ class _ExitWaiter:
         running = [p for p in procs if p.popen.returncode is None]  # not reaped: the pid is still theirs
         if not running or len(running) > self.MAX_WATCHED or not hasattr(os, "pidfd_open"):
             return
-        import resource
-        import select
-
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if soft != resource.RLIM_INFINITY and soft - len(os.listdir("/proc/self/fd")) < len(running) + FDS_NEEDED:
             return  # the descriptors the launcher needs come first
@@ -296,8 +344,6 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
     asked and got. `start_times=False` leaves the start times out (they cost importing psutil, which
     a job that ends within a second should not pay); `topo stop` then tells the job's processes by
     the job id in their environment."""
-    import json  # here, not at the top: the record is written after the processes started
-
     started = _start_time if start_times else (lambda pid: None)
     data = {
         "schema": SCHEMA,
@@ -313,10 +359,7 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
         if start_times:
             proc.create_time = started(proc.pid)
         data["processes"].append(process_record(proc))
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(json.dumps(data, indent=2) + "\n")  # one write; json.dump writes each token on its own
-    os.replace(tmp, path)  # `topo stop` never reads half a file
+    write_record(path, json.dumps(data, indent=2) + "\n")  # `topo stop` never reads half a file
 
 
 def _start_time(pid: int) -> float | None:
@@ -335,7 +378,8 @@ def process_record(proc: Process) -> dict:
         "pid": proc.pid, "create_time": proc.create_time, "argv": list(proc.argv), "log": spec.log_path,
         "env": dict(spec.env),
         "binding": {"prefix": list(binding.prefix), "cpus": None if binding.cpus is None else str(binding.cpus),
-                    "memory": None if binding.memory is None else str(binding.memory),
+                    "memory": None if binding.memory_nodes is None else str(binding.memory_nodes),
+                    "memory_policy": binding.memory_policy,
                     "applied": "directly" if proc.direct is not None else ("prefix" if binding.prefix else None)},
         "observed": None if seen is None else {
             "cpus": str(seen.cpus), "mems_allowed": str(seen.mems_allowed),
@@ -346,32 +390,64 @@ def process_record(proc: Process) -> dict:
 
 # -------------------------------------------------------------------- reporting
 def report(proc: Process) -> str:
-    seen = proc.observed.describe() if proc.observed else "exited before it could be read"
-    return f"{proc.name}: {seen} ({proc.status})"
+    """One process's binding line: what it was bound to and how that was checked, memory included."""
+    binding = proc.spec.binding
+    if not binding.is_bound:
+        cpus = f" (runs on CPUs {proc.observed.cpus})" if proc.observed is not None else ""
+        return f"{proc.name}: not bound{cpus}"
+    asked = (proc.applied or binding).describe()
+    return f"{proc.name}: {asked} ({proc.status or 'not checked'})"
 
 
 def exit_code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def signal_name(number: int) -> str:
+    """"SIGTERM" for 15; "" for a number that names no signal."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return ""
+
+
 def describe_code(code: int) -> str:
+    """A process's end as words: "exit code 3", "signal 15 (SIGTERM)" (Popen's negative codes)."""
     if code < 0:
-        try:
-            return f"signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"signal {-code}"
+        name = signal_name(-code)
+        return f"signal {-code} ({name})" if name else f"signal {-code}"
     return f"exit code {code}"
 
 
-def _read_text(path: str | None) -> str:
+def failure_log(spec) -> str | None:
+    """The log that holds a failed process's traceback: its stderr file when it has one and the
+    traceback is there (torchrun's -r 3 writes stdout.log and stderr.log apart), else the log."""
+    candidates = [p for p in (spec.stderr_path, spec.log_path) if p and p not in (INHERIT, os.devnull)]
+    texts = [(p, _read_text(p, tail=True)) for p in candidates]
+    return next((p for p, t in texts if "Traceback (most recent call last)" in t), None) or \
+        next((p for p, t in texts if t.strip()), None) or (candidates[-1] if candidates else None)
+
+
+LOG_READ_LIMIT = 1 << 20  # bytes of a log read for a report: its first (refusals) or its last (a traceback)
+
+
+def _read_text(path: str | None, *, tail: bool = False) -> str:
+    """The first (or, with `tail`, the last) LOG_READ_LIMIT bytes of a log, as text."""
     if not path:
         return ""
     try:
-        with open(path, errors="replace") as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            if tail:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_READ_LIMIT))
+            return fh.read(LOG_READ_LIMIT).decode("utf-8", "replace")
     except OSError:
         return ""
 
 
+def read_tail(path: str) -> str:
+    """The last LOG_READ_LIMIT bytes of a log as text ("" when it cannot be read)."""
+    return _read_text(path, tail=True)
+
+
 def _last_lines(path: str, n: int) -> list[str]:
-    return _read_text(path).splitlines()[-n:]
+    return _read_text(path, tail=True).splitlines()[-n:]

@@ -18,9 +18,10 @@ _CHUNK = 1 << 16
 
 
 class _Follower:
-    def __init__(self, prefix: str, path: str):
+    def __init__(self, prefix: str, path: str, out: TextIO):
         self.prefix = prefix
         self.path = path
+        self.out = out
         self.offset = 0
         self.pending = b""  # a partial line waiting for its newline
         self.pending_polls = 0
@@ -44,15 +45,17 @@ class _Follower:
 
 
 class LogTailer:
-    def __init__(self, sources: Sequence[tuple[str, str]], out: TextIO):
-        """`sources`: (prefix, log path) pairs; text goes to `out`."""
-        self.followers = [_Follower(prefix, path) for prefix, path in sources]
+    def __init__(self, sources: Sequence[tuple], out: TextIO):
+        """`sources`: (prefix, log path) pairs, whose text goes to `out`, or (prefix, log path,
+        stream) triples, whose text goes to their stream (torchrun: stderr.log to stderr)."""
+        self.followers = [_Follower(source[0], source[1], source[2] if len(source) > 2 else out)
+                          for source in sources]
         self.out = out
         self.console_gone = False  # `topo launch ... | head` closed the pipe: the logs still have it all
 
     def pump(self, final: bool = False) -> None:
         """Write what the files gained since the last call; `final` also flushes partial lines."""
-        wrote = False
+        wrote = set()
         for f in self.followers:
             data = f.read()
             if data:
@@ -66,12 +69,12 @@ class LogTailer:
             text = complete + newline
             if rest and (final or f.pending_polls >= 1):
                 text, rest = text + rest, b""
-            if text and not self.console_gone:
-                wrote = self._write(f, text) or wrote
+            if text and not self.console_gone and self._write(f, text):
+                wrote.add(id(f.out))
             f.pending = rest
-        if wrote:
+        for out in {id(f.out): f.out for f in self.followers if id(f.out) in wrote}.values():
             try:
-                self.out.flush()
+                out.flush()
             except (OSError, ValueError):
                 self.console_gone = True
 
@@ -86,7 +89,7 @@ class LogTailer:
             pieces.append((f.prefix if f.at_line_start else "") + line + ("" if last else "\n"))
             f.at_line_start = not last
         try:
-            self.out.write("".join(pieces))
+            f.out.write("".join(pieces))
         except (OSError, ValueError):  # a closed pipe or stream
             self.console_gone = True
             return False

@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
-from launcher.binding import Binding
-from topo.records import record
+from topo.binding import Binding, describe_memory, node_words
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 
@@ -21,7 +21,7 @@ from topo.errors import ParseError
 REFUSALS = ("Operation not permitted", "Permission denied")
 
 
-@record
+@dataclass(frozen=True)
 class Observed:
     """What /proc shows for one process: its CPUs and memory policy."""
 
@@ -31,20 +31,14 @@ class Observed:
     policy_nodes: CpuSet  # nodes of the policy (empty for default)
 
     def describe(self) -> str:
-        """"CPUs 1, memory node 0", as Binding.describe words what was asked."""
-        if self.policy == "bind":
-            memory = f"memory {_nodes(self.policy_nodes)}"
-        elif self.policy in ("default", ""):
-            memory = f"memory {_nodes(self.mems_allowed)}"
-        elif self.policy == "prefer":
-            memory = f"memory preferred {_nodes(self.policy_nodes)}"
+        """"CPUs 1, memory bound to node 0", in Binding.describe's words for what was asked."""
+        if self.policy in ("bind", "prefer") and self.policy_nodes:
+            memory = describe_memory("bind" if self.policy == "bind" else "preferred", self.policy_nodes)
+        elif self.policy in ("default", "local", ""):
+            memory = "memory not bound" if self.policy != "local" else describe_memory("local", None)
         else:
-            memory = f"memory {self.policy} {self.policy_nodes}"
+            memory = f"memory policy {self.policy}" + (f" on {node_words(self.policy_nodes)}" if self.policy_nodes else "")
         return f"CPUs {self.cpus}, {memory}"
-
-
-def _nodes(nodes: CpuSet) -> str:
-    return f"{'node' if nodes.weight() == 1 else 'nodes'} {nodes}"
 
 
 def read_observed(pid: int, proc: str = "/proc", *, memory_policy: bool = True) -> Observed | None:
@@ -123,11 +117,22 @@ def mismatch(binding: Binding, observed: Observed) -> str | None:
     if binding.cpus is not None and observed.cpus != binding.cpus:
         problems.append(f"asked for CPUs {binding.cpus}, runs on CPUs {observed.cpus}")
     want = _POLICY_WORDS.get(binding.memory_policy, binding.memory_policy)
-    if binding.memory is not None and (observed.policy != want or observed.policy_nodes != binding.memory):
+    nodes = binding.memory_nodes
+    if nodes is not None and (observed.policy != want or observed.policy_nodes != nodes):
         shown = f"{observed.policy}:{observed.policy_nodes}" if observed.policy_nodes else observed.policy
         asked = "bound to" if want == "bind" else f"{binding.memory_policy} on"
-        problems.append(f"asked for memory {asked} nodes {binding.memory}, memory policy is {shown or 'unreadable'}")
+        problems.append(f"asked for memory {asked} {node_words(nodes)}, memory policy is {shown or 'unreadable'}")
     return "; ".join(problems) or None
+
+
+def changed_after_start(binding: Binding, observed: Observed, allowed: CpuSet) -> bool:
+    """Whether a process whose binding was applied (its tool or system call succeeded) shows other
+    CPUs because it, or something else, changed them after the start, rather than because the kernel
+    narrowed the binding to the CPUs the cgroup allows (`allowed`, the launcher's own): what
+    sched_setaffinity gives is the asked set within the allowed one."""
+    if binding.cpus is not None and observed.cpus != binding.cpus:
+        return observed.cpus != binding.cpus & allowed
+    return True
 
 
 def refusal_in(log_text: str) -> str | None:

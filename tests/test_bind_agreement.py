@@ -53,7 +53,7 @@ def validate(path: str, topology_file: str) -> tuple[bool, str]:
 
 def launch(path: str, script: str) -> tuple[bool, str]:
     try:
-        plan_job(LaunchConfig(script=script, worker_num=2, local_worker_num=2, bind_numa=path, python="python"),
+        plan_job(LaunchConfig.from_flags(script=script, worker_num=2, local_worker_num=2, bind_numa=path, python="python"),
                  environ=ENV, topology=LIVE)
     except UsageError as exc:
         return False, str(exc)
@@ -61,11 +61,17 @@ def launch(path: str, script: str) -> tuple[bool, str]:
 
 
 def bind(path: str) -> tuple[bool, str]:
-    try:
-        plan_bind(["app"], bind_file=path, local_rank=1, environ=ENV, topology=LIVE)
-    except UsageError as exc:
-        return False, str(exc)
-    return True, ""
+    """The file as `topo bind` judges it, for a local rank the file has (a rank it lacks is an
+    error of the invocation, not of the file)."""
+    for rank in (1, 0, 2, 3, 4, 5, 6, 7):
+        try:
+            plan_bind(["app"], bind_file=path, local_rank=rank, environ=ENV, topology=LIVE)
+        except UsageError as exc:
+            if f"has no device{rank} for local rank {rank}" in str(exc):
+                continue
+            return False, str(exc)
+        return True, ""
+    return False, "no entry for local ranks 0-7"
 
 
 @pytest.mark.parametrize("name,text", CORPUS, ids=[name for name, _ in CORPUS])
@@ -130,7 +136,7 @@ def test_unknown_module_is_a_warning_everywhere(tmp_path, topology_file):
     assert result.exit_code == 0 and "bind_cpu.device0.other: warning: unknown module 'other'." in result.output
     script = tmp_path / "net.py"
     script.write_text("pass\n")
-    job = plan_job(LaunchConfig(script=str(script), worker_num=1, local_worker_num=1, bind_numa=str(path),
+    job = plan_job(LaunchConfig.from_flags(script=str(script), worker_num=1, local_worker_num=1, bind_numa=str(path),
                                 python="python"), environ=ENV, topology=LIVE)
     assert job.processes[-1].argv[:3] == ("taskset", "-c", "0")
     assert plan_bind(["app"], bind_file=str(path), local_rank=0, environ=ENV, topology=LIVE)[1] == CpuSet([0])

@@ -80,13 +80,13 @@ def test_memory_binding_execs_through_numactl_like_msrun(bind_file, tmp_path):
     environ = {**BUS_ORDER, "PATH": fake_tools(tmp_path, "numactl")}
     argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
     assert argv == ["numactl", "--membind", "0", "--physcpubind", "0", "app"]
-    assert cpus is None and binding.describe() == "CPUs 0, memory node 0"
+    assert cpus is None and binding.describe() == "CPUs 0, memory bound to node 0"
 
 
 def test_memory_binding_is_applied_directly_without_numactl(bind_file, tmp_path):
     environ = {**BUS_ORDER, "PATH": fake_tools(tmp_path)}
     argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
-    assert (argv, str(cpus), str(binding.memory), binding.memory_policy) == (["app"], "0", "0", "bind")
+    assert (argv, str(cpus), str(binding.memory_nodes), binding.memory_policy) == (["app"], "0", "0", "bind")
 
 
 def test_visible_devices_pick_the_entry(bind_file):
@@ -95,9 +95,27 @@ def test_visible_devices_pick_the_entry(bind_file):
     assert (key, str(cpus)) == ("device2", "0-1")
 
 
-def test_missing_entry_runs_unbound(bind_file):
-    argv, cpus, _, binding, key = plan_bind(["app"], bind_file=bind_file, local_rank=3, environ=BUS_ORDER, topology=BIG)
-    assert (argv, cpus, binding.is_bound, key) == (["app"], None, False, "device3")
+def test_local_rank_beyond_the_file_is_an_error(bind_file):
+    """issue 17: --local-rank 3 with a 3-entry file used to run unbound with exit 0."""
+    with pytest.raises(UsageError, match="the bind JSON has no device3 for local rank 3 "
+                                         r"\(it has device0, device1, device2\)"):
+        plan_bind(["app"], bind_file=bind_file, local_rank=3, environ=BUS_ORDER, topology=BIG)
+
+
+def test_cpus_shared_with_other_ranks_divide_omp_num_threads(bind_file):
+    """issue 18: device2's CPUs 0-1 are shared with device0 (1) and device1 (0): 2 // 3 -> at least 1;
+    device0's CPU 1 is shared with device2: 1 // 2 -> 1."""
+    _, _, env, _, _ = plan_bind(["app"], bind_file=bind_file, local_rank=2, environ=BUS_ORDER, topology=BIG)
+    assert env["OMP_NUM_THREADS"] == "1"
+
+
+@needs_two_cpus
+def test_topo_bind_says_the_thread_count_it_chose(bind_file):
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "2", "--", sys.executable, "-c",
+                  "import os; print(os.environ['OMP_NUM_THREADS'])")
+    assert (r.returncode, r.stdout.strip()) == (0, "1"), r.stderr
+    assert ("topo bind: device2: OMP_NUM_THREADS=1: its 2 CPUs are shared with other processes of the bind JSON"
+            in r.stderr)
 
 
 def test_bind_file_errors(tmp_path):
@@ -135,8 +153,18 @@ def test_binds_memory_through_numactl(bind_file):
 def test_cli_errors(bind_file):
     r = topo_bind("--bind-file", bind_file, "--", sys.executable, "-c", "pass")
     assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "no local rank" in r.stderr
-    r = topo_bind("--bind-file", bind_file, "--local-rank", "0", "--", "no-such-command-xyz")
-    assert (r.returncode, r.stderr.strip()) == (127, "topo: error: no-such-command-xyz: command not found")
+    for rank in ("0", "1"):  # device1 binds memory: numactl would run the command and exit 1
+        r = topo_bind("--bind-file", bind_file, "--local-rank", rank, "--", "no-such-command-xyz")
+        assert (r.returncode, r.stderr.strip()) == (127, "topo: error: no-such-command-xyz: command not found")
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "3", "--", sys.executable, "-c", "pass")
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "no device3 for local rank 3" in r.stderr
+
+
+@needs_two_cpus
+def test_bound_command_gets_topo_binding(bind_file):
+    r = topo_bind("--bind-file", bind_file, "--local-rank", "0", "--", sys.executable, "-c",
+                  "import os; print(os.environ['TOPO_BINDING'])", env={"TOPO_BINDING": "cpus=7"})
+    assert (r.returncode, r.stdout.strip()) == (0, "cpus=1"), r.stderr
 
 
 @needs_two_cpus
@@ -216,12 +244,32 @@ def test_refused_memory_policy_and_bind_fallback(bind_file, tmp_path, monkeypatc
         bind_and_exec(["app"], bind_file=bind_file, local_rank=1)
     assert str(refused.value) == ("the kernel refused the memory binding (set_mempolicy: Operation not "
                                   "permitted (bind 0)), device1 of the bind JSON: drop the memory binding, "
-                                  "grant CAP_SYS_NICE, or add --bind-fallback to keep only the CPU binding")
+                                  "grant CAP_SYS_NICE, or add --bind-fallback to try 'preferred', then the CPU "
+                                  "binding alone")
     assert "argv" not in no_exec  # nothing exec'd
     no_exec.clear()
     with pytest.raises(Exec):
         bind_and_exec(["app"], bind_file=bind_file, local_rank=1, bind_fallback=True)
     assert no_exec == {"argv": ["app"], "cpus": [0]}  # CPUs kept, no numactl to be refused again
     err = capsys.readouterr().err
-    assert "device1: set_mempolicy: Operation not permitted (bind 0); --bind-fallback: memory policy dropped, " \
-           "CPUs kept" in err and "add --bind-fallback" not in err
+    assert "device1: the kernel refused memory policy bind; CPUs alone held (--bind-fallback)" in err
+    assert "add --bind-fallback" not in err
+
+
+def refuse_bind_only(policy, nodes=None):
+    if policy == "bind":
+        refuse(policy, nodes)
+
+
+@needs_two_cpus
+def test_bind_fallback_ladder_holds_on_preferred(bind_file, tmp_path, monkeypatch, capsys, no_exec):
+    """issue 20: a refused MPOL_BIND tries MPOL_PREFERRED before giving up the memory policy."""
+    from launcher.bindcmd import bind_and_exec
+
+    monkeypatch.setenv("PATH", fake_tools(tmp_path, "numactl"))
+    monkeypatch.setattr("topo.syscalls.set_mempolicy", refuse_bind_only)
+    with pytest.raises(Exec):
+        bind_and_exec(["app"], bind_file=bind_file, local_rank=1, bind_fallback=True)
+    assert no_exec == {"argv": ["app"], "cpus": [0]}  # the policy is set here; numactl would ask for bind again
+    assert "device1: the kernel refused memory policy bind; preferred held (--bind-fallback)" in capsys.readouterr().err
+    assert os.environ["TOPO_BINDING"] == "cpus=0 memory=preferred:0"

@@ -68,13 +68,13 @@ def test_launch_and_bind_apply_numactl_preferred(tmp_path):
     path.write_text(json.dumps(plan.to_json()))
     script = tmp_path / "net.py"
     script.write_text("pass\n")
-    job = plan_job(LaunchConfig(script=str(script), worker_num=4, local_worker_num=4, bind_numa=str(path),
+    job = plan_job(LaunchConfig.from_flags(script=str(script), worker_num=4, local_worker_num=4, bind_numa=str(path),
                                 python="python", scheduler=False), environ=ENV, topology=LIVE)
     assert [p.argv[:5] for p in job.processes] == [
         ("numactl", "--preferred", str(i), "--physcpubind", f"{8 * i}-{8 * i + 7}") for i in range(4)]
     binding = job.processes[2].binding
-    assert (binding.memory_policy, str(binding.memory)) == ("preferred", "2")
-    assert binding.describe() == "CPUs 16-23, memory preferred node 2"
+    assert (binding.memory_policy, str(binding.memory_nodes)) == ("preferred", "2")
+    assert binding.describe() == "CPUs 16-23, memory preferred on node 2"
     argv, _, _, bound, key = plan_bind(["app"], bind_file=str(path), local_rank=1, environ=ENV, topology=LIVE)
     assert key == "device1" and argv == ["numactl", "--preferred", "1", "--physcpubind", "8-15", "app"]
     assert bound.memory_policy == "preferred"

@@ -129,7 +129,7 @@ def fake_nvml(monkeypatch):
 
 def test_nvml_missing_library(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert nvml.probe_nvml(8).status == "unavailable: pynvml is not installed (pip install 'topo[nvidia]')"
+    assert nvml.probe_nvml(8).status == "unavailable: pynvml is not installed (pip install 'topo-affinity[nvidia]')"
 
 
 def test_nvml_no_driver(fake_nvml):

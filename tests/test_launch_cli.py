@@ -41,7 +41,8 @@ def test_unknown_launcher_option_is_rejected(tmp_path):
 def test_usage_errors_are_one_line_and_exit_2(tmp_path):
     r = CliRunner().invoke(main, ["launch", "--bind_core=maybe", "x.py"])
     assert r.exit_code == 2
-    assert r.output == "topo: error: --bind_core='maybe': not True, False or a JSON object\n"
+    assert r.output == ("topo: error: --bind_core='maybe': not True, False or a JSON object: Expecting value at "
+                        "line 1 column 1 (character 0)\n")
 
 
 def test_grace_period_takes_ascii_decimal_seconds_only(tmp_path):

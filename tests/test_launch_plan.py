@@ -38,7 +38,7 @@ BUS_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 def plan(script, *, environ=None, topology=BIG, **kw):
     kw.setdefault("python", "python")
-    return plan_job(LaunchConfig(script=script, **kw), environ={**BUS_ORDER, **(environ or {})},
+    return plan_job(LaunchConfig.from_flags(script=script, **kw), environ={**BUS_ORDER, **(environ or {})},
                     topology=topology)
 
 
@@ -75,6 +75,8 @@ def test_bind_core_table_is_parsed_like_msrun():
 
 @pytest.mark.parametrize("text, message", [
     ('{"device0":["1"', "not True, False or a JSON object"),
+    ('{"device0": ["0-1"],}', r"not True, False or a JSON object: Expecting property name enclosed in double quotes "
+                              r"at line 1 column 21 \(character 20\)"),  # issue 18: where the JSON breaks
     ('{"gpu0":["1"]}', "key 'gpu0' must be 'scheduler' or 'deviceX'"),
     ('{"device0":"1"}', "value of device0 should be a list"),
     ('{"device0":["0-3,5"]}', r"split '0-3,5' into \[\"0-3\", \"5\"\]"),
@@ -123,12 +125,12 @@ def test_bind_numa_file_carries_path_and_hash(tmp_path):
 ])
 def test_config_rejects_bad_counts_and_ports(kw, message):
     with pytest.raises(UsageError, match=message):
-        LaunchConfig(script="x.py", **kw)
+        LaunchConfig.from_flags(script="x.py", **kw)
 
 
 def test_missing_script_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="script does not exist, 'nope.py'"):
-        plan_job(LaunchConfig(script="nope.py"), environ={})
+        plan_job(LaunchConfig.from_flags(script="nope.py"), environ={})
 
 
 def test_unresolvable_master_is_a_usage_error(script):
@@ -202,6 +204,19 @@ def test_omp_num_threads_rules(script):
     assert [x.env.get("OMP_NUM_THREADS") for x in bound.processes] == ["1", "6", "2"]
 
 
+def test_omp_num_threads_divides_shared_cpus(script):
+    """issue 18: ranks sharing CPUs split them: 2 ranks on node 0's 8 CPUs run 4 threads each, not 8."""
+    shared = plan(script, worker_num=2, local_worker_num=2, scheduler=False,
+                  bind_numa='{"device0": ["0"], "device1": ["0"]}')
+    assert [x.env["OMP_NUM_THREADS"] for x in shared.processes] == ["4", "4"]
+    partly = plan(script, worker_num=3, local_worker_num=3, scheduler=False,
+                  bind_core='{"device0": ["0-5"], "device1": ["4-7"], "device2": ["8-9"]}')
+    assert [x.env["OMP_NUM_THREADS"] for x in partly.processes] == ["3", "2", "2"]
+    tight = plan(script, worker_num=3, local_worker_num=3, scheduler=False,
+                 bind_core='{"device0": ["0"], "device1": ["0"], "device2": ["0"]}')
+    assert [x.env["OMP_NUM_THREADS"] for x in tight.processes] == ["1", "1", "1"]  # at least 1
+
+
 def test_simulation_has_no_cluster(script):
     p = plan(script, worker_num=2, local_worker_num=2, sim_level=1)
     assert [x.name for x in p.processes] == ["rank 0", "rank 1"]
@@ -226,7 +241,7 @@ def test_interpreter_and_script_args(script):
     p = plan(script, worker_num=1, local_worker_num=1, scheduler=False,
              script_args=("--foo", "bar", "--worker_num=3"))
     assert p.processes[0].argv == ("python", script, "--foo", "bar", "--worker_num=3")
-    assert plan_job(LaunchConfig(script=script, worker_num=1, local_worker_num=1, scheduler=False),
+    assert plan_job(LaunchConfig.from_flags(script=script, worker_num=1, local_worker_num=1, scheduler=False),
                     environ={}).processes[0].argv[0] == "python"  # from PATH, as msrun
     for interpreter in ("python", "python3", "pytest"):  # msrun runs these as given
         q = plan(interpreter, worker_num=1, local_worker_num=1, scheduler=False, script_args=(script,))
@@ -385,10 +400,10 @@ def test_missing_binding_tool_is_applied_directly(script, tmp_path):
     assert numa.argv == ("numactl", "--membind", "0", "--cpunodebind", "0", "python", script)  # msrun's
     assert numa.exec_argv == ("python", script)
     assert (sorted(numa.direct.cpus), numa.direct.memory_policy, str(numa.direct.memory_nodes),
-            numa.direct.reason) == (list(range(8)), "bind", "0", "numactl not found")
+            numa.direct.note) == (list(range(8)), "bind", "0", "numactl not found")
     core = plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_core='{"device0": ["0"]}',
                 environ=environ).processes[0]
-    assert (sorted(core.direct.cpus), core.direct.memory_policy, core.direct.reason) == ([0], None, "taskset not found")
+    assert (sorted(core.direct.cpus), core.direct.memory_policy, core.direct.note) == ([0], None, "taskset not found")
     (tmp_path / "taskset").write_text("#!/bin/sh\n")
     (tmp_path / "taskset").chmod(0o755)
     assert plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_core='{"device0": ["0"]}',

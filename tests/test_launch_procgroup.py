@@ -297,13 +297,13 @@ def test_bindings_are_applied_directly_without_numactl_and_taskset(dirs, tmp_pat
     assert dry.returncode == 0, dry.stderr
     # the argv msrun would run, and what happens instead
     assert f"rank 0, DEVICE_ID=0: numactl --membind 0 --physcpubind 1 python {ENVDUMP} {out} --linger" in dry.stdout
-    assert (f"  binding: CPUs 1, memory node 0 (applied directly: numactl not found; runs python {ENVDUMP} {out} "
+    assert (f"  binding: CPUs 1, memory bound to node 0 (applied directly: numactl not found; runs python {ENVDUMP} {out} "
             "--linger)" in dry.stdout.splitlines())
     r = topo("launch", *args, cwd=cwd, env=env)
     assert r.returncode == 0, r.stderr
-    assert "scheduler: CPUs 0, memory node 0 (verified, applied directly: taskset not found)" in r.stderr
-    assert "rank 0: CPUs 1, memory node 0 (verified, applied directly: numactl not found)" in r.stderr
-    assert "rank 1: CPUs 0, memory node 0 (verified, applied directly: numactl not found)" in r.stderr
+    assert "scheduler: CPUs 0, memory not bound (verified, applied directly: taskset not found)" in r.stderr
+    assert "rank 0: CPUs 1, memory bound to node 0 (verified, applied directly: numactl not found)" in r.stderr
+    assert "rank 1: CPUs 0, memory bound to node 0 (verified, applied directly: numactl not found)" in r.stderr
     d = {f.stem: json.loads(f.read_text()) for f in out.glob("*.json")}
     assert (d["scheduler"]["affinity"], d["scheduler"]["memory_policy"]) == ([0], "default")
     assert (d["worker_0"]["affinity"], d["worker_0"]["memory_policy"]) == ([1], "bind:0")
@@ -330,7 +330,7 @@ def test_preferred_memory_policy(dirs, tmp_path, numactl):
              f"--bind_numa={bind}", ENVDUMP, str(out), "--linger", cwd=cwd, env=env)
     assert r.returncode == 0, r.stderr
     how = "verified" if numactl else "verified, applied directly: numactl not found"
-    assert f"rank 0: CPUs 1, memory preferred node 0 ({how})" in r.stderr
+    assert f"rank 0: CPUs 1, memory preferred on node 0 ({how})" in r.stderr
     record = json.loads((out / "worker_0.json").read_text())
     assert (record["affinity"], record["memory_policy"]) == ([1], "prefer:0")
 
@@ -356,19 +356,21 @@ def test_refused_memory_policy_without_numactl(dirs, tmp_path, monkeypatch):
                   scheduler=False, log_dir=str(logs), bind_numa='{"device0": ["0"]}', grace_period=1)
     messages = io.StringIO()
     with pytest.raises(LaunchError) as refused:
-        launch(LaunchConfig(**config), environ=environ, out=io.StringIO(), err=messages)
+        launch(LaunchConfig.from_flags(**config), environ=environ, out=io.StringIO(), err=messages)
     assert str(refused.value).startswith("rank 0: the kernel refused the binding (topo: set_mempolicy: Operation "
-                                         "not permitted (bind 0)); drop the memory binding")
+                                         "not permitted (bind 0): the kernel refused memory policy 'bind'")
+    assert "); drop the memory binding" in str(refused.value)
     assert "rerun with --bind-fallback to keep only the CPU binding" in str(refused.value)
     assert not list(out.iterdir())
 
     messages = io.StringIO()
-    result = launch(LaunchConfig(**config, bind_fallback=True), environ=environ, out=io.StringIO(), err=messages)
+    result = launch(LaunchConfig.from_flags(**config, bind_fallback=True), environ=environ, out=io.StringIO(), err=messages)
     assert result.exit_code == 0, messages.getvalue()
     record = json.loads((out / "worker_0.json").read_text())
     assert record["memory_policy"] == "default" and record["affinity"] == sorted(os.sched_getaffinity(0))
-    assert (f"rank 0: CPUs {allowed.replace(',', '-') if len(allowed) == 3 else allowed}, memory node 0 "
-            "(verified, applied directly: numactl not found; memory binding refused, dropped (--bind-fallback))"
-            in messages.getvalue()), messages.getvalue()
+    assert (f"rank 0: CPUs {allowed.replace(',', '-') if len(allowed) == 3 else allowed}, memory not bound "
+            "(verified, applied directly: numactl not found; memory policy bind refused, CPUs alone held "
+            "(--bind-fallback))" in messages.getvalue()), messages.getvalue()
     assert "rerun with --bind-fallback" not in messages.getvalue()
-    assert "memory policy dropped, CPUs kept" in (logs / "worker_0.log").read_text()
+    assert ("--bind-fallback: the kernel refused memory policy bind; held: none"
+            in (logs / "worker_0.log").read_text())

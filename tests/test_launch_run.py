@@ -73,6 +73,7 @@ def test_single_node_env_contract(dirs):
     r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--master_port=29611", "--join=True",
                      "--cluster_time_out=30", f"--log_dir={logs}", ENVDUMP, str(out), "--foo", "bar"], cwd=cwd)
     assert r.returncode == 0, r.stderr
+    assert r.stderr.count("all 2 workers exited successfully") == 1  # issue 18: said once, not twice
     d = dumps(out)
     assert set(d) == {"scheduler", "worker_0", "worker_1"}
     cluster = {"MS_SCHED_HOST": "127.0.0.1", "MS_SCHED_PORT": "29611", "MS_TOPO_TIMEOUT": "30",
@@ -144,9 +145,12 @@ def test_unified_json_bindings_are_verified(dirs):
     assert (d["scheduler"]["affinity"], d["scheduler"]["memory_policy"]) == ([0], "default")
     assert (d["worker_0"]["affinity"], d["worker_0"]["memory_policy"]) == ([1], "bind:0")
     assert (d["worker_1"]["affinity"], d["worker_1"]["memory_policy"]) == ([0], "bind:0")
-    assert "scheduler: CPUs 0, memory node 0 (verified)" in r.stderr
-    assert "rank 0: CPUs 1, memory node 0 (verified)" in r.stderr
-    assert "rank 1: CPUs 0, memory node 0 (verified)" in r.stderr
+    assert "scheduler: CPUs 0, memory not bound (verified)" in r.stderr
+    # what was applied, for set_affinity to keep (only the parts that were bound)
+    assert [d[k]["env"].get("TOPO_BINDING") for k in ("scheduler", "worker_0", "worker_1")] == [
+        "cpus=0", "cpus=1 memory=bind:0", "cpus=0 memory=bind:0"]
+    assert "rank 0: CPUs 1, memory bound to node 0 (verified)" in r.stderr
+    assert "rank 1: CPUs 0, memory bound to node 0 (verified)" in r.stderr
     launched = json.loads((logs / "launch.json").read_text())["processes"]
     assert launched[1]["argv"][:5] == ["numactl", "--membind", "0", "--physcpubind", "1"]
     assert launched[1]["observed"] == {"cpus": "1", "mems_allowed": "0", "memory_policy": "bind",
@@ -163,7 +167,7 @@ def test_bind_core_true_splits_cpus(dirs):
     d = dumps(out)
     assert [d[f"worker_{i}"]["affinity"] for i in (0, 1)] == [[0], [1]]
     assert [d[f"worker_{i}"]["env"]["MSRUN_CPU_LIST"] for i in (0, 1)] == ["[0]", "[1]"]
-    assert "rank 1: CPUs 1, memory node 0 (verified" in r.stderr  # by taskset, or directly without it
+    assert "rank 1: CPUs 1, memory not bound (verified" in r.stderr  # by taskset, or directly without it
 
 
 @needs_numactl
@@ -186,11 +190,11 @@ def test_refused_memory_binding_is_reported_with_the_fix(dirs, tmp_path):
 
     r = topo_launch(["--bind-fallback", *args], cwd=cwd, env=env)
     assert r.returncode == 0, r.stderr
-    # the memory policy is dropped, the CPU binding kept; the flag is not suggested again
-    assert "memory policy dropped, CPUs 0-1 kept" in r.stderr and "rerun with --bind-fallback" not in r.stderr
-    assert "rank 0: CPUs 0-1, memory node 0 (verified CPUs; memory binding refused, dropped (--bind-fallback))" \
-        in r.stderr
-    assert dumps(out)["worker_0"]["memory_policy"] == "default"
+    # started again with the same binding set by system calls, down the ladder (bind, preferred, CPUs
+    # alone) where the kernel refuses; here it accepts bind (only the stand-in numactl refused)
+    assert "starting it again with the policy ladder" in r.stderr and "rerun with --bind-fallback" not in r.stderr
+    assert "rank 0: CPUs 0-1, memory bound to node 0 (verified, applied directly: numactl was refused)" in r.stderr
+    assert dumps(out)["worker_0"]["memory_policy"] == "bind:0"
 
 
 def test_validation_errors_start_nothing(dirs):
@@ -379,7 +383,7 @@ def test_dry_run_prints_msrun_argv_and_starts_nothing(dirs):
     assert f"rank 1, DEVICE_ID=1: numactl --membind 0 --physcpubind 0 python {JOB} {out} --worker_num=3 -h" in lines
     assert f"scheduler: python {JOB} {out} --worker_num=3 -h" in lines
     # msrun's argv above whether numactl is installed or not; without it, this line says so
-    assert any(line.startswith("  binding: CPUs 1, memory node 0") for line in lines)
+    assert any(line.startswith("  binding: CPUs 1, memory bound to node 0") for line in lines)
     assert any(line.startswith("  env: DEVICE_ID=1 GROUP_RANK=0") and "MSRUN_BIND_FILE=" in line for line in lines)
     assert not logs.exists() and not list(out.iterdir())
 
@@ -391,7 +395,7 @@ def test_library_api_without_the_cli(dirs):
 
     cwd, out, logs = dirs
     console, messages = io.StringIO(), io.StringIO()
-    config = LaunchConfig(JOB, (str(out), "print=from the API@0", "ready@0", "sleep=60@0", "waitfor=ready_0@1",
+    config = LaunchConfig.from_flags(JOB, (str(out), "print=from the API@0", "ready@0", "sleep=60@0", "waitfor=ready_0@1",
                                 "exit=4@1"), worker_num=2, local_worker_num=2,
                           join=True, scheduler=False, log_dir=str(logs), grace_period=GRACE)
     result = launch(config, out=console, err=messages)
@@ -400,7 +404,7 @@ def test_library_api_without_the_cli(dirs):
     assert "[rank 0] from the API\n" in console.getvalue()
     assert "rank 1 failed with exit code 4" in messages.getvalue()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers put back
-    dry = launch(LaunchConfig(JOB, (str(out),), worker_num=1, local_worker_num=1, dry_run=True), out=console)
+    dry = launch(LaunchConfig.from_flags(JOB, (str(out),), worker_num=1, local_worker_num=1, dry_run=True), out=console)
     assert dry.exit_code == 0 and dry.processes == () and len(dry.plan.processes) == 2
 
 

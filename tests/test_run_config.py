@@ -9,8 +9,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from launcher.torchrun import (DEFAULT_MASTER_PORT, RunConfig, config_from_flags, parse_endpoint, parse_nnodes,
-                               parse_std, plan_run, read_failure, format_failures)
+from launcher.torchrun import plan_run
+from launcher.torchrun_errors import format_failures, read_failure
+from launcher.torchrun_flags import (DEFAULT_MASTER_PORT, RunConfig, config_from_flags, parse_endpoint, parse_nnodes,
+                                     parse_std)
 from topo.errors import UsageError
 from topo_cli import main
 

@@ -77,7 +77,7 @@ def test_redirects_tee_and_the_ranks_filter(tmp_path):
     assert (Path(run_dir, "attempt_0", "1", "stdout.log")).read_text() == "out of rank 1\n"
     assert not Path(run_dir, "attempt_0", "1", "stderr.log").exists()
     assert "rank 0" not in r.stdout  # redirected, not tee'd, and filtered out
-    assert "] out of rank 1" in r.stdout  # tee'd with its prefix
+    assert "[default1]:out of rank 1" in r.stdout.splitlines()  # tee'd with torchrun's prefix
     assert "err of rank 1" in r.stderr  # not redirected: the console
     assert "err of rank 0" not in r.stderr
     launch = json.loads(Path(run_dir, "attempt_0", "launch.json").read_text())
@@ -104,6 +104,44 @@ def test_handled_signals_stop_every_worker(tmp_path, flags, sig):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert f"received {sig.name}; forwarding it to every process" in err
+
+
+def test_tee_prefixes_and_streams_are_torchruns(tmp_path):
+    """issue 18: `-t 3` prints `[<role><local rank>]:line`, stdout.log to stdout, stderr.log to stderr."""
+    r = topo_run("--nproc-per-node=2", "-t", "3", "--role=trainer", WORKER, str(tmp_path), "ok")
+    assert r.returncode == 0, r.stderr
+    assert {"[trainer0]:out of rank 0", "[trainer1]:out of rank 1"} <= set(r.stdout.splitlines())
+    assert {"[trainer0]:err of rank 0", "[trainer1]:err of rank 1"} <= set(r.stderr.splitlines())
+    assert "err of rank" not in r.stdout
+
+
+def test_the_failure_report_shows_the_stream_with_the_traceback(tmp_path):
+    r = topo_run("--nproc-per-node=2", "-r", "3", "--log-dir", str(tmp_path / "logs"), WORKER, str(tmp_path), "raise")
+    assert r.returncode == 1, r.stderr
+    report = r.stderr.split("rank 1 failed with exit code 1; last lines of ", 1)[1]
+    assert report.split(":", 1)[0].endswith("/1/stderr.log")
+    assert "ValueError: boom from rank 1" in report
+    # a worker that dies of a Python error: where its interpreter comes from, and how to choose another
+    assert "PYTHON_EXEC" in r.stderr
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGQUIT, 128 + signal.SIGQUIT),
+                                       (signal.SIGINT, 1)])  # SIGINT: torchrun's uncaught SignalException
+def test_a_signal_while_a_failed_attempt_stops_starts_no_restart(tmp_path, sig, code):
+    """issue 17: the stop signal arrives while the failed attempt's other workers are being stopped."""
+    proc = subprocess.Popen([sys.executable, "-m", "topo", "run", "--nproc-per-node=2", "--max-restarts=3",
+                             WORKER, str(tmp_path), "fail-slow-stop"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "stopping0").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert (tmp_path / "stopping0").exists()  # rank 1 failed; rank 0 is being stopped
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert not any(name.endswith("attempt1") for name in records(tmp_path)), err
+    assert f"received {sig.name} during attempt 0; no further attempt" in err
+    assert "restarting it" not in err
 
 
 def test_no_daemon_outlives_the_run(tmp_path):

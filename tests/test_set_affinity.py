@@ -12,8 +12,8 @@ import textwrap
 import pytest
 
 import topo
-from topo import affinity
-from topo.affinity import AffinityError
+from launcher import affinity
+from launcher.affinity import AffinityError
 from topo.cpuset import CpuSet
 
 ALLOWED = sorted(os.sched_getaffinity(0))
@@ -145,9 +145,20 @@ def untouched(monkeypatch):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"device_id": 2, "nproc_per_node": 2}, "device_id=2 should be smaller than nproc_per_node=2"),
-    ({"device_id": -1}, "device_id must be a local device index 0, 1, ...; got -1"),
-    ({"device_id": "0"}, "device_id must be a local device index 0, 1, ...; got '0'"),
+    ({"device_id": -1}, "device_id must be a local index, a GPU-/MIG- UUID (nvidia-smi -L), a bare UUID, or a "
+                        "PCI bus id such as 0000:3b:00.0; got -1"),
+    ({"device_id": 1.0}, "device_id must be a local index, a GPU-/MIG- UUID"),
+    ({"device_id": ""}, "device_id '' is not a device: give a local index, a GPU-/MIG- UUID"),
+    ({"device_id": "3b:00.0"}, "device '3b:00.0': no accelerator at PCI bus id 0000:3b:00.0"),
+    ({"device_id": "GPU-zz"}, "device 'GPU-zz' names 'GPU-zz' but the topology has no GPU UUIDs"),
+    ({"device_id": "rank0"}, "device 'rank0' is not a device name: give a local index, a GPU-/MIG- UUID"),
     ({"device_id": 0, "nproc_per_node": 0}, "nproc_per_node must be a positive number of processes; got 0"),
+    # bounded before anything is allocated (a MemoryError and an OverflowError once)
+    ({"device_id": 0, "nproc_per_node": 2**62}, "nproc_per_node=4611686018427387904 is more than 65536, the most"),
+    ({"device_id": 0, "nproc_per_node": 2**70}, "nproc_per_node=1180591620717411303424 is more than 65536"),
+    ({"device_id": 2**62}, "device_id=4611686018427387904 is past 65535, the largest local device index"),
+    ({"device_id": "9" * 5000}, "is past 65535, the largest local device index"),
+    ({"device_id": 0, "threads": "some"}, "threads must be one of 'shared', 'all'; got 'some'"),
     ({"device_id": 0, "mode": "fastest"}, "unknown mode 'fastest'; choose one of msrun-auto, node"),
     ({"device_id": 0, "mode": 3}, "mode must be a string such as 'unique_contiguous'; got 3"),
     ({"device_id": 0, "scope": "rack"}, "scope must be one of node, socket; got 'rack'"),
@@ -195,16 +206,40 @@ def test_refused_memory_policy_leaves_the_cpus_alone(monkeypatch):
     with pytest.raises(AffinityError) as err:
         topo.set_affinity(0, 1, mode="node", memory="bind")
     assert str(err.value).startswith("memory='bind': set_mempolicy: Operation not permitted (bind ")
+    assert "bind_fallback=True tries 'preferred', then binds CPUs alone" in str(err.value)
     assert "pass memory=None to bind CPUs only" in str(err.value)
     assert moved == []
 
 
-def test_machine_is_discovered_once_per_process(monkeypatch):
-    import topo.discovery
+@TWO_CPUS
+def test_shared_cpus_come_with_advice_on_omp_num_threads(monkeypatch):
+    """Never oversubscribed by default: ranks that share CPUs are told how many threads to run."""
+    from launcher.affinity import bind_process
 
+    monkeypatch.setattr(os, "sched_setaffinity", lambda *a: None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TOPO_BINDING", raising=False)
+    n = len(ALLOWED) // 2
+    with pytest.warns(UserWarning, match=rf"^set_affinity: CPUs {ALLOWED[0]}-{ALLOWED[-1]} are shared by 2 of the "
+                                         rf"job's processes: set OMP_NUM_THREADS={n} \(or torch.set_num_threads"
+                                         rf"\({n}\)\) so that they do not run more threads than CPUs$"):
+        assert bind_process(1, 2, mode="node").omp_threads == n
+    assert bind_process(0, 2).omp_threads is None  # unique CPUs: nothing to divide
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert bind_process(1, 2, mode="node").omp_threads is None  # the user's choice stands
+
+
+def test_numbers_too_long_to_print_are_refused_in_one_line(untouched):
+    with pytest.raises(AffinityError, match=r"^device_id=a number of 16610 bits is past 65535"):
+        topo.set_affinity(10**5000)
+    with pytest.raises(AffinityError, match=r"^nproc_per_node=a number of 16610 bits is more than 65536"):
+        topo.set_affinity(0, 10**5000)
+
+
+def test_machine_is_discovered_once_per_process(monkeypatch):
     calls = []
-    real = topo.discovery.discover
-    monkeypatch.setattr(topo.discovery, "discover", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = affinity.discover
+    monkeypatch.setattr(affinity, "discover", lambda *a, **k: calls.append(a) or real(*a, **k))
     affinity.this_machine.cache_clear()
     monkeypatch.setattr(os, "sched_setaffinity", lambda *a: None)
     try:
@@ -220,7 +255,8 @@ def test_from_topo_import_set_affinity():
     from topo import set_affinity
 
     assert set_affinity is affinity.set_affinity
-    assert "set_affinity" in topo.__all__
+    assert topo.AffinityError is affinity.AffinityError
+    assert "set_affinity" in topo.__all__ and "AffinityError" in topo.__all__
 
 
 def test_refused_cpus_restore_the_memory_policy(monkeypatch):
@@ -244,13 +280,14 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
     """MPOL_PREFERRED keeps one node; Linux 5.15+ prefers several with MPOL_PREFERRED_MANY, and an
     older kernel's EINVAL falls back to the first node."""
     from topo import syscalls
-    from topo.affinity import ProcessAffinity, _set_memory
+    from launcher.affinity import set_memory
+    from topo.binding import Binding
 
-    two = ProcessAffinity(0, 1, None, CpuSet([0, 1]), CpuSet([0, 1]), "socket")
+    two = Binding(CpuSet([0, 1]), CpuSet([0, 1]), "preferred")
     calls = []
     monkeypatch.setattr(syscalls, "get_mempolicy", lambda: ("default", CpuSet()))
     monkeypatch.setattr(syscalls, "set_mempolicy", lambda *a: calls.append(a))
-    _set_memory(two, "preferred")
+    assert set_memory(two) == "preferred"
     assert calls == [("preferred-many", CpuSet([0, 1]))]
 
     def old_kernel(policy, nodes=CpuSet()):
@@ -260,7 +297,7 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
 
     calls.clear()
     monkeypatch.setattr(syscalls, "set_mempolicy", old_kernel)
-    _set_memory(two, "preferred")
+    assert set_memory(two) == "preferred"
     assert calls == [("preferred-many", CpuSet([0, 1])), ("preferred", CpuSet([0, 1]))]
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import machines
-from topo import affinity
+from launcher import affinity
 from topo.discovery import discover
 from topo.probes.devices import REPLAY_ENV
 

@@ -1,4 +1,4 @@
-"""set_affinity's planning part (`topo.affinity.plan_affinity`) on captured and synthetic machines:
+"""set_affinity's planning part (`launcher.affinity.plan_affinity`) on captured and synthetic machines:
 which device a local rank gets under the visible-device variables, how many processes there are,
 agreement with `planners.plan` / `topo plan`, and clear errors where gpu_affinity breaks."""
 
@@ -11,7 +11,7 @@ import pytest
 import machines
 import planners
 from test_set_affinity_dgx import nvml_of
-from topo.affinity import AffinityError, plan_affinity
+from launcher.affinity import AffinityError, plan_affinity
 from topo.discovery import discover
 from topo.probes.devices import REPLAY_ENV
 from topo.synthetic import synthetic
@@ -34,25 +34,30 @@ def a100(tmp_path_factory):
 
 def test_cuda_visible_devices_indices_pick_the_physical_gpus(a100):
     env = {"CUDA_VISIBLE_DEVICES": "4,5"}
-    ranks = [plan_affinity(a100, r, env=env) for r in range(2)]
-    assert [r.device.index for r in ranks] == [4, 5]
-    assert [r.nproc_per_node for r in ranks] == [2, 2]  # one process per visible GPU
+    ranks = [plan_affinity(a100, r, memory="bind", env=env) for r in range(2)]
+    assert [r.device for r in ranks] == [4, 5]
+    with pytest.raises(AffinityError, match=r"device_id=2 should be smaller than nproc_per_node=2 \(one process per "
+                                            r"visible GPU"):
+        plan_affinity(a100, 2, env=env)  # one process per visible GPU
     # GPU4 and GPU5 share node 7 (cores 112-127): 8 cores each, with their SMT siblings
     assert [str(r.cpus) for r in ranks] == ["112-119,240-247", "120-127,248-255"]
-    assert [str(r.memory_nodes) for r in ranks] == ["7", "7"]
+    assert [(r.memory_policy, str(r.memory_nodes)) for r in ranks] == [("bind", "7"), ("bind", "7")]
+    # without memory=, the memory is left alone
+    assert plan_affinity(a100, 0, env=env).memory_policy is plan_affinity(a100, 0, env=env).memory_nodes is None
+    assert plan_affinity(a100, 0, memory="local", env=env).memory_policy == "local"
 
 
 def test_cuda_visible_devices_order_is_the_rank_order(a100):
     env = {"CUDA_VISIBLE_DEVICES": "6,0"}
-    assert [plan_affinity(a100, r, mode="node", env=env).device.index for r in range(2)] == [6, 0]
+    assert [plan_affinity(a100, r, mode="node", env=env).device for r in range(2)] == [6, 0]
     assert str(plan_affinity(a100, 0, mode="node", env=env).cpus) == "80-95,208-223"
 
 
 def test_uuid_prefixes_and_legacy_mig_names(a100):
     uuids = [d.uuid for d in sorted(a100.devices, key=lambda d: d.index) if d.kind == "gpu"]
-    assert plan_affinity(a100, 0, env={"CUDA_VISIBLE_DEVICES": uuids[3][:9]}).device.index == 3
+    assert plan_affinity(a100, 0, env={"CUDA_VISIBLE_DEVICES": uuids[3][:9]}).device == 3
     env = {"CUDA_VISIBLE_DEVICES": f"MIG-{uuids[5]}/1/0"}  # an instance runs where its GPU sits
-    assert plan_affinity(a100, 0, env=env).device.index == 5
+    assert plan_affinity(a100, 0, env=env).device == 5
     with pytest.raises(AffinityError, match=r"CUDA_VISIBLE_DEVICES: 'GPU-000' matches 8 GPUs .*give more of the UUID"):
         plan_affinity(a100, 0, env={"CUDA_VISIBLE_DEVICES": "GPU-000"})
 
@@ -60,12 +65,12 @@ def test_uuid_prefixes_and_legacy_mig_names(a100):
 def test_a_captured_topology_ignores_this_shell(a100, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert plan_affinity(a100, 0).device.index == 0 and plan_affinity(a100, 0).nproc_per_node == 8
+    assert plan_affinity(a100, 0).device == 0 and plan_affinity(a100, 7).device == 7
 
 
 def test_local_world_size_sets_the_process_count(a100):
     ranks = [plan_affinity(a100, r, env={"LOCAL_WORLD_SIZE": "4"}) for r in range(4)]
-    assert [r.device.index for r in ranks] == [0, 1, 2, 3]
+    assert [r.device for r in ranks] == [0, 1, 2, 3]
     with pytest.raises(AffinityError, match=r"nproc_per_node=9 \(from LOCAL_WORLD_SIZE\) but 8 GPUs are visible: "
                                             "set_affinity places one process per GPU"):
         plan_affinity(a100, 0, env={"LOCAL_WORLD_SIZE": "9"})
@@ -83,9 +88,9 @@ def test_agrees_with_topo_plan_for_every_mode(a100, mode, scope):
     env = {"CUDA_VISIBLE_DEVICES": "2,3,4,5"}
     plan = planners.plan(a100, mode, devices=(2, 3, 4, 5), scope=scope)
     for rank, device in enumerate((2, 3, 4, 5)):
-        mine = plan_affinity(a100, rank, mode=mode, scope=scope, env=env)
+        mine = plan_affinity(a100, rank, mode=mode, scope=scope, memory="preferred", env=env)
         theirs = plan.process(f"device{device}")
-        assert mine.device.index == device
+        assert mine.device == device
         assert mine.cpus == theirs.cpus("main")
         assert mine.memory_nodes == theirs.memory_nodes
 
@@ -101,15 +106,14 @@ def test_npus_follow_ascend_rt_visible_devices_sorted_as_msrun_does():
     t = synthetic("pack:2 numa:2 l3:1 core:12 pu:1", gpus_per_numa=2, device_kind="npu", vendor="huawei")
     env = {"ASCEND_RT_VISIBLE_DEVICES": "3,1"}
     ranks = [plan_affinity(t, r, mode="exclusive", env=env) for r in range(2)]
-    assert [r.device.index for r in ranks] == [1, 3]
-    assert [r.device.kind for r in ranks] == ["npu", "npu"]
+    assert [r.device for r in ranks] == [1, 3]
     with pytest.raises(AffinityError, match="ASCEND_RT_VISIBLE_DEVICES=3,9 names NPU 9"):
         plan_affinity(t, 0, env={"ASCEND_RT_VISIBLE_DEVICES": "3,9"})
 
 
 def test_cpu_only_machine_splits_the_allowed_cpus_as_devices_none():
     t = synthetic("pack:2 numa:1 l3:1 core:4 pu:2")
-    assert plan_affinity(t, 0, env={}).nproc_per_node == 2  # one process per NUMA node
+    assert plan_affinity(t, 1, env={}).cpus  # one process per NUMA node: ranks 0 and 1
     for n in (2, 3, 4):
         plan = planners.plan(t, "unique-contiguous", devices=(), nproc=n)
         ranks = [plan_affinity(t, r, env={"LOCAL_WORLD_SIZE": str(n)}) for r in range(n)]
@@ -135,8 +139,9 @@ def test_where_gpu_affinity_breaks_topo_says_why():
     t = synthetic("pack:2 numa:2 l3:1 core:4 pu:1", gpus_per_numa=1)
     lost = replace(t, devices=tuple(replace(d, numa_node=None, local_cpus=type(d.local_cpus)())
                                     if d.index == 1 else d for d in t.devices))
-    got = plan_affinity(lost, 1, mode="node", env=PCI)
-    assert got.cpus and any("no NUMA node or local CPUs known" in w for w in got.warnings)
+    with pytest.warns(UserWarning, match="no NUMA node or local CPUs known"):
+        got = plan_affinity(lost, 1, mode="node", env=PCI)
+    assert got.cpus
 
 
 def test_a_plug_in_mode_that_binds_whole_nodes(monkeypatch):
@@ -150,7 +155,7 @@ def test_a_plug_in_mode_that_binds_whole_nodes(monkeypatch):
 
     t = synthetic("pack:2 numa:1 core:4 pu:1", allowed="0-6")  # node 0: CPUs 0-3, node 1: 4-7 (7 not allowed)
     monkeypatch.setattr(planners, "_registry", {**planners.BUILTIN, "by-node": planners.Planner("by-node", "", by_node)})
-    got = plan_affinity(t, 1, 2, mode="by-node", env={})
+    got = plan_affinity(t, 1, 2, mode="by-node", memory="bind", env={})
     assert (str(got.cpus), str(got.memory_nodes)) == ("4-6", "1")
     with pytest.raises(AffinityError, match=r"^mode 'by-node' planned no binding for device2 \(local rank 2\)"):
         plan_affinity(t, 0, 3, mode="by-node", env={})

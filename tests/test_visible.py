@@ -10,7 +10,7 @@ import pytest
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Core, Device, NumaNode, Package, Topology
-from topo.visible import default_kind, visible_device_ids, visible_devices
+from topo.visible import default_kind, find_device, normal_bus_id, visible_device_ids, visible_devices
 
 UUIDS = ["GPU-aab1", "GPU-aac2", "GPU-bbb3", "GPU-ccc4"]
 
@@ -178,3 +178,41 @@ def test_planners_plan_applies_the_variables_as_topo_plan_does(monkeypatch, root
     assert [p.key for p in result.workers()] == keys
     # an explicit devices= wins over the environment
     assert [p.key for p in planners.plan(machine(gpus(), root=root), "node", devices=(0,)).workers()] == ["device0"]
+
+
+# ---- a device named by UUID or bus id --------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0000:3b:00.0", "0000:3b:00.0"),
+    ("3b:00.0", "0000:3b:00.0"),
+    ("3B:00.1", "0000:3b:00.1"),
+    ("00000000:3B:00.0", "0000:3b:00.0"),  # NVML's 8-digit domain
+    ("0001:3b:0.0", "0001:3b:00.0"),
+    ("100000000:3b:00.0", None),  # more than 8 digits of domain
+    ("00010000:3b:00.0", None),  # a domain past 0xffff
+    ("3b:00.8", None),
+    ("3b:00", None),
+    ("GPU-3b", None),
+])
+def test_normal_bus_id(text, expected):
+    assert normal_bus_id(text) == expected
+
+
+def test_find_device_by_bus_id_and_uuid_prefix():
+    assert find_device(NV, "00000000:30:00.0") == (NV.devices[2], None)
+    assert find_device(NV, "20:00.0")[0].index == 1
+    assert find_device(NV, "GPU-bbb")[0].index == 2
+    assert find_device(NV, "gpu-ccc4")[0].index == 3  # the prefix in either case, as nvidia-smi -L prints it
+    with pytest.raises(UsageError, match=r"device 'GPU-aa': 'GPU-aa' matches 2 GPUs \(GPU-aab1, GPU-aac2\); "
+                                         "give more of the UUID"):
+        find_device(NV, "GPU-aa")
+    with pytest.raises(UsageError, match=r"device 'MIG-1' names a MIG instance but no GPU has MIG mode enabled"):
+        find_device(NV, "MIG-1")
+    bare = machine(gpus())
+    with pytest.raises(UsageError, match=r"device '12345678-1234-1234-1234-123456789abc': no GPU or MIG instance"):
+        find_device(bare, "12345678-1234-1234-1234-123456789abc")
+    amd = machine(gpus(vendor="amd"))
+    with pytest.raises(UsageError, match=r"GPUs report no UUIDs .*name the device by PCI bus id or local index"):
+        find_device(amd, "12345678-1234-1234-1234-123456789abc")
+    assert find_device(amd, "0000:40:00.0")[0].index == 3

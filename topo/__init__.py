@@ -7,8 +7,8 @@ which imports the package first) does not pay for discovery and the model until 
 from topo.errors import ParseError, ProbeError, TopoError, UsageError
 from topo.lazy import lazy_exports
 
-__all__ = ["CpuSet", "Topology", "discover", "load_topology", "set_affinity", "TopoError", "ParseError", "ProbeError",
-           "UsageError"]
+__all__ = ["CpuSet", "Topology", "discover", "load_topology", "set_affinity", "AffinityError", "TopoError",
+           "ParseError", "ProbeError", "UsageError"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -16,7 +16,8 @@ _LAZY = {
     "Topology": "topo.model",
     "discover": "topo.discovery",
     "load_topology": "topo.loader",
-    "set_affinity": "topo.affinity",
+    "set_affinity": "launcher.affinity",
+    "AffinityError": "launcher.affinity",
 }
 
 

@@ -1,7 +1,7 @@
 """The few Linux system calls binding needs and Python's os module lacks.
 
-`set_mempolicy`/`get_mempolicy` (the calls `numactl --membind/--preferred` make) and
-`prctl(PR_SET_PDEATHSIG)`. glibc exports none of the NUMA calls (libnuma wraps them), so they go
+`set_mempolicy`/`get_mempolicy` (the calls `numactl --membind/--preferred` make), `migrate_pages`
+(what `migratepages` calls) and `prctl(PR_SET_PDEATHSIG)`. glibc exports none of the NUMA calls (libnuma wraps them), so they go
 through `syscall(2)` with the number of this architecture. CPU affinity needs nothing here:
 `os.sched_setaffinity` covers it.
 """
@@ -9,6 +9,7 @@ through `syscall(2)` with the number of this architecture. CPU affinity needs no
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 
@@ -22,14 +23,14 @@ POLICIES = {"default": MPOL_DEFAULT, "preferred": MPOL_PREFERRED, "bind": MPOL_B
             "interleave": MPOL_INTERLEAVE, "local": MPOL_LOCAL, "preferred-many": MPOL_PREFERRED_MANY}
 POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 
-# (set_mempolicy, get_mempolicy) per architecture: x86_64 has its own table, arm64 and riscv64
-# use the generic one.
+# (set_mempolicy, get_mempolicy, migrate_pages) per architecture: x86_64 has its own table, arm64
+# and riscv64 use the generic one.
 _NUMBERS = {
-    "x86_64": (238, 239), "amd64": (238, 239),
-    "aarch64": (237, 236), "arm64": (237, 236), "riscv64": (237, 236),
-    "ppc64le": (261, 260), "ppc64": (261, 260),
-    "s390x": (270, 269),
-    "i686": (276, 275), "i386": (276, 275),
+    "x86_64": (238, 239, 256), "amd64": (238, 239, 256),
+    "aarch64": (237, 236, 238), "arm64": (237, 236, 238), "riscv64": (237, 236, 238),
+    "ppc64le": (261, 260, 258), "ppc64": (261, 260, 258),
+    "s390x": (270, 269, 287),
+    "i686": (276, 275, 294), "i386": (276, 275, 294),
 }
 PR_SET_PDEATHSIG = 1
 _MASK_BITS = 64  # one unsigned long per 64 nodes
@@ -54,7 +55,7 @@ def _libc_handle():
     return _libc
 
 
-def _numbers() -> tuple[int, int]:
+def _numbers() -> tuple[int, int, int]:
     machine = platform.machine().lower()
     try:
         return _NUMBERS[machine]
@@ -63,8 +64,12 @@ def _numbers() -> tuple[int, int]:
                         "bind memory with numactl instead") from None
 
 
-def _mask(nodes: CpuSet) -> tuple[ctypes.Array, int]:
-    words = nodes.last() // _MASK_BITS + 1 if nodes else 1
+def _mask(nodes: CpuSet, top: int | None = None) -> tuple[ctypes.Array, int]:
+    """`nodes` as the kernel's array of unsigned longs, long enough for node `top` (default: the
+    last of `nodes`), and the maxnode argument that goes with it."""
+    if top is None:
+        top = nodes.last() if nodes else 0
+    words = top // _MASK_BITS + 1
     arr = (ctypes.c_ulong * words)()
     bits = nodes.mask
     for i in range(words):
@@ -77,7 +82,7 @@ def set_mempolicy(policy: str, nodes: CpuSet = CpuSet()) -> None:
     `nodes`, as `numactl --membind/--preferred/--interleave` does before it execs. Children forked
     afterwards inherit it. Raises SyscallError with the kernel's reason."""
     mode = POLICIES[policy]
-    set_nr, _ = _numbers()
+    set_nr = _numbers()[0]
     libc = _libc_handle()
     if mode in (MPOL_DEFAULT, MPOL_LOCAL):
         rc = libc.syscall(ctypes.c_long(set_nr), ctypes.c_int(mode), None, ctypes.c_ulong(0))
@@ -90,9 +95,77 @@ def set_mempolicy(policy: str, nodes: CpuSet = CpuSet()) -> None:
         raise SyscallError("set_mempolicy", ctypes.get_errno(), f"{policy} {nodes}" if nodes else policy)
 
 
+class MemoryPolicyRefused(SyscallError):
+    """The kernel refused a memory policy and no fallback was asked for; the message names the
+    option that asks for it."""
+
+    def __init__(self, refused: SyscallError, policy: str, nodes: CpuSet, option: str):
+        self.policy, self.nodes, self.option = policy, nodes, option
+        TopoError.__init__(self, f"{refused}: the kernel refused memory policy {policy!r}"
+                           f"{f' on node(s) {nodes}' if nodes else ''} (seccomp, or a container without "
+                           f"CAP_SYS_NICE, blocks set_mempolicy; the nodes must be in Mems_allowed); {option} "
+                           "tries 'preferred', then binds CPUs alone")
+        self.call, self.errno = refused.call, refused.errno
+
+
+# The rungs of apply_memory_policy's fallback ladder, strongest first.
+RUNGS = ("bind", "preferred", "none")
+
+
+def apply_memory_policy(policy: str, nodes: CpuSet = CpuSet(), *, fallback: bool = False,
+                        option: str = "--bind-fallback") -> str:
+    """Set this thread's memory policy like `set_mempolicy`, walking a fallback ladder when the
+    kernel refuses it and `fallback` is true; return the rung that held:
+
+    - "bind": MPOL_BIND on `nodes`, as asked;
+    - "preferred": MPOL_PREFERRED_MANY on `nodes` (MPOL_PREFERRED on the first node when there is
+      one node, or when the kernel predates Linux 5.15 and answers EINVAL), asked for as
+      "preferred" or reached because MPOL_BIND was refused;
+    - "none": every policy was refused; the thread keeps the policy it had, and the caller's CPU
+      binding is all that holds.
+
+    "interleave", "local" and "default" are set as asked (the rung is their name) or, refused with
+    `fallback`, give "none". Without `fallback` a refusal raises MemoryPolicyRefused, whose message
+    names `option` (the flag or keyword that asks for the ladder)."""
+    if policy not in POLICIES:
+        raise TopoError(f"memory policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    try:
+        if policy == "bind":
+            set_mempolicy("bind", nodes)
+            return "bind"
+        if policy in ("preferred", "preferred-many"):
+            _set_preferred(nodes)
+            return "preferred"
+        set_mempolicy(policy, nodes)
+        return policy
+    except SyscallError as exc:
+        if not fallback:
+            raise MemoryPolicyRefused(exc, policy, nodes, option) from exc
+    if policy == "bind":
+        try:
+            _set_preferred(nodes)
+            return "preferred"
+        except SyscallError:
+            pass
+    return "none"
+
+
+def _set_preferred(nodes: CpuSet) -> None:
+    """MPOL_PREFERRED_MANY for several nodes, MPOL_PREFERRED (the first node) for one node or on a
+    kernel before 5.15, which answers MPOL_PREFERRED_MANY with EINVAL."""
+    if nodes.weight() > 1:
+        try:
+            set_mempolicy("preferred-many", nodes)
+            return
+        except SyscallError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+    set_mempolicy("preferred", nodes)
+
+
 def get_mempolicy() -> tuple[str, CpuSet]:
     """This thread's memory policy and its nodes, e.g. ("bind", CpuSet("0"))."""
-    _, get_nr = _numbers()
+    get_nr = _numbers()[1]
     libc = _libc_handle()
     mode = ctypes.c_int(0)
     words = 16  # 1024 nodes: the kernel's largest MAX_NUMNODES on common configurations
@@ -105,6 +178,24 @@ def get_mempolicy() -> tuple[str, CpuSet]:
     for i in range(words):
         bits |= int(mask[i]) << (i * _MASK_BITS)
     return POLICY_NAMES.get(mode.value & 0xFF, str(mode.value)), CpuSet.from_mask(bits)
+
+
+def migrate_pages(pid: int, old_nodes: CpuSet, new_nodes: CpuSet) -> int:
+    """Move process `pid`'s pages (0: this process) that lie on `old_nodes` to `new_nodes`, node
+    for node in order as the kernel pairs them; return how many pages could not be moved. Moving
+    another user's process needs CAP_SYS_NICE. Raises SyscallError with the kernel's reason."""
+    if not new_nodes:
+        raise TopoError("migrate_pages: name at least one node to move pages to")
+    if not old_nodes:
+        return 0
+    nr = _numbers()[2]
+    top = max(old_nodes.last(), new_nodes.last())
+    old, maxnode = _mask(old_nodes, top)
+    new, _ = _mask(new_nodes, top)
+    rc = _libc_handle().syscall(ctypes.c_long(nr), ctypes.c_int(pid), ctypes.c_ulong(maxnode), old, new)
+    if rc < 0:
+        raise SyscallError("migrate_pages", ctypes.get_errno(), f"nodes {old_nodes} to {new_nodes}")
+    return rc
 
 
 def prctl(option: int, arg2: int = 0) -> None:

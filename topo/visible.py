@@ -13,6 +13,9 @@
 - Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists logical NPU ids; msrun maps local rank i to
   `sorted(ids)[i]`, and so do we, so our plans and msrun agree on every process's device.
 
+`find_device(topology, name)` is the device a caller names itself, whatever those variables say:
+a GPU/MIG UUID (or a bare one, as torch prints it) or a PCI bus id in any of its usual forms.
+
 Pure functions of the topology and an environment mapping: planners, `topo.set_affinity` and the
 launcher all call them.
 """
@@ -222,6 +225,76 @@ def _ascend(npus: list[Device], env: Mapping[str, str]) -> list[Device]:
         have = ",".join(str(i) for i in sorted(by_id)) or "none"
         raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES={spec} names NPU {missing[0]}, but this machine's NPUs are {have}")
     return [by_id[i] for i in sorted(ids)]
+
+
+# ---- a device named the way its user knows it ----------------------------------------------------
+
+# NVML writes "00000000:3B:00.0", sysfs and nvidia-smi "0000:3b:00.0", lspci "3b:00.0"
+_BUS_ID = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
+# torch.cuda.get_device_properties(i).uuid prints the UUID without its GPU-/MIG- prefix
+_BARE_UUID = re.compile(r"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
+DEVICE_FORMS = "a local index, a GPU-/MIG- UUID (nvidia-smi -L), a bare UUID, or a PCI bus id such as 0000:3b:00.0"
+
+
+def normal_bus_id(text: str) -> str | None:
+    """`text` as sysfs writes a PCI bus id ("0000:3b:00.0"), or None when it is not one. Takes
+    NVML's 8-digit domain and lspci's form without a domain (domain 0)."""
+    m = _BUS_ID.match(text.strip())
+    if not m:
+        return None
+    domain = int(m.group(1) or "0", 16)
+    if domain > 0xFFFF:
+        return None
+    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
+
+
+def find_device(topology: Topology, name) -> tuple[Device, Device | None]:
+    """The physical accelerator `name` names, whatever the visible-device variables say, and the
+    MIG instance when it names one (the instance runs where its GPU sits): a `GPU-`/`MIG-` UUID or
+    a unique prefix of one, a bare UUID (torch's `get_device_properties(i).uuid`, as text or the
+    object), or a PCI bus id (`0000:3b:00.0`, `3b:00.0`, NVML's `00000000:3B:00.0`). Raises
+    UsageError naming the text and the forms it may take."""
+    text = str(name).strip()
+    accelerators = [d for d in topology.devices if d.kind in ACCELERATOR_KINDS]
+    gpus = [d for d in accelerators if d.kind == "gpu"]
+    migs = [d for d in topology.devices if d.kind == "mig"]
+    what = f"device {text[:80]!r}"
+    busid = normal_bus_id(text)
+    if busid is not None:
+        hits = [d for d in accelerators if d.busid and normal_bus_id(d.busid) == busid]
+        if not hits:
+            have = ", ".join(d.busid for d in accelerators if d.busid) or "none"
+            raise UsageError(f"{what}: no accelerator at PCI bus id {busid} (this machine's: {have}); "
+                             f"name the device as {DEVICE_FORMS}")
+        return hits[0], None
+    if _BARE_UUID.match(text):
+        low = text.lower()
+        for device in gpus + migs:
+            if device.uuid and device.uuid.lower() in (f"gpu-{low}", f"mig-{low}"):
+                return (_parent(gpus, device), device) if device.kind == "mig" else (device, None)
+        if not any(d.uuid for d in gpus):
+            raise UsageError(f"{what}: this machine's GPUs report no UUIDs (they come from NVML: install "
+                             "nvidia-ml-py and the NVIDIA driver), so name the device by PCI bus id or local index")
+        raise UsageError(f"{what}: no GPU or MIG instance has this UUID (known: "
+                         f"{', '.join(d.uuid for d in gpus + migs if d.uuid)}); name the device as {DEVICE_FORMS}")
+    if text[:4].upper() == "GPU-":
+        return _by_uuid_prefix(gpus, "GPU-" + text[4:], what, "GPU"), None
+    if text[:4].upper() == "MIG-":
+        token = "MIG-" + text[4:]
+        if re.match(r"\AMIG-GPU-", token):
+            return _mig_parent(gpus, migs, token), None
+        mig = _by_uuid_prefix(migs, token, what, "MIG instance") if migs else None
+        if mig is None:
+            raise UsageError(f"{what} names a MIG instance but no GPU has MIG mode enabled")
+        return _parent(gpus, mig), mig
+    raise UsageError(f"{what} is not a device name: give {DEVICE_FORMS}")
+
+
+def _parent(gpus: list[Device], mig: Device) -> Device:
+    for gpu in gpus:
+        if gpu.busid == mig.busid and gpu.index == mig.index:
+            return gpu
+    raise UsageError(f"MIG instance {mig.uuid} belongs to no listed GPU")
 
 
 def describe_env(env: Mapping[str, str]) -> str:

@@ -73,33 +73,20 @@ def launch(script, script_args, **flags):
       topo launch --worker_num=2 --local_worker_num=2 --join=True --no-scheduler train.py  # PyTorch
       topo plan --mode exclusive -o bind.json && topo launch --bind_numa=bind.json --dry-run net.py
     """
-    from launcher.config import LaunchConfig
+    from click.core import ParameterSource
+
+    from launcher.config import config_from_flags
     from launcher.run import launch as run_launch
 
     if flags["python"] is None:
         del flags["python"]
-    _flags_from_slurm(flags)
-    config = LaunchConfig(script=script, script_args=script_args, **flags)
+    ctx = click.get_current_context()
+    given = {name for name in flags if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT}
+    config, from_slurm = config_from_flags(script, script_args, flags, given)
+    if from_slurm:
+        click.echo(f"topo launch: {from_slurm}", err=True)
     result = run_launch(config)
     sys.exit(result.exit_code)
-
-
-def _flags_from_slurm(flags: dict) -> None:
-    """Inside a Slurm allocation, the worker counts, node rank and master address not given."""
-    import os
-
-    if not (os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")):
-        return  # not in an allocation (launcher.slurm.slurm_node's test): nothing to take, nothing to import
-    from click.core import ParameterSource
-
-    from launcher.slurm import launch_defaults
-
-    ctx = click.get_current_context()
-    taken = launch_defaults(os.environ, {n: v for n, v in flags.items()
-                                         if ctx.get_parameter_source(n) is not ParameterSource.DEFAULT})
-    flags.update(taken.values)
-    if taken.values:
-        click.echo(f"topo launch: {taken.note(lambda name: f'--{name}')}", err=True)
 
 
 @click.command(context_settings=_SCRIPT_CONTEXT)

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from topo.errors import ParseError, UsageError
+from topo.errors import ParseError, TopoError, UsageError
 from topo_cli import CONTEXT
 from topo_cli.machine import machine_options, write_text
 from topo_cli.numbers import WholeRange
@@ -36,24 +36,34 @@ class _ModeType(click.ParamType):
 
         return planners.get_planner(value).name  # its UsageError names the modes
 
-def parse_devices(text: str | None) -> tuple[int, ...] | None:
-    """--devices: physical ids in local-rank order ("3,1", "0-3"), or none/cpu for a CPU-only job."""
+def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
+    """--devices: physical ids in local-rank order ("3,1", "0-3"), GPU/MIG UUIDs or PCI bus ids
+    (found in `topology`), or none/cpu for a CPU-only job."""
     if text is None:
         return None
     t = text.strip().lower()
     if t in ("", "none", "cpu"):
         return ()
     from topo.cpuset import CpuSet
+    from topo.visible import find_device
 
     ids: list[int] = []
-    for item in t.split(","):
-        try:
-            ids.extend(CpuSet.parse(item.strip()) if item.strip() else ())
-        except ParseError as exc:
-            raise UsageError(f"--devices {text!r}: {exc}: give physical device ids such as 0,1,3 (or 'none')") from None
-        if not item.strip():
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
             raise UsageError(f"--devices {text!r} has an empty item: give physical device ids such as 0,1,3 "
                              "(or 'none')")
+        if all(c.isdigit() or c == "-" for c in item) and item.count("-") <= 1:  # an id or a range of ids
+            try:
+                ids.extend(CpuSet.parse(item))
+            except ParseError as exc:
+                raise UsageError(f"--devices {text!r}: {exc}: give physical device ids such as 0,1,3 "
+                                 "(or 'none')") from None
+            continue
+        try:  # a UUID or a PCI bus id
+            ids.append(find_device(topology, item)[0].index)
+        except TopoError as exc:
+            raise UsageError(f"--devices {text!r}: {exc}") from None
     return tuple(ids)
 
 
@@ -72,7 +82,8 @@ def _list_modes() -> str:
 @click.option("--nproc-per-node", type=WholeRange(min=1), default=None,
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
 @click.option("--devices", default=None, metavar="IDS",
-              help="Physical device ids, comma separated, in local-rank order; 'none' for a CPU-only job. "
+              help="Physical device ids, GPU/MIG UUIDs or PCI bus ids, comma separated, in local-rank order; "
+                   "'none' for a CPU-only job. "
                    "Default: the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible.")
 @click.option("--scope", type=click.Choice(["node", "socket"]), default="node", show_default=True,
               help="gpu_affinity modes: the CPUs a device may use, its NUMA node or its socket.")
@@ -130,7 +141,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     if picture is not None and os.path.splitext(picture)[1].lower() not in (".svg", ".html", ".htm"):
         raise UsageError(f"--picture {picture}: name the file .svg or .html")
     topology = machine.load()
-    ids = parse_devices(devices)  # None: planners.plan applies the visible-device variables
+    ids = parse_devices(devices, topology)  # None: planners.plan applies the visible-device variables
     result = planners.plan(
         topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
         balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,

@@ -5,6 +5,8 @@ Actions (all ranks, or only RANK with @RANK):
   sleep=S          sleep S seconds
   raise            raise RuntimeError
   ignore-term      ignore SIGTERM (so only SIGKILL stops it)
+  ignore-int       ignore SIGINT
+  affinity=CPUS    move itself to CPUs CPUS (a comma list), as a worker pinning its own threads does
   grandchild       start `sleep 300` in our process group, pid written to OUT_DIR/grandchild_<rank>
   daemon           start `sleep 300` in a new session (escapes killpg), pid to OUT_DIR/daemon_<rank>
   readline         read one line from stdin and print it back as "got: <line>"
@@ -45,6 +47,10 @@ for spec in sys.argv[2:]:
         raise RuntimeError(f"rank {rank} fails on purpose")
     elif name == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif name == "ignore-int":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    elif name == "affinity":
+        os.sched_setaffinity(0, {int(c) for c in value.split(",")})
     elif name in ("grandchild", "daemon"):
         child = subprocess.Popen(["sleep", "300"], start_new_session=(name == "daemon"))
         with open(os.path.join(out_dir, f"{name}_{rank}"), "w") as fh:

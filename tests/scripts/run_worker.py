@@ -8,8 +8,12 @@ pid, affinity), prints one line to stdout and one to stderr, then:
 - sleep: sleeps until it is killed;
 - daemon: leaves a daemonised grandchild (double fork, own session) sleeping, writes its pid to
   OUT_DIR/daemon<RANK>.pid, and exits 0;
-- daemon+sleep: leaves that daemon, then sleeps until it is killed.
+- daemon+sleep: leaves that daemon, then sleeps until it is killed;
+- fail-slow-stop: rank 1 exits 3 (once every rank wrote its record); the others, told to stop,
+  write OUT_DIR/stopping<RANK>, take 2 s to stop, and exit 0;
+- raise: rank 1 raises ValueError (a traceback on stderr); the others sleep until killed.
 """
+import signal
 import json
 import os
 import sys
@@ -26,7 +30,22 @@ with open(record + ".part", "w") as fh:
 os.replace(record + ".part", record)
 print(f"out of rank {rank}", flush=True)
 print(f"err of rank {rank}", file=sys.stderr, flush=True)
-if action in ("fail", "fail-once") and rank == "1" and (action == "fail" or attempt == "0"):
+if action == "fail-slow-stop" and rank != "1":
+    def slow_stop(signum, frame):
+        open(os.path.join(out_dir, f"stopping{rank}"), "w").close()
+        time.sleep(2)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, slow_stop)
+    signal.signal(signal.SIGINT, slow_stop)
+    while True:
+        time.sleep(1)
+if action == "raise" and rank == "1":
+    raise ValueError("boom from rank 1")
+if action == "raise":
+    while True:
+        time.sleep(1)
+if action in ("fail", "fail-once", "fail-slow-stop") and rank == "1" and (action != "fail-once" or attempt == "0"):
     # the failure stops the group: first let every rank of this attempt write its record
     wanted = [os.path.join(out_dir, f"rank{r}_attempt{attempt}.json") for r in range(int(os.environ["WORLD_SIZE"]))]
     deadline = time.monotonic() + 10

@@ -1,4 +1,4 @@
-"""NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py` package: `topo[nvidia]`).
+"""NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py` package: `topo-affinity[nvidia]`).
 
 Imported only when the probe runs, so `topo show` on a machine without NVIDIA software pays
 nothing. Failures degrade in steps (as gpustat does): no library or no driver gives a reason and no
@@ -101,7 +101,7 @@ def probe_nvml(cpu_count: int, module: str = "pynvml") -> NvmlReport:
     try:
         nvml = importlib.import_module(module)
     except ImportError:
-        return NvmlReport("unavailable: pynvml is not installed (pip install 'topo[nvidia]')")
+        return NvmlReport("unavailable: pynvml is not installed (pip install 'topo-affinity[nvidia]')")
     error = getattr(nvml, "NVMLError", Exception)
     try:
         nvml.nvmlInit()

@@ -1,0 +1,572 @@
+"""Binding from inside the process: `set_affinity`, NVIDIA gpu_affinity's call on topo's planners.
+
+    import os, topo
+    cpus = topo.set_affinity(int(os.environ["LOCAL_RANK"]))     # first thing in main()
+
+is `gpu_affinity.set_affinity(gpu_id, nproc_per_node)` with the same keywords, defaults and
+results on the machines gpu_affinity handles, plus every topo mode (`node`, `socket`,
+`exclusive`, `core-complex`, `msrun-auto`, ...), NPUs and CPU-only machines, devices named by
+UUID or PCI bus id, an optional memory policy (with a fallback ladder where the kernel refuses it)
+and migration of the pages already touched. Planning is `plan_affinity`, a pure function of a
+Topology and an environment; `bind_process` discovers this machine once per process, plans, and
+applies the result with system calls (no numactl or taskset), and says what it did;
+`set_affinity` is `bind_process` returning the CPU set, as gpu_affinity's does.
+
+What is applied, and to whom:
+- CPUs: the calling thread, and every other thread of the process whose affinity equals the
+  caller's (PyTorch's rule for callable entry points): threads a library started at import time
+  move with the process, threads that chose their own CPUs are left alone. `threads="all"` moves
+  every thread of the process.
+- Memory (`memory="local" | "bind" | "preferred"`): `set_mempolicy` on the calling thread, which
+  the threads it starts afterwards inherit. Linux cannot set another thread's policy, so threads
+  that already run keep theirs; they now run on the process's CPUs, whose node is where local
+  allocation puts their memory anyway. Call `set_affinity` before starting worker threads.
+  Pages already allocated stay where they are unless `migrate=True` moves them (migrate_pages(2)
+  for the whole process) to the rank's NUMA node(s).
+- A process a launcher already bound (`TOPO_BINDING` in its environment, and its CPUs and memory
+  policy still as that variable says) keeps that binding: set_affinity warns and returns its CPUs.
+
+Bounds: `nproc_per_node` and local device indices are at most MAX_PROCESSES, checked before
+anything is planned or allocated.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+import warnings
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import planners
+from planners.core import Job
+from topo import syscalls
+from topo.binding import BINDING_VAR, Binding
+from topo.cpuset import CpuSet, ascii_number, excerpt, union_all
+from topo.discovery import discover
+from topo.errors import ParseError, TopoError
+from topo.model import Device, Topology
+from topo.visible import DEVICE_FORMS, describe_env, find_device, visible_devices
+
+MEMORY_POLICIES = ("local", "bind", "preferred")
+THREADS = ("shared", "all")
+# How many processes share this node when nproc_per_node is not given (torchrun and `topo
+# launch` set it).
+NPROC_VARIABLE = "LOCAL_WORLD_SIZE"
+# The most processes (and the largest local device index + 1) planned on one machine.
+MAX_PROCESSES = 65536
+
+
+class AffinityError(TopoError):
+    """set_affinity cannot plan or apply the binding; the message says why and what to change."""
+
+
+def plan_affinity(topology: Topology, device_id, nproc_per_node: int | None = None, *,
+                  mode="unique_contiguous", scope="node", multithreading="all_logical", balanced: bool = True,
+                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
+                  env: Mapping[str, str] | None = None) -> Binding:
+    """The binding `set_affinity` applies for `device_id` (see set_affinity) of `nproc_per_node`
+    on `topology`, without applying it: its CPUs, the physical id of its device (None on a machine
+    without accelerators) and, with `memory`, its memory policy and nodes. The planner's warnings
+    are issued with `warnings.warn`. `env` holds the visible-device variables and LOCAL_WORLD_SIZE
+    (default: this process's environment on the live machine, none elsewhere)."""
+    if env is None:
+        env = os.environ if topology.is_this_system else {}
+    policy = _memory(memory)
+    job, visible, rank = _locate(topology, device_id, nproc_per_node, env)
+    ranks, mode_name, notes = _plan(topology, job, visible, mode=mode, scope=scope, multithreading=multithreading,
+                                    balanced=balanced, min_physical_cores=min_physical_cores,
+                                    max_physical_cores=max_physical_cores)
+    for note in notes:
+        warnings.warn(f"set_affinity: {note}", stacklevel=2)
+    return _with_memory(_pick(topology, ranks, rank, mode_name), policy)
+
+
+def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str]):
+    """The job (local rank r runs next to the r-th of its devices; none on a machine without
+    accelerators), those devices, and the rank `device_id` names in it."""
+    index = _device_index(device_id)
+    nproc, origin = _nproc(nproc_per_node, env)
+    try:
+        visible = visible_devices(topology, env=env)
+    except TopoError as exc:
+        raise AffinityError(str(exc)) from exc
+    if index is None:  # named by UUID or bus id: its own device, whatever the variables say
+        visible, rank, origin = _physical(topology, device_id, visible, nproc, origin, env)
+        nproc = nproc or len(visible)
+        if rank >= nproc:
+            device = visible[rank]
+            raise AffinityError(
+                f"device {_shown(device_id)} is {device.kind.upper()} {device.index} ({device.busid}), local rank "
+                f"{rank}, past the nproc_per_node={nproc}{_paren(origin)} devices the job uses; "
+                f"pass nproc_per_node={len(visible)} or name one of the job's devices")
+        return Job(tuple(d.index for d in visible[:nproc])), visible, rank
+    what = visible[0].kind.upper() if visible else "device"
+    if nproc is None:
+        if visible:
+            nproc, origin = len(visible), f"one process per visible {what}{describe_env(env)}"
+        else:
+            nproc = Job.for_topology(topology, devices=()).nproc
+            origin = "one process per NUMA node: this machine has no accelerator"
+    if visible and nproc > len(visible):
+        raise AffinityError(
+            f"nproc_per_node={nproc}{_paren(origin)} but {len(visible)} {what}s are visible{describe_env(env)}: "
+            f"set_affinity places one process per {what}; make more visible or start fewer processes")
+    if index >= nproc:
+        raise AffinityError(f"device_id={index} should be smaller than nproc_per_node={nproc}{_paren(origin)}")
+    return Job(tuple(d.index for d in visible[:nproc]) if visible else (None,) * nproc), visible, index
+
+
+def _physical(topology: Topology, name, visible: list[Device], nproc, origin: str, env):
+    """A device named by UUID or bus id: its local rank among the visible devices when they list
+    it (and are enough for the job), else among every device of its kind in the runtime's order."""
+    try:
+        device, _ = find_device(topology, name)
+    except TopoError as exc:
+        raise AffinityError(str(exc)) from exc
+    hits = [r for r, d in enumerate(visible) if d == device]
+    if hits and (nproc is None or nproc <= len(visible)):
+        if len(hits) > 1:
+            raise AffinityError(f"device {_shown(name)}: {len(hits)} visible MIG instances share GPU {device.index}"
+                                f"{describe_env(env)}; pass the local index of this process's instance")
+        what = f"one process per visible {device.kind.upper()}{describe_env(env)}"
+        return visible, hits[0], origin if nproc is not None else what
+    every = visible_devices(topology, kind=device.kind, env={})
+    what = f"one process per {device.kind.upper()} of the machine"
+    return every, every.index(device), origin if nproc is not None else what
+
+
+def _device_index(device_id) -> int | None:
+    """The local index `device_id` names, or None when it names a device by UUID or bus id.
+    AffinityError for anything else, before anything is planned."""
+    if isinstance(device_id, str):
+        text = device_id.strip()
+        if text.isascii() and text.isdigit():
+            device_id = int(text) if len(text) <= 9 else MAX_PROCESSES
+        elif 0 < len(text) <= 200:
+            return None
+        else:
+            raise AffinityError(f"device_id {excerpt(device_id)!r} is not a device: give {DEVICE_FORMS}")
+    elif not isinstance(device_id, int) and "uuid" in type(device_id).__name__.lower():
+        return None  # uuid.UUID, or torch's _CUuuid from get_device_properties(i).uuid
+    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+        raise AffinityError(f"device_id must be {DEVICE_FORMS}; got {device_id!r}")
+    if device_id >= MAX_PROCESSES:
+        raise AffinityError(f"device_id={_number(device_id)} is past {MAX_PROCESSES - 1}, the largest local "
+                            "device index set_affinity plans; give the process's local rank")
+    return device_id
+
+
+def _number(n: int) -> str:
+    """`n` for a message; str() refuses ints of more than 4300 digits."""
+    return excerpt(str(n)) if n.bit_length() < 1000 else f"a number of {n.bit_length()} bits"
+
+
+def _shown(name) -> str:
+    return repr(excerpt(str(name).strip()))
+
+
+def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multithreading, balanced,
+          min_physical_cores, max_physical_cores) -> tuple[tuple[Binding, ...], str, tuple[str, ...]]:
+    """Every local rank's binding, from one plan of the whole node (memory bound to the planned
+    nodes; `_with_memory` gives the policy asked for), the mode's name and the planner's warnings."""
+    mode_name = _mode(mode)
+    try:
+        plan = planners.plan(topology, mode_name, job=job, scope=_choice(scope, "scope"),
+                             multithreading=_choice(multithreading, "multithreading"), balanced=bool(balanced),
+                             min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
+                             memory="numa")
+    except TopoError as exc:
+        restricted = _restriction(topology)
+        if restricted:  # the planner's words would blame the device; the restriction is the cause
+            raise AffinityError(
+                f"mode {mode_name!r} cannot give each of {job.nproc} processes its CPUs within {restricted}; "
+                "widen the restriction, start fewer processes, or use a mode that shares CPUs (node, single)") from exc
+        raise AffinityError(_api_words(str(exc))) from exc
+    ranks = []
+    for rank in range(job.nproc):
+        process = plan.get(job.key(rank))
+        if process is None:  # a plug-in planner that left a process out
+            raise AffinityError(f"mode {mode_name!r} planned no binding for {job.key(rank)} (local rank {rank}); "
+                                "choose another mode")
+        if plan.cpu_mode == "numa":  # a plug-in mode that binds whole nodes
+            nodes = process.cpu_node_set or CpuSet()
+            cpus = union_all(n.cpuset for n in topology.numa_nodes if n.os_index in nodes) & topology.allowed_pus
+        else:
+            cpus = process.cpus("main")
+        nodes = process.memory_nodes or None
+        ranks.append(Binding(cpus or None, nodes, "bind" if nodes else None, visible[rank].index if visible else None))
+    return tuple(ranks), mode_name, tuple(plan.warnings)
+
+
+def _restriction(topology: Topology) -> str:
+    """"the CPUs this process may use (0-3 of 0-15: ...)" when fewer CPUs are allowed than online;
+    "" when every online CPU is allowed."""
+    if topology.allowed_pus >= topology.online_pus:
+        return ""
+    return (f"the CPUs this process may use ({topology.allowed_pus or 'none'} of {topology.online_pus}: "
+            "taskset, numactl, the cgroup's cpuset or the batch system restrict them)")
+
+
+def _pick(topology: Topology, ranks: tuple[Binding, ...], rank: int, mode: str) -> Binding:
+    binding = ranks[rank]
+    if binding.cpus is None:
+        restricted = _restriction(topology)
+        if restricted:
+            raise AffinityError(f"mode {mode!r} leaves local rank {rank} no CPU within {restricted}; "
+                                "widen the restriction or start fewer processes")
+        raise AffinityError(f"mode {mode!r} gives device_id={rank} no CPU; choose another mode")
+    return binding
+
+
+def _with_memory(planned: Binding, policy: str | None) -> Binding:
+    """The planned binding with memory policy `policy` (None: memory left alone)."""
+    if policy is None:
+        return planned.without_memory()
+    if policy == "local":
+        return replace(planned, memory_nodes=None, memory_policy="local")
+    if planned.memory_nodes is None:
+        raise AffinityError(f"memory={policy!r}: CPUs {planned.cpus} are on no NUMA node with memory; "
+                            "use memory='local' or None")
+    return replace(planned, memory_policy=policy)
+
+
+def _paren(text: str) -> str:
+    return f" ({text})" if text else ""
+
+
+@functools.cache
+def this_machine() -> Topology:
+    """This machine's topology, discovered on first use and kept for the life of the process
+    (allowed CPUs as they were then, so a second call plans the same set, not within the first)."""
+    return discover("/")
+
+
+@dataclass(frozen=True)
+class AffinityResult:
+    """What bind_process did."""
+
+    binding: Binding  # what holds now: CPUs, and the memory policy after any fallback
+    cpus: frozenset[int]  # os.sched_getaffinity(0) afterwards
+    memory: str | None  # the rung of the memory fallback ladder that held: "bind", "preferred", "local",
+    #                     "none" (refused, bind_fallback: CPUs only); None: memory not asked for
+    pages_moved: int | None  # migrate=True: pages moved onto the process's node(s); None: not asked
+    threads_moved: int  # threads besides the caller given the new CPUs
+    kept: bool = False  # the launcher's binding (TOPO_BINDING) was kept instead of planning
+    omp_threads: int | None = None  # the OMP_NUM_THREADS advised when the CPUs are shared and it is not set
+
+
+def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
+                 multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
+                 max_physical_cores: int | None = None, memory: str | None = None, bind_fallback: bool = False,
+                 migrate: bool = False, threads: str = "shared") -> set[int]:
+    """Bind this process to the CPUs (and optionally the memory) of its device; return
+    `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did
+    (memory rung, pages moved, threads moved).
+
+    `device_id` is the local rank's device as CUDA_VISIBLE_DEVICES (indices or GPU-/MIG- UUID
+    prefixes, CUDA_DEVICE_ORDER), HIP/ROCR_VISIBLE_DEVICES or ASCEND_RT_VISIBLE_DEVICES (sorted,
+    as msrun does) number it: 0 is the first visible device. It may also name the device itself,
+    whatever those variables say: a `GPU-`/`MIG-` UUID, the bare UUID
+    `torch.cuda.get_device_properties(i).uuid` gives (text or the object), or a PCI bus id
+    (`0000:3b:00.0`, `3b:00.0`, NVML's `00000000:3B:00.0`); its local rank is then its place among
+    the visible devices when they list it, else among all devices of the machine. Every process
+    of the node calls it with its own device and the same options, and gets a CPU set consistent
+    with the others'. `nproc_per_node=None` means LOCAL_WORLD_SIZE when set, else one process per
+    visible device; on a machine without accelerators the processes share the allowed CPUs (one
+    per NUMA node by default), as `topo plan --devices none` plans them. Indices and
+    `nproc_per_node` are at most MAX_PROCESSES (65536).
+
+    `mode`, `scope` and `multithreading` take gpu_affinity's strings (`unique_contiguous`,
+    `unique_interleaved`, `single_unique`, `single`, `all`; `node`/`socket`;
+    `all_logical`/`single_logical`), with `_` or `-`, or its enum members; `mode` also takes every
+    mode of `topo plan --list-modes`. `balanced`, `min_physical_cores` and `max_physical_cores`
+    work as in gpu_affinity. Under taskset or a cgroup cpuset the plan is made within the allowed
+    CPUs, as gpu_affinity's is; when they leave a rank nothing, the error names the restriction.
+
+    `memory`: None leaves the memory policy alone; "local" allocates on the node of the CPU a
+    thread runs on; "bind" restricts allocations to the process's NUMA node(s); "preferred"
+    prefers them and falls back to other nodes when they are full. It applies to the calling
+    thread and the threads it starts afterwards (see the module documentation). Where the kernel
+    refuses it (seccomp, a container without CAP_SYS_NICE), `bind_fallback=True` tries
+    "preferred", then binds the CPUs alone, with a warning; without it the refusal is an error.
+
+    `migrate=True` moves the pages the process already touched onto its node(s) after binding.
+    `threads="shared"` moves the threads whose affinity equals the caller's; `threads="all"`
+    moves every thread of the process.
+
+    In a process a launcher bound (TOPO_BINDING set, and the CPUs and memory policy still as it
+    says), the binding is kept, with a warning, and its CPUs are returned.
+
+    When ranks share CPUs (modes node, socket, all, single) and OMP_NUM_THREADS is not set, a
+    warning advises OMP_NUM_THREADS = the CPUs divided by the processes sharing them, at least 1
+    (what topo launch, topo run and topo bind set in the processes they start).
+
+    Call it once, at the start of main(), before CUDA/ACL initialise and before worker threads
+    start. Intel OpenMP resets affinity after a fork: run with KMP_AFFINITY=disabled to keep it
+    in DataLoader workers. Raises AffinityError (a TopoError) with one line saying what is wrong.
+    """
+    return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
+                            balanced=balanced, min_physical_cores=min_physical_cores,
+                            max_physical_cores=max_physical_cores, memory=memory, bind_fallback=bind_fallback,
+                            migrate=migrate, threads=threads, _stacklevel=3).cpus)
+
+
+def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
+                 multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
+                 max_physical_cores: int | None = None, memory: str | None = None, bind_fallback: bool = False,
+                 migrate: bool = False, threads: str = "shared", _stacklevel: int = 2) -> AffinityResult:
+    """set_affinity, returning an AffinityResult: the CPUs, the memory policy that held, the pages
+    `migrate=True` moved and the threads moved."""
+    # arguments that are wrong on any machine fail before this one is read
+    _device_index(device_id)
+    _nproc(nproc_per_node, {})
+    policy = _memory(memory)
+    _mode(mode)
+    if threads not in THREADS:
+        raise AffinityError(f"threads must be one of {', '.join(map(repr, THREADS))}; got {threads!r}")
+    kept = _kept_binding(os.environ)
+    if kept is not None:
+        warnings.warn(f"set_affinity: keeping the binding the launcher applied ({BINDING_VAR}="
+                      f"{kept.env_value()!r}); unset {BINDING_VAR} to plan again", stacklevel=_stacklevel)
+        moved = move_threads(kept.cpus, None) if threads == "all" and kept.cpus is not None else 0
+        pages = migrate_to(home_nodes(this_machine(), kept)) if migrate else None
+        return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, moved, kept=True)
+    planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
+                                     multithreading=multithreading, balanced=balanced,
+                                     min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+    for note in notes:
+        warnings.warn(f"set_affinity: {note}", stacklevel=_stacklevel)
+    omp = None
+    if share > 1 and "OMP_NUM_THREADS" not in os.environ:  # the launchers' rule (launcher.environ.thread_env)
+        omp = max(1, planned.cpus.weight() // share)
+        warnings.warn(f"set_affinity: CPUs {planned.cpus} are shared by {share} of the job's processes: set "
+                      f"OMP_NUM_THREADS={omp} (or torch.set_num_threads({omp})) so that they do not run "
+                      "more threads than CPUs", stacklevel=_stacklevel)
+    binding = _with_memory(planned, policy)
+    rung, moved = _apply(binding, bind_fallback, threads)
+    if rung == "none":
+        binding = binding.without_memory()
+    elif rung == "preferred" and policy == "bind":
+        binding = replace(binding, memory_policy="preferred")
+    if policy and rung != policy:
+        warnings.warn(f"set_affinity: memory={policy!r} was refused by the kernel; bind_fallback: "
+                      + (f"memory preferred on node(s) {binding.memory_nodes}" if rung == "preferred"
+                         else "CPUs bound alone, memory policy unchanged"), stacklevel=_stacklevel)
+    pages = migrate_to(home_nodes(this_machine(), planned)) if migrate else None
+    return AffinityResult(replace(binding, applied_by="system calls"), frozenset(os.sched_getaffinity(0)), rung,
+                          pages, moved, omp_threads=omp)
+
+
+# ---- a binding a launcher applied ------------------------------------------------------------
+
+
+def _kept_binding(env: Mapping[str, str]) -> Binding | None:
+    """The binding TOPO_BINDING describes, when it is set and this process still runs as it says;
+    None when it is not set or the process changed its binding since."""
+    text = env.get(BINDING_VAR)
+    if text is None or not text.strip():
+        return None
+    try:
+        binding = Binding.from_env(text)
+    except ParseError as exc:
+        raise AffinityError(f"{exc}: topo's launchers write cpus=<cpulist> memory=<policy>:<nodelist>; unset "
+                            f"{BINDING_VAR} to let set_affinity plan") from None
+    if binding.cpus is not None and binding.cpus != CpuSet(os.sched_getaffinity(0)):
+        return None
+    if binding.memory_policy is not None:
+        try:
+            policy, nodes = syscalls.get_mempolicy()
+        except TopoError:
+            return None
+        if policy == "preferred-many":
+            policy = "preferred"
+        if policy != binding.memory_policy or (binding.memory_nodes is not None and nodes != binding.memory_nodes):
+            return None
+    return binding
+
+
+def home_nodes(topology: Topology, binding: Binding) -> CpuSet:
+    """The NUMA node(s) a binding's pages belong on: its memory nodes, else those of its CPUs."""
+    if binding.memory_nodes:
+        return binding.memory_nodes
+    cpus = binding.cpus if binding.cpus is not None else CpuSet(os.sched_getaffinity(0))
+    nodes = CpuSet(n.os_index for n in topology.numa_nodes if n.cpuset & cpus)
+    if not nodes:
+        raise AffinityError(f"migrate=True: CPUs {cpus} are on no NUMA node with memory; pass migrate=False")
+    return nodes
+
+
+# ---- planning, cached ------------------------------------------------------------------------
+
+
+def plan_here(device_id, nproc_per_node: int | None = None, *, memory: str | None = None,
+              **options) -> tuple[Binding, int]:
+    """The binding set_affinity(device_id, ...) would apply on this machine with this process's
+    environment (without applying it or warning), and how many of the job's processes (that one
+    included) share its CPUs."""
+    policy = _memory(memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned, _, share = _planned(this_machine(), device_id, nproc_per_node, **options)
+    return _with_memory(planned, policy), share
+
+
+_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
+
+
+def _planned(topology: Topology, device_id, nproc_per_node, **options) -> tuple[Binding, tuple[str, ...], int]:
+    """plan_affinity with this process's environment, with the planner's warnings and how many of
+    the job's processes (this one included) share its CPUs. The node's plan is remembered per
+    topology, devices and options: a repeated call costs only the system calls."""
+    job, visible, rank = _locate(topology, device_id, nproc_per_node, os.environ)
+    key = (id(topology), job.devices, *(str(v) for v in options.values()))
+    hit = _PLANS.get(key)
+    if hit is None or hit[0] is not topology:
+        hit = _PLANS[key] = (topology, _plan(topology, job, visible, **options))
+    ranks, mode_name, notes = hit[1]
+    mine = _pick(topology, ranks, rank, mode_name)
+    return mine, notes, sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
+
+
+def _mode(mode) -> str:
+    name = planners.normalize_mode(_text(mode, "mode"))
+    try:
+        planners.get_planner(name)
+    except TopoError as exc:
+        raise AffinityError(_api_words(str(exc))) from exc
+    return name
+
+
+def _choice(value, what: str) -> str:
+    return _text(value, what).strip().lower().replace("_", "-")
+
+
+def _text(value, what: str) -> str:
+    value = getattr(value, "value", value)  # gpu_affinity's Mode/Scope/Multithreading members
+    if not isinstance(value, str):
+        raise AffinityError(f"{what} must be a string such as {_EXAMPLES[what]!r}; got {value!r}")
+    return value
+
+
+_EXAMPLES = {"mode": "unique_contiguous", "scope": "node", "multithreading": "all_logical"}
+
+
+def _nproc(nproc_per_node, env: Mapping[str, str]) -> tuple[int | None, str]:
+    if nproc_per_node is not None:
+        if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+            raise AffinityError(f"nproc_per_node must be a positive number of processes; got {nproc_per_node!r}")
+        if nproc_per_node > MAX_PROCESSES:
+            raise AffinityError(f"nproc_per_node={_number(nproc_per_node)} is more than {MAX_PROCESSES}, the "
+                                "most processes set_affinity plans on one machine; give the processes per machine")
+        return nproc_per_node, ""
+    text = env.get(NPROC_VARIABLE, "").strip()
+    if not text:
+        return None, ""
+    n = ascii_number(text[:20])
+    if not n or len(text) > 20 or n > MAX_PROCESSES:
+        raise AffinityError(f"{NPROC_VARIABLE}={excerpt(text)!r} is not a positive number of processes up to "
+                            f"{MAX_PROCESSES}; fix it or pass nproc_per_node")
+    return n, f"from {NPROC_VARIABLE}"
+
+
+def _memory(memory) -> str | None:
+    if memory is None:
+        return None
+    policy = memory.strip().lower() if isinstance(memory, str) else memory
+    if policy not in MEMORY_POLICIES:
+        raise AffinityError(f"memory must be None, {', '.join(map(repr, MEMORY_POLICIES))}; got {memory!r}")
+    return policy
+
+
+# The planners' messages name `topo plan`'s options; here they are this function's parameters.
+_FLAG = re.compile(r"--(nproc-per-node|min-physical-cores|max-physical-cores|scope|multithreading|mode)\b")
+
+
+def _api_words(message: str) -> str:
+    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
+
+
+# ---- applying --------------------------------------------------------------------------------
+
+
+def _apply(binding: Binding, fallback: bool, threads: str) -> tuple[str | None, int]:
+    """Memory policy first (it can be refused, and then nothing has changed), then the CPUs of
+    the caller and of the other threads `threads` names. Returns the rung of the memory fallback
+    ladder that held (None: memory not asked for) and how many other threads moved."""
+    cpus = binding.cpus
+    before = os.sched_getaffinity(0)  # the threads with this affinity follow the caller
+    previous = syscalls.get_mempolicy() if binding.memory_policy else None
+    rung = set_memory(binding, fallback) if binding.memory_policy else None
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as exc:
+        if previous is not None and rung != "none":
+            try:
+                syscalls.set_mempolicy(*previous)
+            except (TopoError, KeyError):
+                pass  # a policy this module cannot name (weighted interleave): the error below still holds
+        raise AffinityError(f"sched_setaffinity to CPUs {cpus}: {exc.strerror}: the kernel refused them (has "
+                            "the cgroup's cpuset changed since set_affinity first read this machine?)") from exc
+    return rung, move_threads(cpus, before if threads == "shared" else None)
+
+
+def move_threads(cpus, only_if) -> int:
+    """Give `cpus` to this process's other threads: those whose affinity is `only_if`, or all of
+    them when it is None. Returns how many moved."""
+    me, moved = threading.get_native_id(), 0
+    for name in os.listdir("/proc/self/task"):
+        tid = int(name)
+        if tid == me:
+            continue
+        try:
+            if only_if is None or os.sched_getaffinity(tid) == only_if:
+                os.sched_setaffinity(tid, cpus)
+                moved += 1
+        except OSError:
+            pass  # the thread ended meanwhile
+    return moved
+
+
+def set_memory(binding: Binding, fallback: bool = False) -> str:
+    """Set the calling thread's memory policy; return the rung of the fallback ladder that held
+    (syscalls.apply_memory_policy)."""
+    try:
+        return syscalls.apply_memory_policy(binding.memory_policy, binding.memory_nodes or CpuSet(),
+                                            fallback=fallback, option="bind_fallback=True")
+    except syscalls.SyscallError as exc:
+        raise AffinityError(f"memory={binding.memory_policy!r}: {exc}; or pass memory=None to bind CPUs "
+                            "only") from exc
+
+
+# ---- migrating -------------------------------------------------------------------------------
+
+_NUMA_MAPS_MAX = 64 << 20  # bytes of /proc/self/numa_maps read
+_ON_NODE = re.compile(rb"\bN(\d+)=(\d+)")
+
+
+def pages_by_node(path: str = "/proc/self/numa_maps") -> dict[int, int]:
+    """Resident pages per NUMA node, summed over the mappings of numa_maps(5)."""
+    pages: dict[int, int] = {}
+    with open(path, "rb") as fh:
+        data = fh.read(_NUMA_MAPS_MAX)
+    for node, count in _ON_NODE.findall(data):
+        pages[int(node)] = pages.get(int(node), 0) + int(count)
+    return pages
+
+
+def migrate_to(nodes: CpuSet) -> int:
+    """Move this process's pages from every other node onto `nodes`; return how many moved (the
+    pages off `nodes` before, less those still off them after)."""
+    before = pages_by_node()
+    others = CpuSet(n for n in before if n not in nodes)
+    try:
+        syscalls.migrate_pages(0, others, nodes)
+    except syscalls.SyscallError as exc:
+        raise AffinityError(f"migrate=True: {exc}: the kernel refused to move the pages (the nodes must be in "
+                            "Mems_allowed); pass migrate=False") from exc
+    after = pages_by_node()
+    return max(0, sum(v for n, v in before.items() if n not in nodes) - sum(v for n, v in after.items()
+                                                                             if n not in nodes))

@@ -1,0 +1,172 @@
+"""Binding at birth for the processes a framework starts itself (inference servers and trainers
+that spawn their workers with `subprocess` or `multiprocessing`).
+
+    import subprocess
+    from launcher.spawn import bound_argv, start_bound
+
+    subprocess.Popen(bound_argv(["python", "worker.py"], rank))       # a command
+
+    ctx = multiprocessing.get_context("spawn")                        # or "forkserver"
+    start_bound(ctx.Process(target=work, args=(rank,)), rank)         # instead of .start()
+
+Both take set_affinity's arguments (the device as a local index, UUID or bus id, the process
+count, mode, scope, memory, bind_fallback, ...) and apply the plan set_affinity would apply in the
+child (`launcher.affinity.plan_here`: this machine, this process's environment). The child gets
+TOPO_BINDING, so a set_affinity call inside it keeps the binding instead of planning again, and,
+unless it is set, OMP_NUM_THREADS as topo's launchers set it (its CPUs divided by the processes
+sharing them). No file is written.
+
+How each starts bound:
+- `bound_argv` puts `python -m launcher.bindexec cpus=... memory=... --` before the argv: a
+  process that binds itself with sched_setaffinity/set_mempolicy (no numactl needed, and the
+  fallback ladder works where a container refuses set_mempolicy), then execs the command, which
+  starts bound.
+- `start_bound` with spawn: a spawned child is a fork and exec of a fresh interpreter, and both
+  keep the CPU affinity and memory policy of the thread that forked. So the calling thread takes
+  the child's binding, starts the child, and takes its own back: the child's interpreter starts
+  bound, with nothing in between.
+- `start_bound` with forkserver: the child is a fork of the forkserver (a fresh interpreter started
+  unbound), never a new interpreter. It binds itself before its target runs: CPUs of every thread,
+  memory policy, and migrate_pages for the pages touched until then (the forkserver's, shared
+  copy-on-write, and those of importing the main module). A Process subclass that overrides run()
+  binds itself there: call set_affinity(..., migrate=True, threads="all") first thing in run().
+- fork: the child is a copy of this process with its pages: call set_affinity(...,
+  migrate=True) in the child instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import sys
+import threading
+import warnings
+
+from launcher import bindexec
+from launcher.affinity import AffinityError, home_nodes, migrate_to, move_threads, plan_here, set_memory, this_machine
+from launcher.environ import thread_env
+from topo import syscalls
+from topo.binding import BINDING_VAR, Binding
+from topo.cpuset import CpuSet
+from topo.errors import TopoError
+
+_WINDOW = threading.Lock()  # one child's binding on the calling thread at a time (os.environ is shared)
+
+
+def plan_child(device_id, nproc_per_node: int | None = None, *, memory: str | None = None,
+               **options) -> tuple[Binding, dict[str, str]]:
+    """The binding a child for `device_id` gets (set_affinity's plan on this machine), and the
+    environment it adds: OMP_NUM_THREADS as topo's launchers set it, unless it is set."""
+    binding, share = plan_here(device_id, nproc_per_node, memory=memory, **options)
+    return binding, thread_env(os.environ, binding, share, share)
+
+
+def bound_argv(argv, device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
+               multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
+               max_physical_cores: int | None = None, memory: str | None = None,
+               bind_fallback: bool = False) -> list[str]:
+    """`argv` prefixed so that the command starts bound as set_affinity(device_id, ...) would bind
+    it: `[sys.executable, "-m", "launcher.bindexec", "cpus=0-3", "memory=bind:0", "--", *argv]`.
+    The prefix exits 1 when the kernel refuses the binding (unless bind_fallback), 127 when the
+    command is not found."""
+    argv = [str(a) for a in argv]
+    if not argv:
+        raise AffinityError("bound_argv: the command is empty")
+    binding, env = plan_child(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
+                              balanced=balanced, min_physical_cores=min_physical_cores,
+                              max_physical_cores=max_physical_cores, memory=memory)
+    flags = ["--bind-fallback"] if bind_fallback else []
+    flags += [f"--env={name}={value}" for name, value in env.items()]
+    return [sys.executable, "-m", bindexec.__name__, *flags, *binding.env_value().split(), "--", *argv]
+
+
+def start_bound(process: multiprocessing.process.BaseProcess, device_id, nproc_per_node: int | None = None, *,
+                mode="unique_contiguous", scope="node", multithreading="all_logical", balanced: bool = True,
+                min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
+                bind_fallback: bool = False) -> Binding:
+    """Start `process` (a spawn or forkserver multiprocessing.Process, not yet started) bound as
+    set_affinity(device_id, ...) would bind it, and return the binding. See the module
+    documentation for how each start method is bound. AffinityError when it cannot be."""
+    method = getattr(process, "_start_method", None) or multiprocessing.get_start_method()
+    binding, env = plan_child(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
+                              balanced=balanced, min_physical_cores=min_physical_cores,
+                              max_physical_cores=max_physical_cores, memory=memory)
+    if method == "spawn":
+        _spawn_bound(process, binding, bind_fallback, env)
+    elif method == "forkserver":
+        if type(process).run is not multiprocessing.process.BaseProcess.run:
+            raise AffinityError(f"start_bound: {type(process).__name__} overrides run(), which forkserver children "
+                                "run without a hook: call set_affinity(..., migrate=True, threads='all') first "
+                                "thing in run(), or use the spawn start method")
+        multiprocessing.forkserver.ensure_running()  # started here, unbound, if it was not yet
+        process._target = BindFirst(binding, bind_fallback, home_nodes(this_machine(), binding), env,
+                                    process._target)
+        process.start()
+    else:
+        raise AffinityError(f"start_bound: start method {method!r} copies this process, pages and all; use spawn "
+                            "or forkserver, or call set_affinity(..., migrate=True) in the child")
+    return binding
+
+
+def _spawn_bound(process, binding: Binding, fallback: bool, env: dict[str, str]) -> None:
+    """Start a spawn child with the binding on the calling thread and `env` in the environment,
+    then restore the thread's own binding and the environment."""
+    with _WINDOW:
+        cpus = os.sched_getaffinity(0)
+        policy = syscalls.get_mempolicy() if binding.memory_policy else None
+        saved = {name: os.environ.get(name) for name in (BINDING_VAR, *env)}
+        try:
+            held = _bind_thread(binding, fallback)
+            os.environ.update(env, **{BINDING_VAR: held.env_value()})
+            process.start()
+        finally:
+            os.sched_setaffinity(0, cpus)
+            if policy is not None:
+                try:
+                    syscalls.set_mempolicy(*policy)
+                except (TopoError, KeyError) as exc:
+                    warnings.warn(f"start_bound: could not restore this thread's memory policy {policy[0]} "
+                                  f"({exc})", stacklevel=3)
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def _bind_thread(binding: Binding, fallback: bool) -> Binding:
+    """Apply `binding` to the calling thread; return what held (memory dropped or relaxed by the
+    fallback ladder)."""
+    held = binding
+    if binding.memory_policy is not None:
+        rung = set_memory(binding, fallback)
+        if rung == "none":
+            held = binding.without_memory()
+        elif rung == "preferred" and binding.memory_policy == "bind":
+            held = Binding(binding.cpus, binding.memory_nodes, "preferred", binding.device)
+        if held is not binding:
+            warnings.warn(f"start_bound: memory policy {binding.memory_policy} refused by the kernel; "
+                          f"bind_fallback: {held.describe()}", stacklevel=4)
+    try:
+        os.sched_setaffinity(0, binding.cpus)
+    except OSError as exc:
+        raise AffinityError(f"sched_setaffinity to CPUs {binding.cpus}: {exc.strerror}") from exc
+    return held
+
+
+class BindFirst:
+    """A forkserver child's target: bind the whole child (every thread, memory policy, the pages
+    touched so far), set TOPO_BINDING, then run the original target."""
+
+    def __init__(self, binding: Binding, fallback: bool, home: CpuSet, env: dict[str, str], target):
+        self.binding, self.fallback, self.home, self.env, self.target = binding, fallback, home, env, target
+
+    def __call__(self, *args, **kwargs):
+        held = _bind_thread(self.binding, self.fallback)
+        move_threads(self.binding.cpus, None)
+        migrate_to(self.home)
+        os.environ.update(self.env, **{BINDING_VAR: held.env_value()})
+        if self.target is not None:
+            return self.target(*args, **kwargs)
+        return None
