@@ -151,14 +151,22 @@ def wait_for(path, timeout=120):
 
 
 def ps_remote():
-    """`topo ps` on a process running on node 1's CPUs whose 64 MiB were first touched on node 0."""
+    """`topo ps` on a process running on node 1's CPUs whose 64 MiB were first touched on node 0,
+    before and after it calls set_affinity(..., migrate=True)."""
     out = tempfile.mkdtemp(prefix="remote-")
     proc = subprocess.Popen([PY, REMOTE, out, "0", "1"])
     try:
         before = wait_for(os.path.join(out, "ready"))
         r = topo("ps", "--json", str(proc.pid))
-        return {"pid": proc.pid, "pages": before, "run": r,
-                "ps": json.loads(r["stdout"]) if r["rc"] == 0 else None}
+        # then the process binds itself to its node, moving the pages it touched
+        with open(os.path.join(out, "do-0"), "w") as fh:
+            fh.write("import topo\n"
+                     "topo.set_affinity(0, 1, mode='node', memory='bind', migrate=True)\n")
+        after = wait_for(os.path.join(out, "done-0"))
+        r2 = topo("ps", "--json", str(proc.pid))
+        return {"pid": proc.pid, "pages": before, "run": r, "ps": json.loads(r["stdout"]) if r["rc"] == 0 else None,
+                "migrated_pages": after, "run_migrated": r2,
+                "ps_migrated": json.loads(r2["stdout"]) if r2["rc"] == 0 else None}
     finally:
         with open(os.path.join(out, "stop"), "w"):
             pass
