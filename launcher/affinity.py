@@ -44,7 +44,8 @@ import planners
 from planners.core import Job
 from topo import syscalls
 from topo.binding import BINDING_VAR, Binding
-from topo.cpuset import CpuSet, ascii_number, excerpt, union_all
+from topo.cpuset import CpuSet, excerpt, union_all
+from topo.numbers import ascii_number
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError
 from topo.model import Device, Topology

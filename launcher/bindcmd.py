@@ -16,12 +16,13 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from launcher.binding import binding_of, check_loaded, device_ids
-from launcher.environ import bind_file_env, thread_env
+from launcher.environ import bind_file_env, sharers, thread_env
 from launcher.slurm import task_env
 from planners.binding import BINDING_VAR, from_entry
 from planners.bindload import load_bind
 from topo.discovery import discover
-from topo.cpuset import CpuSet, ascii_number
+from topo.cpuset import CpuSet
+from topo.numbers import ascii_number
 from topo.syscalls import MemoryPolicyRefused, apply_memory_policy
 from topo.errors import ParseError, TopoError, UsageError
 
@@ -91,10 +92,11 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
 
 
 def _sharing(plan, binding, topology) -> int:
-    """How many of the plan's processes are bound to CPUs that overlap `binding`'s (itself included)."""
+    """How many of the plan's processes are bound to the busiest of `binding`'s CPUs (itself included)."""
+    if binding.cpus is None:
+        return 1
     others = [from_entry(p, topology, None) for p in plan.processes]
-    return max(1, sum(1 for b in others if binding.cpus is not None and b.cpus is not None
-                      and b.cpus.intersects(binding.cpus)))
+    return max(1, sharers([*others, binding])[-1] - 1)  # `binding` is one of the plan's: counted once
 
 
 class BindingRefused(TopoError):

@@ -8,12 +8,13 @@ the job is planned (launcher.job.plan_job), where the files are read and checked
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 from launcher import slurm
 from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
-from topo.cpuset import MAX_SECONDS
+from topo.numbers import MAX_SECONDS
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -98,9 +99,13 @@ class LaunchConfig:
         return cls(script, tuple(script_args), **flags)
 
     def __post_init__(self):
-        if not isinstance(self.script_args, tuple) or not isinstance(self.join, bool):
-            raise TypeError("LaunchConfig takes script_args as a tuple and join as a bool; "
-                            "LaunchConfig.from_flags reads msrun's text values")
+        loaded = (bool, *_loaded_bind_types())
+        if (not isinstance(self.script_args, tuple) or not isinstance(self.join, bool)
+                or not isinstance(self.bind_core, loaded) or not isinstance(self.bind_numa, (str, *loaded))
+                or not (self.tail_worker_log is None or isinstance(self.tail_worker_log, tuple))):
+            raise TypeError("LaunchConfig takes script_args and tail_worker_log as tuples, join as a bool, "
+                            "bind_core / bind_numa as bools or loaded bind JSON; LaunchConfig.from_flags reads "
+                            "msrun's text values")
         if self.worker_num <= 0:
             raise UsageError(f"--worker_num must be greater than 0, got {self.worker_num}")
         if self.local_worker_num <= 0:
@@ -139,6 +144,13 @@ class LaunchConfig:
     @property
     def simulation(self) -> bool:
         return self.sim_level != -1
+
+
+def _loaded_bind_types() -> tuple[type, ...]:
+    """planners.bindload.LoadedBind when the planners are loaded (a loaded bind JSON exists only
+    then), else nothing: an unbound launch does not import them for this check."""
+    module = sys.modules.get("planners.bindload")
+    return (module.LoadedBind,) if module is not None else ()
 
 
 def config_from_flags(script: str, script_args, flags: dict, given, *,

@@ -9,6 +9,7 @@ environment is built fresh: the launcher's environment minus MANAGED_VARS, plus 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Mapping, Sequence
 
 from topo.binding import Binding
@@ -39,7 +40,7 @@ def bind_file_env(path: str | None, sha256: str | None) -> dict[str, str]:
 def thread_env(environ: Mapping[str, str], binding: Binding, processes_on_node: int,
                sharers: int = 1) -> dict[str, str]:
     """OMP_NUM_THREADS, so that no CPU runs more threads than it has room for: a process bound to
-    N CPUs that `sharers` of the job's bound processes share (itself included) gets N // sharers,
+    N CPUs that `sharers` of the job's bound processes share (itself included; `sharers()`) gets N // sharers,
     at least 1; an unbound one gets 1 when it shares the node (torchrun's rule, and what `import
     mindspore` does inside msrun). A value already set wins."""
     if "OMP_NUM_THREADS" in environ:
@@ -52,15 +53,15 @@ def thread_env(environ: Mapping[str, str], binding: Binding, processes_on_node: 
 
 
 def sharers(bindings: Sequence[Binding]) -> list[int]:
-    """For each binding, how many of `bindings` (itself included) are bound to CPUs that overlap
-    its own; 1 for an unbound one. Unbound processes are left out: the kernel moves them."""
-    counts = []
+    """For each binding, the most of `bindings` (itself included) bound to any one of its CPUs: how
+    many processes share its CPUs at worst; 1 for an unbound one (unbound processes are left out:
+    the kernel moves them). Counted per CPU, so a job of many processes costs time linear in its
+    CPU sets' sizes."""
+    per_cpu: Counter[int] = Counter()
     for b in bindings:
-        if b.cpus is None:
-            counts.append(1)
-            continue
-        counts.append(sum(1 for other in bindings if other.cpus is not None and other.cpus.intersects(b.cpus)))
-    return counts
+        if b.cpus is not None:
+            per_cpu.update(b.cpus)
+    return [1 if b.cpus is None else max(per_cpu[cpu] for cpu in b.cpus) for b in bindings]
 
 
 def describe_threads(names: Sequence[str], bindings: Sequence[Binding], envs: Sequence[Mapping[str, str]]) -> str | None:

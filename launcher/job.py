@@ -21,7 +21,7 @@ from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.environ import MANAGED_VARS
 from launcher.options import parse_bind_numa
 from launcher.procgroup import ProcessSpec
-from topo.cpuset import ascii_number
+from topo.numbers import ascii_number
 from topo.errors import UsageError
 
 if TYPE_CHECKING:

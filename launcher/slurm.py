@@ -21,7 +21,7 @@ from typing import Mapping
 
 from launcher.network import check_host
 from topo.records import record
-from topo.cpuset import ascii_number
+from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo.cpuset import excerpt
 

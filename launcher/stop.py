@@ -38,7 +38,8 @@ from typing import Callable
 from launcher import procinfo
 from launcher.procinfo import ProcError
 from launcher.supervisor import LAUNCH_JSON, SCHEMA
-from topo.cpuset import MAX_SECONDS, excerpt
+from topo.cpuset import excerpt
+from topo.numbers import MAX_SECONDS
 from topo.errors import TopoError, UsageError
 
 POLL_INTERVAL = 0.05

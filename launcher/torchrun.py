@@ -258,6 +258,8 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
             left = config.max_restarts - restart
             say(f"[{config.role}] worker group failed (rank {failure.rank}: {describe_code(failure.exitcode)}); "
                 f"restarting it, {left} of {config.max_restarts} restarts left")
+            if signals.received is not None:  # it came while that was said: still no further attempt
+                break
             restart += 1
     finally:
         signals.restore()

@@ -14,7 +14,8 @@ from typing import Callable, Mapping, Sequence
 
 from launcher import slurm
 from launcher.config import MAX_PROCESSES_PER_NODE
-from topo.cpuset import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds, excerpt
+from topo.cpuset import excerpt
+from topo.numbers import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds
 from topo.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500

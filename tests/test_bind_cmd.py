@@ -103,8 +103,8 @@ def test_local_rank_beyond_the_file_is_an_error(bind_file):
 
 
 def test_cpus_shared_with_other_ranks_divide_omp_num_threads(bind_file):
-    """issue 18: device2's CPUs 0-1 are shared with device0 (1) and device1 (0): 2 // 3 -> at least 1;
-    device0's CPU 1 is shared with device2: 1 // 2 -> 1."""
+    """issue 18: device2's CPUs 0-1 each have 2 processes (CPU 0: device1 and device2, CPU 1:
+    device0 and device2): 2 // 2 -> 1."""
     _, _, env, _, _ = plan_bind(["app"], bind_file=bind_file, local_rank=2, environ=BUS_ORDER, topology=BIG)
     assert env["OMP_NUM_THREADS"] == "1"
 

@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from topo.capture import TOOLS, TOOLS_DIR, capture
+from topo.archive import TOOLS, TOOLS_DIR
+from sysfs_builder import Machine, Node, build
+from topo.capture import capture
+from topo.errors import ProbeError
 from topo.fsroot import PROCFS_LIMIT, SYSFS_LIMIT, TOOL_OUTPUT_LIMIT
 from topo_cli import main
 
@@ -78,14 +81,14 @@ def test_archive_is_small_bounded_and_private(captured):
     for m in members:
         assert m.isfile() or m.isdir() or m.issym(), m.name
         assert not m.name.startswith("/") and ".." not in m.name.split("/")
-        parts = set(m.name.split("/"))
+        parts = set(m.name.split("/")) if m.name != "proc/cmdline" else set()  # the kernel's, not a process's
         assert not parts & {"environ", "cmdline", "mem", "maps", "keys"}, m.name
         assert not m.name.startswith(("etc/", "root/", "home/")), m.name
         limit = SYSFS_LIMIT if m.name.startswith("sys/") else PROCFS_LIMIT
         assert m.size <= max(limit, TOOL_OUTPUT_LIMIT) + 1, m.name
         if m.issym():
             assert not m.linkname.startswith("/"), m.name
-    for wanted in ("proc/cpuinfo", "proc/meminfo", "proc/self/status", "proc/self/cgroup",
+    for wanted in ("proc/cmdline", "proc/cpuinfo", "proc/meminfo", "proc/self/status", "proc/self/cgroup",
                    "sys/devices/system/cpu/online", f"{TOOLS_DIR}/README.txt"):
         assert wanted in names or any(n.startswith(wanted) for n in names), wanted
     assert any(n.startswith("sys/devices/system/cpu/cpu0/") for n in names)
@@ -151,3 +154,46 @@ def test_round_trip_of_captured_machines(hwloc_roots, tmp_path, tarball):
             source = data.pop("source")  # the root, and file names in the probes' notes, differ
             data["probes"] = {k: re.sub(r"\S*/sys/\S*", "FILE", v) for k, v in source["probes"].items()}
         assert got == want
+
+
+def test_planted_links_are_never_followed(tmp_path):
+    # A link at DEST, and at the name the capture once used for its temporary file, both pointing
+    # at a file of someone else's: the archive replaces the link at DEST, the target is untouched,
+    # and the temporary file is a new one of its own (O_EXCL|O_NOFOLLOW), renamed away.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    dest = tmp_path / "out" / "m.tar.gz"
+    dest.parent.mkdir()
+    dest.symlink_to(victim)
+    old_tmp = dest.parent / f"m.tar.gz.tmp{os.getpid()}"
+    old_tmp.symlink_to(victim)
+    capture(dest, run_tools=False)
+    assert victim.read_text() == "untouched\n"
+    assert not dest.is_symlink() and tarfile.is_tarfile(dest)
+    assert sorted(p.name for p in dest.parent.iterdir()) == sorted([dest.name, old_tmp.name])
+    assert os.readlink(old_tmp) == str(victim)
+
+
+def test_a_failed_capture_leaves_no_temporary_file(tmp_path):
+    dest = tmp_path / "m.tar.gz"
+    dest.mkdir()  # the rename onto it fails
+    with pytest.raises(ProbeError, match=f"cannot write {dest}"):
+        capture(dest, run_tools=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.tar.gz"] and list(dest.iterdir()) == []
+
+
+def test_fake_numa_machine_replays_the_same(tmp_path):
+    # numa=fake= is read from /proc/cmdline; a capture without it replayed overlapping nodes as
+    # "ignored". The kernel's command line is stored, and the replay is the same machine.
+    import topo
+
+    nodes = [Node("0-1,4-5"), Node("0-1,4-5"), Node("2-3,6-7"), Node("2-3,6-7")]
+    root = build(tmp_path, Machine(packages=2, cores=2, threads=2, caches=False, nodes=nodes,
+                                   cmdline="ro numa=fake=2U"))
+    path = tmp_path / "fake.tar.gz"
+    capture(path, root=root)
+    with tarfile.open(path) as tar:
+        assert tar.extractfile("proc/cmdline").read() == b"ro numa=fake=2U\n"
+    want, got = topo.discover(root), topo.discover(path)
+    assert got.numa_nodes == want.numa_nodes and len(got.numa_nodes) == 4
+    assert "ignored" not in got.probes["sysfs"]

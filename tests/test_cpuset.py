@@ -377,7 +377,7 @@ def test_many_runs_build_the_same_mask_as_few(ranges):
 
 
 def test_ascii_seconds_reads_plain_decimals_only():
-    from topo.cpuset import MAX_SECONDS, ascii_seconds
+    from topo.numbers import MAX_SECONDS, ascii_seconds
 
     assert [ascii_seconds(t) for t in ("0", "5", "0.25", "30.000000001", str(MAX_SECONDS))] == [
         0.0, 5.0, 0.25, 30.000000001, float(MAX_SECONDS)]

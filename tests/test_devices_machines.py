@@ -17,7 +17,7 @@ from click.testing import CliRunner
 import machines
 from samples import parse_smi_q, parse_topo_m, sample
 from topo_cli import main as cli
-from topo.probes.devices import REPLAY_ENV
+from topo_cli.machine import REPLAY_ENV
 
 FAKES = Path(__file__).parent / "fakes"
 sys.path.insert(0, str(FAKES))
@@ -189,7 +189,7 @@ def test_dgx_h100_nvml_identity_from_nvidia_smi_q(machine_root, replay, monkeypa
     import topo
     from topo.visible import visible_devices
 
-    topology = topo.discover(root)
+    topology = topo.discover(root, live_probes=True)
     picked = visible_devices(topology, env={"CUDA_VISIBLE_DEVICES": "GPU-2d50,GPU-b42d"})
     assert [(d.index, d.busid) for d in picked] == [(2, "0000:3a:00.0"), (0, "0000:18:00.0")]
 
@@ -270,7 +270,7 @@ def test_amd_gpus_from_sysfs_match_rocm_smi(machine_root, monkeypatch):
     import topo
     from topo.visible import visible_devices
 
-    picked = visible_devices(topo.discover(root), env={"ROCR_VISIBLE_DEVICES": "4,5,6,7", "HIP_VISIBLE_DEVICES": "1"})
+    picked = visible_devices(topo.discover(root, live_probes=True), env={"ROCR_VISIBLE_DEVICES": "4,5,6,7", "HIP_VISIBLE_DEVICES": "1"})
     assert [(d.index, d.busid, d.numa_node) for d in picked] == [(5, "0000:95:00.0", 1)]
 
 

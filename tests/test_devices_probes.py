@@ -17,7 +17,7 @@ from topo.cpuset import CpuSet
 from topo.errors import ParseError, ProbeError
 from topo.model import Device, PciDevice
 from topo.probes import devices, npusmi, nvml
-from topo.probes.devices import REPLAY_ENV, classify, merge_runtime, pci_link_level
+from topo.probes.devices import classify, merge_runtime, pci_link_level
 
 FAKES = Path(__file__).parent / "fakes"
 sys.path.insert(0, str(FAKES))
@@ -189,9 +189,8 @@ def test_nvml_mig_instances_become_devices(fake_nvml, tmp_path, monkeypatch):
     fake_nvml({"gpus": [{"busid": b, "uuid": f"GPU-{i}aaa", "node_cpus": "0-55,112-167" if i < 4 else "56-111,168-223",
                          **({"mig": ["MIG-11111111-aaaa", "MIG-22222222-bbbb"]} if i == 1 else {})}
                         for i, b in enumerate(machines.H100_BUSIDS)]})
-    monkeypatch.setenv(REPLAY_ENV, "1")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    t = topo.discover(root)
+    t = topo.discover(root, live_probes=True)
     migs = [d for d in t.devices if d.kind == "mig"]
     assert [(d.index, d.uuid, d.busid, d.numa_node) for d in migs] == [
         (1, "MIG-11111111-aaaa", "0000:2a:00.0", 0), (1, "MIG-22222222-bbbb", "0000:2a:00.0", 0)]

@@ -4,7 +4,6 @@ gives, hwloc v1 exports too, and `topo show --from` / `topo.load_topology` accep
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -12,6 +11,7 @@ from click.testing import CliRunner
 
 import topo
 from conftest import SYSFS, parse_test_file
+from lstopo_oracle import LSTOPO
 from topo_cli import main as cli
 from topo.probes.hwloc_xml import parse_bitmap, parse_hwloc_xml
 
@@ -53,7 +53,7 @@ def test_xml_devices_classified_like_sysfs(hwloc_roots):
     assert not from_xml.is_this_system
 
 
-@pytest.mark.skipif(shutil.which("lstopo-no-graphics") is None, reason="hwloc's lstopo not installed")
+@pytest.mark.skipif(LSTOPO is None, reason="hwloc's lstopo not installed")
 @pytest.mark.parametrize("name", ["16ia64-8n2s", "40intel64-2g2n4c+pcilocality", "8em64t-2s2ca2c"])
 def test_lstopo_v1_and_v2_exports_read_back(hwloc_roots, tmp_path, name):
     """A second oracle: lstopo exports the same root in both formats; both read as our discovery."""
@@ -62,7 +62,7 @@ def test_lstopo_v1_and_v2_exports_read_back(hwloc_roots, tmp_path, name):
     ours.pop("pci")
     for flags in ([], ["--export-xml-flags", "v1"]):
         out = tmp_path / f"{name}-{len(flags)}.xml"
-        subprocess.run(["lstopo-no-graphics", "--input", str(root), "--of", "xml", *flags, str(out)],
+        subprocess.run([LSTOPO, "--input", str(root), "--of", "xml", *flags, str(out)],
                        check=True, capture_output=True, env={"HWLOC_COMPONENTS": "linux,stop", "PATH": "/usr/bin:/bin"})
         t = topo.load_topology(out)
         t.check()

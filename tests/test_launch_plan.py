@@ -414,3 +414,28 @@ def test_auto_binding_with_too_few_cpus_is_refused(script):
     tiny = live("pack:1 core:2 pu:1")
     with pytest.raises(UsageError, match="2 allowed CPUs for 4 processes"):
         plan(script, worker_num=4, local_worker_num=4, bind_core="True", topology=tiny)
+
+
+def test_sharers_counts_the_busiest_cpu_of_each_process():
+    """Per CPU, so 65536 processes (the bound per node) cost linear time, not 65536 squared."""
+    from launcher.environ import sharers
+    from topo.binding import Binding
+    from topo.cpuset import CpuSet
+
+    many = [Binding(CpuSet([i % 64])) for i in range(65536)]
+    assert set(sharers(many)) == {1024}
+    mixed = [Binding(CpuSet.parse("0-5")), Binding(CpuSet.parse("4-7")), Binding(CpuSet.parse("8-9")), Binding()]
+    assert sharers(mixed) == [2, 2, 1, 1]
+
+
+def test_launch_config_is_typed_and_from_flags_reads_msruns_text(script):
+    """issue 18: no field changes type after construction; msrun's text goes through from_flags."""
+    with pytest.raises(TypeError, match="from_flags"):
+        LaunchConfig(script, bind_core="True")
+    with pytest.raises(TypeError, match="from_flags"):
+        LaunchConfig(script, join="True")
+    config = LaunchConfig.from_flags(script, join="True", bind_core="True", tail_worker_log="0,3")
+    assert (config.join, config.bind_core, config.tail_worker_log) == (True, True, (0, 3))
+    assert LaunchConfig(script, bind_numa="bind.json").bind_numa == "bind.json"  # a file: read when planned
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.join = False

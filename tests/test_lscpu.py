@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
+from click.testing import CliRunner
 
 import machines
 import topo
@@ -12,7 +14,8 @@ from samples import sample
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 from topo.probes import lscpu
-from topo.probes.devices import REPLAY_ENV
+from topo_cli import main as cli
+from topo_cli.machine import REPLAY_ENV
 
 KUNPENG_NODES = {n: CpuSet.range(24 * n, 24 * n + 23) for n in range(8)}
 
@@ -132,13 +135,25 @@ def test_discovery_falls_back_to_lscpu(hidden_numa_root, monkeypatch):
     outputs = {tuple(lscpu.PARSABLE_ARGS): parsable,
                ("lscpu",): sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt")}
     monkeypatch.setattr(lscpu, "run_tool", lambda args, timeout=None: outputs[tuple(args)])
-    monkeypatch.setenv(REPLAY_ENV, "1")
-    t = topo.discover(hidden_numa_root, probes=())
+    t = topo.discover(hidden_numa_root, probes=(), live_probes=True)
     assert [n.cpuset for n in t.numa_nodes] == list(KUNPENG_NODES.values())
     assert t.probes["lscpu"] == "ok (8 NUMA nodes)"
     # the NPUs' sysfs numa_node now names a real node
     assert {d.numa_node for d in t.devices if d.kind == "npu"} == {0, 2, 4, 6}
     t.check()
+
+
+def test_the_replay_variable_is_read_by_the_command_line_not_by_discover(hidden_numa_root, monkeypatch):
+    parsable = "# CPU,Core,Socket,Node,,L1d,L1i,L2,L3\n" + "".join(
+        f"{c},{c},{c // 48},{c // 24},,{c},{c},{c},{c // 24}\n" for c in range(192))
+    outputs = {tuple(lscpu.PARSABLE_ARGS): parsable,
+               ("lscpu",): sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt")}
+    monkeypatch.setattr(lscpu, "run_tool", lambda args, timeout=None: outputs[tuple(args)])
+    monkeypatch.setenv(REPLAY_ENV, "1")
+    assert topo.discover(hidden_numa_root, probes=()).probes["lscpu"] == "off: not this system"
+    result = CliRunner().invoke(cli, ["show", "--root", str(hidden_numa_root), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["source"]["probes"]["lscpu"] == "ok (8 NUMA nodes)"
 
 
 def test_no_lscpu_fallback_on_a_captured_root(hidden_numa_root):
@@ -166,8 +181,7 @@ def test_lscpu_failure_keeps_sysfs_view(hidden_numa_root, monkeypatch):
         raise topo.ProbeError("'lscpu -p=CPU,CORE,SOCKET,NODE,CACHE' timed out after 10s")
 
     monkeypatch.setattr(lscpu, "run_tool", broken)
-    monkeypatch.setenv(REPLAY_ENV, "1")
-    t = topo.discover(hidden_numa_root, probes=())
+    t = topo.discover(hidden_numa_root, probes=(), live_probes=True)
     assert len(t.numa_nodes) == 1
     assert t.probes["lscpu"] == "unavailable: 'lscpu -p=CPU,CORE,SOCKET,NODE,CACHE' timed out after 10s"
 

@@ -5,7 +5,9 @@ golden files (`UPDATE_GOLDEN=1` rewrites them), and a real headless chromium ren
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -23,11 +25,14 @@ import machines
 import planners
 import topo
 from conftest import SYSFS, fixture_names, parse_test_file
-from planners.picture import plan_html, plan_map, plan_overlay, plan_svg
 from topo.cpuset import CpuSet
-from topo.draw import Overlay, Owner, colour, draw_html, draw_svg, text_map
 from topo.synthetic import from_nodes, synthetic
 from topo_cli import main as cli
+from views.html import draw_html
+from views.palette import Overlay, Owner, colour
+from views.plan import plan_html, plan_map, plan_overlay, plan_svg
+from views.svg import draw_svg
+from views.terminal import text_map
 
 GOLDEN = Path(__file__).parent / "fixtures" / "pictures"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -134,7 +139,7 @@ def test_show_output_rejects_an_unknown_extension_before_reading_the_machine(tmp
 def test_topo_show_does_not_import_the_drawing_code(dgx_root):
     code = ("import sys; from topo_cli import main\n"
             "try:\n    main(['show', '--root', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('topo.draw', 'planners.picture', 'planners') if m in sys.modules))")
+            "print(sorted(m for m in ('views', 'planners') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(dgx_root)], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.splitlines()[-1] == "[]"
@@ -383,6 +388,68 @@ def test_plan_picture_in_headless_chromium_shows_one_colour_per_process(dgx_root
     for c in colours:
         rgb = bytes.fromhex(c[1:])
         assert pixels.get(rgb, 0) > 500, f"{c} is not on the screen ({pixels.get(rgb, 0)} pixels)"
+
+
+LINK = re.compile(r'<path class="(?:halo|link)"[^>]*/>|<circle [^>]*/>')
+
+
+def test_plan_picture_draws_device_links_under_labels_in_readable_text(dgx_root):
+    t = topo.discover(dgx_root)
+    svg = plan_svg(t, planners.plan(t, "exclusive"))
+    font = re.search(r"text\{font:([0-9.]+)px ", svg)
+    assert font and float(font.group(1)) >= 11, "text under 11 px"
+    assert not re.search(r"font-size|font:\s*[0-9.]+px", svg.replace(font.group(0), "")), "another text size"
+    elements = list(parse_svg(svg).iter())
+    machine = next(e for e in elements if e.get("class") == "b")  # the outermost box; the key is below it
+    bottom = float(machine.get("y")) + float(machine.get("height"))
+    links = [i for i, e in enumerate(elements) if e.get("class") == "link"
+             and float(e.get("d").split(",")[1].split()[0]) < bottom]
+    labels = [i for i, e in enumerate(elements) if e.tag == f"{SVG}text" and "".join(e.itertext()).startswith("P#")]
+    assert len(links) == 8 and len(labels) == t.pus.weight()
+    assert max(links) < min(labels)
+    # each PU label on a plate of the colours under it, drawn after the links too
+    plates = [i for i, e in enumerate(elements) if e.get("class") == "plate"]
+    assert len(plates) >= t.pus.weight() and max(links) < min(plates)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)")
+def test_plan_picture_labels_read_the_same_with_and_without_the_device_links(dgx_root, tmp_path):
+    """The issue's symptom was `P#144 r2` reading `P#144 r`: a link drawn over it. Screenshot the
+    plan as drawn and with its links taken out; every label's plate looks the same in both, while
+    the links do pass some of them."""
+    t = topo.discover(dgx_root)
+    svg = plan_svg(t, planners.plan(t, "exclusive"))
+    unlinked = LINK.sub("", svg)
+    assert unlinked.count("<path") < svg.count("<path")
+    shots = []
+    for name, text in (("linked", svg), ("unlinked", unlinked)):
+        page = tmp_path / f"{name}.svg"
+        page.write_text(text)
+        screenshot(page, tmp_path / f"{name}.png", "1300,900")
+        shots.append(read_png(tmp_path / f"{name}.png")[2])
+    linked, bare = shots
+    root = parse_svg(svg)
+    assert float(root.get("width")) <= 1300 and float(root.get("height")) <= 900
+    # the screenshot is at 1:1: PU 48's colour (rank 0's) is where the SVG puts it
+    painted = next(r for g in root.iter(f"{SVG}g") for r in g.iter(f"{SVG}rect")
+                   if "".join(g.find(f"{SVG}title").itertext()).startswith("PU P#48 ") and r.get("style"))
+    px, py = math.ceil(float(painted.get("x"))) + 1, math.ceil(float(painted.get("y"))) + 1
+    assert linked[py][3 * px:3 * px + 3] == bytes.fromhex(painted.get("style").removeprefix("fill:#"))
+
+    def region(rows, x0, y0, x1, y1):
+        return [rows[y][3 * x0:3 * x1] for y in range(y0, y1)]
+
+    crossed = 0
+    for plate in (r for r in root.iter(f"{SVG}rect") if r.get("class") == "plate"):
+        x, y = float(plate.get("x")), float(plate.get("y"))
+        x0, y0 = math.ceil(x) + 1, math.ceil(y) + 1
+        x1, y1 = math.floor(x + float(plate.get("width"))) - 1, math.floor(y + float(plate.get("height"))) - 1
+        if x1 <= x0 or y1 <= y0:
+            continue
+        assert region(linked, x0, y0, x1, y1) == region(bare, x0, y0, x1, y1), \
+            f"a link shows through the label at x={x}, y={y}"
+        crossed += region(linked, x0, y0 - 3, x1, y0 - 2) != region(bare, x0, y0 - 3, x1, y0 - 2)
+    assert crossed >= 3, "no link passes under a label: the test shows nothing"
 
 
 # ---- the README's picture ------------------------------------------------------------------------

@@ -23,7 +23,6 @@ import pytest
 import machines
 from launcher import affinity
 from topo.discovery import discover
-from topo.probes.devices import REPLAY_ENV
 
 sys.path.insert(0, str(Path(__file__).parent / "fakes"))
 import fake_pynvml  # noqa: E402
@@ -83,13 +82,12 @@ def topologies(tmp_path_factory):
     """Each machine discovered once, with the fake pynvml answering for its GPUs."""
     built = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(REPLAY_ENV, "1")
         mp.setitem(sys.modules, "pynvml", fake_pynvml)
         for name, (make, _, _) in MACHINES.items():
             m = make()
             root = machines.build(m, tmp_path_factory.mktemp(name))
             fake_pynvml.load(nvml_of(m))
-            built[name] = discover(root)
+            built[name] = discover(root, live_probes=True)
     return built
 
 

@@ -13,7 +13,6 @@ import planners
 from test_set_affinity_dgx import nvml_of
 from launcher.affinity import AffinityError, plan_affinity
 from topo.discovery import discover
-from topo.probes.devices import REPLAY_ENV
 from topo.synthetic import synthetic
 
 import fake_pynvml  # noqa: E402  (tests/fakes is on sys.path through test_set_affinity_dgx)
@@ -26,10 +25,9 @@ def a100(tmp_path_factory):
     """The generated DGX A100 (GPU0/1 on node 3, 2/3 on 1, 4/5 on 7, 6/7 on 5) with NVML answering."""
     m = machines.dgx_a100()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(REPLAY_ENV, "1")
         mp.setitem(sys.modules, "pynvml", fake_pynvml)
         fake_pynvml.load(nvml_of(m))
-        return discover(machines.build(m, tmp_path_factory.mktemp("dgx-a100")))
+        return discover(machines.build(m, tmp_path_factory.mktemp("dgx-a100")), live_probes=True)
 
 
 def test_cuda_visible_devices_indices_pick_the_physical_gpus(a100):

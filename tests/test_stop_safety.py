@@ -81,7 +81,8 @@ def test_the_session_of_a_job_process_is_not_signalled(tmp_path, spawn):
     try:
         assert os.getsid(other) == os.getsid(member.pid)
         logs = tmp_path / "logs"
-        assert wait_for(lambda: psutil.Process(member.pid).name() == "sleep")
+        # both exec'd: until `env` runs sleep, the forked shell still carries the job id
+        assert wait_for(lambda: psutil.Process(member.pid).name() == "sleep" and psutil.Process(other).name() == "sleep")
         write_record(logs, [entry(member)])
         s = topo_stop(logs)
         assert s.returncode == 0, s.stderr

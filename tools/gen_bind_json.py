@@ -37,7 +37,7 @@ def _import_planners():
 
 def _whole(text: str) -> int:
     """argparse's type for counts: ASCII digits (int() would also take "١" as 1 and "1_0" as 10)."""
-    from topo.cpuset import ascii_number
+    from topo.numbers import ascii_number
 
     number = ascii_number(text.strip())
     if number is None:

@@ -2,48 +2,40 @@
 
 What goes in is what discovery reads: discovery runs once (and once more with every disallowed
 CPU and node) over a recording root, and every file it read, every directory it listed and every
-symlink on the way (the PCI tree is told by where links point) is stored at its path. Four procfs
-files are added for the bug report even when discovery does not need them: /proc/cpuinfo,
-/proc/meminfo, /proc/mounts and /proc/self/status (the process's allowed CPUs). Tool outputs go
-under `topo-capture/` (see TOOLS), with a README saying what the archive is.
+symlink on the way (the PCI tree is told by where links point) is stored at its path. Five procfs
+files are added for the bug report even when discovery does not need them: /proc/cmdline (the
+kernel's, read for numa=fake=), /proc/cpuinfo, /proc/meminfo, /proc/mounts and /proc/self/status
+(the process's allowed CPUs). Tool outputs go under `topo-capture/` (see topo.archive.TOOLS),
+with a README saying what the archive is.
 
 Nothing private is stored: no process environment or command line (`/proc/*/environ`,
 `/proc/*/cmdline`), nothing under /etc, no file longer than a kernel writes (fsroot.limit_for).
 
-`topo show --root FILE.tar.gz` reads an archive through `open_archive`: extracted into a private
-temporary directory, refusing absolute paths, `..`, links that leave it and anything but files,
-directories and symlinks; an hwloc tarball (one top folder holding sys/ and proc/) works too.
+Reading an archive back (`--root FILE.tar.gz`) is topo.archive's, below discovery; this module
+drives discovery and sits above it.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import shutil
 import stat
 import tarfile
 import tempfile
 import time
 
+from topo import __version__
+from topo.archive import TOOLS, TOOLS_DIR
+from topo.discovery import discover
 from topo.errors import ProbeError, TopoError
-from topo.fsroot import PROCFS_LIMIT, TOOL_OUTPUT_LIMIT, FsRoot
+from topo.fsroot import FsRoot
+from topo.probes.tools import run_tool
 
-TOOLS_DIR = "topo-capture"
-# archive name under topo-capture/ -> the command whose output it holds (run when on PATH)
-TOOLS = {
-    "lscpu.txt": ["lscpu"],
-    "lscpu-parsable.txt": ["lscpu", "-p=CPU,CORE,SOCKET,NODE,CACHE"],
-    "nvidia-smi-topo-m.txt": ["nvidia-smi", "topo", "-m"],
-    "npu-smi-info.txt": ["npu-smi", "info"],
-    "npu-smi-info-m.txt": ["npu-smi", "info", "-m"],
-    "npu-smi-info-t-topo.txt": ["npu-smi", "info", "-t", "topo"],
-}
-EXTRA_FILES = ("/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/status")
-# An archive larger than this, or with more members, is not a capture (a 8192-CPU machine's is
-# a few MB unpacked and some 100,000 members at most).
-MAX_MEMBERS = 500_000
-MAX_UNPACKED = 512 << 20
+EXTRA_FILES = ("/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/status")
 # Never stored, whatever discovery reads: path components naming a process's environment, command
-# line, memory or open files, and the trees holding host keys and users' files.
+# line, memory or open files, and the trees holding host keys and users' files. The kernel's own
+# command line (/proc/cmdline) is stored: discovery reads it for numa=fake=.
 _PRIVATE_NAMES = frozenset({"environ", "cmdline", "mem", "maps", "smaps", "fd", "keys", "auxv"})
 _PRIVATE_TREES = ("/etc/", "/root/", "/home/", "/var/")
 
@@ -78,9 +70,9 @@ class _Recorder(FsRoot):
 
 def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools: bool = True) -> list[str]:
     """Write the archive `dest` (.tar.gz) of the machine below `root` (this one by default);
-    returns the notes on what could not be stored."""
-    from topo.discovery import discover
-
+    returns the notes on what could not be stored. The archive is written to a new temporary file
+    beside `dest` (O_EXCL|O_NOFOLLOW, a name unique to this writer) and renamed onto `dest`: a
+    link planted at either name is replaced, never followed."""
     recorder = _Recorder(root)
     if recorder.root != "/" and not os.path.isdir(recorder.root):
         raise ProbeError(f"{root}: capture a directory, not an archive")
@@ -88,9 +80,11 @@ def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools
     discover(recorder, include_disallowed=True, probes=())
     dest = os.fspath(dest)
     notes: list[str] = []
-    tmp = f"{dest}.tmp{os.getpid()}"
+    tmp = None
     try:
-        with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dest)}.", suffix=".tmp",
+                                   dir=os.path.dirname(os.path.abspath(dest)))
+        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=out, mode="w:gz", compresslevel=6) as tar:
             writer = _Writer(tar, recorder, notes)
             for path in sorted(recorder.seen | recorder.listed | set(EXTRA_FILES)):
                 writer.store(path, list_it=path in recorder.listed)
@@ -104,10 +98,11 @@ def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools
                 writer.add_bytes(f"{TOOLS_DIR}/{name}", text.encode())
             writer.add_bytes(f"{TOOLS_DIR}/README.txt", _readme(tools, notes).encode())
         os.replace(tmp, dest)
+        tmp = None
     except OSError as exc:
         raise ProbeError(f"cannot write {dest}: {exc.strerror}") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None:
             os.unlink(tmp)
     return notes
 
@@ -224,6 +219,8 @@ class _Writer:
 
 
 def _private(path: str) -> bool:
+    if path == "/proc/cmdline":
+        return False
     return path.startswith(_PRIVATE_TREES) or not _PRIVATE_NAMES.isdisjoint(path.split("/"))
 
 
@@ -233,10 +230,6 @@ def _stored_name(path: str) -> str:
 
 
 def _tool_outputs(notes: list[str]) -> dict[str, str]:
-    import shutil
-
-    from topo.probes.tools import run_tool
-
     out = {}
     for name, argv in TOOLS.items():
         if shutil.which(argv[0]) is None:
@@ -246,13 +239,11 @@ def _tool_outputs(notes: list[str]) -> dict[str, str]:
         except TopoError as exc:
             notes.append(str(exc))
             continue
-        out[name] = text[:TOOL_OUTPUT_LIMIT]
+        out[name] = text
     return out
 
 
 def _readme(tools: dict[str, str], notes: list[str]) -> str:
-    from topo import __version__
-
     lines = [
         f"A topo capture (topo {__version__}, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}).",
         "sys/ and proc/ hold the files topo's discovery reads, at their paths; read it back with",
@@ -265,63 +256,3 @@ def _readme(tools: dict[str, str], notes: list[str]) -> str:
     if notes:
         lines += ["Not stored:", *(f"  {n}" for n in notes)]
     return "\n".join(lines) + "\n"
-
-
-# ---- reading an archive --------------------------------------------------------------------------
-
-
-def open_archive(path: str) -> tuple[tempfile.TemporaryDirectory, str]:
-    """A private temporary copy of the capture `path`, checked member by member, and the root to
-    read in it (the archive's top folder when it has a single one holding sys/, as hwloc's have).
-    The copy is removed when the TemporaryDirectory is."""
-    try:
-        tar = tarfile.open(path)
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise ProbeError(f"{path}: not a topo capture archive ({_reason(exc)}); "
-                         "make one with `topo capture FILE.tar.gz`") from None
-    tmp = tempfile.TemporaryDirectory(prefix="topo-capture-")
-    try:
-        with tar:
-            members = _checked_members(tar, path)
-            try:
-                tar.extractall(tmp.name, members=members, filter="data")
-            except (tarfile.TarError, OSError, EOFError) as exc:
-                raise ProbeError(f"{path}: cannot unpack ({_reason(exc)}); "
-                                 "make a new one with `topo capture FILE.tar.gz`") from None
-    except BaseException:
-        tmp.cleanup()
-        raise
-    top = os.listdir(tmp.name)
-    if "sys" not in top and len(top) == 1 and os.path.isdir(os.path.join(tmp.name, top[0], "sys")):
-        return tmp, os.path.join(tmp.name, top[0])  # hwloc-gather-topology's layout: NAME/sys, NAME/proc
-    return tmp, tmp.name
-
-
-def _checked_members(tar: tarfile.TarFile, path: str) -> list[tarfile.TarInfo]:
-    members, unpacked = [], 0
-    try:
-        for member in tar:
-            members.append(member)
-            unpacked += member.size
-            name = member.name
-            if len(members) > MAX_MEMBERS or unpacked > MAX_UNPACKED:
-                raise ProbeError(f"{path}: more than {MAX_MEMBERS} members or {MAX_UNPACKED >> 20} MiB unpacked; "
-                                 "a topo capture is a few MB")
-            if name.startswith("/") or ".." in name.split("/"):
-                raise ProbeError(f"{path}: member {name[:80]!r} points outside the archive")
-            if not (member.isfile() or member.isdir() or member.issym()):
-                raise ProbeError(f"{path}: member {name[:80]!r} is not a file, directory or symlink")
-            if member.size > PROCFS_LIMIT:
-                raise ProbeError(f"{path}: member {name[:80]!r} is {member.size} bytes, "
-                                 "more than a kernel writes in any file topo reads")
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise ProbeError(f"{path}: not a readable archive ({_reason(exc)})") from None
-    return members
-
-
-def _reason(exc: BaseException) -> str:
-    """One short line: tarfile's messages can span several (one per compression it tried)."""
-    if isinstance(exc, tarfile.ReadError):
-        return "not a tar archive, compressed or not"
-    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return text.splitlines()[0][:100]

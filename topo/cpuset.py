@@ -25,13 +25,13 @@ import re
 from typing import Iterable, Iterator
 
 from topo.errors import ParseError
+from topo.numbers import MAX_ID, ascii_number
 
 # ASCII digits only: `\d` alone would also accept other scripts' digits ("١" is 1 to int()).
 _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _KERNEL_MASK = re.compile(r"\A[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*\Z")
 _HEXWORD = re.compile(r"\A(?:0x)?[0-9a-fA-F]+\Z")
 _WHITESPACE = re.compile(r"\s+")
-MAX_ID = (1 << 20) - 1
 # Runs ORed straight into the int below this count; above it, a byte buffer (see _mask_of_runs).
 _DIRECT_RUNS = 32
 # ranges() reads a mask wider than this as bytes (one pass) rather than with big-int steps
@@ -41,39 +41,6 @@ _NARROW = 1024
 def excerpt(text: str, limit: int = 60) -> str:
     """Text for an error message: long inputs are cut, so a 100 MB file does not become the message."""
     return text if len(text) <= limit else f"{text[:limit]}...({len(text)} characters)"
-
-
-def ascii_number(text: str, most: int = MAX_ID) -> int | None:
-    """The value of ``text`` when it is ASCII digits alone (no sign, space or "_") and at most
-    ``most``, else None: the one reader of numbers given on a command line or in the environment.
-    int() alone would also read "١" as 1 and "1_0" as 10, raise ValueError on "²", and take time
-    quadratic in the digits, so the digits are checked and counted before it runs."""
-    if not (text.isascii() and text.isdigit()):
-        return None
-    significant = text.lstrip("0")
-    if len(significant) > len(str(most)):
-        return None
-    value = int(significant) if significant else 0
-    return value if value <= most else None
-
-
-MAX_SECONDS = 7 * 24 * 3600  # a week: more than any grace period, interval or timeout topo waits
-_SECONDS = re.compile(r"\A[0-9]{1,%d}(?:\.[0-9]{1,9})?\Z" % len(str(MAX_SECONDS)))
-
-
-# What ascii_seconds reads, for the messages that refuse anything else.
-SECONDS_FORM = f"a number of seconds (ASCII digits, optionally a point and decimals, at most {MAX_SECONDS})"
-
-
-def ascii_seconds(text: str, most: float = MAX_SECONDS) -> float | None:
-    """The value of ``text`` when it is a non-negative decimal number of seconds in ASCII
-    (``[0-9]+(.[0-9]+)?``, at most nine decimals) and at most ``most``, else None: the one reader of
-    durations given on a command line or in the environment. float() alone would also read "١" as 1,
-    "1_0" as 10, "1e3", "inf" and "nan"."""
-    if not _SECONDS.match(text):
-        return None
-    value = float(text)
-    return value if value <= most else None
 
 
 def _mask_of_runs(runs: list[tuple[int, int]]) -> int:

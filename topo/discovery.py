@@ -21,7 +21,7 @@ from topo.probes.cgroup import CgroupCpuset
 
 
 def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallowed: bool = False,
-             probes: tuple[str, ...] | None = None, live_probes: bool | None = None) -> Topology:
+             probes: tuple[str, ...] | None = None, live_probes: bool = False) -> Topology:
     """The topology of the machine whose /sys and /proc live below `root` (default: this one).
 
     `root` is a directory holding sys/ and proc/, a `topo capture` archive or an FsRoot; "/" when
@@ -29,12 +29,10 @@ def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallow
     into this argument (topo_cli.machine), and a program that binds itself wants this machine.
     `probes` limits the optional probes (device probes such as "nvml" or "npu-smi"); sysfs always
     runs. The probes that ask this machine's tools (lscpu, NVML, npu-smi) run when the root is
-    this machine, or when `live_probes` says so (default: $TOPO_REPLAY_LIVE_PROBES=1, which
-    replays a captured root with stand-in tools).
+    this machine, or when `live_probes` is true: a captured root replayed with stand-in tools
+    (the command line's TOPO_REPLAY_LIVE_PROBES=1).
     """
     fs = root if isinstance(root, FsRoot) else FsRoot(root)
-    if live_probes is None:
-        live_probes = os.environ.get("TOPO_REPLAY_LIVE_PROBES") == "1"
     live = fs.is_this_system or live_probes
     status: dict[str, str] = {}
     cpus, nodes = _probe_sysfs(fs, live, status)

@@ -2,7 +2,7 @@
 
 Every probe gets an FsRoot and never touches an absolute path itself, so a captured machine and the
 live one are read by the same code. The root is a directory, or an archive written by `topo
-capture` (read from a private temporary copy; see `topo.capture`).
+capture` (read from a private temporary copy; see `topo.archive`).
 
 Reads are strict, as psutil's are: a file that exists but cannot be read, is not a regular file
 (a FIFO would block, a device never ends) or is longer than any kernel writes is an error naming
@@ -24,7 +24,9 @@ import os
 import stat
 from typing import Callable
 
-from topo.cpuset import CpuSet, ascii_number, excerpt
+from topo.archive import open_archive
+from topo.cpuset import CpuSet, excerpt
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 
 # Kernel sysfs attributes are at most one page (4 KiB), except cpulists and masks, which recent
@@ -34,8 +36,9 @@ SYSFS_LIMIT = 64 << 10
 # procfs tables grow with the machine: /proc/cpuinfo takes about 1.5 KB per CPU on x86 (the flags
 # line), 12 MB for 8192 CPUs; /proc/self/mounts grows with the container's mounts.
 PROCFS_LIMIT = 32 << 20
-# Tool outputs a capture stores (`lscpu -p` prints ~30 bytes a CPU) are cut at this size.
-TOOL_OUTPUT_LIMIT = 1 << 20
+# A tool's output (lscpu, npu-smi, nvidia-smi), run or stored in a capture: `lscpu -e` prints some
+# 80 bytes a CPU, 650 KB for 8192 CPUs. A tool writing more is stopped (topo.probes.tools).
+TOOL_OUTPUT_LIMIT = 4 << 20
 # The widest whole number read_int takes: a u64, as memory-side cache sizes in bytes are. Ids
 # (core_id, physical_package_id, die_id, numa_node) are ints, -1 where the platform gives none.
 SYSFS_INT_MAX = (1 << 64) - 1
@@ -68,8 +71,6 @@ class FsRoot:
         # maps of a shared cache, are the same text in every CPU's file; each is parsed once.
         self._parsed: dict[tuple[Callable[[str], CpuSet], str], CpuSet] = {}
         if os.path.isfile(root):
-            from topo.capture import open_archive
-
             self._tmp, prefix = open_archive(root)  # the copy is removed with this object
             self._shown = os.path.abspath(root) + ":"
         elif os.path.isdir(root):

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import re
 
-from topo.cpuset import MAX_ID, CpuSet, ascii_number, union_all
+from topo.cpuset import MAX_ID, CpuSet, union_all
+from topo.numbers import ascii_number
 from topo.errors import ParseError
 from topo.model import Cache, Core, Device, NumaNode, Package, Topology
 

@@ -27,7 +27,7 @@ import re
 import warnings
 from typing import Mapping
 
-from topo.cpuset import ascii_number
+from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo.model import Device, Topology
 from topo.probes.devices import ACCELERATOR_KINDS

@@ -9,7 +9,6 @@ exit 2 for usage and input errors, 1 for runtime failures.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import click
@@ -59,8 +58,6 @@ class _Group(click.Group):
         except BrokenPipeError:  # `topo show | head`: the reader is gone, nothing left to say
             sys.stderr.close()
             code = 141
-        if args is None:  # the `topo` program itself, not a caller passing its arguments (CliRunner, a test)
-            _exit_without_teardown(code)
         sys.exit(code)
 
     def invoke(self, ctx):
@@ -80,37 +77,6 @@ class _TopoClickError(click.ClickException):
     def __init__(self, error):
         super().__init__(str(error))
         self.exit_code = error.exit_code
-
-
-def _exit_without_teardown(code) -> None:
-    """End the process with `code` as the interpreter would, minus its teardown.
-
-    After the last atexit function, the interpreter collects every object and clears every module
-    one by one: 7-12 ms for `topo show` and `topo launch`, all of it after the command's work is
-    done. Here the atexit functions run and stdout and stderr are flushed as at a normal exit, then
-    the process ends at once. Returns (and the caller exits normally) when that would change what
-    the exit does: another thread the interpreter would wait for is still running, the code is a
-    message to print or not a status byte, or the streams cannot be flushed (the interpreter
-    reports that)."""
-    import atexit
-
-    threading = sys.modules.get("threading")
-    if threading is not None and any(t.is_alive() and not t.daemon and t is not threading.main_thread()
-                                     for t in threading.enumerate()):
-        return
-    if code is None:
-        code = 0
-    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
-    if not isinstance(code, int) or not 0 <= code <= 255 or run_exitfuncs is None:
-        return
-    run_exitfuncs()
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None and not stream.closed:
-                stream.flush()
-    except (OSError, ValueError):
-        return
-    os._exit(code)
 
 
 def _report(exc: click.ClickException) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from topo.capture import capture as write_capture
 from topo.errors import UsageError
 
 from topo_cli import CONTEXT
@@ -25,8 +26,6 @@ def capture(archive, no_tools):
     """
     if not archive.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"{archive}: name the archive FILE.tar.gz (it is a gzip-compressed tar)")
-    from topo.capture import capture as write_capture
-
     notes = write_capture(archive, run_tools=not no_tools)
     for note in notes:
         click.echo(f"topo: warning: not captured: {note}", err=True)

@@ -11,11 +11,17 @@ the command line is refused.
 from __future__ import annotations
 
 import functools
+import os
 
 import click
 from click.core import ParameterSource
 
 from topo.errors import UsageError
+
+# Replaying a captured machine: run the live-only probes (NVML, npu-smi, lscpu) against a --root
+# that is not "/", with stand-in tools (a fake pynvml, a fake npu-smi on PATH). Never needed on a
+# real machine.
+REPLAY_ENV = "TOPO_REPLAY_LIVE_PROBES"
 
 
 def machine_options(func):
@@ -60,7 +66,8 @@ class MachineSource:
                 return load_topology(self.file)
             from topo.discovery import discover
 
-            return discover(self.root, include_disallowed=include_disallowed, probes=probes)
+            return discover(self.root, include_disallowed=include_disallowed, probes=probes,
+                            live_probes=os.environ.get(REPLAY_ENV) == "1")
         except ProbeError as exc:
             if self.file is not None or self.root is not None:
                 exc.exit_code = 2

@@ -1,5 +1,5 @@
 """Whole numbers and seconds given as options or through their environment variables (PET_*,
-MS_*): ASCII digits only, read by topo.cpuset.ascii_number and ascii_seconds. click's INT would
+MS_*): ASCII digits only, read by topo.numbers.ascii_number and ascii_seconds. click's INT would
 also take "١" as 1, "1_0" as 10 and a 5000-digit value to a ValueError past its own message;
 click's FLOAT "inf", "nan" and "1e3" as well."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from topo.cpuset import SECONDS_FORM, ascii_number, ascii_seconds
+from topo.numbers import SECONDS_FORM, ascii_number, ascii_seconds
 
 _MOST = (1 << 31) - 1  # more than any count, port, rank or timeout in seconds a launcher takes
 
@@ -36,7 +36,7 @@ WHOLE = Whole()
 
 class Seconds(click.ParamType):
     """A non-negative number of seconds: ASCII digits, optionally a point and decimals, at most a
-    week (topo.cpuset.ascii_seconds)."""
+    week (topo.numbers.ascii_seconds)."""
 
     name = "seconds"
 

@@ -157,13 +157,13 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         # drawn on the view with disallowed CPUs, so they show greyed
         drawn = topology if machine.file is not None else machine.load(include_disallowed=True)
     if picture is not None:
-        from planners.picture import plan_html, plan_svg
+        from views.plan import plan_html, plan_svg
 
         draw = plan_svg if picture.lower().endswith(".svg") else plan_html
         write_text(picture, draw(drawn, result))
     if explain:
         from planners.explain import explain as render
-        from planners.picture import plan_map
+        from views.plan import plan_map
 
         click.echo(render(topology, result))
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")

@@ -10,7 +10,8 @@ import click
 
 from launcher import ps as psmod
 from launcher.stop import read_record, record_path, running
-from topo.cpuset import ascii_number, excerpt
+from topo.cpuset import excerpt
+from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo_cli import CONTEXT
 

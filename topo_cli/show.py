@@ -59,11 +59,11 @@ def _writer(path: str, as_json: bool):
                          "(--output FILE.json writes the JSON)")
     suffix = os.path.splitext(path)[1].lower()
     if suffix == ".svg":
-        from topo.draw import draw_svg
+        from views.svg import draw_svg
 
         return draw_svg
     if suffix in (".html", ".htm"):
-        from topo.draw import draw_html
+        from views.html import draw_html
 
         return draw_html
     if suffix == ".json":

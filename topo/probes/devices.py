@@ -47,12 +47,6 @@ _KIND_ORDER = {k: i for i, k in enumerate(("gpu", "npu", "accel", "mig", "nic", 
 _BDF = re.compile(r"\A[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 _HOST_BRIDGE = re.compile(r"\Apci[0-9a-f]{4,8}:[0-9a-f]{2}\Z")
 
-# Environment switch for replaying a captured machine: run the live-only probes (NVML, npu-smi,
-# lscpu) against a --root that is not "/", with stand-in tools (a fake pynvml, a fake npu-smi on
-# PATH). Never needed on a real machine.
-REPLAY_ENV = "TOPO_REPLAY_LIVE_PROBES"
-
-
 def classify(dev: PciDevice) -> str | None:
     """The device kind of a PCI function, or None for what planners ignore."""
     base, sub = dev.class_id[:2], dev.class_id[2:]

@@ -19,7 +19,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import MAX_ID, CpuSet, ascii_number, excerpt
+from topo.archive import TOOLS, TOOLS_DIR
+from topo.cpuset import MAX_ID, CpuSet, excerpt
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
 from topo.model import Cache, Core, NumaNode, Package
@@ -33,7 +35,6 @@ _SIZE = re.compile(r"\A([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([KMGT]?)(i?B)?\Z", re.I
 _NODE_KEY = re.compile(r"NUMA node(\S+) CPU\(s\)")  # the id checked by _int
 _LABEL = (1 << 64) - 1  # core, socket and cache ids are labels: the kernel's cache ids can be large
 _MAX_NODES = 1024  # the kernel's MAX_NUMNODES
-_INSTANCES = re.compile(r"(.+?)\s*\(([0-9]+) instances?\)")
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,16 @@ def _bytes(text: str) -> int | None:
     return round(float(m.group(1)) * scale)
 
 
+def _instances(value: str) -> tuple[str, str] | None:
+    """("32 MiB", "2") from "32 MiB (2 instances)", else None. One pass, no regex: a lazy group
+    before spaces (`(.+?) *[(]`) takes time quadratic in the spaces of "1" + a million spaces + "x"."""
+    size, sep, rest = value.rpartition("(")
+    count, space, word = rest.partition(" ")
+    if sep and size.strip() and space and word in ("instance)", "instances)") and count.isascii() and count.isdigit():
+        return size.rstrip(), count
+    return None
+
+
 def parse_summary(text: str) -> LscpuSummary:
     """Plain `lscpu`, both layouts."""
     out = LscpuSummary()
@@ -163,9 +174,9 @@ def parse_summary(text: str) -> LscpuSummary:
         m = re.fullmatch(r"(L[0-9][di]?) cache", key)
         if m:
             name = m.group(1)
-            inst = _INSTANCES.fullmatch(value)
+            inst = _instances(value)
             if inst:
-                total, count = _bytes(inst.group(1)), ascii_number(inst.group(2))
+                total, count = _bytes(inst[0]), ascii_number(inst[1])
                 if total is not None and count:  # an unreadable size or count is skipped, as sizes are
                     out.cache_totals[name] = total
                     out.cache_sizes[name] = total // count
@@ -306,8 +317,6 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
 
 def _captured(fs: FsRoot):
     """A runner answering from the lscpu outputs a capture stored below `fs`, or None."""
-    from topo.capture import TOOLS, TOOLS_DIR
-
     stored = {tuple(argv): f"/{TOOLS_DIR}/{name}" for name, argv in TOOLS.items() if argv[0] == "lscpu"}
     if not fs.exists(stored[tuple(PARSABLE_ARGS)]):
         return None

@@ -1,8 +1,9 @@
 """Huawei Ascend NPUs through `npu-smi`, the way MindSpore's msrun reads them.
 
 The parsers take text and return data; `probe_npusmi` runs the commands. Every command gets a 10 s
-timeout (msrun's), and a failure of any kind (not installed, timeout, non-zero exit, output we
-cannot read) becomes a reason string, never an exception out of the probe.
+timeout (msrun's) and at most TOOL_OUTPUT_LIMIT of output (topo.probes.tools.run_tool), and a
+failure of any kind (not installed, timeout, too much output, non-zero exit, output we cannot read)
+becomes a reason string, never an exception out of the probe.
 
 - `npu-smi info -m`: the chip map. Columns `NPU ID`, `Chip ID`, `Chip Logic ID`, `Chip Name` (A3 adds
   `Slot ID` and `Chip Phy-ID`); `Mcu` rows are the board's management controller, not a chip. The
@@ -19,14 +20,15 @@ from __future__ import annotations
 import re
 from dataclasses import field
 
-from topo.cpuset import CpuSet, ascii_number, excerpt
+from topo.cpuset import CpuSet, excerpt
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.records import record
 from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
 _BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\Z")
-# Ids are read by topo.cpuset.ascii_number: ASCII digits only ("١" would be 1 to int(), "²" a
+# Ids are read by topo.numbers.ascii_number: ASCII digits only ("١" would be 1 to int(), "²" a
 # ValueError), at most MAX_ID.
 
 

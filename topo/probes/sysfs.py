@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import EMPTY, MAX_ID, CpuSet, ascii_number, union_all
+from topo.cpuset import EMPTY, MAX_ID, CpuSet, union_all
+from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import SYSFS_INT_MAX, FsRoot
 from topo.model import Cache, Cluster, Core, Die, MemorySideCache, NumaNode, Package, PciDevice
@@ -19,8 +20,10 @@ CPU = "/sys/devices/system/cpu"
 NODE = "/sys/devices/system/node"
 PCI = "/sys/bus/pci/devices"
 
-_CPU_DIR = re.compile(r"cpu([0-9]+)\Z")
-_NODE_DIR = re.compile(r"node([0-9]+)\Z")
+# Only the kernel's own names ("cpu%u": no leading zero, no sign): hwloc formats cpu%lu / node%lu
+# back from the number it read and reads that directory, so "cpu01" is never CPU 1 (nor an alias of it).
+_CPU_DIR = re.compile(r"cpu(0|[1-9][0-9]*)\Z")
+_NODE_DIR = re.compile(r"node(0|[1-9][0-9]*)\Z")
 # ASCII digits, bounded: `\d` would also match "١", and int() of thousands of digits raises.
 _INDEX_DIR = re.compile(r"index([0-9]{1,9})\Z")
 _VIRTIO_DIR = re.compile(r"virtio[0-9]{1,10}\Z")

@@ -1,12 +1,14 @@
-"""Running the command-line tools some probes read (`lscpu`, `npu-smi`, ...): one wrapper, so each
-gets the same timeout, locale and one-line failure."""
+"""Running the command-line tools some probes read (`lscpu`, `npu-smi`, `nvidia-smi`): one wrapper,
+so each gets the same timeout, locale, output bound and one-line failure."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 
 from topo.errors import ProbeError
+from topo.fsroot import TOOL_OUTPUT_LIMIT
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command gives npu-smi
 
@@ -17,7 +19,9 @@ class ToolNotFound(ProbeError):
 
 def run_tool(argv: list[str], timeout: float | None = None) -> str:
     """The tool's stdout. ProbeError naming the command when it is missing, cannot be executed,
-    times out or exits non-zero (with the first line it wrote to stderr, else stdout).
+    times out, writes more than TOOL_OUTPUT_LIMIT bytes to stdout or stderr (it is stopped then:
+    no tool topo reads writes a tenth of that) or exits non-zero (with the first line it wrote to
+    stderr, else stdout).
 
     LC_ALL=C: the parsers read English keys and '.' decimals.
     """
@@ -28,17 +32,58 @@ def run_tool(argv: list[str], timeout: float | None = None) -> str:
     import subprocess
 
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, errors="replace",
-                              env=dict(os.environ, LC_ALL="C"))
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=dict(os.environ, LC_ALL="C"))
     except FileNotFoundError:
         raise ToolNotFound(f"{argv[0]} not found on PATH") from None
     except PermissionError:
         raise ProbeError(f"permission denied to execute {argv[0]}") from None
-    except subprocess.TimeoutExpired:
-        raise ProbeError(f"'{shown}' timed out after {timeout:g}s") from None
     except OSError as exc:
         raise ProbeError(f"cannot run '{shown}': {exc.strerror}") from None
-    if done.returncode != 0:
-        err = (done.stderr or done.stdout).strip().splitlines()
-        raise ProbeError(f"'{shown}' failed (exit {done.returncode})" + (f": {err[0][:120]}" if err else ""))
-    return done.stdout
+    with proc:
+        try:
+            deadline = time.monotonic() + timeout
+            out, err = _read_bounded(proc, deadline, shown, timeout)
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise ProbeError(f"'{shown}' timed out after {timeout:g}s") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if proc.returncode != 0:
+        lines = (err or out).strip().splitlines()
+        raise ProbeError(f"'{shown}' failed (exit {proc.returncode})" + (f": {lines[0][:120]}" if lines else ""))
+    return out
+
+
+def _read_bounded(proc, deadline: float, shown: str, timeout: float) -> tuple[str, str]:
+    """stdout and stderr as text (universal newlines), each read until its end and at most
+    TOOL_OUTPUT_LIMIT bytes, by the deadline."""
+    import selectors  # as subprocess, imported only when a tool runs
+
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    sizes = dict.fromkeys(chunks, 0)
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProbeError(f"'{shown}' timed out after {timeout:g}s")
+            for key, _ in selector.select(left):
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    selector.unregister(key.fd)
+                    continue
+                sizes[key.fd] += len(data)
+                if sizes[key.fd] > TOOL_OUTPUT_LIMIT:
+                    raise ProbeError(f"'{shown}' wrote more than {TOOL_OUTPUT_LIMIT >> 20} MiB, more than that "
+                                     "tool ever writes; stopped it")
+                chunks[key.fd].append(data)
+    out, err = (b"".join(chunks[f.fileno()]).decode("utf-8", "replace") for f in (proc.stdout, proc.stderr))
+    return _newlines(out), _newlines(err)
+
+
+def _newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")

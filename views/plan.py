@@ -1,4 +1,4 @@
-"""A bind plan as a picture: each process's CPUs painted on the machine (`topo.draw`).
+"""A bind plan as a picture: each process's CPUs painted on the machine (`views`).
 
 `plan_overlay` turns a BindPlan into the drawing's overlay: one owner per process, in its own
 colour, tagged with its local rank ("S" for MindSpore's scheduler entry), with its memory node(s),
@@ -9,13 +9,15 @@ rank, device, CPUs, cores, memory node, the device's node, locality.
 
 from __future__ import annotations
 
-from topo.cpuset import CpuSet, union_all
-from topo.draw import Overlay, Owner, colour, draw_html, draw_svg, text_map
-from topo.model import Topology
-
 from planners.bindplan import BindPlan
 from planners.core import AllowedResources
 from planners.explain import analyse, driven_device, process_cpus
+from topo.cpuset import CpuSet, union_all
+from topo.model import Topology
+from views.html import draw_html
+from views.palette import Overlay, Owner, colour
+from views.svg import draw_svg
+from views.terminal import text_map
 
 LEGEND = ("rank", "device", "CPUs", "cores", "memory node", "device node", "local")
 

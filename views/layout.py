@@ -1,0 +1,320 @@
+"""Where each box of a machine's picture goes, in lstopo's spirit.
+
+The drawing nests boxes as `topo.render` nests the tree (Machine > Package > ... > Core > PU),
+with three changes that keep a 2,048-PU machine readable:
+
+- a cache whose CPUs are exactly one core's (a private L1/L2) is not drawn as a box: it is named
+  in the core's tooltip and, when every core has the same ones, once in its package's header;
+- an object whose CPUs equal its only child's shares that child's box ("Package P#0 · L3 32MiB");
+- cores fold into rows of at most 8, and other boxes into the grid whose shape is closest to a
+  landscape page, so nothing grows into one endless row.
+
+NUMA nodes are bars at the top of the box holding their CPUs, with the node's devices (GPUs, NPUs,
+NICs, ...) as chips below the bar.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from topo.cpuset import EMPTY, CpuSet
+from topo.model import Device, Topology
+from topo.render import TreeNode, build_tree, format_size
+from views.palette import Paint
+
+FONT = 11.0  # px, every text
+CHAR = 0.62 * FONT  # a generous average glyph width for DejaVu Sans / Liberation Sans
+PAD = 4.0
+GAP = 4.0
+HEAD = 15.0  # a header line
+PU_H = 15.0
+BAR_H = 16.0
+CHIP_H = 16.0
+CORES_PER_ROW = 8
+ASPECT = 1.5  # width / height the grid of boxes aims at
+
+def text_w(text: str) -> float:
+    return len(text) * CHAR + 6
+
+
+@dataclass(eq=False)
+class Box:
+    kind: str  # "Machine", "Package", "Cache", "Core", "PU", ...
+    title: str  # the tooltip, and the header when drawn
+    cpuset: CpuSet
+    header: str = ""
+    os_index: int | None = None  # PU number for PUs
+    children: list["Box"] = field(default_factory=list)
+    memory: list[tuple[TreeNode, list[Device]]] = field(default_factory=list)
+    x: float = 0.0
+    y: float = 0.0
+    w: float = 0.0
+    h: float = 0.0
+    # relative placements, set by _measure
+    child_pos: list[tuple[float, float]] = field(default_factory=list)
+    mem_pos: list[tuple[float, float, float, list[tuple[float, float, float]]]] = field(default_factory=list)
+    private: list[str] = field(default_factory=list)  # caches private to this core
+
+
+def node_label(node: TreeNode) -> str:
+    """'Package P#0 "EPYC"', 'L3 (16MiB)': the tree label without the logical index."""
+    kind = node.kind
+    return f"{kind} {node.detail}".strip() if node.detail else kind
+
+
+def _short(node: TreeNode) -> str:
+    """A header's part: 'Package P#0', 'L3 16MiB' (the model name and other details stay in the
+    tooltip)."""
+    if _is_cache(node):
+        return f"{node.kind} {node.detail.strip('()')}"
+    if node.os_index is not None or node.detail.startswith("(P#"):
+        inner = node.detail.strip("()").split(" ", 1)[0]
+        return f"{node.kind} {inner}"
+    return node.kind
+
+
+def _is_cache(node: TreeNode) -> bool:
+    return node.kind[:1] == "L" and node.kind[1:2].isdigit()
+
+
+def _convert(node: TreeNode, devices_by_node: dict[int, list[Device]]) -> Box:
+    """The render tree as boxes: same-cpuset chains merged into one box, caches private to a core
+    folded into it, and the objects of each NUMA node gathered in a box of their own when the tree
+    has none (NPS4 EPYC nodes split a package without a die or cache to match)."""
+    chain = [node]
+    while node.kind not in ("Core", "PU") and len(node.children) == 1 \
+            and node.children[0].cpuset == node.cpuset:
+        node = node.children[0]
+        chain.append(node)
+    memory = [m for n in chain for m in n.memory]
+    if node.kind == "Core" and all(_is_cache(n) for n in chain[:-1]):
+        private = [node_label(n).replace("(", "").replace(")", "") for n in chain[:-1]]
+        chain = [node]
+    else:
+        private = []
+        if node.kind == "Core" and len(chain) > 1:
+            chain.pop()
+            node = chain[-1]
+    kind = "PU" if node.kind == "PU" else ("Cache" if _is_cache(node) else node.kind)
+    box = Box(kind, " · ".join(node_label(n) for n in chain), node.cpuset,
+               " · ".join(s for s in (_short(n) for n in chain) if s != "Group"))
+    box.private = private
+    if kind == "PU":
+        box.os_index = node.cpuset.first()
+        box.title = f"PU P#{box.os_index}"
+    if private:
+        box.title += " · " + " · ".join(private)
+    box.memory = [(m, devices_by_node.get(m.os_index, [])) for m in memory]
+    box.children = [_convert(c, devices_by_node) for c in node.children]
+    if len(box.memory) > 1:
+        _gather_by_node(box)
+    if len({c.kind == "Core" for c in box.children}) > 1:
+        _gather_cores(box)
+    return box
+
+
+def _gather_cores(box: Box) -> None:
+    """Cores beside other boxes (a hybrid CPU's P-cores next to its E-core clusters) go into one
+    unframed block, folded into rows like any cores, instead of a grid cell each."""
+    children: list[Box] = []
+    for c in box.children:
+        if c.kind == "Core" and children and children[-1].kind == "Cores":
+            children[-1].children.append(c)
+            children[-1].cpuset |= c.cpuset
+        elif c.kind == "Core":
+            children.append(Box("Cores", "", c.cpuset, children=[c]))
+        else:
+            children.append(c)
+    box.children = children
+
+
+def _gather_by_node(box: Box) -> None:
+    kept, children = [], list(box.children)
+    for node, devices in box.memory:
+        members = [c for c in children if node.cpuset and c.cpuset <= node.cpuset]
+        if not members or node.cpuset == box.cpuset:
+            kept.append((node, devices))
+            continue
+        group = Box("Group", node_label(node), node.cpuset, "", memory=[(node, devices)], children=members)
+        first = next(i for i, c in enumerate(children) if c is members[0])
+        taken = {id(c) for c in members}
+        children = [c for c in children if id(c) not in taken]
+        children.insert(first, group)
+    box.memory, box.children = kept, children
+
+
+def _note_private_caches(box: Box) -> None:
+    """Name the caches private to each core once, in the package's (or machine's) header."""
+    targets = [b for b in walk(box) if b.kind == "Package"] or [box]
+    for target in targets:
+        kinds = {tuple(b.private) for b in walk(target) if b.kind == "Core"}
+        if len(kinds) == 1 and next(iter(kinds)):
+            target.header += " · per core: " + ", ".join(next(iter(kinds)))
+
+
+def chip_label(d: Device) -> str:
+    if d.kind in ("gpu", "npu", "accel") or not d.name:
+        return f"{d.kind.upper() if d.kind != 'accel' else 'Accel'} {d.index}"
+    return d.name
+
+
+def _pu_width(topology: Topology, paint: Paint) -> float:
+    """One width for every PU: room for the longest label drawn, "P#2047" or "P#12 r0+r1"."""
+    longest = max((len(pu_label(pu, paint)) for pu in topology.pus), default=3)
+    return longest * CHAR + (12 if paint.remote else 6)  # the remote flag takes the right corner
+
+
+def pu_label(pu: int, paint: Paint) -> str:
+    owners = paint.owners_of.get(pu)
+    if not owners:
+        return f"P#{pu}"
+    tags = "+".join(paint.overlay.owners[i].pu_label for i in owners)
+    return f"P#{pu} " + (tags if len(owners) == 1 or len(tags) <= 5 else f"×{len(owners)}")
+
+
+def _measure(box: Box, pu_w: float) -> None:
+    if box.kind == "PU":
+        box.w, box.h = pu_w, PU_H
+        return
+    for c in box.children:
+        _measure(c, pu_w)
+    if box.kind == "Core":
+        # threads stacked in one column: a core is a narrow tower, easy to fold into rows
+        y = 2.0
+        box.child_pos = []
+        for c in box.children:
+            box.child_pos.append((2.0, y))
+            y += c.h + 1
+        box.w = pu_w + 4
+        box.h = y + 1
+        return
+    # memory bars and device chips, one block per NUMA node, side by side
+    blocks = []
+    for node, devices in box.memory:
+        bar_w = text_w(bar_text(node)) + 40  # room for the memory tags of an overlay
+        chips = [text_w(chip_label(d)) for d in devices]
+        blocks.append((bar_w, chips))
+    cells = [(c.w, c.h) for c in box.children]
+    if box.children and all(c.kind == "Core" for c in box.children):
+        n = len(cells)
+        rows = math.ceil(n / CORES_PER_ROW)
+        cols = math.ceil(n / rows)
+    else:
+        cols = _best_cols(cells)
+    grid_w, grid_h, pos = _grid(cells, cols)
+    if box.kind == "Cores":  # unframed: just the folded rows
+        box.w, box.h, box.child_pos = grid_w, grid_h, pos
+        return
+    header = HEAD if box.header else 0.0
+    top = PAD + header
+    inner_w = max(grid_w, text_w(box.header) if box.header else 0, 60)
+    # lay the memory blocks out within the children's width (wrapping), chips wrapped in each block
+    mem_pos = []
+    x = y = 0.0
+    row_h = 0.0
+    for (bar_w, chips), (node, devices) in zip(blocks, box.memory):
+        block_w = max(bar_w, min(sum(chips) + GAP * (len(chips) - 1), max(inner_w, bar_w)) if chips else 0)
+        if len(blocks) == 1:
+            block_w = max(block_w, inner_w)  # one node: its bar spans the box, as in lstopo
+        if x > 0 and x + block_w > inner_w:
+            x, y = 0.0, y + row_h + GAP
+            row_h = 0.0
+        chip_pos, cx, cy = [], 0.0, BAR_H + 2
+        for cw in chips:
+            if cx > 0 and cx + cw > block_w:
+                cx, cy = 0.0, cy + CHIP_H + 2
+            chip_pos.append((cx, cy, cw))
+            cx += cw + GAP
+        h = cy + (CHIP_H if chips else -2)
+        mem_pos.append((x, y, block_w, chip_pos))
+        x += block_w + GAP
+        row_h = max(row_h, h)
+    mem_h = (y + row_h + GAP) if box.memory else 0.0
+    mem_w = max((mx + mw for mx, _, mw, _ in mem_pos), default=0.0)
+    inner_w = max(inner_w, mem_w)
+    box.mem_pos = [(PAD + mx, top + my, mw, chips) for mx, my, mw, chips in mem_pos]
+    box.child_pos = [(PAD + px, top + mem_h + py) for px, py in pos]
+    box.w = inner_w + 2 * PAD
+    box.h = top + mem_h + grid_h + PAD
+
+
+def bar_text(node: TreeNode) -> str:
+    return node_label(node).replace("(", "").replace(")", "").replace("local=", "")
+
+
+def _grid(cells: list[tuple[float, float]], cols: int) -> tuple[float, float, list[tuple[float, float]]]:
+    if not cells:
+        return 0.0, 0.0, []
+    rows = math.ceil(len(cells) / cols)
+    col_w = [0.0] * cols
+    row_h = [0.0] * rows
+    for i, (w, h) in enumerate(cells):
+        col_w[i % cols] = max(col_w[i % cols], w)
+        row_h[i // cols] = max(row_h[i // cols], h)
+    xs = [sum(col_w[:j]) + GAP * j for j in range(cols)]
+    ys = [sum(row_h[:r]) + GAP * r for r in range(rows)]
+    pos = [(xs[i % cols], ys[i // cols]) for i in range(len(cells))]
+    return xs[-1] + col_w[-1], ys[-1] + row_h[-1], pos
+
+
+def _best_cols(cells: list[tuple[float, float]]) -> int:
+    if len(cells) <= 1:
+        return 1
+    best, best_score = 1, float("inf")
+    for cols in range(1, len(cells) + 1):
+        w, h, _ = _grid(cells, cols)
+        rows = math.ceil(len(cells) / cols)
+        empty = rows * cols - len(cells)
+        score = abs(math.log((w + 1) / (h + 1) / ASPECT)) + 0.3 * empty
+        if score < best_score - 1e-9:
+            best, best_score = cols, score
+    return best
+
+
+def _place(box: Box, x: float, y: float) -> None:
+    box.x, box.y = x, y
+    for c, (cx, cy) in zip(box.children, box.child_pos):
+        _place(c, x + cx, y + cy)
+
+
+def walk(box: Box):
+    yield box
+    for c in box.children:
+        yield from walk(c)
+
+
+def lay_out(topology: Topology, paint: Paint) -> Box:
+    """The machine's boxes, measured and placed; devices off every NUMA node in a box of their own."""
+    devices_by_node: dict[int, list[Device]] = {}
+    loose: list[Device] = []
+    node_ids = {n.os_index for n in topology.numa_nodes}
+    for d in sorted(topology.devices, key=lambda d: (d.kind not in ("gpu", "npu", "accel"), d.kind, d.index)):
+        if d.numa_node in node_ids:
+            devices_by_node.setdefault(d.numa_node, []).append(d)
+        else:
+            loose.append(d)
+    tree = build_tree(topology)
+    root = _convert(tree, devices_by_node)
+    root.kind = "Machine"
+    total = sum(n.local_memory for n in topology.numa_nodes)
+    machine = "Machine" + (f" ({format_size(total)} total)" if total else "") + \
+        (f" {tree.detail}" if tree.detail else "")
+    root.header = machine + root.header.removeprefix("Machine")
+    root.title = machine + root.title.removeprefix(node_label(tree))
+    _note_private_caches(root)
+    if loose:
+        root.memory.append((TreeNode("Devices", "not local to a NUMA node", EMPTY, 0), loose))
+    _measure(root, _pu_width(topology, paint))
+    _place(root, 8, 8)
+    return root
+
+
+def chip_centres(root: Box) -> dict[tuple[str, int], tuple[float, float]]:
+    """The bottom centre of each device chip, by (kind, index): where its link starts."""
+    chip_xy = {}
+    for box in walk(root):
+        for (node, devices), (mx, my, mw, chips) in zip(box.memory, box.mem_pos):
+            for d, (cx, cy, cw) in zip(devices, chips):
+                chip_xy[(d.kind, d.index)] = (box.x + mx + cx + cw / 2, box.y + my + cy + CHIP_H)
+    return chip_xy

@@ -1,0 +1,106 @@
+"""The terminal map of an overlay (`topo plan --explain`): one line per NUMA node, one cell per
+core, in the owners' colours on a terminal.
+"""
+
+from __future__ import annotations
+
+from topo.cpuset import CpuSet, union_all
+from topo.model import Topology
+from views.palette import Overlay, Paint, ink_on, rgb
+
+
+def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> str:
+    """One line per NUMA node, one cell per core (grouped by last-level cache): the tag of the owner
+    of the core's PUs, ``.`` idle, ``*`` several owners, ``-`` not allowed. After each line: the
+    node's devices, whose memory it holds and whose CPUs on it are remote."""
+    paint = Paint(topology, overlay)
+    width = max([len(o.tag) for o in overlay.owners] + [1])
+    # last-level caches shared by cores (L3 complexes) split a node's line; private ones do not
+    llcs = [c for c in topology.last_level_caches()
+            if sum(1 for core in topology.cores if core.cpuset <= c.cpuset) > 1]
+    apart = f", {llcs[0].label} groups apart" if len(llcs) > 1 else ""
+    lines = [f"map: one cell per core{apart}: the process owning it, . idle, * shared, - not allowed"]
+    cores = sorted(topology.cores, key=lambda c: c.cpuset.first())
+    rows: list[tuple[str, CpuSet, int | None]] = [
+        (f"node {n.os_index}", n.cpuset, n.os_index) for n in topology.numa_nodes
+        if n.cpuset or paint.memory_of.get(n.os_index)]
+    spare = topology.pus - union_all(n.cpuset for n in topology.numa_nodes)
+    if spare:
+        rows.append(("no node" if rows else "machine", spare, None))
+    label_w = max(len(r[0]) for r in rows) if rows else 0
+    for name, cpus, node in rows:
+        cells: list[tuple[str, str]] = []
+        last_group = None
+        mine = [(next((i for i, c in enumerate(llcs) if core.cpuset <= c.cpuset), len(llcs)), core)
+                for core in cores if core.cpuset <= cpus]
+        for group, core in sorted(mine, key=lambda gc: (gc[0], gc[1].cpuset.first())):
+            if last_group is not None and group != last_group:
+                cells.append((" ", ""))
+            last_group = group
+            cells.append(_cell(core.cpuset, topology, overlay, paint, width))
+        body = _join_cells(cells, " " if width > 1 else "", colour)
+        notes = []
+        devs = sorted((d for d in topology.devices if d.numa_node == node and node is not None
+                       and d.kind in ("gpu", "npu", "accel")), key=lambda d: d.index)
+        if devs:
+            notes.append(f"{devs[0].kind.upper()} " + ",".join(str(d.index) for d in devs))
+        mem = paint.memory_of.get(node, []) if node is not None else []
+        if mem:
+            notes.append("memory of " + " ".join(overlay.owners[i].tag for i in mem))
+        shared = sorted({i for core in cores if core.cpuset <= cpus and len(_owners(core.cpuset, paint)) > 1
+                         for i in _owners(core.cpuset, paint)})
+        if shared:
+            notes.append("shared by " + " ".join(overlay.owners[i].tag for i in shared))
+        remote = sorted({i for pu in cpus if pu in paint.remote for i in paint.owners_of.get(pu, [])
+                         if pu in overlay.owners[i].remote})
+        if remote:
+            notes.append("remote: " + " ".join(overlay.owners[i].tag for i in remote))
+        line = f"{name.ljust(label_w)} |{body}|"
+        lines.append(line + ("  " + "; ".join(notes) if notes else ""))
+    return "\n".join(lines)
+
+
+def _owners(cpus: CpuSet, paint: Paint) -> set[int]:
+    return {i for pu in cpus for i in paint.owners_of.get(pu, ())}
+
+
+def _join_cells(cells: list[tuple[str, str]], sep: str, colour: bool) -> str:
+    """Cells side by side; in colour, one escape sequence per run of cells that look alike."""
+    out, run_code = [], ""
+    for k, (text, code) in enumerate(cells):
+        if k and cells[k - 1][0] != " " and text != " ":
+            out.append(sep)
+        if colour and code != run_code:
+            out.append("\x1b[0m" if run_code else "")
+            out.append(f"\x1b[{code}m" if code else "")
+            run_code = code
+        out.append(text)
+    if colour and run_code:
+        out.append("\x1b[0m")
+    return "".join(out)
+
+
+def _cell(core: CpuSet, topology: Topology, overlay: Overlay, paint: Paint, width: int) -> tuple[str, str]:
+    """A core's text and its SGR code (colour mode): the owner's colour, underlined when remote."""
+    owners = _owners(core, paint)
+    remote = any(pu in paint.remote for pu in core)
+    if not core & topology.allowed_pus:
+        text, code = "-", "2"  # dim
+    elif not owners:
+        text, code = ".", ""
+    elif len(owners) == 1:
+        o = overlay.owners[owners.pop()]
+        text = o.tag
+        r, g, b = rgb(o.colour)
+        ink = "30" if ink_on(o.colour) == "#000" else "97"
+        code = f"{ink};48;5;{_xterm(r, g, b)}" + (";4" if remote else "")
+    else:
+        text, code = "*", "1"
+    return text.rjust(width), code
+
+
+def _xterm(r: int, g: int, b: int) -> int:
+    """The nearest colour of the xterm 256-colour cube."""
+    steps = (0, 95, 135, 175, 215, 255)
+    idx = [min(range(6), key=lambda k: abs(steps[k] - v)) for v in (r, g, b)]
+    return 16 + 36 * idx[0] + 6 * idx[1] + idx[2]
