@@ -16,7 +16,7 @@ import machines
 from launcher.affinity import AffinityError, plan_affinity
 from test_set_affinity_dgx import nvml_of
 from topo.discovery import discover
-from topo.probes.devices import REPLAY_ENV
+from topo_cli.machine import REPLAY_ENV
 from topo_cli import main as cli
 
 import fake_pynvml  # noqa: E402  (tests/fakes is on sys.path through test_set_affinity_dgx)
@@ -45,7 +45,7 @@ def dgx(tmp_path_factory):
             root = machines.build(m, tmp_path_factory.mktemp(name))
             nvml = described(m)
             fake_pynvml.load(nvml)
-            built[name] = (root, nvml, discover(root))
+            built[name] = (root, nvml, discover(root, live_probes=True))
     return built
 
 
