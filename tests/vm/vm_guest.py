@@ -101,8 +101,7 @@ def run_mode(mode, *extra, nproc=2):
 
 
 def plan_file(*args):
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
+    path = os.path.join(tempfile.mkdtemp(prefix="plan-"), "bind.json")  # topo plan -o refuses an existing file
     r = topo("plan", "--devices", "none", *args, "-o", path)
     assert r["rc"] == 0, r
     return path, json.load(open(path))
