@@ -306,3 +306,10 @@ def test_failure_without_an_error_file(tmp_path):
     assert read_failure(rank=0, local_rank=0, pid=7, exitcode=1, error_file=str(old)).message == "RuntimeError: x"
     text = format_failures("t.py FAILED", plain, [killed])
     assert "exitcode  : -15 (pid: 7) (SIGTERM)" in text.split("Root Cause")[0]
+
+
+def test_a_master_addr_that_is_no_host_name_is_one_line_exit_2(script):
+    r = dry_run("--master-addr=a..b", "--master-port=29500", script)
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "--master-addr='a..b' has an empty label" in r.output
+    assert dry_run("--master-addr=[::1]", "--master-port=29500", script).exit_code == 0
