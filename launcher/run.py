@@ -21,9 +21,10 @@ from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.config import LaunchConfig
 from launcher.environ import describe_threads
-from launcher.files import check_not_running, open_log
+from launcher.files import open_log
 from launcher.job import SCHEDULER, check_program, describe_plan, plan_job
 from launcher.plan import Plan
+from launcher.stop import check_not_running
 from launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
 from launcher.supervisor import (HANDLED_SIGNALS, LAUNCH_JSON, JobResult, StopSignals, Supervisor, describe_code,
                                  write_launch_json)
