@@ -3,8 +3,9 @@ for PyTorch jobs), `topo stop` (stop a detached job from its launch.json) and `t
 one process's binding under any other launcher).
 
 The layers: launcher.job (msrun's flags) and launcher.torchrun (torchrun's, parsed in
-launcher.torchrun_flags) plan a job (process specs: argv, environment, binding, logs; every check
-before anything exists); launcher.run.execute runs any plan: launcher.procgroup starts and stops
+launcher.torchrun_flags) make one launcher.plan.Plan of a job (process specs: argv, environment,
+binding, logs, and the restart policy; every check before anything exists); launcher.run.execute
+runs any plan, restarts included: launcher.procgroup starts and stops
 the group of processes, launcher.supervisor verifies, follows and records them (launcher.files
 writes the logs and the record). launcher.environ holds the environment rules `topo launch`,
 `topo run` and `topo bind` share.

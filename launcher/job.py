@@ -12,7 +12,7 @@ import re
 import shlex
 import shutil
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from launcher import environ as envs
@@ -20,6 +20,7 @@ from launcher import network
 from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
 from launcher.environ import MANAGED_VARS
 from launcher.options import parse_bind_numa
+from launcher.plan import Plan
 from launcher.procgroup import ProcessSpec
 from topo.numbers import ascii_number
 from topo.errors import UsageError
@@ -42,23 +43,8 @@ _PSEUDO_DIRS = ("/proc", "/sys", "/dev")
 MOUNTINFO_LIMIT = 4 << 20  # bytes of /proc/self/mountinfo read at most
 
 
-@dataclass(frozen=True)
-class JobPlan:
-    """Every process of a job on this node, decided before any starts."""
-
-    config: LaunchConfig
-    processes: tuple[ProcessSpec, ...]  # start order: scheduler first
-    base_env: Mapping[str, str]  # the launcher's environment minus MANAGED_VARS
-    log_dir: str
-    warnings: tuple[str, ...]
-
-    @property
-    def workers(self) -> tuple[ProcessSpec, ...]:
-        return tuple(p for p in self.processes if p.role == WORKER)
-
-
 def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
-             topology: Topology | Callable[[], Topology] | None = None) -> JobPlan:
+             topology: Topology | Callable[[], Topology] | None = None) -> Plan:
     """Decide every process of `config` on this node. Raises UsageError for anything that would
     make msrun fail half-way (bad counts, missing script or interpreter, a log directory that
     cannot be written, unavailable CPUs, ...). Reads the bind file; creates nothing.
@@ -151,7 +137,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
                             "their logs are not shown")
     for p in processes:
         check_log_file(p.log_path, log_dir)
-    return JobPlan(config, tuple(processes), envs.base_env(environ), log_dir, tuple(warnings))
+    return Plan(config, tuple(processes), envs.base_env(environ), log_dir, tuple(warnings))
 
 
 def _rank(config: LaunchConfig, local_rank: int) -> int | None:
@@ -178,7 +164,7 @@ def _command(config: LaunchConfig) -> tuple[str, ...]:
     return (config.python, config.script, *config.script_args)
 
 
-def check_program(plan: JobPlan) -> None:
+def check_program(plan: Plan) -> None:
     """UsageError unless the program every process runs can be found the way exec will look for
     it: on the PATH of the children's environment, or at the path given."""
     command = plan.processes[0].command if plan.processes else ()
@@ -292,7 +278,7 @@ def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology
                             topology=topology, environ=environ)
 
 
-def describe_plan(plan: JobPlan) -> str:
+def describe_plan(plan: Plan) -> str:
     """The dry-run text: per process its argv, log, binding and environment additions."""
     lines = []
     for w in plan.warnings:
@@ -309,4 +295,4 @@ def describe_plan(plan: JobPlan) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ProcessSpec", "JobPlan", "plan_job", "describe_plan", "MANAGED_VARS", "check_log_dir", "direct_binding"]
+__all__ = ["ProcessSpec", "Plan", "plan_job", "describe_plan", "MANAGED_VARS", "check_log_dir", "direct_binding"]

@@ -37,8 +37,9 @@ import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from launcher.binding import UNBOUND, Binding
@@ -164,6 +165,8 @@ class ProcessGroup:
         env[JOB_ID_VAR] = self.job_id
         bound = direct if direct is not None else (spec.binding if argv[:len(spec.binding.prefix)] == spec.binding.prefix
                                                    else UNBOUND)
+        if direct is not None and self.bind_fallback:
+            bound = held_binding(direct)  # the child walks the same ladder: TOPO_BINDING tells what holds
         if bound.is_bound:
             env[BINDING_VAR] = bound.env_value()  # what set_affinity keeps (planners.binding)
         shim: tuple[str, ...] = ()
@@ -391,6 +394,30 @@ def fallback_rung(log_text: str) -> str | None:
     alone), or None when the policy was applied as asked."""
     m = _FALLBACK.search(log_text)
     return m.group(2) if m else None
+
+
+def held_binding(binding: Binding) -> Binding:
+    """What the kernel keeps of `binding` down the --bind-fallback ladder (bind, preferred, CPUs
+    alone), asked in a short-lived thread of the launcher: a thread's memory policy ends with it."""
+    if binding.memory_policy is None:
+        return binding
+    rung: list[str] = []
+
+    def probe() -> None:
+        try:
+            rung.append(syscalls.apply_memory_policy(binding.memory_policy, binding.memory_nodes or CpuSet(),
+                                                     fallback=True))
+        except TopoError:  # the child meets it too, and says why
+            pass
+
+    thread = threading.Thread(target=probe, name="topo-mempolicy-probe")
+    thread.start()
+    thread.join()
+    if not rung or rung[0] == binding.memory_policy:
+        return binding
+    if rung[0] == "none":
+        return binding.without_memory()
+    return replace(binding, memory_policy=rung[0])
 
 
 def _child_setup(launcher_pid: int | None, direct: Binding | None, bind_fallback: bool):

@@ -1,6 +1,6 @@
 """launch(): plan a job, start it as one process group, check its bindings, follow it and clean up;
-execute(): the one executor, which runs the processes of any plan (`topo launch`'s and each
-attempt of `topo run`'s).
+execute(): the one executor, which runs any plan (launcher.plan: `topo launch`'s, `topo run`'s),
+its restarts included.
 
     plan_job (launcher.job)       config -> every process's argv, environment, log, binding; all checks
     ProcessGroup (procgroup)      start, signal, stop with a grace period, reap; no orphans
@@ -21,10 +21,12 @@ from typing import Callable, Mapping, Sequence, TextIO
 
 from launcher.config import LaunchConfig
 from launcher.environ import describe_threads
-from launcher.files import check_not_running, open_log
-from launcher.job import SCHEDULER, JobPlan, check_program, describe_plan, plan_job
-from launcher.procgroup import LaunchError, Process, ProcessGroup, ProcessSpec, check_open_file_limit
-from launcher.supervisor import (HANDLED_SIGNALS, LAUNCH_JSON, JobResult, StopSignals, Supervisor,
+from launcher.files import open_log
+from launcher.job import SCHEDULER, check_program, describe_plan, plan_job
+from launcher.plan import Plan
+from launcher.stop import check_not_running
+from launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
+from launcher.supervisor import (HANDLED_SIGNALS, LAUNCH_JSON, JobResult, StopSignals, Supervisor, describe_code,
                                  write_launch_json)
 
 # seconds between forwarding a Ctrl-C (SIGINT) to the job and SIGKILL: msrun returns at once
@@ -38,7 +40,7 @@ class LaunchResult:
     """How a `topo launch` job ended (or, with join=False, was left running)."""
 
     exit_code: int
-    plan: JobPlan
+    plan: Plan
     processes: tuple[Process, ...] = ()  # empty for a dry run
     failed: str | None = None  # "rank 1 exited with code 3", "received SIGTERM", ...
 
@@ -74,10 +76,9 @@ def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | N
     if threads:
         say(threads)
     _create_logs(plan)
-    group, result = execute(
-        plan.processes, plan.base_env, record_dir=plan.log_dir, join=config.join, grace_period=config.grace_period,
-        bind_fallback=config.bind_fallback, out=out, say=say, scheduler_role=SCHEDULER,
-        interrupt_grace=INTERRUPT_GRACE, on_start=lambda p: say(_started(p)))
+    group, result, _, _ = execute(
+        plan, join=config.join, grace_period=config.grace_period, bind_fallback=config.bind_fallback, out=out,
+        say=say, scheduler_role=SCHEDULER, interrupt_grace=INTERRUPT_GRACE, on_start=lambda p: say(_started(p)))
     if result is None:
         say(f"{len(group.processes)} processes left running (--join=False); the job is recorded in "
             f"{os.path.join(plan.log_dir, LAUNCH_JSON)}; stop it with: topo stop {plan.log_dir}")
@@ -85,17 +86,43 @@ def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | N
     return LaunchResult(result.exit_code, plan, result.processes, result.failed)
 
 
-def execute(specs: Sequence[ProcessSpec], base_env: Mapping[str, str], *, record_dir: str, join: bool,
-            grace_period: float, bind_fallback: bool, out: TextIO, say: Callable[[str], None],
-            err: TextIO | None = None, signals: StopSignals | None = None,
-            handled: Sequence[int] = HANDLED_SIGNALS, scheduler_role: str | None = None,
-            interrupt_grace: float | None = None,
-            on_start: Callable[[Process], None] | None = None) -> tuple[ProcessGroup, JobResult | None]:
-    """Run any plan's processes: start them as one group, check their bindings, record the job in
-    `record_dir`/launch.json, then (join) follow it to its end and report, or (not join) leave it
-    running and return None as the result. Whatever goes wrong, nothing started outlives it under
-    join. `signals`: the caller's, caught across several calls (topo run's restarts); else
-    `handled` are caught for this call alone."""
+def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool, out: TextIO,
+            say: Callable[[str], None], err: TextIO | None = None, handled: Sequence[int] = HANDLED_SIGNALS,
+            scheduler_role: str | None = None, interrupt_grace: float | None = None,
+            on_start: Callable[[Process], None] | None = None
+            ) -> tuple[ProcessGroup, JobResult | None, int, int | None]:
+    """Run any plan: start an attempt's processes as one group, check their bindings, record it in
+    its directory's launch.json, then (join) follow it to its end; after a failure start the plan's
+    next attempt, up to max_restarts times. Not join: the first attempt is left running (result
+    None). Returns (the last attempt's group, its result, the restarts made, the stop signal
+    received or None). `handled` signals are caught from the first start to the end (join only):
+    one received at any moment, also while a failed attempt stops or between two, ends the run.
+    Whatever goes wrong, nothing started outlives it under join."""
+    signals = StopSignals()
+    if join:
+        signals.install(handled)
+    restart = 0
+    try:
+        while True:
+            specs, record_dir = (plan.processes, plan.log_dir) if plan.attempt is None else plan.attempt(restart,
+                                                                                                          plan.log_dir)
+            group, result = _run_once(specs, plan.base_env, record_dir, join, grace_period, bind_fallback, out, err,
+                                      say, signals, scheduler_role, interrupt_grace, on_start)
+            first = result.failed_process if result is not None else None
+            if first is None or signals.received is not None or restart >= plan.max_restarts:
+                return group, result, restart, signals.received
+            say(f"[{first.spec.role}] worker group failed (rank {first.spec.rank}: "
+                f"{describe_code(first.popen.returncode)}); restarting it, {plan.max_restarts - restart} of "
+                f"{plan.max_restarts} restarts left")
+            if signals.received is not None:  # it came while that was said: still no further attempt
+                return group, result, restart, signals.received
+            restart += 1
+    finally:
+        signals.restore()
+
+
+def _run_once(specs, base_env, record_dir, join, grace_period, bind_fallback, out, err, say, signals,
+              scheduler_role, interrupt_grace, on_start) -> tuple[ProcessGroup, JobResult | None]:
     group = ProcessGroup(specs, base_env, job_id=uuid.uuid4().hex, inherit_stdin=join, die_with_launcher=join,
                          adopt_orphans=join, bind_fallback=bind_fallback)
     record_path = os.path.join(record_dir, LAUNCH_JSON)
@@ -104,15 +131,11 @@ def execute(specs: Sequence[ProcessSpec], base_env: Mapping[str, str], *, record
         write_launch_json(record_path, group, join=join, log_dir=record_dir, grace_period=grace_period,
                           start_times=start_times)
 
-    own = join and signals is None
-    signals = signals if signals is not None else StopSignals()
     # under --join the start times are recorded once the job has run a second (a short job does
     # not pay for importing psutil); a detached job's record is complete at once
     supervisor = Supervisor(group, grace_period=grace_period, bind_fallback=bind_fallback, out=out, err=err,
                             say=say, scheduler_role=scheduler_role, after_a_second=lambda: write_record(True),
                             signals=signals, interrupt_grace=interrupt_grace)
-    if own:
-        signals.install(handled)
     try:
         group.start(on_start=on_start)
         supervisor.verify_all()
@@ -126,8 +149,6 @@ def execute(specs: Sequence[ProcessSpec], base_env: Mapping[str, str], *, record
         group.stop(signal.SIGTERM, grace_period, say=say)
         raise
     finally:
-        if own:
-            signals.restore()
         if join:
             group.close()
 
@@ -137,7 +158,7 @@ def _started(proc: Process) -> str:
     return f"started {proc.name} (pid {proc.pid}), log {proc.spec.log_path}: {' '.join(proc.argv)}{how}"
 
 
-def _create_logs(plan: JobPlan) -> None:
+def _create_logs(plan: Plan) -> None:
     """The log directory (private, 0700, as msrun makes it) and every log file, before any
     process starts: a failure here leaves nothing running."""
     try:

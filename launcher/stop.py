@@ -143,6 +143,26 @@ def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) ->
                      _grace(path, data) if grace else None)
 
 
+def check_not_running(log_dir: str, stop_hint: str) -> None:
+    """UsageError when `log_dir` holds the record of a job with a process still running (it
+    carries the job's TOPO_JOB_ID): starting a second job there would overwrite its logs and
+    record, and `topo stop` could no longer find it. `stop_hint` is the directory as the user
+    should pass it to `topo stop`. No record, or one topo stop could not use, protects nothing."""
+    path = os.path.join(log_dir, LAUNCH_JSON)
+    try:
+        record = read_record(log_dir, path, grace=False)
+    except UsageError:
+        return
+    for p in record.processes:
+        try:
+            running = procinfo.environ_has("/proc", p.pid, JOB_ID_VAR, record.job_id)
+        except (OSError, ProcError):  # gone, or not ours to read
+            continue
+        if running:
+            raise UsageError(f"the log directory holds a running job, {path} (pid {p.pid}): stop it first "
+                             f"with `topo stop {stop_hint}`, or give another --log_dir")
+
+
 def _load(log_dir: str, path: str):
     try:
         # O_NOFOLLOW: a link planted as launch.json (to /dev/zero, a FIFO, another file) is refused;

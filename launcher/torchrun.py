@@ -1,6 +1,6 @@
 """`topo run`: the plan of a torchrun job (per-worker argv, environment, binding, log layout) and
-its run: each attempt goes through the executor `topo launch` uses (launcher.run.execute), restarts
-and the failure report around it. The flags are launcher.torchrun_flags', the error files
+its failure report: the plan (launcher.plan, restart policy included) runs in the executor `topo launch`
+uses (launcher.run.execute). The flags are launcher.torchrun_flags', the error files
 launcher.torchrun_errors'.
 
 What torchrun 2.13 does and topo run does alike:
@@ -35,15 +35,16 @@ import socket
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, TextIO
 
 from launcher.binding import UNBOUND, binding_of, device_ids
 from launcher.environ import base_env, describe_threads, sharers, thread_env
 from launcher.job import check_log_dir, direct_binding
+from launcher.plan import Plan
 from launcher.procgroup import INHERIT, LaunchError, ProcessSpec, check_open_file_limit
 from launcher.run import execute
-from launcher.supervisor import StopSignals, describe_code, exit_code, read_tail
+from launcher.supervisor import describe_code, read_tail
 from launcher.torchrun_errors import Failure, format_failures, read_failure
 from launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, parse_signals
 from topo.binding import Binding
@@ -52,78 +53,12 @@ from topo.errors import UsageError
 
 
 # ------------------------------------------------------------------ planning
-@dataclass(frozen=True)
-class RunPlan:
-    """Everything decided before the first worker starts."""
-
-    config: RunConfig
-    command: tuple[str, ...]  # interpreter + script + args, without a binding prefix
-    bindings: tuple[Binding, ...]  # by local rank
-    direct: tuple[Binding | None, ...]  # by local rank: applied with system calls when numactl / taskset is missing
-    master_port: int
-    run_id: str
-    base_env: Mapping[str, str]
-    environ: Mapping[str, str]
-    warnings: tuple[str, ...] = ()
-
-    def worker_env(self, local_rank: int, restart_count: int, error_file: str) -> dict[str, str]:
-        """torchrun's variables for one worker (local_elastic_agent._start_workers), plus topo's
-        OMP_NUM_THREADS rule for bound workers."""
-
-        c = self.config
-        rank = c.rank(local_rank)
-        binding = self.bindings[local_rank]
-        env = {
-            "LOCAL_RANK": str(local_rank), "RANK": str(rank), "GROUP_RANK": str(c.node_rank),
-            "ROLE_RANK": str(rank), "ROLE_NAME": c.role, "LOCAL_WORLD_SIZE": str(c.nproc_per_node),
-            "WORLD_SIZE": str(c.world_size), "GROUP_WORLD_SIZE": str(c.nnodes), "ROLE_WORLD_SIZE": str(c.world_size),
-            "MASTER_ADDR": c.master_addr, "MASTER_PORT": str(self.master_port),
-            "TORCHELASTIC_RESTART_COUNT": str(restart_count), "TORCHELASTIC_MAX_RESTARTS": str(c.max_restarts),
-            "TORCHELASTIC_RUN_ID": self.run_id,
-            # no agent store runs in topo: rank 0's init_process_group must host the TCPStore
-            "TORCHELASTIC_USE_AGENT_STORE": "False",
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": self.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
-            "TORCHELASTIC_ERROR_FILE": error_file,
-            "TORCHELASTIC_SIGNALS_TO_HANDLE": c.signals_to_handle,
-        }
-        if c.virtual_local_rank:
-            # torchrun's --virtual-local-rank: every worker is local rank 0 and sees only its own GPU,
-            # the local_rank-th entry of CUDA_VISIBLE_DEVICES (or GPU local_rank when it is unset)
-            env["LOCAL_RANK"] = "0"
-            env["CUDA_VISIBLE_DEVICES"] = self.virtual_device(local_rank)
-        env.update(thread_env(self.environ, binding, c.nproc_per_node, sharers(self.bindings)[local_rank]))
-        return env
-
-    def processes(self, restart: int, attempt_dir: str) -> tuple[ProcessSpec, ...]:
-        """Every worker of attempt `restart` as the executor runs it: argv, environment, binding and
-        torchrun's log layout under `attempt_dir` (`<local rank>/error.json`, `stdout.log`, ...)."""
-        c = self.config
-        specs = []
-        for local_rank, binding in enumerate(self.bindings):
-            rank_dir = os.path.join(attempt_dir, str(local_rank))
-            stdout, stderr, tail = _streams(c, local_rank, rank_dir)
-            specs.append(ProcessSpec(
-                f"rank {c.rank(local_rank)}", (*binding.prefix, *self.command),
-                self.worker_env(local_rank, restart, os.path.join(rank_dir, "error.json")), stdout, binding,
-                self.direct[local_rank], c.role, c.rank(local_rank), local_rank, tail,
-                stderr_path=stderr, tail_prefix=f"[{c.role}{local_rank}]:"))
-        return tuple(specs)
-
-    def virtual_device(self, local_rank: int) -> str:
-        visible = self.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible is None:
-            return str(local_rank)
-        ids = visible.split(",")
-        if local_rank >= len(ids):
-            raise UsageError(f"--virtual-local-rank: local rank {local_rank} has no GPU in "
-                             f"CUDA_VISIBLE_DEVICES={visible}; start at most {len(ids)} workers")
-        return ids[local_rank].strip()
-
-
 def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
-             topology: Callable | object | None = None) -> RunPlan:
-    """Check and decide everything (command, bindings, port, run id). Raises UsageError before
-    anything is created or started."""
+             topology: Callable | object | None = None) -> Plan:
+    """torchrun's flags as the plan the executor runs: per worker its argv, torchrun's environment,
+    binding and log layout, and the restart policy (each attempt under `<run dir>/attempt_<n>/`,
+    the run dir given as the plan's log_dir). Raises UsageError before anything is created or
+    started."""
 
     environ = dict(os.environ if environ is None else environ)
     command = _command(config)
@@ -138,11 +73,78 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     direct = tuple(direct_binding(b, search_path) for b in bindings)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or str(uuid.uuid4())
-    plan = RunPlan(config, command, bindings, direct, port, run_id, base_env(environ), environ, tuple(warnings))
-    if config.virtual_local_rank:
-        for local_rank in range(config.nproc_per_node):
-            plan.virtual_device(local_rank)  # a rank without a GPU is refused before anything starts
-    return plan
+    shared = sharers(bindings)
+    devices = [_virtual_device(environ, r) if config.virtual_local_rank else None
+               for r in range(config.nproc_per_node)]  # a rank without a GPU is refused before anything starts
+
+    def worker_env(local_rank: int, restart: int, error_file: str) -> dict[str, str]:
+        """torchrun's variables for one worker (local_elastic_agent._start_workers), plus topo's
+        OMP_NUM_THREADS rule for bound workers."""
+        c = config
+        rank = c.rank(local_rank)
+        env = {
+            "LOCAL_RANK": str(local_rank), "RANK": str(rank), "GROUP_RANK": str(c.node_rank),
+            "ROLE_RANK": str(rank), "ROLE_NAME": c.role, "LOCAL_WORLD_SIZE": str(c.nproc_per_node),
+            "WORLD_SIZE": str(c.world_size), "GROUP_WORLD_SIZE": str(c.nnodes), "ROLE_WORLD_SIZE": str(c.world_size),
+            "MASTER_ADDR": c.master_addr, "MASTER_PORT": str(port),
+            "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": str(c.max_restarts),
+            "TORCHELASTIC_RUN_ID": run_id,
+            # no agent store runs in topo: rank 0's init_process_group must host the TCPStore
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+            "TORCHELASTIC_ERROR_FILE": error_file,
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": c.signals_to_handle,
+        }
+        if c.virtual_local_rank:
+            # torchrun's --virtual-local-rank: every worker is local rank 0 and sees only its own GPU,
+            # the local_rank-th entry of CUDA_VISIBLE_DEVICES (or GPU local_rank when it is unset)
+            env["LOCAL_RANK"] = "0"
+            env["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
+        env.update(thread_env(environ, bindings[local_rank], c.nproc_per_node, shared[local_rank]))
+        return env
+
+    def processes(restart: int, attempt_dir: str) -> tuple[ProcessSpec, ...]:
+        """Every worker of attempt `restart`, in torchrun's log layout under `attempt_dir`
+        (`<local rank>/error.json`, `stdout.log`, ...)."""
+        specs = []
+        for local_rank, binding in enumerate(bindings):
+            rank_dir = os.path.join(attempt_dir, str(local_rank))
+            stdout, stderr, tail = _streams(config, local_rank, rank_dir)
+            specs.append(ProcessSpec(
+                f"rank {config.rank(local_rank)}", (*binding.prefix, *command),
+                worker_env(local_rank, restart, os.path.join(rank_dir, "error.json")), stdout, binding,
+                direct[local_rank], config.role, config.rank(local_rank), local_rank, tail,
+                stderr_path=stderr, tail_prefix=f"[{config.role}{local_rank}]:"))
+        return tuple(specs)
+
+    def attempt(restart: int, run_dir: str) -> tuple[tuple[ProcessSpec, ...], str]:
+        """Attempt `restart` under `run_dir`, its directories made."""
+        attempt_dir = os.path.join(run_dir, f"attempt_{restart}")
+        specs = processes(restart, attempt_dir)
+        try:
+            for spec in specs:
+                error_file = spec.env["TORCHELASTIC_ERROR_FILE"]
+                os.makedirs(os.path.dirname(error_file), exist_ok=True)
+                if os.path.lexists(error_file):
+                    os.unlink(error_file)
+        except OSError as exc:
+            raise LaunchError(f"cannot create the run's files, {exc.filename}: {exc.strerror}; "
+                              "give a writable --log-dir") from None
+        return specs, attempt_dir
+
+    return Plan(config, processes(0, "<run dir>/attempt_0"), base_env(environ), config.log_dir, tuple(warnings),
+                config.max_restarts, attempt)
+
+
+def _virtual_device(environ: Mapping[str, str], local_rank: int) -> str:
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(local_rank)
+    ids = visible.split(",")
+    if local_rank >= len(ids):
+        raise UsageError(f"--virtual-local-rank: local rank {local_rank} has no GPU in "
+                         f"CUDA_VISIBLE_DEVICES={visible}; start at most {len(ids)} workers")
+    return ids[local_rank].strip()
 
 
 def _command(config: RunConfig) -> tuple[str, ...]:
@@ -211,7 +213,7 @@ class RunResult:
     """How a `topo run` job ended."""
 
     exit_code: int  # 0, the failing worker's code (128 + N for signal N), or 128 + a signal we got
-    plan: RunPlan
+    plan: Plan
     restarts: int = 0  # how many times the worker group was started again
     failure: Failure | None = None  # the root cause of the last attempt's failure
     run_dir: str | None = None  # <log dir>/<run id>_<random>; None for a dry run or once removed
@@ -237,37 +239,31 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
 
     for warning in plan.warnings:
         say(f"warning: {warning}")
-    if config.nproc_per_node > 1 and "OMP_NUM_THREADS" not in plan.environ and not config.numa_binding:
+    if config.nproc_per_node > 1 and "OMP_NUM_THREADS" not in plan.base_env and not config.numa_binding:
         say(f"OMP_NUM_THREADS=1 for each of the {config.nproc_per_node} workers (they share this node's CPUs); "
             "set OMP_NUM_THREADS to tune it")
-    threads = describe_threads([f"rank {config.rank(r)}" for r in range(config.nproc_per_node)], plan.bindings,
-                               [plan.worker_env(r, 0, "") for r in range(config.nproc_per_node)])
+    threads = describe_threads([p.name for p in plan.processes], [p.binding for p in plan.processes],
+                               [p.env for p in plan.processes])
     if threads:
         say(threads)
-    run_dir = _make_run_dir(config, plan.run_id)
-    restart = 0
-    # caught from here to the end: a stop signal at any moment, also while a failed attempt is
-    # being shut down or between two attempts, ends the run and starts no further attempt
-    signals = StopSignals()
-    signals.install(tuple(signal.Signals[name] for name in parse_signals(config.signals_to_handle)))
-    try:
-        while True:
-            code, failure, others = _attempt(plan, restart, run_dir, out, err, say, signals)
-            if signals.received is not None or code == 0 or failure is None or restart >= config.max_restarts:
-                break
-            left = config.max_restarts - restart
-            say(f"[{config.role}] worker group failed (rank {failure.rank}: {describe_code(failure.exitcode)}); "
-                f"restarting it, {left} of {config.max_restarts} restarts left")
-            if signals.received is not None:  # it came while that was said: still no further attempt
-                break
-            restart += 1
-    finally:
-        signals.restore()
-    if signals.received is not None:
-        name = signal.Signals(signals.received).name
+    run_dir = _make_run_dir(config, plan.processes[0].env["TORCHELASTIC_RUN_ID"])
+    _, result, restart, received = execute(
+        replace(plan, log_dir=run_dir), join=True, grace_period=config.grace_period,
+        bind_fallback=config.bind_fallback, out=out, err=err, say=say,
+        handled=tuple(signal.Signals[name] for name in parse_signals(config.signals_to_handle)))
+    code, failure, others = result.exit_code, None, ()
+    first = result.failed_process
+    if first is not None:
+        def failed(p) -> Failure:
+            return read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid,
+                                exitcode=p.popen.returncode, error_file=p.spec.env["TORCHELASTIC_ERROR_FILE"])
+
+        failure = failed(first)
+        others = tuple(failed(p) for p in result.processes if p.popen.returncode not in (None, 0) and p is not first)
+    if received is not None:
         # torchrun ends with an uncaught SignalException, exit 1; for the others, 128 + n
-        code = 1 if signals.received == signal.SIGINT else 128 + signals.received
-        say(f"received {name} during attempt {restart}; no further attempt (exit {code})")
+        code = 1 if received == signal.SIGINT else 128 + received
+        say(f"received {signal.Signals(received).name} during attempt {restart}; no further attempt (exit {code})")
     if failure is not None:
         print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
         say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with "
@@ -281,37 +277,7 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     return RunResult(code, plan, restart, failure, run_dir)
 
 
-def _attempt(plan: RunPlan, restart: int, run_dir: str, out: TextIO, err: TextIO, say,
-             signals: StopSignals) -> tuple[int, Failure | None, tuple[Failure, ...]]:
-    """Start the worker group once and follow it to its end: (exit code, the root cause or None,
-    the other workers that ended badly, those stopped because of it included)."""
-    config = plan.config
-    attempt_dir = os.path.join(run_dir, f"attempt_{restart}")
-    specs = plan.processes(restart, attempt_dir)
-    try:
-        for spec in specs:
-            error_file = spec.env["TORCHELASTIC_ERROR_FILE"]
-            os.makedirs(os.path.dirname(error_file), exist_ok=True)
-            if os.path.lexists(error_file):
-                os.unlink(error_file)
-    except OSError as exc:
-        raise LaunchError(f"cannot create the run's files, {exc.filename}: {exc.strerror}; "
-                          "give a writable --log-dir") from None
-    _, result = execute(specs, plan.base_env, record_dir=attempt_dir, join=True, grace_period=config.grace_period,
-                        bind_fallback=config.bind_fallback, out=out, err=err, say=say, signals=signals)
-    first = result.failed_process
-    if first is None:  # success, or stopped by a signal
-        return result.exit_code, None, ()
-    failed = [p for p in result.processes if p.popen.returncode not in (None, 0)]
-
-    def failure(p) -> Failure:
-        return read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid,
-                            exitcode=p.popen.returncode, error_file=p.spec.env["TORCHELASTIC_ERROR_FILE"])
-
-    return exit_code(first.popen.returncode), failure(first), tuple(failure(p) for p in failed if p is not first)
-
-
-def _interpreter_hint(plan: RunPlan, failure: Failure, rank_dir: str) -> str | None:
+def _interpreter_hint(plan: Plan, failure: Failure, rank_dir: str) -> str | None:
     """For a worker that died of a Python error (exit code 1): which interpreter ran it and how to
     choose another, pointedly so when it could not import a module."""
     config = plan.config
@@ -320,7 +286,7 @@ def _interpreter_hint(plan: RunPlan, failure: Failure, rank_dir: str) -> str | N
     text = failure.message + failure.traceback
     for name in ("stderr.log", "stdout.log"):
         text += read_tail(os.path.join(rank_dir, name))
-    source = "from PYTHON_EXEC" if plan.environ.get("PYTHON_EXEC") else "the interpreter running topo run, as torchrun"
+    source = "from PYTHON_EXEC" if plan.base_env.get("PYTHON_EXEC") else "the interpreter running topo run, as torchrun"
     if "ModuleNotFoundError" in text or "No module named" in text:
         return (f"the workers could not import a module with {config.python} ({source}): set PYTHON_EXEC to the "
                 "interpreter that has it (PYTHON_EXEC=/path/to/venv/bin/python topo run ...)")
@@ -355,19 +321,20 @@ def _make_run_dir(config: RunConfig, run_id: str) -> str:
                           "give a writable --log-dir") from None
 
 
-def describe_run(plan: RunPlan) -> str:
+def describe_run(plan: Plan) -> str:
     """The dry-run text: per worker its argv, binding and torchrun environment."""
 
     config = plan.config
+    env = plan.processes[0].env
     lines = [f"warning: {w}" for w in plan.warnings]
-    lines.append(f"run id {plan.run_id}, {config.nnodes} node(s) x {config.nproc_per_node} worker(s), "
-                 f"node rank {config.node_rank}, master {config.master_addr}:{plan.master_port}, "
+    lines.append(f"run id {env['TORCHELASTIC_RUN_ID']}, {config.nnodes} node(s) x {config.nproc_per_node} worker(s), "
+                 f"node rank {config.node_rank}, master {config.master_addr}:{env['MASTER_PORT']}, "
                  f"restarts up to {config.max_restarts}")
-    for spec in plan.processes(0, "<run dir>/attempt_0"):
+    for spec in plan.processes:
         lines.append(f"{spec.name}, local rank {spec.local_rank}: {shlex.join(spec.argv)}")
         lines.append(f"  binding: {spec.binding.describe()}")
         lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())))
     return "\n".join(lines)
 
 
-__all__ = ["RunPlan", "RunResult", "describe_run", "plan_run", "run"]
+__all__ = ["RunResult", "describe_run", "plan_run", "run"]

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from launcher import slurm
+from launcher import network, slurm
 from launcher.config import MAX_PROCESSES_PER_NODE
 from topo.cpuset import excerpt
 from topo.numbers import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds
@@ -316,6 +316,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         master_port = DEFAULT_MASTER_PORT
     if values["standalone"]:
         master_addr, master_port, run_id = "localhost", None, ""
+    network.check_host(master_addr.strip("[]"), f"--master-addr={excerpt(master_addr)!r}")
 
     config = RunConfig(
         script=script, script_args=tuple(script_args), nnodes=nnodes, nproc_per_node=nproc,

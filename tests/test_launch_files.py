@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.files import check_not_running, open_log, write_record
+from launcher.files import open_log, write_record
+from launcher.stop import check_not_running
+from launcher.supervisor import SCHEMA
 from launcher.job import check_log_dir
 from launcher.procgroup import has_pdeathsig
 from processes import wait_for
@@ -89,7 +91,7 @@ def test_a_record_naming_a_live_process_of_its_job_blocks_the_dir(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env={**os.environ, "TOPO_JOB_ID": job_id})
     try:
-        (tmp_path / "launch.json").write_text(json.dumps({"job_id": job_id, "processes": [{"pid": child.pid}]}))
+        (tmp_path / "launch.json").write_text(json.dumps({"schema": SCHEMA, "job_id": job_id, "processes": [{"pid": child.pid}]}))
         with pytest.raises(UsageError, match=f"pid {child.pid}.*topo stop logs"):
             check_not_running(str(tmp_path), "logs")
     finally:
@@ -99,7 +101,8 @@ def test_a_record_naming_a_live_process_of_its_job_blocks_the_dir(tmp_path):
 
 
 def test_a_finished_jobs_log_dir_is_reused(tmp_path):
-    (tmp_path / "launch.json").write_text(json.dumps({"job_id": "0123456789abcdef", "processes": [{"pid": 1}]}))
+    (tmp_path / "launch.json").write_text(json.dumps({"schema": SCHEMA, "job_id": "0123456789abcdef",
+                                                          "processes": [{"pid": 1}]}))
     check_not_running(str(tmp_path), ".")  # pid 1 does not carry the job's id
 
 

@@ -91,3 +91,34 @@ def test_unknown_policy_is_refused_before_any_call():
 
     with pytest.raises(TopoError, match="memory policy must be one of"):
         syscalls.apply_memory_policy("membind")
+
+
+@pytest.mark.parametrize("refuse, told, rung", [({MPOL_BIND: EPERM}, " memory=preferred:0", "preferred"),
+                                                (None, "", "none")])  # None: every mode refused
+def test_topo_binding_tells_the_rung_that_held_after_a_fallback(tmp_path, refuse, told, rung):
+    """A child bound directly (no numactl) with --bind-fallback gets TOPO_BINDING as the kernel
+    answered the ladder, not as asked."""
+    code = f"""
+        import os
+        import seccomp
+        from launcher.procgroup import ProcessGroup, ProcessSpec
+        from topo.binding import Binding
+        from topo.cpuset import CpuSet
+        seccomp.refuse_set_mempolicy({refuse!r})
+        cpus = CpuSet(sorted(os.sched_getaffinity(0)))
+        binding = Binding(cpus, CpuSet([0]), "bind", prefix=("numactl", "--membind=0"))
+        argv = ("numactl", "--membind=0", "sh", "-c", "echo TOPO_BINDING=$TOPO_BINDING")
+        spec = ProcessSpec("rank 0", argv, {{}}, {str(tmp_path / "log")!r}, binding, binding)
+        group = ProcessGroup([spec], {{"PATH": os.environ["PATH"]}}, job_id="t", bind_fallback=True)
+        group.start()
+        print("exit", group.processes[0].popen.wait())
+        print("cpus=" + str(cpus))
+    """
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=60)
+    assert proc.returncode == 0 and "exit 0" in proc.stdout, proc.stdout + proc.stderr
+    cpus = proc.stdout.strip().splitlines()[-1]
+    log = (tmp_path / "log").read_text()
+    assert f"TOPO_BINDING={cpus}{told}\n" in log, log
+    assert f"held: {rung}\n" in log  # the child walked the ladder itself too

@@ -47,10 +47,11 @@ def test_one_node_without_a_port_is_a_local_rendezvous(script):
     standalone, _ = config(script, standalone=True, master_addr="10.0.0.9", master_port=1234, rdzv_id="x")
     assert (standalone.master_addr, standalone.master_port, standalone.run_id) == ("localhost", None, "")
     plan = plan_run(standalone, environ={"PATH": "/usr/bin:/bin"})
-    assert 0 < plan.master_port < 65536
+    assert 0 < int(plan.processes[0].env["MASTER_PORT"]) < 65536
     import uuid
 
-    assert str(uuid.UUID(plan.run_id)) == plan.run_id and uuid.UUID(plan.run_id).version == 4
+    run_id = plan.processes[0].env["TORCHELASTIC_RUN_ID"]
+    assert str(uuid.UUID(run_id)) == run_id and uuid.UUID(run_id).version == 4
 
 
 def test_several_nodes_default_to_port_29500(script):
@@ -152,10 +153,10 @@ def test_flags_accepted_for_torchrun_change_nothing(script):
 def test_virtual_local_rank(script):
     c, _ = config(script, nproc_per_node="2", virtual_local_rank=True, master_port=29510)
     plan = plan_run(c, environ={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "3,5"})
-    envs = [plan.worker_env(r, 0, "e") for r in (0, 1)]
+    envs = [plan.processes[r].env for r in (0, 1)]
     assert [(e["LOCAL_RANK"], e["RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in envs] == [("0", "0", "3"), ("0", "1", "5")]
     unset = plan_run(c, environ={"PATH": "/usr/bin:/bin"})
-    assert [unset.worker_env(r, 0, "e")["CUDA_VISIBLE_DEVICES"] for r in (0, 1)] == ["0", "1"]
+    assert [unset.processes[r].env["CUDA_VISIBLE_DEVICES"] for r in (0, 1)] == ["0", "1"]
     with pytest.raises(UsageError, match="local rank 1 has no GPU in CUDA_VISIBLE_DEVICES=3"):
         plan_run(c, environ={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "3"})
 
@@ -305,3 +306,10 @@ def test_failure_without_an_error_file(tmp_path):
     assert read_failure(rank=0, local_rank=0, pid=7, exitcode=1, error_file=str(old)).message == "RuntimeError: x"
     text = format_failures("t.py FAILED", plain, [killed])
     assert "exitcode  : -15 (pid: 7) (SIGTERM)" in text.split("Root Cause")[0]
+
+
+def test_a_master_addr_that_is_no_host_name_is_one_line_exit_2(script):
+    r = dry_run("--master-addr=a..b", "--master-port=29500", script)
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "--master-addr='a..b' has an empty label" in r.output
+    assert dry_run("--master-addr=[::1]", "--master-port=29500", script).exit_code == 0
