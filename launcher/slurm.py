@@ -16,11 +16,12 @@ Host lists are Slurm's compressed syntax (`gpu[01-04,07],login1`), expanded here
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import re
 from typing import Mapping
 
 from launcher.network import check_host
-from topo.records import record
 from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo.cpuset import excerpt
@@ -132,7 +133,7 @@ def _ranges(body: str, text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-@record
+@dataclass(frozen=True)
 class SlurmNode:
     """This node's place in a Slurm allocation or step; None where Slurm did not say."""
 
@@ -199,7 +200,7 @@ def _first_int(environ: Mapping[str, str], names) -> int | None:
     return None
 
 
-@record
+@dataclass(frozen=True)
 class FromSlurm:
     """Values a launcher takes from Slurm because the user did not give them, and the line saying so."""
 

@@ -16,7 +16,6 @@ from typing import Iterable, Mapping
 
 from topo.cpuset import EMPTY, CpuSet
 from topo.errors import ParseError, ProbeError
-from topo.records import record
 
 SCHEMA = "topo.topology/1"
 # The most PUs a Topology may hold: 8x the largest NR_CPUS a Linux kernel builds with (8192, x86-64
@@ -25,7 +24,7 @@ SCHEMA = "topo.topology/1"
 MAX_PUS = 65536
 
 
-@record
+@dataclass(frozen=True)
 class Package:
     """A processor package (socket)."""
 
@@ -34,7 +33,7 @@ class Package:
     model: str | None = None
 
 
-@record
+@dataclass(frozen=True)
 class Die:
     """A die inside a package."""
 
@@ -43,7 +42,7 @@ class Die:
     cpuset: CpuSet
 
 
-@record
+@dataclass(frozen=True)
 class Cluster:
     """A cluster of cores sharing something below the die (ARM clusters)."""
 
@@ -52,7 +51,7 @@ class Cluster:
     cpuset: CpuSet
 
 
-@record
+@dataclass(frozen=True)
 class Core:
     """A physical core and its PUs (hardware threads)."""
 
@@ -61,7 +60,7 @@ class Core:
     cpuset: CpuSet
 
 
-@record
+@dataclass(frozen=True)
 class Cache:
     """A CPU cache and the PUs sharing it."""
 
@@ -78,7 +77,7 @@ class Cache:
         return f"L{self.level}{suffix}"
 
 
-@record
+@dataclass(frozen=True)
 class MemorySideCache:
     """A cache in front of NUMA nodes' memory (hwloc's MemCache)."""
 
@@ -87,7 +86,7 @@ class MemorySideCache:
     cpuset: CpuSet
 
 
-@record
+@dataclass(frozen=True)
 class NumaNode:
     """A NUMA node: memory, the CPUs it owns and the CPUs it is local to."""
 
@@ -100,7 +99,7 @@ class NumaNode:
     subtype: str | None = None  # e.g. "GPUMemory", "NVM"
 
 
-@record
+@dataclass(frozen=True)
 class Group:
     """A level hwloc inserts where no package/die/cache matches: NUMA nodes spanning several
     packages, or nodes clustered by their distances."""
@@ -110,7 +109,7 @@ class Group:
     reason: str
 
 
-@record
+@dataclass(frozen=True)
 class PciDevice:
     """A PCI function as sysfs lists it."""
 
@@ -162,7 +161,7 @@ class OsDevice:
     subtype: str | None = None  # lstopo's: "Disk", "NVM", ...
 
 
-@record
+@dataclass(frozen=True)
 class Device:
     """An accelerator or NIC that planners place processes next to."""
 
@@ -179,7 +178,7 @@ class Device:
     socket_cpus: CpuSet | None = None  # NVML's SOCKET-scope affinity; None when not reported
 
 
-@record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Topology:
     """One machine: its PU sets, its objects by type, and how each probe fared.
 

@@ -18,12 +18,11 @@ becomes a reason string, never an exception out of the probe.
 from __future__ import annotations
 
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from topo.cpuset import CpuSet, excerpt
 from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
-from topo.records import record
 from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
@@ -32,7 +31,7 @@ _BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([
 # ValueError), at most MAX_ID.
 
 
-@record
+@dataclass(frozen=True)
 class NpuChip:
     """One NPU chip as npu-smi lists it."""
 
@@ -44,7 +43,7 @@ class NpuChip:
     cpus: CpuSet | None = None  # npu-smi's CPU Affinity
 
 
-@record
+@dataclass(frozen=True)
 class NpuReport:
     """What the probe found, and how it fared (`status`)."""
 
