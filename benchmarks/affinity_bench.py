@@ -54,7 +54,7 @@ def this_machine(reps: int) -> dict[str, list[float]]:
 
 
 def dgx_a100_shape(reps: int) -> dict[str, list[float]]:
-    from launcher import affinity
+    from topo.launcher import affinity
     from topo.synthetic import synthetic
 
     topology = synthetic("pack:2 numa:4 l3:4 core:16 pu:2", pu_order="scatter", gpu_nodes=[3, 3, 1, 1, 7, 7, 5, 5])

@@ -20,9 +20,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import planners  # noqa: E402
-from planners.bindcheck import validate_bind  # noqa: E402
-from planners.bindload import plan_from_json  # noqa: E402
+from topo import planners  # noqa: E402
+from topo.planners.bindcheck import validate_bind  # noqa: E402
+from topo.planners.bindload import plan_from_json  # noqa: E402
 from topo.cpuset import CpuSet  # noqa: E402
 from topo.errors import ParseError  # noqa: E402
 from topo.synthetic import synthetic  # noqa: E402

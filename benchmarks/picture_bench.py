@@ -24,8 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import planners  # noqa: E402
-from views.plan import plan_html, plan_map, plan_svg  # noqa: E402
+from topo import planners  # noqa: E402
+from topo.views.plan import plan_html, plan_map, plan_svg  # noqa: E402
 from topo.synthetic import synthetic  # noqa: E402
 
 MACHINES = {

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import planners  # noqa: E402
+from topo import planners  # noqa: E402
 from topo.synthetic import synthetic  # noqa: E402
 
 MACHINES = {
@@ -105,7 +105,7 @@ def main() -> int:
                 assert not [p for p in problems if p.severity != "warning"], (mode, opts, problems[:3])
 
     worst_growth = worst_largest = 0.0
-    for title, ms in (("planners.plan + to_json", plan_ms), ("planners.validate_bind on that plan", check_ms)):
+    for title, ms in (("topo.planners.plan + to_json", plan_ms), ("topo.planners.validate_bind on that plan", check_ms)):
         print(f"\n{title} (ms, best of {args.repeat})")
         print(f"{'mode':<19} {'options':<58} {'2k':>7} {'16k':>7} {'growth':>7} {'32k':>7}")
         for i, (mode, opts) in enumerate(VARIANTS):

@@ -4,7 +4,7 @@
     python benchmarks/spawn_bench.py [--reps N]
 
 1. subprocess: wall time of `python -c pass` started plainly, through `bound_argv`'s prefix
-   (`python -m launcher.bindexec cpus=... -- ...`), and through `numactl --physcpubind` when
+   (`python -m topo.launcher.bindexec cpus=... -- ...`), and through `numactl --physcpubind` when
    numactl is installed. The prefix's cost is one short interpreter start before the exec.
 2. multiprocessing spawn: wall time of `Process.start()` + `join()` of an empty target, plain and
    through `start_bound` (the calling thread holds the child's binding while it starts it).
@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from launcher.spawn import bound_argv, start_bound  # noqa: E402
+from topo.launcher.spawn import bound_argv, start_bound  # noqa: E402
 
 
 def timed(run, reps: int) -> list[float]:

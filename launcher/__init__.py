@@ -10,7 +10,7 @@ the group of processes, launcher.supervisor verifies, follows and records them (
 writes the logs and the record). launcher.environ holds the environment rules `topo launch`,
 `topo run` and `topo bind` share.
 
-    from launcher import LaunchConfig, launch
+    from topo.launcher import LaunchConfig, launch
     result = launch(LaunchConfig("train.py", worker_num=2, local_worker_num=2, join=True, scheduler=False))
     result.exit_code
 
@@ -24,10 +24,10 @@ from topo.lazy import lazy_exports
 __all__ = ["LaunchConfig", "LaunchError", "LaunchResult", "launch"]
 
 _LAZY = {
-    "LaunchConfig": "launcher.config",
-    "LaunchError": "launcher.procgroup",
-    "LaunchResult": "launcher.run",
-    "launch": "launcher.run",
+    "LaunchConfig": "topo.launcher.config",
+    "LaunchError": "topo.launcher.procgroup",
+    "LaunchResult": "topo.launcher.run",
+    "launch": "topo.launcher.run",
 }
 
 

@@ -40,8 +40,8 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-import planners
-from planners.core import Job
+from topo import planners
+from topo.planners.core import Job
 from topo import syscalls
 from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet, excerpt, union_all

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from planners.bindplan import BindPlan
+    from topo.planners.bindplan import BindPlan
     from topo.model import Topology
 
 
@@ -17,8 +17,8 @@ def msrun_auto(topology: Topology, physical: Sequence[int], kind: str) -> BindPl
     """The plan msrun's automatic allocation gives local ranks driving devices `physical` (in rank
     order): main CPUs per process (`kind="core"`, --bind_core=True) or one NUMA node for CPUs and
     memory (`kind="numa"`, --bind_numa=True). Entries are keyed `device<physical id>`."""
-    import planners
-    from planners.core import Job, accelerators
+    from topo import planners
+    from topo.planners.core import Job, accelerators
 
     # a CPU-only machine has no devices to be next to: the planner splits the allowed CPUs
     devices = tuple(physical) if accelerators(topology) else (None,) * len(physical)

@@ -15,11 +15,11 @@ import sys
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from launcher.binding import binding_of, check_loaded, device_ids
-from launcher.environ import bind_file_env, sharers, thread_env
-from launcher.slurm import task_env
-from planners.binding import BINDING_VAR, from_entry
-from planners.bindload import load_bind
+from topo.launcher.binding import binding_of, check_loaded, device_ids
+from topo.launcher.environ import bind_file_env, sharers, thread_env
+from topo.launcher.slurm import task_env
+from topo.planners.binding import BINDING_VAR, from_entry
+from topo.planners.bindload import load_bind
 from topo.discovery import discover
 from topo.cpuset import CpuSet
 from topo.numbers import ascii_number

@@ -1,7 +1,7 @@
 """Bind this process, then exec a command: the prefix `launcher.spawn.bound_argv` puts before a
 child's argv, so the command starts bound (CPU affinity and memory policy survive exec).
 
-    python -m launcher.bindexec [--bind-fallback] cpus=0-3 memory=bind:0 -- COMMAND [ARG...]
+    python -m topo.launcher.bindexec [--bind-fallback] cpus=0-3 memory=bind:0 -- COMMAND [ARG...]
 
 The binding is written as TOPO_BINDING is (topo.binding): `cpus=LIST`, `memory=POLICY:NODES` or
 `memory=local`, only the parts to bind; `--env=NAME=VALUE` adds a variable to the command's
@@ -24,7 +24,7 @@ from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, TopoError
 
-USAGE = ("usage: python -m launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] [cpus=LIST] "
+USAGE = ("usage: python -m topo.launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] [cpus=LIST] "
          "[memory=POLICY:NODES] -- COMMAND [ARG...]")
 
 

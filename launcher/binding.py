@@ -20,14 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
-from launcher.environ import bind_file_env
+from topo.launcher.environ import bind_file_env
 from topo.binding import Binding
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 
 if TYPE_CHECKING:  # planners and the model are imported only when something is bound
-    from planners.bindload import LoadedBind
-    from planners.bindplan import BindPlan, ProcessBinding
+    from topo.planners.bindload import LoadedBind
+    from topo.planners.bindplan import BindPlan, ProcessBinding
     from topo.model import Topology
 
 
@@ -79,7 +79,7 @@ def binding_of(process: ProcessBinding | None, topology: Topology, *,
     `memory_policy` is the plan's (None: memory not bound). The main CPUs decide the CPU binding,
     else the CPU nodes (a JSON plan never has both).
     """
-    from planners.binding import from_entry  # the planners package (~60 ms): only when something is bound
+    from topo.planners.binding import from_entry  # the planners package (~60 ms): only when something is bound
 
     binding = from_entry(process, topology, memory_policy)
     if process is None or not binding.is_bound:
@@ -153,7 +153,7 @@ def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: li
     """UsageError for the first problem that stops a binding (CPUs or nodes that are not there or
     not allowed): the same check, with the same words, as `topo validate`. Overlapping main CPUs
     only cost speed, and msrun runs such files, so they become warnings."""
-    from planners.bindcheck import check_plan, one_line
+    from topo.planners.bindcheck import check_plan, one_line
 
     errors = []
     for problem in check_plan(loaded.plan, topology):
@@ -187,7 +187,7 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
             # msrun exports the CPUs of the first node for mindspore.runtime.set_cpu_affinity
             for i, entry in enumerate(numa):
                 if entry is not None and entry.cpu_node_set:
-                    from planners.binding import node_cpus
+                    from topo.planners.binding import node_cpus
 
                     cpu_lists[i] = node_cpus(topology, CpuSet([entry.cpu_node_set.first()]))
     scheduler = _combine(sched_core, sched_numa, topology)
@@ -246,7 +246,7 @@ def _check_ids(plan: BindPlan, allowed: CpuSet, flag: str, label: str) -> None:
 
 
 def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str]) -> list[ProcessBinding | None]:
-    from launcher.autoplan import msrun_auto
+    from topo.launcher.autoplan import msrun_auto
 
     plan = msrun_auto(topology, physical, kind)
     warnings.extend(plan.warnings)

@@ -12,13 +12,13 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from launcher import slurm
-from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from topo.launcher import slurm
+from topo.launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
 from topo.numbers import MAX_SECONDS
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
-    from planners.bindload import LoadedBind
+    from topo.planners.bindload import LoadedBind
 
 # the most processes one node starts: far above any machine's CPU count, and a bound on the work
 # (and memory) spent planning before anything starts
@@ -147,9 +147,9 @@ class LaunchConfig:
 
 
 def _loaded_bind_types() -> tuple[type, ...]:
-    """planners.bindload.LoadedBind when the planners are loaded (a loaded bind JSON exists only
+    """topo.planners.bindload.LoadedBind when the planners are loaded (a loaded bind JSON exists only
     then), else nothing: an unbound launch does not import them for this check."""
-    module = sys.modules.get("planners.bindload")
+    module = sys.modules.get("topo.planners.bindload")
     return (module.LoadedBind,) if module is not None else ()
 
 

@@ -15,18 +15,18 @@ import socket
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from launcher import environ as envs
-from launcher import network
-from launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
-from launcher.environ import MANAGED_VARS
-from launcher.options import parse_bind_numa
-from launcher.plan import Plan
-from launcher.procgroup import ProcessSpec
+from topo.launcher import environ as envs
+from topo.launcher import network
+from topo.launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
+from topo.launcher.environ import MANAGED_VARS
+from topo.launcher.options import parse_bind_numa
+from topo.launcher.plan import Plan
+from topo.launcher.procgroup import ProcessSpec
 from topo.numbers import ascii_number
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
-    from launcher.config import LaunchConfig
+    from topo.launcher.config import LaunchConfig
     from topo.model import Topology
 
 SCHEDULER = "scheduler"

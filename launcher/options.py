@@ -15,7 +15,7 @@ from topo.errors import ParseError, UsageError
 _RANK = re.compile(r"-?[0-9]{1,9}")
 
 if TYPE_CHECKING:  # planners is imported only when a binding is actually given
-    from planners.bindload import LoadedBind
+    from topo.planners.bindload import LoadedBind
 
 # What --bind_core / --bind_numa hold after parsing: off (False), automatic (True), or a
 # planners.bindload.LoadedBind: msrun's table ({"device0": ["0-9", "20-29"], "scheduler": [...]},
@@ -62,7 +62,7 @@ def parse_bind_numa(value: Any) -> BindValue:
 
 
 def _parse_bind(value: Any, flag: str) -> BindValue:
-    from planners.bindload import UNIFIED_KEYS, BindSource, LoadedBind, load_bind, load_table, parse_json, plan_of
+    from topo.planners.bindload import UNIFIED_KEYS, BindSource, LoadedBind, load_bind, load_table, parse_json, plan_of
 
     if isinstance(value, (bool, LoadedBind)):
         return value

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from launcher.procgroup import ProcessSpec
+from topo.launcher.procgroup import ProcessSpec
 
 
 @dataclass(frozen=True)

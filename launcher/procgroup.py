@@ -42,11 +42,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
-from launcher.binding import UNBOUND, Binding
+from topo.launcher.binding import UNBOUND, Binding
 from topo import syscalls
 from topo.binding import BINDING_VAR
 from topo.cpuset import CpuSet
-from launcher.files import open_log
+from topo.launcher.files import open_log
 from topo.errors import TopoError
 from topo.syscalls import prctl
 

@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass, field, replace
 
 import topo
-from launcher import procinfo
-from launcher.procinfo import AccessDenied, ProcError, ProcessGone
+from topo.launcher import procinfo
+from topo.launcher.procinfo import AccessDenied, ProcError, ProcessGone
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 

@@ -19,14 +19,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence, TextIO
 
-from launcher.config import LaunchConfig
-from launcher.environ import describe_threads
-from launcher.files import open_log
-from launcher.job import SCHEDULER, check_program, describe_plan, plan_job
-from launcher.plan import Plan
-from launcher.stop import check_not_running
-from launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
-from launcher.supervisor import (HANDLED_SIGNALS, LAUNCH_JSON, JobResult, StopSignals, Supervisor, describe_code,
+from topo.launcher.config import LaunchConfig
+from topo.launcher.environ import describe_threads
+from topo.launcher.files import open_log
+from topo.launcher.job import SCHEDULER, check_program, describe_plan, plan_job
+from topo.launcher.plan import Plan
+from topo.launcher.stop import check_not_running
+from topo.launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
+from topo.launcher.supervisor import (HANDLED_SIGNALS, LAUNCH_JSON, JobResult, StopSignals, Supervisor, describe_code,
                                  write_launch_json)
 
 # seconds between forwarding a Ctrl-C (SIGINT) to the job and SIGKILL: msrun returns at once

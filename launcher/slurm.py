@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import re
 from typing import Mapping
 
-from launcher.network import check_host
+from topo.launcher.network import check_host
 from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo.cpuset import excerpt

@@ -2,7 +2,7 @@
 that spawn their workers with `subprocess` or `multiprocessing`).
 
     import subprocess
-    from launcher.spawn import bound_argv, start_bound
+    from topo.launcher.spawn import bound_argv, start_bound
 
     subprocess.Popen(bound_argv(["python", "worker.py"], rank))       # a command
 
@@ -17,7 +17,7 @@ unless it is set, OMP_NUM_THREADS as topo's launchers set it (its CPUs divided b
 sharing them). No file is written.
 
 How each starts bound:
-- `bound_argv` puts `python -m launcher.bindexec cpus=... memory=... --` before the argv: a
+- `bound_argv` puts `python -m topo.launcher.bindexec cpus=... memory=... --` before the argv: a
   process that binds itself with sched_setaffinity/set_mempolicy (no numactl needed, and the
   fallback ladder works where a container refuses set_mempolicy), then execs the command, which
   starts bound.
@@ -43,9 +43,9 @@ import sys
 import threading
 import warnings
 
-from launcher import bindexec
-from launcher.affinity import AffinityError, home_nodes, migrate_to, move_threads, plan_here, set_memory, this_machine
-from launcher.environ import thread_env
+from topo.launcher import bindexec
+from topo.launcher.affinity import AffinityError, home_nodes, migrate_to, move_threads, plan_here, set_memory, this_machine
+from topo.launcher.environ import thread_env
 from topo import syscalls
 from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
@@ -67,7 +67,7 @@ def bound_argv(argv, device_id, nproc_per_node: int | None = None, *, mode="uniq
                max_physical_cores: int | None = None, memory: str | None = None,
                bind_fallback: bool = False) -> list[str]:
     """`argv` prefixed so that the command starts bound as set_affinity(device_id, ...) would bind
-    it: `[sys.executable, "-m", "launcher.bindexec", "cpus=0-3", "memory=bind:0", "--", *argv]`.
+    it: `[sys.executable, "-m", "topo.launcher.bindexec", "cpus=0-3", "memory=bind:0", "--", *argv]`.
     The prefix exits 1 when the kernel refuses the binding (unless bind_fallback), 127 when the
     command is not found."""
     argv = [str(a) for a in argv]

@@ -35,9 +35,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from launcher import procinfo
-from launcher.procinfo import ProcError
-from launcher.supervisor import LAUNCH_JSON, SCHEMA
+from topo.launcher import procinfo
+from topo.launcher.procinfo import ProcError
+from topo.launcher.supervisor import LAUNCH_JSON, SCHEMA
 from topo.cpuset import excerpt
 from topo.numbers import MAX_SECONDS
 from topo.errors import TopoError, UsageError

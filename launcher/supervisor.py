@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence, TextIO
 
-from launcher import verify
-from launcher.files import LAUNCH_JSON, open_log, write_record
-from launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup, fallback_rung
+from topo.launcher import verify
+from topo.launcher.files import LAUNCH_JSON, open_log, write_record
+from topo.launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup, fallback_rung
 from topo.binding import Binding
 from topo.cpuset import CpuSet
-from launcher.tail import LogTailer
+from topo.launcher.tail import LogTailer
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
 MAX_POLL_INTERVAL = 0.1  # s; the join loop backs off to this, so a day-long job costs no CPU

@@ -38,15 +38,15 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, TextIO
 
-from launcher.binding import UNBOUND, binding_of, device_ids
-from launcher.environ import base_env, describe_threads, sharers, thread_env
-from launcher.job import check_log_dir, direct_binding
-from launcher.plan import Plan
-from launcher.procgroup import INHERIT, LaunchError, ProcessSpec, check_open_file_limit
-from launcher.run import execute
-from launcher.supervisor import describe_code, read_tail
-from launcher.torchrun_errors import Failure, format_failures, read_failure
-from launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, parse_signals
+from topo.launcher.binding import UNBOUND, binding_of, device_ids
+from topo.launcher.environ import base_env, describe_threads, sharers, thread_env
+from topo.launcher.job import check_log_dir, direct_binding
+from topo.launcher.plan import Plan
+from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec, check_open_file_limit
+from topo.launcher.run import execute
+from topo.launcher.supervisor import describe_code, read_tail
+from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
+from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, parse_signals
 from topo.binding import Binding
 from topo.errors import UsageError
 
@@ -180,7 +180,7 @@ def _check_command(config: RunConfig, command: tuple[str, ...], environ: Mapping
 def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings: list[str]) -> tuple[Binding, ...]:
     """Each local rank's binding from `planners.plan(topology, MODE, nproc=...)`: local rank r runs
     next to the r-th visible device (torchrun's rule), or on its share of the CPUs without devices."""
-    import planners  # ~60 ms to import: only for --numa-binding
+    from topo import planners  # ~60 ms to import: only for --numa-binding
 
     if topology is None:
         from topo.discovery import discover  # the probes: only for --numa-binding

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from launcher.supervisor import signal_name
+from topo.launcher.supervisor import signal_name
 
 NO_ERROR_FILE = "<N/A>"
 ERROR_FILE_LIMIT = 4 << 20  # bytes of an error file read at most: a traceback is far smaller

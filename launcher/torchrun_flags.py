@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from launcher import network, slurm
-from launcher.config import MAX_PROCESSES_PER_NODE
+from topo.launcher import network, slurm
+from topo.launcher.config import MAX_PROCESSES_PER_NODE
 from topo.cpuset import excerpt
 from topo.numbers import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds
 from topo.errors import UsageError

@@ -21,34 +21,34 @@ from typing import Sequence
 from topo.errors import UsageError
 from topo.model import Topology
 
-from planners.bindcheck import Problem, validate_bind
-from planners.bindload import load_bind
-from planners.bindplan import BindPlan, ProcessBinding
-from planners.core import Job, Options, Planner
+from topo.planners.bindcheck import Problem, validate_bind
+from topo.planners.bindload import load_bind
+from topo.planners.bindplan import BindPlan, ProcessBinding
+from topo.planners.core import Job, Options, Planner
 
 ENTRY_POINT_GROUP = "topo.planners"
 
 BUILTIN: dict[str, Planner] = {p.name: p for p in (
     Planner("msrun-auto", "msrun --bind_core=True CPU split (or --msrun-bind numa: --bind_numa=True nodes)",
-            "planners.msrun:plan_msrun_auto"),
-    Planner("node", "torch: all allowed CPUs of the device's NUMA node", "planners.torch:plan_node",
+            "topo.planners.msrun:plan_msrun_auto"),
+    Planner("node", "torch: all allowed CPUs of the device's NUMA node", "topo.planners.torch:plan_node",
             shares_cpus=True),
-    Planner("socket", "torch: all allowed CPUs of the device's socket", "planners.torch:plan_socket",
+    Planner("socket", "torch: all allowed CPUs of the device's socket", "topo.planners.torch:plan_socket",
             shares_cpus=True),
     Planner("exclusive", "torch: the node's physical cores split among its devices (lower ranks get the rest)",
-            "planners.torch:plan_exclusive"),
+            "topo.planners.torch:plan_exclusive"),
     Planner("core-complex", "torch: one last-level-cache group (L3/CCX) of the node per device",
-            "planners.torch:plan_core_complex", shares_cpus=True),
-    Planner("all", "gpu_affinity: every core of the scope, node-local first", "planners.gpu_affinity:plan_all",
+            "topo.planners.torch:plan_core_complex", shares_cpus=True),
+    Planner("all", "gpu_affinity: every core of the scope, node-local first", "topo.planners.gpu_affinity:plan_all",
             shares_cpus=True),
-    Planner("single", "gpu_affinity: the first core of the scope", "planners.gpu_affinity:plan_single",
+    Planner("single", "gpu_affinity: the first core of the scope", "topo.planners.gpu_affinity:plan_single",
             shares_cpus=True),
     Planner("single-unique", "gpu_affinity: one core per device, never shared",
-            "planners.gpu_affinity:plan_single_unique"),
+            "topo.planners.gpu_affinity:plan_single_unique"),
     Planner("unique-interleaved", "gpu_affinity: the scope's cores dealt out, every k-th core per device",
-            "planners.gpu_affinity:plan_unique_interleaved"),
+            "topo.planners.gpu_affinity:plan_unique_interleaved"),
     Planner("unique-contiguous", "gpu_affinity: the scope's cores cut into one block per device",
-            "planners.gpu_affinity:plan_unique_contiguous"),
+            "topo.planners.gpu_affinity:plan_unique_contiguous"),
 )}
 
 _registry: dict[str, Planner] | None = None

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 from topo.cpuset import CpuSet, excerpt
 from topo.errors import ParseError
 
-from planners.bindplan import (
+from topo.planners.bindplan import (
     CONFIG_KEYS, CPU_MODES, MEMORY_MODES, MEMORY_POLICY_KEY, MODULES, TOP_KEYS, BindPlan, ProcessBinding,
     as_written, normalize_key, parse_nodes,
 )

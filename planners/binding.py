@@ -11,7 +11,7 @@ from topo.binding import BINDING_VAR, MEMORY_POLICIES, Binding, describe_memory,
 from topo.cpuset import CpuSet, union_all
 
 if TYPE_CHECKING:
-    from planners.bindplan import ProcessBinding
+    from topo.planners.bindplan import ProcessBinding
     from topo.model import Topology
 
 

@@ -34,7 +34,7 @@ from typing import Any, Mapping
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 
-from planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding, as_written, normalize_key
+from topo.planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding, as_written, normalize_key
 
 UNIFIED_KEYS = ("bind_config", "bind_cpu", "bind_memory")
 # The largest bind JSON file read: msrun's are a few KB (a few hundred bytes per device), so 16 MiB
@@ -149,7 +149,7 @@ def plan_of(source: BindSource) -> LoadedBind:
 
 def plan_from_json(data: Any, *, where: str = "bind JSON") -> BindPlan:
     """The BindPlan of a decoded bind JSON object; ParseError naming the first schema error."""
-    from planners.bindcheck import one_line, read_plan
+    from topo.planners.bindcheck import one_line, read_plan
 
     plan, problems = read_plan(data)
     if plan is None:

@@ -26,7 +26,7 @@ from topo.errors import UsageError
 from topo.model import Device, Topology
 from topo.visible import default_kind
 
-from planners.bindplan import BindPlan, ProcessBinding, device_key
+from topo.planners.bindplan import BindPlan, ProcessBinding, device_key
 
 
 # --------------------------------------------------------------------------- job

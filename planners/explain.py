@@ -11,8 +11,8 @@ from __future__ import annotations
 from topo.cpuset import CpuSet, union_all
 from topo.model import Topology
 
-from planners.bindplan import BindPlan, ProcessBinding
-from planners.core import AllowedResources, nodes_text
+from topo.planners.bindplan import BindPlan, ProcessBinding
+from topo.planners.core import AllowedResources, nodes_text
 
 
 def process_cpus(plan: BindPlan, proc: ProcessBinding, resources: AllowedResources) -> CpuSet:

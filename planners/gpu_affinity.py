@@ -41,8 +41,8 @@ from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Topology
 
-from planners.bindplan import BindPlan
-from planners.core import Job, AllowedResources, Options, build_plan
+from topo.planners.bindplan import BindPlan
+from topo.planners.core import Job, AllowedResources, Options, build_plan
 
 CoreGroup = tuple[int, ...]  # a node core's number, then the numbers of the socket cores dealt to it
 

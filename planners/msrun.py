@@ -36,8 +36,8 @@ from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 from topo.model import Topology
 
-from planners.bindplan import BindPlan, ProcessBinding
-from planners.core import PSEUDO_NODE, Job, AllowedResources, Options, memory_entry, nodes_entry, build_plan, finish
+from topo.planners.bindplan import BindPlan, ProcessBinding
+from topo.planners.core import PSEUDO_NODE, Job, AllowedResources, Options, memory_entry, nodes_entry, build_plan, finish
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, UsageError
 
-from planners.bindplan import MODULES
+from topo.planners.bindplan import MODULES
 
 
 def parse_range(option: str, text: str) -> tuple[int, int]:

@@ -23,8 +23,8 @@ from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Topology
 
-from planners.bindplan import BindPlan
-from planners.core import Job, AllowedResources, Options, _lookup, build_plan, nodes_text
+from topo.planners.bindplan import BindPlan
+from topo.planners.core import Job, AllowedResources, Options, _lookup, build_plan, nodes_text
 
 
 def _groups(job: Job, homes) -> dict[tuple[int, ...], list[int]]:

@@ -15,13 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 from bind_corpus import corpus
-from launcher.bindcmd import plan_bind
-from launcher.config import LaunchConfig
-from launcher.job import plan_job
+from topo.launcher.bindcmd import plan_bind
+from topo.launcher.config import LaunchConfig
+from topo.launcher.job import plan_job
 from topo.cpuset import CpuSet
 from topo.errors import TopoError, UsageError
 from topo.synthetic import synthetic
-from topo_cli import main
+from topo.cli import main
 
 # 2 packages x 2 nodes x 8 cores (node n: CPUs 8n..8n+7), a GPU per node with its own HBM node (4-7);
 # the cgroup allows CPUs 0-27 and nodes 0-2 and 4

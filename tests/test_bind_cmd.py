@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from launcher.bindcmd import LOCAL_RANK_VARS, plan_bind, resolve_local_rank
+from topo.launcher.bindcmd import LOCAL_RANK_VARS, plan_bind, resolve_local_rank
 from topo.errors import UsageError
 from topo.synthetic import synthetic
 
@@ -234,7 +234,7 @@ def refuse(policy, nodes=None):
 @needs_two_cpus
 @pytest.mark.parametrize("numactl", [True, False])
 def test_refused_memory_policy_and_bind_fallback(bind_file, tmp_path, monkeypatch, capsys, no_exec, numactl):
-    from launcher.bindcmd import BindingRefused, bind_and_exec
+    from topo.launcher.bindcmd import BindingRefused, bind_and_exec
 
     path = fake_tools(tmp_path, "numactl") if numactl else str(tmp_path)
     monkeypatch.setenv("PATH", f"{path}:{path_without(tmp_path, 'numactl', 'taskset')}")
@@ -264,7 +264,7 @@ def refuse_bind_only(policy, nodes=None):
 @needs_two_cpus
 def test_bind_fallback_ladder_holds_on_preferred(bind_file, tmp_path, monkeypatch, capsys, no_exec):
     """issue 20: a refused MPOL_BIND tries MPOL_PREFERRED before giving up the memory policy."""
-    from launcher.bindcmd import bind_and_exec
+    from topo.launcher.bindcmd import bind_and_exec
 
     monkeypatch.setenv("PATH", fake_tools(tmp_path, "numactl"))
     monkeypatch.setattr("topo.syscalls.set_mempolicy", refuse_bind_only)

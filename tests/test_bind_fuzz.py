@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bind_corpus import REGRESSIONS
-from launcher.binding import resolve_bindings
-from planners.bindcheck import check_plan, read_plan, validate_bind
-from planners.bindload import LoadedBind, load_bind, load_table
+from topo.launcher.binding import resolve_bindings
+from topo.planners.bindcheck import check_plan, read_plan, validate_bind
+from topo.planners.bindload import LoadedBind, load_bind, load_table
 from topo.cpuset import MAX_ID, CpuSet
 from topo.errors import ParseError, TopoError
 from topo.synthetic import synthetic

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.binding import binding_of
-from planners.bindcheck import validate_bind
-from planners.bindload import load_bind, load_table, parse_json, plan_from_json
-from planners.bindplan import BindPlan, ProcessBinding
+from topo.launcher.binding import binding_of
+from topo.planners.bindcheck import validate_bind
+from topo.planners.bindload import load_bind, load_table, parse_json, plan_from_json
+from topo.planners.bindplan import BindPlan, ProcessBinding
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 from topo.synthetic import synthetic
@@ -248,8 +248,8 @@ def test_table_forms_load_as_positional_plans():
 
 
 def test_a_refusal_names_the_first_error_and_counts_the_rest():
-    from launcher.binding import check_loaded
-    from planners.bindload import LoadedBind
+    from topo.launcher.binding import check_loaded
+    from topo.planners.bindload import LoadedBind
     from topo.errors import UsageError
 
     bad = {"bind_config": {"bind_cpu_mode": "cpu"}, "bind_cpu": {"device0": {"main": "2-1"}, "device1": {"main": "x"}}}

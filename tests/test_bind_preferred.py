@@ -12,15 +12,15 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-import planners
-from launcher.binding import binding_of
-from launcher.bindcmd import plan_bind
-from launcher.config import LaunchConfig
-from launcher.job import plan_job
-from planners.bindcheck import validate_bind
-from planners.bindload import plan_from_json, read_bind_json
+from topo import planners
+from topo.launcher.binding import binding_of
+from topo.launcher.bindcmd import plan_bind
+from topo.launcher.config import LaunchConfig
+from topo.launcher.job import plan_job
+from topo.planners.bindcheck import validate_bind
+from topo.planners.bindload import plan_from_json, read_bind_json
 from topo.synthetic import synthetic
-from topo_cli import main
+from topo.cli import main
 
 MACHINE = synthetic("pack:2 numa:2 core:8 pu:1", gpus_per_numa=1)  # node n: CPUs 8n..8n+7, GPU n
 LIVE = dataclasses.replace(MACHINE, root="/")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from planners.binding import BINDING_VAR, Binding, from_entry, node_cpus
-from planners.bindplan import ProcessBinding
+from topo.planners.binding import BINDING_VAR, Binding, from_entry, node_cpus
+from topo.planners.bindplan import ProcessBinding
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 from topo.synthetic import synthetic

@@ -19,7 +19,7 @@ from sysfs_builder import Machine, Node, build
 from topo.capture import capture
 from topo.errors import ProbeError
 from topo.fsroot import PROCFS_LIMIT, SYSFS_LIMIT, TOOL_OUTPUT_LIMIT
-from topo_cli import main
+from topo.cli import main
 
 # What must come back the same; source.probes and info say how it was read, and runtime probes
 # (NVML, npu-smi) answer only on the live machine.

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 import machines
-from topo_cli import COMMANDS, main
+from topo.cli import COMMANDS, main
 
 
 @pytest.mark.parametrize("command", [[]] + [[name] for name in sorted(COMMANDS)])

@@ -21,7 +21,7 @@ from conftest import FIXTURES
 from gen_lstopo_console import ENV, MODES, OPTIONS, VARIANTS, machines
 from lstopo_oracle import LSTOPO, needs_lstopo
 from topo.render import hwloc_size, render_console
-from topo_cli import main as cli
+from topo.cli import main as cli
 
 CONSOLE = FIXTURES / "console"
 INDEX = {"": "default", "-p": "physical", "-l": "logical"}

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from sysfs_builder import Machine, build
 from topo.text import printable
-from topo_cli import main as cli
+from topo.cli import main as cli
 
 TITLE = "\x1b]0;title\x07"
 CLEAR = "\x1b[2J"

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 import machines
 from samples import parse_smi_q, parse_topo_m, sample
-from topo_cli import main as cli
-from topo_cli.machine import REPLAY_ENV
+from topo.cli import main as cli
+from topo.cli.machine import REPLAY_ENV
 
 FAKES = Path(__file__).parent / "fakes"
 sys.path.insert(0, str(FAKES))

@@ -18,7 +18,7 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 
 import topo
 from sysfs_builder import Cgroup, Machine, Node, Pci, build
-from topo_cli import main
+from topo.cli import main
 from topo.errors import ProbeError
 
 

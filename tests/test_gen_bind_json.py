@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from planners.bindcheck import validate_bind
+from topo.planners.bindcheck import validate_bind
 from topo.synthetic import synthetic
 
 TOOLS = Path(__file__).parent.parent / "tools"
@@ -46,8 +46,8 @@ def test_hand_derived_example(tmp_path, capsys):
 
 
 def test_same_as_topo_plan(tmp_path, capsys):
-    import planners
-    from planners.core import Job
+    from topo import planners
+    from topo.planners.core import Job
 
     t = synthetic("pack:2 numa:2 core:24 pu:1", gpus_per_numa=1, device_kind="npu", vendor="huawei")
     rc, data, _ = run(tmp_path, ["--pynative-range", "0-3", "--scheduler-base", "device0"], t, capsys)

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from launcher.network import check_host, resolve_master
-from launcher.slurm import launch_defaults, run_defaults, task_env
-from planners.bindload import BIND_JSON_LIMIT, load_bind
+from topo.launcher.network import check_host, resolve_master
+from topo.launcher.slurm import launch_defaults, run_defaults, task_env
+from topo.planners.bindload import BIND_JSON_LIMIT, load_bind
 from topo.errors import ParseError, UsageError
 
 LONG = "x" * 64

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import topo
-from topo_cli import main as cli
+from topo.cli import main as cli
 from topo.cpuset import CpuSet
 
 from conftest import SYSFS, fixture_names, parse_test_file

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import topo
 from topo.probes.hwloc_xml import parse_hwloc_xml
-from topo_cli import main as cli
+from topo.cli import main as cli
 
 LSTOPO = shutil.which("lstopo-no-graphics")
 WITH_PCI = ["2pa-pcidomain32bits", "32em64t-2n8c+dax+nvme+mic+dimms", "40intel64-2g2n4c+pcilocality"]

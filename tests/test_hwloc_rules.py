@@ -20,7 +20,7 @@ from lstopo_oracle import LSTOPO, answer
 from sysfs_builder import Cgroup, Machine, Node, Pci, _mask, build
 from topo.cpuset import CpuSet
 from topo.errors import ProbeError
-from topo_cli import main
+from topo.cli import main
 
 TOPOLOGY = "sys/devices/system/cpu/cpu{}/topology"
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import topo
 from conftest import SYSFS, fixture_names, parse_test_file
-from topo_cli import main as cli
+from topo.cli import main as cli
 from topo.cpuset import CpuSet
 from topo.hwloc_export import bitmap, to_xml
 from topo.probes.hwloc_xml import parse_bitmap, parse_hwloc_xml

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from topo_cli import main
-from topo_cli.launch import bind, launch
-from topo_cli.stop import stop
+from topo.cli import main
+from topo.cli.launch import bind, launch
+from topo.cli.stop import stop
 
 
 def dry_run(*args):

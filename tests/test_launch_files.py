@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.files import open_log, write_record
-from launcher.stop import check_not_running
-from launcher.supervisor import SCHEMA
-from launcher.job import check_log_dir
-from launcher.procgroup import has_pdeathsig
+from topo.launcher.files import open_log, write_record
+from topo.launcher.stop import check_not_running
+from topo.launcher.supervisor import SCHEMA
+from topo.launcher.job import check_log_dir
+from topo.launcher.procgroup import has_pdeathsig
 from processes import wait_for
 from topo.errors import UsageError
 

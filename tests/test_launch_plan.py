@@ -10,10 +10,10 @@ import socket
 
 import pytest
 
-from launcher.binding import bind_prefix, device_ids
-from launcher.config import LaunchConfig
-from launcher.job import MANAGED_VARS, plan_job
-from launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from topo.launcher.binding import bind_prefix, device_ids
+from topo.launcher.config import LaunchConfig
+from topo.launcher.job import MANAGED_VARS, plan_job
+from topo.launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
 from topo.errors import UsageError
 from topo.synthetic import synthetic
 
@@ -418,7 +418,7 @@ def test_auto_binding_with_too_few_cpus_is_refused(script):
 
 def test_sharers_counts_the_busiest_cpu_of_each_process():
     """Per CPU, so 65536 processes (the bound per node) cost linear time, not 65536 squared."""
-    from launcher.environ import sharers
+    from topo.launcher.environ import sharers
     from topo.binding import Binding
     from topo.cpuset import CpuSet
 

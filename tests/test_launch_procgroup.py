@@ -345,8 +345,8 @@ def _refuse_mempolicy(policy, nodes=None):
 def test_refused_memory_policy_without_numactl(dirs, tmp_path, monkeypatch):
     """set_mempolicy refused (a container without CAP_SYS_NICE): the child inherits the refusing
     stand-in through fork, exactly where it would call the kernel."""
-    from launcher import LaunchConfig, launch
-    from launcher.procgroup import LaunchError
+    from topo.launcher import LaunchConfig, launch
+    from topo.launcher.procgroup import LaunchError
 
     cwd, out, logs = dirs
     monkeypatch.setattr("topo.syscalls.set_mempolicy", _refuse_mempolicy)

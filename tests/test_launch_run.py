@@ -391,7 +391,7 @@ def test_dry_run_prints_msrun_argv_and_starts_nothing(dirs):
 def test_library_api_without_the_cli(dirs):
     import io
 
-    from launcher import LaunchConfig, launch
+    from topo.launcher import LaunchConfig, launch
 
     cwd, out, logs = dirs
     console, messages = io.StringIO(), io.StringIO()

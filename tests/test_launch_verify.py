@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 
-from planners.binding import Binding
-from launcher.tail import LogTailer
-from launcher.verify import changed_after_start, mismatch, read_observed, refusal_in
+from topo.planners.binding import Binding
+from topo.launcher.tail import LogTailer
+from topo.launcher.verify import changed_after_start, mismatch, read_observed, refusal_in
 from topo.cpuset import CpuSet
 
 
@@ -76,8 +76,8 @@ def test_tailer_prefixes_lines_and_flushes_a_prompt(tmp_path):
 
 def test_the_binding_report_never_has_an_empty_part():
     """issue 18: a worker that exited quickly was reported as `memory node 0 ()`."""
-    from launcher.procgroup import Process, ProcessSpec
-    from launcher.supervisor import report
+    from topo.launcher.procgroup import Process, ProcessSpec
+    from topo.launcher.supervisor import report
 
     bound = ProcessSpec("rank 0", ("taskset", "-c", "1", "python"), {}, None,
                         Binding(CpuSet.parse("1"), prefix=("taskset", "-c", "1"), applied_by="taskset"))

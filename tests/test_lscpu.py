@@ -14,8 +14,8 @@ from samples import sample
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
 from topo.probes import lscpu
-from topo_cli import main as cli
-from topo_cli.machine import REPLAY_ENV
+from topo.cli import main as cli
+from topo.cli.machine import REPLAY_ENV
 
 KUNPENG_NODES = {n: CpuSet.range(24 * n, 24 * n + 23) for n in range(8)}
 

@@ -101,7 +101,7 @@ def test_topo_binding_tells_the_rung_that_held_after_a_fallback(tmp_path, refuse
     code = f"""
         import os
         import seccomp
-        from launcher.procgroup import ProcessGroup, ProcessSpec
+        from topo.launcher.procgroup import ProcessGroup, ProcessSpec
         from topo.binding import Binding
         from topo.cpuset import CpuSet
         seccomp.refuse_set_mempolicy({refuse!r})

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES
-from topo_cli import main as cli
+from topo.cli import main as cli
 
 TWO_CORE = FIXTURES / "console" / "2arm-2c.txt"
 
@@ -140,7 +140,7 @@ def test_bad_names_are_refused_before_the_machine_is_read(tmp_path):
 
 def test_a_file_made_between_the_check_and_the_write_is_kept(tmp_path, monkeypatch):
     from topo.errors import UsageError
-    from topo_cli import machine
+    from topo.cli import machine
 
     target = tmp_path / "m.txt"
 

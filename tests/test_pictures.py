@@ -22,17 +22,17 @@ import pytest
 from click.testing import CliRunner
 
 import machines
-import planners
+from topo import planners
 import topo
 from conftest import SYSFS, fixture_names, parse_test_file
 from topo.cpuset import CpuSet
 from topo.synthetic import from_nodes, synthetic
-from topo_cli import main as cli
-from views.html import draw_html
-from views.palette import Overlay, Owner, colour
-from views.plan import plan_html, plan_map, plan_overlay, plan_svg
-from views.svg import draw_svg
-from views.terminal import text_map
+from topo.cli import main as cli
+from topo.views.html import draw_html
+from topo.views.palette import Overlay, Owner, colour
+from topo.views.plan import plan_html, plan_map, plan_overlay, plan_svg
+from topo.views.svg import draw_svg
+from topo.views.terminal import text_map
 
 GOLDEN = Path(__file__).parent / "fixtures" / "pictures"
 SVG = "{http://www.w3.org/2000/svg}"

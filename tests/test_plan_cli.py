@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import planners
-from planners import BindPlan, ProcessBinding, validate_bind
-from topo_cli import main
+from topo import planners
+from topo.planners import BindPlan, ProcessBinding, validate_bind
+from topo.cli import main
 from topo.synthetic import synthetic
 
 

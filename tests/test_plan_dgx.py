@@ -18,7 +18,7 @@ import itertools
 
 import pytest
 
-import planners
+from topo import planners
 from topo.cpuset import CpuSet
 from topo.synthetic import synthetic
 

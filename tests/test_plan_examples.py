@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import planners
+from topo import planners
 import topo
-from planners.explain import explain
+from topo.planners.explain import explain
 from topo.errors import UsageError
 from topo.synthetic import from_nodes, synthetic
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import planners
+from topo import planners
 import topo
-from planners.bindcheck import validate_bind
-from planners.core import PSEUDO_NODE, AllowedResources
+from topo.planners.bindcheck import validate_bind
+from topo.planners.core import PSEUDO_NODE, AllowedResources
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.synthetic import synthetic
@@ -25,8 +25,8 @@ import machines  # noqa: E402
 # from the registry, where the mode names and their facts are written
 MODES = list(planners.BUILTIN)
 UNIQUE = {name for name, p in planners.BUILTIN.items() if not p.shares_cpus}
-GPU_AFFINITY = {name for name, p in planners.BUILTIN.items() if p.strategy.startswith("planners.gpu_affinity:")}
-WHOLE_CORES = {name for name, p in planners.BUILTIN.items() if not p.strategy.startswith("planners.msrun:")}
+GPU_AFFINITY = {name for name, p in planners.BUILTIN.items() if p.strategy.startswith("topo.planners.gpu_affinity:")}
+WHOLE_CORES = {name for name, p in planners.BUILTIN.items() if not p.strategy.startswith("topo.planners.msrun:")}
 
 SYNTHETIC = {
     "2pack-8numa-gpu-per-node": lambda: synthetic("pack:2 numa:4 l3:2 core:8 pu:2", gpus_per_numa=1),

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher import ps as psmod
+from topo.launcher import ps as psmod
 from processes import wait_for
 from topo.synthetic import synthetic
 
@@ -126,7 +126,7 @@ def test_processes_that_cannot_be_read_are_reported_as_such(root):
 
 
 def test_numa_maps_another_user_keeps_to_itself(root, monkeypatch):
-    from launcher import procinfo
+    from topo.launcher import procinfo
 
     fake_process(root, 100, allowed="0-3", threads=[("S", 0)], numa_maps=maps(("default", "N0=1")))
     read = procinfo.read_bounded

@@ -9,12 +9,12 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from launcher.torchrun import plan_run
-from launcher.torchrun_errors import format_failures, read_failure
-from launcher.torchrun_flags import (DEFAULT_MASTER_PORT, RunConfig, config_from_flags, parse_endpoint, parse_nnodes,
+from topo.launcher.torchrun import plan_run
+from topo.launcher.torchrun_errors import format_failures, read_failure
+from topo.launcher.torchrun_flags import (DEFAULT_MASTER_PORT, RunConfig, config_from_flags, parse_endpoint, parse_nnodes,
                                      parse_std)
 from topo.errors import UsageError
-from topo_cli import main
+from topo.cli import main
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.procgroup import JOB_ID_VAR
+from topo.launcher.procgroup import JOB_ID_VAR
 
 torch = pytest.importorskip("torch", reason="torch is not importable (the test extra installs torch==2.13.0)")
 
@@ -149,8 +149,8 @@ def test_every_torchrun_flag_and_default():
     defaults for them are torchrun's."""
     from torch.distributed.run import get_args_parser
 
-    from launcher.torchrun_flags import DEFAULT_SHUTDOWN_TIMEOUT, TORCHRUN_DEFAULTS
-    from topo_cli.run import run as run_command
+    from topo.launcher.torchrun_flags import DEFAULT_SHUTDOWN_TIMEOUT, TORCHRUN_DEFAULTS
+    from topo.cli.run import run as run_command
 
     ours = {opt for p in run_command.params for opt in (*p.opts, *p.secondary_opts)}
     parser = get_args_parser()

@@ -12,8 +12,8 @@ import textwrap
 import pytest
 
 import topo
-from launcher import affinity
-from launcher.affinity import AffinityError
+from topo.launcher import affinity
+from topo.launcher.affinity import AffinityError
 from topo.cpuset import CpuSet
 
 ALLOWED = sorted(os.sched_getaffinity(0))
@@ -214,7 +214,7 @@ def test_refused_memory_policy_leaves_the_cpus_alone(monkeypatch):
 @TWO_CPUS
 def test_shared_cpus_come_with_advice_on_omp_num_threads(monkeypatch):
     """Never oversubscribed by default: ranks that share CPUs are told how many threads to run."""
-    from launcher.affinity import bind_process
+    from topo.launcher.affinity import bind_process
 
     monkeypatch.setattr(os, "sched_setaffinity", lambda *a: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -280,7 +280,7 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
     """MPOL_PREFERRED keeps one node; Linux 5.15+ prefers several with MPOL_PREFERRED_MANY, and an
     older kernel's EINVAL falls back to the first node."""
     from topo import syscalls
-    from launcher.affinity import set_memory
+    from topo.launcher.affinity import set_memory
     from topo.binding import Binding
 
     two = Binding(CpuSet([0, 1]), CpuSet([0, 1]), "preferred")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import machines
-from launcher import affinity
+from topo.launcher import affinity
 from topo.discovery import discover
 
 sys.path.insert(0, str(Path(__file__).parent / "fakes"))

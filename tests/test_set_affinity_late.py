@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import affinity
-from launcher.affinity import AffinityError, bind_process, pages_by_node
+from topo.launcher import affinity
+from topo.launcher.affinity import AffinityError, bind_process, pages_by_node
 from topo import syscalls
 from topo.cpuset import CpuSet
 from topo.synthetic import synthetic
@@ -82,7 +82,7 @@ def test_a_refused_migration_names_the_option(monkeypatch):
 def test_the_one_liner_binds_and_migrates():
     got = run("""
         import json, os, topo
-        from launcher.affinity import bind_process
+        from topo.launcher.affinity import bind_process
         first = sorted(topo.set_affinity(0, 1, migrate=True))
         result = bind_process(0, 1, migrate=True, memory="bind")
         print(json.dumps({"first": first, "cpus": sorted(result.cpus), "memory": result.memory,
@@ -101,7 +101,7 @@ def test_the_one_liner_binds_and_migrates():
 def test_threads_all_moves_threads_with_their_own_cpus_too():
     code = f"""
         import json, os, threading, topo
-        from launcher.affinity import bind_process
+        from topo.launcher.affinity import bind_process
         ready, done, ids = threading.Barrier(2), threading.Event(), {{}}
 
         def pinned():                      # a thread that chose its own CPU
@@ -127,7 +127,7 @@ def test_threads_all_moves_threads_with_their_own_cpus_too():
 
 KEEP = """
     import json, os, warnings
-    from launcher.affinity import bind_process
+    from topo.launcher.affinity import bind_process
     from topo import syscalls
     from topo.cpuset import CpuSet
     if os.environ.get("POLICY"):
@@ -213,7 +213,7 @@ def test_bind_fallback_under_a_refused_mpol_bind():
     code = """
         import json, os, warnings
         import seccomp
-        from launcher.affinity import AffinityError, bind_process
+        from topo.launcher.affinity import AffinityError, bind_process
         from topo import syscalls
         seccomp.refuse_set_mempolicy({2: 1})  # MPOL_BIND: EPERM
         out = {}
@@ -243,7 +243,7 @@ def test_workers_topo_launch_bound_keep_their_binding(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent("""
         import json, os, sys, warnings
-        from launcher.affinity import bind_process
+        from topo.launcher.affinity import bind_process
         rank = int(os.environ["LOCAL_RANK"])
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 import machines
-import planners
+from topo import planners
 from test_set_affinity_dgx import nvml_of
-from launcher.affinity import AffinityError, plan_affinity
+from topo.launcher.affinity import AffinityError, plan_affinity
 from topo.discovery import discover
 from topo.synthetic import synthetic
 
@@ -145,7 +145,7 @@ def test_where_gpu_affinity_breaks_topo_says_why():
 def test_a_plug_in_mode_that_binds_whole_nodes(monkeypatch):
     """A plug-in planner may bind NUMA nodes (bind_cpu_mode "numa"): the rank gets its nodes' allowed
     CPUs, and its memory on them. One that leaves a rank out is an error naming the rank."""
-    from planners.bindplan import BindPlan, ProcessBinding
+    from topo.planners.bindplan import BindPlan, ProcessBinding
 
     def by_node(topology, job, options):
         nodes = range(min(job.nproc, len(topology.numa_nodes)))  # one process per node, at most

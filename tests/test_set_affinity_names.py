@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 import machines
-from launcher.affinity import AffinityError, plan_affinity
+from topo.launcher.affinity import AffinityError, plan_affinity
 from test_set_affinity_dgx import nvml_of
 from topo.discovery import discover
-from topo_cli.machine import REPLAY_ENV
-from topo_cli import main as cli
+from topo.cli.machine import REPLAY_ENV
+from topo.cli import main as cli
 
 import fake_pynvml  # noqa: E402  (tests/fakes is on sys.path through test_set_affinity_dgx)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.slurm import (MAX_HOSTS, default_master_port, expand_hostlist, first_host, launch_defaults,
+from topo.launcher.slurm import (MAX_HOSTS, default_master_port, expand_hostlist, first_host, launch_defaults,
                             run_defaults, slurm_node,
                             task_env)
 from topo.errors import UsageError
@@ -78,7 +78,7 @@ def test_first_host_is_the_first_expanded(text):
 
 
 def test_master_addr_does_not_expand_the_node_list(monkeypatch):
-    monkeypatch.setattr("launcher.slurm.expand_hostlist", lambda text: pytest.fail("expanded"))
+    monkeypatch.setattr("topo.launcher.slurm.expand_hostlist", lambda text: pytest.fail("expanded"))
     node = slurm_node({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "r[0-1023]n[0000-1022],login1"})
     assert node.master_addr == "r0n0000"
     with pytest.raises(UsageError, match="SLURM_JOB_NODELIST: hostlist 'n\\[\u0661\\]': '\u0661' is not a number"):
@@ -379,7 +379,7 @@ def test_srun_topo_run_takes_workers_per_node_from_slurm(slurm, tmp_path):
 def test_topo_launch_takes_missing_counts_from_slurm(tmp_path):
     from click.testing import CliRunner
 
-    from topo_cli import main
+    from topo.cli import main
 
     script = tmp_path / "net.py"
     script.write_text("")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.affinity import AffinityError
-from launcher.spawn import bound_argv, start_bound
+from topo.launcher.affinity import AffinityError
+from topo.launcher.spawn import bound_argv, start_bound
 from topo import syscalls
 from topo.cpuset import CpuSet
 
@@ -54,7 +54,7 @@ def run(argv, *, refuse=None) -> subprocess.CompletedProcess:
 
 def test_bound_argv_starts_the_command_bound():
     argv = bound_argv(CHILD, 1, 2, memory="bind")
-    assert argv[:3] == [sys.executable, "-m", "launcher.bindexec"] and argv[-len(CHILD):] == CHILD
+    assert argv[:3] == [sys.executable, "-m", "topo.launcher.bindexec"] and argv[-len(CHILD):] == CHILD
     proc = run(argv)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
@@ -105,11 +105,11 @@ def test_bound_argv_where_the_kernel_refuses_mpol_bind():
 def test_the_prefix_exits_as_a_shell_does():
     missing = run(bound_argv(["no-such-command-here"], 0, 2))
     assert missing.returncode == 127 and "topo: error: no-such-command-here: No such file" in missing.stderr
-    malformed = run([sys.executable, "-m", "launcher.bindexec", "cpus=x", "--", "true"])
+    malformed = run([sys.executable, "-m", "topo.launcher.bindexec", "cpus=x", "--", "true"])
     assert malformed.returncode == 2 and malformed.stderr.startswith("topo: error: ")
-    bad_env = run([sys.executable, "-m", "launcher.bindexec", "--env=1X=2", "cpus=0", "--", "true"])
+    bad_env = run([sys.executable, "-m", "topo.launcher.bindexec", "--env=1X=2", "cpus=0", "--", "true"])
     assert bad_env.returncode == 2 and "'--env=1X=2' is not --env=NAME=VALUE" in bad_env.stderr
-    no_command = run([sys.executable, "-m", "launcher.bindexec", "cpus=0"])
+    no_command = run([sys.executable, "-m", "topo.launcher.bindexec", "cpus=0"])
     assert no_command.returncode == 2 and "no '--' before the command" in no_command.stderr
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher import stop as stopmod
+from topo.launcher import stop as stopmod
 from processes import alive, wait_for
 
 JOB_ID = os.urandom(8).hex()  # its own: tests running beside this one carry theirs
@@ -187,7 +187,7 @@ def fake_proc(root: Path, pid: int, *, ticks: int, state: str = "S", environ: by
 
 
 def test_prove_on_a_fake_proc(tmp_path):
-    from launcher.procinfo import CLOCK_TICKS
+    from topo.launcher.procinfo import CLOCK_TICKS
 
     proc = tmp_path / "proc"
     fake_proc(proc, 10, ticks=500, environ=b"A=1\0TOPO_JOB_ID=" + JOB_ID.encode() + b"\0")
@@ -209,7 +209,7 @@ def test_prove_on_a_fake_proc(tmp_path):
 
 
 def test_an_environment_beyond_the_limit_proves_nothing(tmp_path, monkeypatch):
-    from launcher import procinfo
+    from topo.launcher import procinfo
 
     proc = tmp_path / "proc"
     fake_proc(proc, 10, ticks=5, environ=b"TOPO_JOB_ID=" + JOB_ID.encode() + b"\0" + b"X" * 100)

@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from planners.bindcheck import validate_bind
-from topo_cli import main
+from topo.planners.bindcheck import validate_bind
+from topo.cli import main
 from topo.synthetic import synthetic
 
 

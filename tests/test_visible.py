@@ -168,7 +168,7 @@ def test_visible_device_ids_read_the_environment_on_the_live_machine_only(monkey
     ("/captured", "3,1", ["device0", "device1", "device2", "device3"]),  # not this machine's devices
 ])
 def test_planners_plan_applies_the_variables_as_topo_plan_does(monkeypatch, root, spec, keys):
-    import planners
+    from topo import planners
 
     if spec is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

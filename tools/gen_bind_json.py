@@ -30,7 +30,7 @@ import sys
 
 def _import_planners():
     try:
-        import planners  # noqa: F401
+        from topo import planners  # noqa: F401
     except ImportError:  # run from a checkout without `pip install -e .`
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _device_ids(args, topology) -> tuple[list[int], bool]:
     """(ids, affinity known). Order of precedence as MindSpore's: --device-ids, --device-count,
     the devices found (npu-smi there, the topology here), ASCEND_RT_VISIBLE_DEVICES."""
-    from planners.core import accelerators
+    from topo.planners.core import accelerators
 
     known = {d.index: d for d in accelerators(topology)}
 
@@ -104,9 +104,9 @@ def _device_ids(args, topology) -> tuple[list[int], bool]:
 
 
 def generate(args, topology) -> dict:
-    from planners import plan
-    from planners.core import Job
-    from planners.thread_modules import parse_range
+    from topo.planners import plan
+    from topo.planners.core import Job
+    from topo.planners.thread_modules import parse_range
 
     modules = [("runtime", *parse_range("runtime-range", args.runtime_range)),
                ("minddata", *parse_range("minddata-range", args.minddata_range)),

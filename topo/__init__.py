@@ -16,8 +16,8 @@ _LAZY = {
     "Topology": "topo.model",
     "discover": "topo.discovery",
     "load_topology": "topo.loader",
-    "set_affinity": "launcher.affinity",
-    "AffinityError": "launcher.affinity",
+    "set_affinity": "topo.launcher.affinity",
+    "AffinityError": "topo.launcher.affinity",
 }
 
 

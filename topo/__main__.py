@@ -1,3 +1,3 @@
-from topo_cli import main
+from topo.cli import main
 
 main(prog_name="topo")

@@ -17,15 +17,15 @@ from topo.text import printable
 
 # name -> "module:attribute" in this package; one line per command.
 COMMANDS: dict[str, str] = {
-    "show": "topo_cli.show:show",
-    "capture": "topo_cli.capture:capture",
-    "plan": "topo_cli.plan:plan",
-    "validate": "topo_cli.plan:validate",
-    "launch": "topo_cli.launch:launch",
-    "bind": "topo_cli.launch:bind",
-    "run": "topo_cli.run:run",
-    "stop": "topo_cli.stop:stop",
-    "ps": "topo_cli.ps:ps",
+    "show": "topo.cli.show:show",
+    "capture": "topo.cli.capture:capture",
+    "plan": "topo.cli.plan:plan",
+    "validate": "topo.cli.plan:validate",
+    "launch": "topo.cli.launch:launch",
+    "bind": "topo.cli.launch:bind",
+    "run": "topo.cli.run:run",
+    "stop": "topo.cli.stop:stop",
+    "ps": "topo.cli.ps:ps",
 }
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}

@@ -7,7 +7,7 @@ import click
 from topo.capture import capture as write_capture
 from topo.errors import UsageError
 
-from topo_cli import CONTEXT
+from topo.cli import CONTEXT
 
 
 @click.command(context_settings=CONTEXT)

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from topo_cli import CONTEXT
-from topo_cli.numbers import SECONDS, WHOLE, WholeRange
+from topo.cli import CONTEXT
+from topo.cli.numbers import SECONDS, WHOLE, WholeRange
 
 _SCRIPT_CONTEXT = {
     # SCRIPT and everything after it belong to the script, options included (msrun's REMAINDER)
@@ -75,8 +75,8 @@ def launch(script, script_args, **flags):
     """
     from click.core import ParameterSource
 
-    from launcher.config import config_from_flags
-    from launcher.run import launch as run_launch
+    from topo.launcher.config import config_from_flags
+    from topo.launcher.run import launch as run_launch
 
     if flags["python"] is None:
         del flags["python"]
@@ -112,6 +112,6 @@ def bind(bind_file, local_rank, bind_fallback, command):
       srun --ntasks-per-node=8 topo bind --bind-file bind.json -- python train.py
       mpirun -np 8 topo bind --bind-file bind.json -- ./app
     """
-    from launcher.bindcmd import bind_and_exec
+    from topo.launcher.bindcmd import bind_and_exec
 
     bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback)

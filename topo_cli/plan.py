@@ -14,16 +14,16 @@ import click
 
 from topo.errors import ParseError, TopoError, UsageError
 from topo.text import printable
-from topo_cli import CONTEXT
-from topo_cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
-from topo_cli.numbers import WholeRange
+from topo.cli import CONTEXT
+from topo.cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
+from topo.cli.numbers import WholeRange
 
 
 class _ModeOption(click.Option):
     """--mode, whose help lists the modes of the planner registry (plug-ins included) when shown."""
 
     def get_help_record(self, ctx):
-        import planners
+        from topo import planners
 
         self.help = f"Binding strategy: {', '.join(planners.modes())} ('_' or '-'); see --list-modes."
         return super().get_help_record(ctx)
@@ -33,7 +33,7 @@ class _ModeType(click.ParamType):
     name = "mode"
 
     def convert(self, value, param, ctx):
-        import planners
+        from topo import planners
 
         return planners.get_planner(value).name  # its UsageError names the modes
 
@@ -69,7 +69,7 @@ def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
 
 
 def _list_modes() -> str:
-    from planners import registry
+    from topo.planners import registry
 
     reg = registry()
     width = max(len(n) for n in reg)
@@ -133,8 +133,8 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         topo plan --mode exclusive --picture plan.html
         topo launch --bind_numa=bind.json train.py
     """
-    import planners
-    from planners.thread_modules import parse_modules, parse_range
+    from topo import planners
+    from topo.planners.thread_modules import parse_modules, parse_range
 
     if list_modes:
         click.echo(_list_modes())
@@ -167,13 +167,13 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         # drawn on the view with disallowed CPUs, so they show greyed
         drawn = topology if machine.file is not None else machine.load(include_disallowed=True)
     if picture is not None:
-        from views.plan import plan_html, plan_svg
+        from topo.views.plan import plan_html, plan_svg
 
         draw = plan_svg if picture.lower().endswith(".svg") else plan_html
         write_text(picture, draw(drawn, result), force)
     if explain:
-        from planners.explain import explain as render
-        from views.plan import plan_map
+        from topo.planners.explain import explain as render
+        from topo.views.plan import plan_map
 
         click.echo(printable(render(topology, result), lines=True))
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -198,8 +198,8 @@ def validate(machine, file):
         topo validate bind.json
         topo validate bind.json --topology other-host.json
     """
-    from planners.bindcheck import Problem, validate_bind
-    from planners.bindload import read_bind_json
+    from topo.planners.bindcheck import Problem, validate_bind
+    from topo.planners.bindload import read_bind_json
 
     try:
         data = read_bind_json(file).data

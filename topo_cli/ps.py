@@ -8,12 +8,12 @@ import sys
 
 import click
 
-from launcher import ps as psmod
-from launcher.stop import read_record, record_path, running
+from topo.launcher import ps as psmod
+from topo.launcher.stop import read_record, record_path, running
 from topo.cpuset import excerpt
 from topo.numbers import ascii_number
 from topo.errors import UsageError
-from topo_cli import CONTEXT
+from topo.cli import CONTEXT
 
 PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
 

@@ -7,10 +7,10 @@ import sys
 import click
 from click.core import ParameterSource
 
-from launcher.torchrun_flags import DEFAULT_MASTER_PORT, DEFAULT_SHUTDOWN_TIMEOUT, MEMORY_POLICIES
-from launcher.torchrun_flags import TORCHRUN_DEFAULTS as D
-from topo_cli import CONTEXT
-from topo_cli.numbers import SECONDS, WHOLE
+from topo.launcher.torchrun_flags import DEFAULT_MASTER_PORT, DEFAULT_SHUTDOWN_TIMEOUT, MEMORY_POLICIES
+from topo.launcher.torchrun_flags import TORCHRUN_DEFAULTS as D
+from topo.cli import CONTEXT
+from topo.cli.numbers import SECONDS, WHOLE
 
 _SCRIPT_CONTEXT = {
     # SCRIPT and everything after it belong to the script, options included (torchrun's REMAINDER)
@@ -106,8 +106,8 @@ def run(ctx, script, script_args, **flags):
       topo run --nnodes=2 --node-rank=0 --master-addr=10.0.0.1 --nproc-per-node=8 train.py
       srun -N2 --ntasks-per-node=1 topo run --nproc-per-node=8 train.py
     """
-    from launcher.torchrun import run as run_job
-    from launcher.torchrun_flags import config_from_flags
+    from topo.launcher.torchrun import run as run_job
+    from topo.launcher.torchrun_flags import config_from_flags
 
     given = {name: value for name, value in flags.items()
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}

@@ -9,8 +9,8 @@ import click
 
 from topo.errors import UsageError
 
-from topo_cli import CONTEXT
-from topo_cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
+from topo.cli import CONTEXT
+from topo.cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
 
 # --of FORMAT -> the file name endings that mean it (lstopo: the output format from the extension)
 FORMATS = {"console": (".txt",), "json": (".json",), "svg": (".svg",), "html": (".html", ".htm"),
@@ -119,11 +119,11 @@ def _render(topology, fmt: str, index: str, long_form: bool) -> str:
 
         return json.dumps(topology.to_dict(), indent=2) + "\n"
     if fmt == "svg":
-        from views.svg import draw_svg
+        from topo.views.svg import draw_svg
 
         return draw_svg(topology)
     if fmt == "html":
-        from views.html import draw_html
+        from topo.views.html import draw_html
 
         return draw_html(topology)
     if fmt == "xml":

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from topo_cli import CONTEXT
-from topo_cli.numbers import SECONDS
+from topo.cli import CONTEXT
+from topo.cli.numbers import SECONDS
 
 
 @click.command(context_settings=CONTEXT)
@@ -33,7 +33,7 @@ def stop(log_dir, grace_period):
       topo stop logs
       topo stop --grace-period=30 logs
     """
-    from launcher.stop import stop_job
+    from topo.launcher.stop import stop_job
 
     report = stop_job(log_dir, grace_period=grace_period,
                       say=lambda text: click.echo(f"topo stop: {text}", err=True))

@@ -7,8 +7,8 @@ from __future__ import annotations
 from html import escape
 
 from topo.model import Topology
-from views.palette import Overlay
-from views.svg import draw_svg
+from topo.views.palette import Overlay
+from topo.views.svg import draw_svg
 
 _PAGE_CSS = (
     "body{font:14px 'DejaVu Sans','Liberation Sans',Arial,sans-serif;margin:16px;color:#111}"

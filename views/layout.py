@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from topo.cpuset import EMPTY, CpuSet
 from topo.model import Device, Topology
 from topo.render import TreeNode, build_tree, format_size
-from views.palette import Paint
+from topo.views.palette import Paint
 
 FONT = 11.0  # px, every text
 CHAR = 0.62 * FONT  # a generous average glyph width for DejaVu Sans / Liberation Sans

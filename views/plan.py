@@ -9,15 +9,15 @@ rank, device, CPUs, cores, memory node, the device's node, locality.
 
 from __future__ import annotations
 
-from planners.bindplan import BindPlan
-from planners.core import AllowedResources
-from planners.explain import analyse, driven_device, process_cpus
+from topo.planners.bindplan import BindPlan
+from topo.planners.core import AllowedResources
+from topo.planners.explain import analyse, driven_device, process_cpus
 from topo.cpuset import CpuSet, union_all
 from topo.model import Topology
-from views.html import draw_html
-from views.palette import Overlay, Owner, colour
-from views.svg import draw_svg
-from views.terminal import text_map
+from topo.views.html import draw_html
+from topo.views.palette import Overlay, Owner, colour
+from topo.views.svg import draw_svg
+from topo.views.terminal import text_map
 
 LEGEND = ("rank", "device", "CPUs", "cores", "memory node", "device node", "local")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from html import escape
 
 from topo.model import Topology
-from views.layout import (BAR_H, CHAR, CHIP_H, FONT, HEAD, PAD, Box, bar_text, chip_centres, chip_label,
+from topo.views.layout import (BAR_H, CHAR, CHIP_H, FONT, HEAD, PAD, Box, bar_text, chip_centres, chip_label,
                           lay_out, node_label, pu_label, text_w, walk)
-from views.palette import Overlay, Paint, ink_on
+from topo.views.palette import Overlay, Paint, ink_on
 
 _STYLE = {  # lstopo's colours
     "Machine": "#ffffff", "Package": "#dedede", "Die": "#e6e6e6", "Group": "#ececec",

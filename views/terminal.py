@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from topo.cpuset import CpuSet, union_all
 from topo.model import Topology
-from views.palette import Overlay, Paint, ink_on, rgb
+from topo.views.palette import Overlay, Paint, ink_on, rgb
 
 
 def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> str:
