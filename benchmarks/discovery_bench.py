@@ -1,19 +1,21 @@
-"""Discovery speed against hwloc's lstopo on the largest captured machines .
+"""Discovery speed against hwloc's lstopo on the largest captured machines.
 
-For each fixture root, measured in the same run (best of N wall-clock times, the three commands
-taking turns):
+For each fixture root, measured side by side in one run (the median of N wall-clock times, the
+three commands taking turns, so load on a shared machine hits all three alike):
   lstopo   whole process: HWLOC_FSROOT=R HWLOC_COMPONENTS=linux,stop lstopo-no-graphics --of xml -
   discover in-process topo.discover(R), modules already imported
   show     whole process: topo show --json --root R
 
 `topo` is a normal (not editable) install of this checkout in a venv of its own
-(benchmarks/install.py), as users run it. Targets: discover <= 1.0x lstopo, show <= 2.5x lstopo. For reference, `python` is the bare
-interpreter start (`python -c pass`, site included), the floor under any Python command.
+(benchmarks/install.py), as users run it. Bounds (issue 18): `topo show --json` <= 4x lstopo's
+whole process; in-process discovery <= 1.0x. Each is printed with its measured ratio and "met" or
+"missed" (the worst fixture counts). For reference, `python` is the bare interpreter start
+(`python -c pass`, site included), the floor under any Python command.
 
 Child Pythons run with bytecode caching on (PYTHONDONTWRITEBYTECODE dropped, the cache in a temp
 dir via PYTHONPYCACHEPREFIX) as an installed `topo` does; pass --no-pyc to keep the caller's setting.
 
-    python benchmarks/discovery_bench.py [-n 15] [FIXTURE ...]
+    python benchmarks/discovery_bench.py [-n 21] [FIXTURE ...]
     python benchmarks/discovery_bench.py --io-scaling 2000,4000,16000
 
 --io-scaling times, in-process, discovery of a generated root with N PCI functions (one bridge per
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -36,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SYSFS = REPO / "tests" / "fixtures" / "sysfs"
 LARGEST = ["128arm-2pa2n8cluster4co", "128ia64-17n4s2c", "96em64t-4no4pa3ca2co"]
-TARGETS = {"discover": 1.0, "show": 2.5}
+TARGETS = {"discover": 1.0, "show": 4.0}  # x lstopo-no-graphics --of xml, whole process
 
 
 def extract(name: str, dest: Path) -> Path:
@@ -58,10 +61,18 @@ def best_of(n: int, fn) -> float:
     return best
 
 
+def median_of(n: int, fn) -> float:
+    return statistics.median(best_of(1, fn) for _ in range(n))
+
+
 def run_quiet(argv: list[str], env: dict[str, str]) -> None:
     result = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def topo_command() -> list[str]:
@@ -146,7 +157,7 @@ def io_scaling(sizes: list[int], repeat: int) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("fixtures", nargs="*", default=LARGEST)
-    ap.add_argument("-n", "--repeat", type=int, default=15, help="runs per measurement (best is kept)")
+    ap.add_argument("-n", "--repeat", type=int, default=21, help="runs per measurement (the median is kept)")
     ap.add_argument("--no-pyc", action="store_true", help="keep the environment's bytecode settings")
     ap.add_argument("--io-scaling", metavar="N,N,...", help="time PCI discovery and XML loading at these sizes")
     args = ap.parse_args()
@@ -163,22 +174,22 @@ def main() -> int:
     base_env = {k: v for k, v in os.environ.items() if k not in ("TOPO_ROOT", "HWLOC_FSROOT")}
     show_cmd = topo_command()
     version = subprocess.run([lstopo, "--version"], capture_output=True, text=True).stdout.strip()
-    misses = []
     with tempfile.TemporaryDirectory(prefix="topo-bench-") as tmp:
         if not args.no_pyc:
             base_env.pop("PYTHONDONTWRITEBYTECODE", None)
             base_env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         bare = [str(Path(show_cmd[0]).parent / "python"), "-c", "pass"]
         run_quiet(bare, base_env)
-        t_python = best_of(args.repeat, lambda: run_quiet(bare, base_env))
+        t_python = median_of(args.repeat, lambda: run_quiet(bare, base_env))
         pyc = "off (environment)" if args.no_pyc and "PYTHONDONTWRITEBYTECODE" in base_env else "cached"
         print(f"{version}; topo: {' '.join(show_cmd)}; python {sys.version.split()[0]} (bytecode {pyc}); "
-              f"best of {args.repeat}")
+              f"median of {args.repeat}; {os.cpu_count()} CPUs, load average {load_average()} at start")
         print()
         header = (f"{'fixture':<26} {'PUs':>4} {'lstopo ms':>9} {'discover ms':>11} {'ratio':>6} "
                   f"{'show ms':>8} {'ratio':>6} {'python ms':>9}")
         print(header)
         print("-" * len(header))
+        worst = {"discover": 0.0, "show": 0.0}
         for name in args.fixtures:
             root = extract(name, Path(tmp))
             hw_env = {**base_env, "HWLOC_FSROOT": str(root), "HWLOC_COMPONENTS": "linux,stop"}
@@ -191,21 +202,21 @@ def main() -> int:
 
             # interleaved, one run of each per round, so a burst of load on the shared machine
             # hits all three alike instead of one command's whole series
-            t_lstopo = t_discover = t_show = float("inf")
+            times: dict[str, list[float]] = {"lstopo": [], "discover": [], "show": []}
             for _ in range(args.repeat):
-                t_lstopo = min(t_lstopo, best_of(1, lambda: run_quiet(lstopo_argv, hw_env)))
-                t_discover = min(t_discover, best_of(1, lambda: topo.discover(root)))
-                t_show = min(t_show, best_of(1, lambda: run_quiet(show_argv, base_env)))
+                times["lstopo"].append(best_of(1, lambda: run_quiet(lstopo_argv, hw_env)))
+                times["discover"].append(best_of(1, lambda: topo.discover(root)))
+                times["show"].append(best_of(1, lambda: run_quiet(show_argv, base_env)))
+            t_lstopo, t_discover, t_show = (statistics.median(times[k]) for k in ("lstopo", "discover", "show"))
             r_discover, r_show = t_discover / t_lstopo, t_show / t_lstopo
+            worst["discover"], worst["show"] = max(worst["discover"], r_discover), max(worst["show"], r_show)
             print(f"{name:<26} {pus:>4} {t_lstopo * 1e3:>9.1f} {t_discover * 1e3:>11.1f} {r_discover:>5.2f}x "
                   f"{t_show * 1e3:>8.1f} {r_show:>5.2f}x {t_python * 1e3:>9.1f}")
-            if r_discover > TARGETS["discover"]:
-                misses.append(f"{name}: discover {r_discover:.2f}x > {TARGETS['discover']}x")
-            if r_show > TARGETS["show"]:
-                misses.append(f"{name}: show --json {r_show:.2f}x > {TARGETS['show']}x")
     print()
-    print(f"targets: discover <= {TARGETS['discover']}x lstopo, show --json <= {TARGETS['show']}x lstopo")
-    print("all targets met" if not misses else "over target: " + "; ".join(misses))
+    print(f"load average {load_average()} at the end")
+    for key, label in (("show", "topo show --json"), ("discover", "in-process discovery")):
+        verdict = "met" if worst[key] <= TARGETS[key] else "missed"
+        print(f"{label}: target <= {TARGETS[key]:.1f}x lstopo, measured {worst[key]:.2f}x (worst fixture): {verdict}")
     return 0
 
 
