@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """What `topo.set_affinity` costs a training process.
 
-    python benchmarks/affinity_bench.py [--reps N]
+    python benchmarks/affinity_bench.py [--reps N] [--dev]
 
-1. This machine, real calls: fresh interpreters each time `import topo`, call
+1. This machine, real calls: fresh interpreters of a normal (not editable) install of this
+   checkout in a venv of its own (benchmarks/install.py; --dev: this interpreter, as the checkout is
+   installed for it), run outside the checkout, each time `import topo`, call
    `set_affinity(0, 1)` (first call: discovery, planning, system calls) and call it again
    (repeated call: the cached plan and the system calls only).
 2. A DGX A100-shaped machine (synthetic: 2 sockets, 8 NUMA nodes, 128 cores, 256 CPUs, 8 GPUs),
@@ -23,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,11 +46,15 @@ print(json.dumps({"import": t1 - t0, "first": t2 - t1, "repeated": t3 - t2}))
 """
 
 
-def this_machine(reps: int) -> dict[str, list[float]]:
+def this_machine(reps: int, python: str) -> dict[str, list[float]]:
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed topo runs from cached bytecode
     out: dict[str, list[float]] = {"import": [], "first": [], "repeated": []}
+    subprocess.run([python, "-c", CHILD], capture_output=True, env=env, check=True, cwd=tempfile.gettempdir())
     for _ in range(reps):
-        r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, check=True)
+        # outside the checkout, so `import topo` is the installed one, not the folder in the cwd
+        r = subprocess.run([python, "-c", CHILD], capture_output=True, text=True, env=env, check=True,
+                           cwd=tempfile.gettempdir())
         for k, v in json.loads(r.stdout).items():
             out[k].append(v * 1000)
     return out
@@ -91,10 +98,18 @@ def show(title: str, rows: dict[str, list[float]]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--dev", action="store_true", help="time this interpreter's topo, not a normal install's")
     args = ap.parse_args()
-    live = this_machine(args.reps)
-    show(f"this machine ({os.cpu_count()} CPUs), fresh interpreter per run:", live)
+    if args.dev:
+        python = sys.executable
+    else:
+        from install import normal_install
+
+        python = str(normal_install() / "python")
+    live = this_machine(args.reps, python)
+    show(f"this machine ({os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}), "
+         f"{python}, fresh interpreter per run:", live)
     show("DGX A100 shape (256 CPUs, 8 GPUs), planning one rank in-process:", dgx_a100_shape(args.reps))
     first, repeated = statistics.median(live["first"]), statistics.median(live["repeated"])
     print(f"first call {first:.1f} ms (target < {FIRST_TARGET_MS:.0f}), repeated call {repeated:.3f} ms "

@@ -8,9 +8,9 @@ Machines (`topo.synthetic`, Linux's SMT numbering, accelerators spread over the 
   16k  16,384 PUs,  512 devices: pack:8 numa:8 l3:8 core:16 pu:2, 8 per node
   32k  32,768 PUs, 1024 devices: pack:16 numa:8 l3:8 core:16 pu:2, 8 per node
 
-For each mode it prints the in-process time of `planners.plan` (with `to_json`) on each machine,
+For each mode it prints the in-process time of `topo.planners.plan` (with `to_json`) on each machine,
 the growth from 2k to 16k (target: at most 10x for 8x the machine) and whether the 32k machine
-plans in under 1 s; then the same for `planners.validate_bind` on those plans. Times are the best
+plans in under 1 s; then the same for `topo.planners.validate_bind` on those plans. Times are the best
 of N runs in CPU seconds of this process (`time.process_time`, garbage collector paused as
 `timeit` does), so other work on a shared machine does not count; the 2k and 16k runs of a mode
 alternate, so a burst of load elsewhere slows both sides of the ratio alike. Not a test: nothing

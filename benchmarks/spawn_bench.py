@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What binding at birth costs a child (launcher.spawn).
+"""What binding at birth costs a child (topo.launcher.spawn).
 
     python benchmarks/spawn_bench.py [--reps N]
 
