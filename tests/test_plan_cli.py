@@ -114,6 +114,16 @@ def test_plan_on_captured_root(hwloc_roots, tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def test_plan_without_accelerators_says_how_many_it_planned(hwloc_roots, dgx):
+    root = str(hwloc_roots.root("16em64t-4s2c2t.tar.bz2"))
+    result = run("plan", "--mode", "exclusive", "--root", root)
+    assert list(json.loads(result.stdout)["bind_cpu"]) == ["device0"]
+    assert result.stderr == ("topo plan: no accelerator here: planned 1 process; "
+                             "plan N with --devices none --nproc-per-node N\n")
+    assert run("plan", "--mode", "exclusive", "--root", root, "--devices", "none", "--nproc-per-node", "2").stderr == ""
+    assert run("plan", "--mode", "exclusive", "--topology", dgx).stderr == ""  # one process per GPU, as asked
+
+
 @pytest.mark.parametrize("args,message", [
     (["--mode", "bogus"], "topo: error: unknown mode 'bogus'; choose one of msrun-auto, node,"),
     ([], "topo: error: --mode is required"),

@@ -183,6 +183,11 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     if not explain:
         for w in result.warnings:
             click.echo(printable(f"topo: warning: {w}"), err=True)
+    if result.meta.get("cpu_only") and nproc_per_node is None:
+        # msrun and torchrun start one process per accelerator; without any, say how many were planned
+        n = sum(not p.is_scheduler for p in result.processes)
+        click.echo(f"topo plan: no accelerator here: planned {n} process{'' if n == 1 else 'es'}; "
+                   "plan N with --devices none --nproc-per-node N", err=True)
 
 
 @click.command(context_settings=CONTEXT)

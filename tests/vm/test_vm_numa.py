@@ -33,7 +33,7 @@ def boot_of(name: str) -> vmharness.Boot:
     if name not in _BOOTS:
         machine = vmharness.MACHINES[name]
         _BOOTS[name] = vmharness.boot(machine, vmharness.guest_job(machine, REPO, sys.executable),
-                                      timeout=BOOT_TIMEOUT)
+                                      timeout=BOOT_TIMEOUT, keep=(REPO, Path(sys.prefix)))
     return _BOOTS[name]
 
 

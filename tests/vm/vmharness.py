@@ -17,9 +17,10 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"
 RESULT_MARK = "TOPOVM-RESULT "
 DONE_MARK = "TOPOVM-DONE"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "topo-vm"
@@ -43,7 +44,14 @@ fi
 mount --bind /proc /newroot/proc
 mount --bind /sys /newroot/sys
 mount --bind /dev /newroot/dev
+# the guest's /tmp is its own; host paths below /tmp the job needs (a checkout, a venv, the job
+# itself: topovm_keep=, comma-separated) are bound back in at the same place
+mkdir -p /hosttmp
+mount --bind /newroot/tmp /hosttmp
 mount -t tmpfs -o mode=1777 tmp /newroot/tmp
+for p in $(sed -n 's/.*topovm_keep=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' '); do
+    case "$p" in /tmp/*) mkdir -p "/newroot$p" && mount --bind "/hosttmp${p#/tmp}" "/newroot$p";; esac
+done
 mkdir -p /newroot/dev/shm
 mount -t tmpfs -o mode=1777 shm /newroot/dev/shm
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup 2>/dev/null
@@ -111,7 +119,7 @@ def guest_job(machine: Machine, repo: Path, python: str) -> str:
     """The job script: vm_guest.py for `machine`, with this checkout's topo and `python`'s
     directory first on PATH (launchers run `python` from PATH). The checkout's modules are
     compiled on the host first: the guest sees the tree read-only and could not cache them."""
-    subprocess.run([python, "-m", "compileall", "-q", *(str(repo / p) for p in ("topo", "planners", "launcher", "topo_cli"))],
+    subprocess.run([python, "-m", "compileall", "-q", *(str(repo / p) for p in ("topo", "planners", "views", "launcher", "topo_cli"))],
                    check=True, stdout=subprocess.DEVNULL)
     return (f"cd {repo} || exit 1\n"
             f"export PYTHONPATH={repo} PATH={Path(python).parent}:/usr/local/bin:/usr/bin:/bin\n"
@@ -217,9 +225,10 @@ class Boot:
     timed_out: bool
 
 
-def boot(machine: Machine, job: str, *, timeout: float) -> Boot:
+def boot(machine: Machine, job: str, *, timeout: float, keep: Sequence[Path] = ()) -> Boot:
     """Boot `machine`, run the shell script text `job` inside (chrooted in the host's tree), and
-    collect every `TOPOVM-RESULT` line. The VM is killed after `timeout` seconds."""
+    collect every `TOPOVM-RESULT` line. The VM is killed after `timeout` seconds. The guest's
+    `/tmp` is a tmpfs of its own; the host paths in `keep` (a checkout, a venv) stay visible."""
     image, version = kernel()
     rd = initramfs(version)
     runs = CACHE / "runs"
@@ -234,7 +243,8 @@ def boot(machine: Machine, job: str, *, timeout: float) -> Boot:
                 "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
                 "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,bus=pci.0",
                 "-kernel", str(image), "-initrd", str(rd),
-                "-append", f"console=ttyS0 quiet loglevel=1 panic=-1 topovm_job={work / 'job.sh'}",
+                "-append", f"console=ttyS0 quiet loglevel=1 panic=-1 topovm_job={work / 'job.sh'} "
+                f"topovm_keep={','.join(str(p) for p in (work, *keep))}",
                 "-display", "none", "-monitor", "none", "-serial", f"file:{console}",
                 "-no-reboot", "-nodefaults"]
         timed_out = False
