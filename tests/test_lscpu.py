@@ -18,6 +18,9 @@ from topo.cli import main as cli
 from topo.cli.machine import REPLAY_ENV
 
 KUNPENG_NODES = {n: CpuSet.range(24 * n, 24 * n + 23) for n in range(8)}
+# `lscpu -p` of the same machine: 192 CPUs, 48 a socket, 24 a NUMA node.
+KUNPENG_PARSABLE = "# CPU,Core,Socket,Node,,L1d,L1i,L2,L3\n" + "".join(
+    f"{c},{c},{c // 48},{c // 24},,{c},{c},{c},{c // 24}\n" for c in range(192))
 
 
 @pytest.mark.parametrize("path", [
@@ -129,12 +132,15 @@ def hidden_numa_root(tmp_path):
     return root
 
 
-def test_discovery_falls_back_to_lscpu(hidden_numa_root, monkeypatch):
-    parsable = "# CPU,Core,Socket,Node,,L1d,L1i,L2,L3\n" + "".join(
-        f"{c},{c},{c // 48},{c // 24},,{c},{c},{c},{c // 24}\n" for c in range(192))
-    outputs = {tuple(lscpu.PARSABLE_ARGS): parsable,
+@pytest.fixture
+def fake_lscpu(monkeypatch):
+    """This machine's lscpu answers as the Atlas 800's: `lscpu -p` and plain `lscpu`."""
+    outputs = {tuple(lscpu.PARSABLE_ARGS): KUNPENG_PARSABLE,
                ("lscpu",): sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt")}
     monkeypatch.setattr(lscpu, "run_tool", lambda args, timeout=None: outputs[tuple(args)])
+
+
+def test_discovery_falls_back_to_lscpu(hidden_numa_root, fake_lscpu):
     t = topo.discover(hidden_numa_root, probes=(), live_probes=True)
     assert [n.cpuset for n in t.numa_nodes] == list(KUNPENG_NODES.values())
     assert t.probes["lscpu"] == "ok (8 NUMA nodes)"
@@ -143,12 +149,8 @@ def test_discovery_falls_back_to_lscpu(hidden_numa_root, monkeypatch):
     t.check()
 
 
-def test_the_replay_variable_is_read_by_the_command_line_not_by_discover(hidden_numa_root, monkeypatch):
-    parsable = "# CPU,Core,Socket,Node,,L1d,L1i,L2,L3\n" + "".join(
-        f"{c},{c},{c // 48},{c // 24},,{c},{c},{c},{c // 24}\n" for c in range(192))
-    outputs = {tuple(lscpu.PARSABLE_ARGS): parsable,
-               ("lscpu",): sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt")}
-    monkeypatch.setattr(lscpu, "run_tool", lambda args, timeout=None: outputs[tuple(args)])
+def test_the_replay_variable_is_read_by_the_command_line_not_by_discover(hidden_numa_root, fake_lscpu,
+                                                                          monkeypatch):
     monkeypatch.setenv(REPLAY_ENV, "1")
     assert topo.discover(hidden_numa_root, probes=()).probes["lscpu"] == "off: not this system"
     result = CliRunner().invoke(cli, ["show", "--root", str(hidden_numa_root), "--json"])
@@ -164,10 +166,8 @@ def test_no_lscpu_fallback_on_a_captured_root(hidden_numa_root):
 def test_captured_lscpu_outputs_are_read_on_a_captured_root(hidden_numa_root, monkeypatch):
     # `topo capture` stores lscpu's outputs; a captured root answers from them, never from this
     # machine's lscpu.
-    parsable = "# CPU,Core,Socket,Node,,L1d,L1i,L2,L3\n" + "".join(
-        f"{c},{c},{c // 48},{c // 24},,{c},{c},{c},{c // 24}\n" for c in range(192))
     (hidden_numa_root / "topo-capture").mkdir()
-    (hidden_numa_root / "topo-capture/lscpu-parsable.txt").write_text(parsable)
+    (hidden_numa_root / "topo-capture/lscpu-parsable.txt").write_text(KUNPENG_PARSABLE)
     (hidden_numa_root / "topo-capture/lscpu.txt").write_text(
         sample("cpu/lscpu_kunpeng920-5250-4s-8numa_atlas800tA2.txt"))
     monkeypatch.setattr(lscpu, "run_tool", None)  # running lscpu here would fail the test
