@@ -33,14 +33,9 @@ _CACHE_TYPE = {"unified": 0, "data": 1, "instruction": 2}
 
 def bitmap(s: CpuSet) -> str:
     """hwloc's bitmap text: 32-bit words, most significant first, each `0x%08x`."""
-    mask = s.mask
-    if not mask:
+    if not s:
         return "0x0"
-    words = []
-    while mask:
-        words.append(f"0x{mask & 0xFFFFFFFF:08x}")
-        mask >>= 32
-    return ",".join(reversed(words))
+    return ",".join("0x" + w for w in s.to_mask().split(","))
 
 
 @dataclass
