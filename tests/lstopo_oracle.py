@@ -18,8 +18,21 @@ import pytest
 
 from topo.cpuset import CpuSet
 
+from conftest import fixture_names, parse_test_file
+
 LSTOPO = shutil.which("lstopo-no-graphics")
 needs_lstopo = pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
+
+
+def captured_tarballs() -> list[str]:
+    """One fixture name per captured tarball (several fixtures reuse one with other lstopo options)."""
+    seen = {}
+    for name in fixture_names():
+        source = parse_test_file(name)["source"]
+        if source and source.endswith(".tar.bz2"):
+            seen.setdefault(source, name)
+    return sorted(seen.values())
+
 
 _IO_TYPES = {"Bridge", "PCIDev", "OSDev", "Misc"}
 

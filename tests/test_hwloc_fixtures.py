@@ -18,7 +18,7 @@ from topo.cli import main as cli
 from topo.cpuset import CpuSet
 
 from conftest import SYSFS, fixture_names, parse_test_file
-from lstopo_oracle import LSTOPO, answer
+from lstopo_oracle import LSTOPO, answer, captured_tarballs
 
 # hwloc's "important" PCI filter (hwloc_filter_check_pcidev_subtype_important): what lstopo shows
 # by default. Bridges never reach our list.
@@ -197,18 +197,8 @@ def test_kept_gpu_memory_nodes_sit_where_lstopo_keeps_them(hwloc_roots):
     assert [n for n in ours if n[2] == "GPUMemory"] and ours == theirs
 
 
-def _tarballs() -> list[str]:
-    """One fixture per captured tarball (several fixtures reuse one with other lstopo options)."""
-    seen = {}
-    for name in fixture_names():
-        source = parse_test_file(name)["source"]
-        if source and source.endswith(".tar.bz2"):
-            seen.setdefault(source, name)
-    return sorted(seen.values())
-
-
 @pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
-@pytest.mark.parametrize("name", _tarballs())
+@pytest.mark.parametrize("name", captured_tarballs())
 def test_captured_root_matches_lstopo_run_here(hwloc_roots, name):
     # The installed hwloc on the raw root, with topo's defaults (GPU memory nodes kept, no .test
     # options): packages, cores, NUMA nodes and the object each PCI device hangs from.

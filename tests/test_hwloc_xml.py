@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import os
-import shutil
 import subprocess
 from dataclasses import fields
 
@@ -14,14 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 import topo
-from conftest import SYSFS, fixture_names, parse_test_file
+from conftest import SYSFS, parse_test_file
+from lstopo_oracle import LSTOPO, captured_tarballs, needs_lstopo
 from topo.cli import main as cli
 from topo.cpuset import CpuSet
 from topo.hwloc_export import bitmap, to_xml
 from topo.probes.hwloc_xml import parse_bitmap, parse_hwloc_xml
-
-LSTOPO = shutil.which("lstopo-no-graphics")
-needs_lstopo = pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
 
 XML_TARGETS = sorted(p.stem for p in SYSFS.glob("*.xml"))
 
@@ -217,16 +214,6 @@ def test_gpu_identity_from_hwloc_nvml_osdevs():
 # ---- every captured machine, both ways ---------------------------------------------------------
 
 
-def _tarballs() -> list[str]:
-    """One fixture name per captured tarball."""
-    seen = {}
-    for name in fixture_names():
-        source = parse_test_file(name)["source"]
-        if source and source.endswith(".tar.bz2"):
-            seen.setdefault(source, name)
-    return sorted(seen.values())
-
-
 def _lstopo(*args: str, root=None) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "HWLOC_COMPONENTS": "linux,stop",
            "HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES": "1"}
@@ -283,7 +270,7 @@ def _same_fields(a: topo.Topology, b: topo.Topology) -> list[str]:
             if f.name not in ("root", "probes") and norm(getattr(a, f.name)) != norm(getattr(b, f.name))]
 
 
-@pytest.mark.parametrize("name", _tarballs())
+@pytest.mark.parametrize("name", captured_tarballs())
 def test_topo_reads_its_own_xml_back_equal(hwloc_roots, name):
     original = topo.discover(hwloc_roots.for_fixture(name), probes=())
     back = parse_hwloc_xml(to_xml(original), "machine.xml")
@@ -302,7 +289,7 @@ def test_own_xml_keeps_the_restricted_view(hwloc_roots):
 
 
 @needs_lstopo
-@pytest.mark.parametrize("name", _tarballs())
+@pytest.mark.parametrize("name", captured_tarballs())
 def test_lstopo_xml_of_every_root_loads_as_discovery(hwloc_roots, name):
     """lstopo's own export of the root (v2, then v1), masks with empty words and all, reads as
     topo's discovery of the same root."""
@@ -322,7 +309,7 @@ def test_lstopo_xml_of_every_root_loads_as_discovery(hwloc_roots, name):
 
 
 @needs_lstopo
-@pytest.mark.parametrize("name", _tarballs())
+@pytest.mark.parametrize("name", captured_tarballs())
 def test_lstopo_reads_topo_xml(hwloc_roots, tmp_path, name):
     """lstopo opens topo's XML without a warning and exports the same machine (read back by topo)."""
     root = hwloc_roots.for_fixture(name)
