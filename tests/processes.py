@@ -1,4 +1,4 @@
-"""Process checks the launcher tests share: is a pid alive, and waiting for a condition."""
+"""Process checks the tests share: is a pid alive, waiting for a condition, a cpulist read as a set."""
 
 from __future__ import annotations
 
@@ -20,3 +20,13 @@ def wait_for(predicate, timeout: float = 20.0) -> bool:
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.02)
     return predicate()
+
+
+def cpulist(text: str) -> set[int]:
+    """A Linux cpulist ("0-2,5") as a set, parsed here rather than by the code under test."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    return out

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import samples
+from processes import cpulist as cpus
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -47,16 +48,6 @@ def nvidia_missing() -> str | None:
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(nvidia_missing() is not None, reason=str(nvidia_missing()))]
-
-
-def cpus(text: str) -> set[int]:
-    """A Linux cpulist ("0-2,5") as a set, parsed here rather than by the code under test."""
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        if part:
-            lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def busid(nvml_busid: str | bytes) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import vmharness
+from processes import cpulist as cpus
 
 pytestmark = [pytest.mark.vm, pytest.mark.skipif(vmharness.missing() is not None, reason=str(vmharness.missing()))]
 
@@ -46,16 +47,6 @@ def record(machine: str, name: str) -> dict:
     rec = boot.results[name]
     assert "error" not in rec, rec["error"]
     return rec
-
-
-def cpus(text: str) -> set[int]:
-    """A Linux cpulist ("0-2,5") as a set, parsed here rather than by the code under test."""
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        if part:
-            lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def mask(text: str) -> set[int]:
