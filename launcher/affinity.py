@@ -348,10 +348,7 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
                       "more threads than CPUs", stacklevel=_stacklevel)
     binding = _with_memory(planned, policy)
     rung, moved = _apply(binding, bind_fallback, threads)
-    if rung == "none":
-        binding = binding.without_memory()
-    elif rung == "preferred" and policy == "bind":
-        binding = replace(binding, memory_policy="preferred")
+    binding = binding.held(rung)
     if policy and rung != policy:
         warnings.warn(f"set_affinity: memory={policy!r} was refused by the kernel; bind_fallback: "
                       + (f"memory preferred on node(s) {binding.memory_nodes}" if rung == "preferred"

@@ -56,10 +56,7 @@ def bind(binding: Binding, fallback: bool) -> Binding:
         nodes = binding.memory_nodes or CpuSet()
         rung = syscalls.apply_memory_policy(binding.memory_policy, nodes, fallback=fallback,
                                             option="--bind-fallback")
-        if rung == "none":
-            held = binding.without_memory()
-        elif rung != binding.memory_policy:
-            held = Binding(binding.cpus, nodes, rung)
+        held = binding.held(rung)
         if held != binding:
             print(f"topo: the kernel refused the memory policy of {binding.describe()}; --bind-fallback: "
                   f"{held.describe()}", file=sys.stderr)

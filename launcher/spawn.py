@@ -140,11 +140,7 @@ def _bind_thread(binding: Binding, fallback: bool) -> Binding:
     fallback ladder)."""
     held = binding
     if binding.memory_policy is not None:
-        rung = set_memory(binding, fallback)
-        if rung == "none":
-            held = binding.without_memory()
-        elif rung == "preferred" and binding.memory_policy == "bind":
-            held = Binding(binding.cpus, binding.memory_nodes, "preferred", binding.device)
+        held = binding.held(set_memory(binding, fallback))
         if held is not binding:
             warnings.warn(f"start_bound: memory policy {binding.memory_policy} refused by the kernel; "
                           f"bind_fallback: {held.describe()}", stacklevel=4)

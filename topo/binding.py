@@ -72,6 +72,16 @@ class Binding:
     def without_memory(self) -> Binding:
         return replace(self, memory_nodes=None, memory_policy=None)
 
+    def held(self, rung: str | None) -> Binding:
+        """What holds of this binding once the memory-policy ladder stopped at `rung`
+        (syscalls.apply_memory_policy's answer; None: no policy was set): the CPUs alone for
+        "none", the policy relaxed to "preferred" for a refused "bind"."""
+        if rung is None or rung == self.memory_policy:
+            return self
+        if rung == "none":
+            return self.without_memory()
+        return replace(self, memory_policy=rung)
+
     def describe(self) -> str:
         """"CPUs 0-3, memory bound to node 0"; "CPUs 0-3, memory not bound"; "not bound"."""
         if not self.is_bound:
