@@ -99,6 +99,18 @@ def boot_time(proc: str = "/proc") -> float:
     raise ProcError(f"{proc}/stat has no btime line")
 
 
+def start_ticks(proc: str, pid: int) -> int:
+    """The process's start time in clock ticks after boot (field 22 of /proc/PID/stat): with the
+    pid, it names one process for the life of the machine."""
+    return int(stat_fields(proc, pid)[21])
+
+
+def create_time(proc: str, pid: int, booted: float) -> float:
+    """The start time in seconds since the epoch, as psutil's Process.create_time() gives it
+    (and as launch.json records it)."""
+    return booted + start_ticks(proc, pid) / CLOCK_TICKS
+
+
 def environ_has(proc: str, pid: int, name: str, value: str) -> bool:
     """Whether NAME=VALUE is in the process's environment as exec'd (/proc/PID/environ, read up
     to ENVIRON_LIMIT; a longer one counts as not having it: nothing is proven by half a file)."""
