@@ -541,18 +541,12 @@ def set_memory(binding: Binding, fallback: bool = False) -> str:
 
 # ---- migrating -------------------------------------------------------------------------------
 
-_NUMA_MAPS_MAX = 64 << 20  # bytes of /proc/self/numa_maps read
-_ON_NODE = re.compile(rb"\bN(\d+)=(\d+)")
+def pages_by_node() -> dict[int, int]:
+    """This process's resident pages (base pages) per NUMA node, as `topo ps` reads them from
+    numa_maps(5) (launcher.ps, imported here: only migrate=True needs it)."""
+    from topo.launcher.ps import _numa_maps
 
-
-def pages_by_node(path: str = "/proc/self/numa_maps") -> dict[int, int]:
-    """Resident pages per NUMA node, summed over the mappings of numa_maps(5)."""
-    pages: dict[int, int] = {}
-    with open(path, "rb") as fh:
-        data = fh.read(_NUMA_MAPS_MAX)
-    for node, count in _ON_NODE.findall(data):
-        pages[int(node)] = pages.get(int(node), 0) + int(count)
-    return pages
+    return _numa_maps("/proc", "self")[2]
 
 
 def migrate_to(nodes: CpuSet) -> int:
