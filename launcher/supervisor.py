@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence, TextIO
 
-from topo.launcher import verify
+from topo.launcher import procinfo, verify
 from topo.launcher.files import LAUNCH_JSON, open_log, write_record
 from topo.launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup, fallback_rung
 from topo.binding import Binding
@@ -341,10 +341,13 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
                       start_times: bool = True) -> None:
     """The job's record: what `topo stop` needs (pids, the job id its processes carry, and each
     pid's start time, so a pid the kernel has reused is never signalled) and what each process was
-    asked and got. `start_times=False` leaves the start times out (they cost importing psutil, which
-    a job that ends within a second should not pay); `topo stop` then tells the job's processes by
-    the job id in their environment."""
-    started = _start_time if start_times else (lambda pid: None)
+    asked and got. `start_times=False` leaves the start times out; `topo stop` then tells the
+    job's processes by the job id in their environment."""
+    try:
+        booted = procinfo.boot_time() if start_times else None
+    except procinfo.ProcError:
+        booted = None
+    started = (lambda pid: None) if booted is None else (lambda pid: _start_time(pid, booted))
     data = {
         "schema": SCHEMA,
         "job_id": group.job_id,
@@ -362,12 +365,10 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
     write_record(path, json.dumps(data, indent=2) + "\n")  # `topo stop` never reads half a file
 
 
-def _start_time(pid: int) -> float | None:
-    import psutil
-
+def _start_time(pid: int, booted: float) -> float | None:
     try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
+        return booted + int(procinfo.stat_fields("/proc", pid)[21]) / procinfo.CLOCK_TICKS  # as psutil's create_time()
+    except procinfo.ProcError:
         return None
 
 
