@@ -41,10 +41,11 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from topo import planners
+from topo.planners.binding import node_cpus
 from topo.planners.core import Job
 from topo import syscalls
 from topo.binding import BINDING_VAR, Binding
-from topo.cpuset import CpuSet, excerpt, union_all
+from topo.cpuset import CpuSet, excerpt
 from topo.numbers import ascii_number
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError
@@ -193,8 +194,7 @@ def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multit
             raise AffinityError(f"mode {mode_name!r} planned no binding for {job.key(rank)} (local rank {rank}); "
                                 "choose another mode")
         if plan.cpu_mode == "numa":  # a plug-in mode that binds whole nodes
-            nodes = process.cpu_node_set or CpuSet()
-            cpus = union_all(n.cpuset for n in topology.numa_nodes if n.os_index in nodes) & topology.allowed_pus
+            cpus = node_cpus(topology, process.cpu_node_set or CpuSet())
         else:
             cpus = process.cpus("main")
         nodes = process.memory_nodes or None
