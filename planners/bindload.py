@@ -126,8 +126,7 @@ def _read_limited(path: str) -> bytes:
             raise ParseError(f"Failed to load bind_numa json file: {path}. (it is {size} bytes, more than the "
                              f"{BIND_JSON_LIMIT} a bind JSON can be; msrun's are a few KB: write one with "
                              "`topo plan -o FILE`)")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            raw = f.read(BIND_JSON_LIMIT + 1)
+        raw = os.read(fd, BIND_JSON_LIMIT + 1)  # a regular file gives all of it at once, up to the limit
     finally:
         os.close(fd)
     if len(raw) > BIND_JSON_LIMIT:
