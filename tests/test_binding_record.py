@@ -50,3 +50,10 @@ def test_from_entry_cpu_nodes_are_their_allowed_cpus():
     assert b.cpus == CpuSet.parse("4-7")
     assert from_entry(entry, t, None).memory_policy is None
     assert from_entry(None, t, "bind") == Binding()
+
+
+def test_held_follows_the_memory_ladder():
+    b = Binding(CpuSet.parse("0-3"), CpuSet([0]), "bind", 2)
+    assert b.held("bind") is b and b.held(None) is b
+    assert b.held("preferred") == Binding(CpuSet.parse("0-3"), CpuSet([0]), "preferred", 2)
+    assert b.held("none") == Binding(CpuSet.parse("0-3"), None, None, 2)
