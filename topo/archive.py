@@ -112,15 +112,16 @@ class _StopSignals:
 
     def release(self) -> None:
         """The previous handlers back; _Stopped if a signal came."""
-        for sig, handler in self.saved.items():
-            signal.signal(sig, handler)
-        self.saved = {}
+        self._restore()
         self.check()
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def _restore(self) -> None:
         for sig, handler in self.saved.items():
             signal.signal(sig, handler)
         self.saved = {}
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._restore()
         if self.signum is not None:
             signal.raise_signal(self.signum)  # SIG_DFL ends the process here; SIGINT's raises KeyboardInterrupt
             raise ProbeError(f"{self.shown}: unpacking stopped by {signal.Signals(self.signum).name}")
