@@ -43,7 +43,7 @@ def run_tool(argv: list[str], timeout: float | None = None) -> str:
     with proc:
         try:
             deadline = time.monotonic() + timeout
-            out, err = _read_bounded(proc, deadline, shown, timeout)
+            out, err = _read_bounded(proc, deadline, shown)
             proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise ProbeError(f"'{shown}' timed out after {timeout:g}s") from None
@@ -57,10 +57,11 @@ def run_tool(argv: list[str], timeout: float | None = None) -> str:
     return out
 
 
-def _read_bounded(proc, deadline: float, shown: str, timeout: float) -> tuple[str, str]:
+def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
     """stdout and stderr as text (universal newlines), each read until its end and at most
-    TOOL_OUTPUT_LIMIT bytes, by the deadline."""
+    TOOL_OUTPUT_LIMIT bytes, by the deadline (else subprocess.TimeoutExpired, as proc.wait)."""
     import selectors  # as subprocess, imported only when a tool runs
+    import subprocess
 
     chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
     sizes = dict.fromkeys(chunks, 0)
@@ -70,7 +71,7 @@ def _read_bounded(proc, deadline: float, shown: str, timeout: float) -> tuple[st
         while selector.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ProbeError(f"'{shown}' timed out after {timeout:g}s")
+                raise subprocess.TimeoutExpired(proc.args, left)
             for key, _ in selector.select(left):
                 data = os.read(key.fd, 1 << 16)
                 if not data:
