@@ -215,9 +215,6 @@ class ProcessGroup:
     def poll(self) -> list[int | None]:
         return [p.popen.poll() for p in self.processes]
 
-    def all_exited(self) -> bool:
-        return all(code is not None for code in self.poll())
-
     def job_pids(self) -> set[int]:
         """Every live process of the job: our children's sessions, plus orphans re-parented to us."""
         import psutil

@@ -97,16 +97,6 @@ class Supervisor:
     def stop_signal(self) -> int | None:
         return self.signals.received
 
-    # ---------------------------------------------------------------- signals
-    def install_signal_handlers(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
-        """Each of `signals` (SIGINT/SIGTERM/SIGHUP unless given; topo run passes its
-        --signals-to-handle) stops the job: forwarded to every process, then SIGKILL after the grace
-        period; a second one skips the grace period."""
-        self.signals.install(signals)
-
-    def restore_signal_handlers(self) -> None:
-        self.signals.restore()
-
     # ---------------------------------------------------------------- verification
     def verify_all(self) -> None:
         """Read each process's CPUs and memory policy back from /proc and compare them with its
