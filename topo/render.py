@@ -375,15 +375,7 @@ def _io_parent(placed: list[ConsoleObj], machine: ConsoleObj, local_cpus: CpuSet
     local_cpus = local_cpus & machine.cpuset
     if not local_cpus or local_cpus == machine.cpuset:
         return machine
-    best = machine
-    for obj in placed:
-        if obj.type == "PU" or obj is machine:
-            continue
-        if obj.cpuset == local_cpus:
-            return obj
-        if local_cpus <= obj.cpuset and obj.cpuset.weight() <= best.cpuset.weight():
-            best = obj
-    return best
+    return _cpus_holder(placed, machine, local_cpus)
 
 
 def _memory_parent(placed: list[ConsoleObj], machine: ConsoleObj, locality: CpuSet,
@@ -393,13 +385,19 @@ def _memory_parent(placed: list[ConsoleObj], machine: ConsoleObj, locality: CpuS
     them; a node without CPUs goes to the Group made for it, else the machine."""
     if not locality:
         return group or machine
+    return _cpus_holder(placed, machine, locality)
+
+
+def _cpus_holder(placed: list[ConsoleObj], machine: ConsoleObj, cpus: CpuSet) -> ConsoleObj:
+    """The first object of `placed` below the machine (not a PU) with exactly `cpus`, else the
+    smallest holding them, else the machine."""
     best = machine
     for obj in placed:
         if obj.type == "PU" or obj is machine:
             continue
-        if obj.cpuset == locality:
+        if obj.cpuset == cpus:
             return obj
-        if locality <= obj.cpuset and obj.cpuset.weight() <= best.cpuset.weight():
+        if cpus <= obj.cpuset and obj.cpuset.weight() <= best.cpuset.weight():
             best = obj
     return best
 
