@@ -219,14 +219,16 @@ def validate(machine, file):
     warned = len(problems) - len(errors)
     warnings = f", {warned} warning{'s' if warned != 1 else ''}" if warned else ""
     if errors:
-        click.echo(printable(f"{file}: {len(errors)} problem{'s' if len(errors) != 1 else ''}{warnings}"))
+        report = [f"{file}: {len(errors)} problem{'s' if len(errors) != 1 else ''}{warnings}"]
     else:
         keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
-        click.echo(printable(f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}"))
+        report = [f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}"]
     for p in problems:
         tag = "warning: " if p.severity == "warning" else ""
-        click.echo(printable(f"  {p.path or '(file)'}: {tag}{p.message}"))
+        report.append(f"  {p.path or '(file)'}: {tag}{p.message}")
         if p.fix:
-            click.echo(printable(f"    fix: {p.fix}"))
+            report.append(f"    fix: {p.fix}")
+    for line in report:  # each line escaped where it is printed: a newline in a message stays on its line
+        click.echo(printable(line))
     if errors:
         sys.exit(1)
