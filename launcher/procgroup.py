@@ -217,7 +217,7 @@ class ProcessGroup:
 
     def job_pids(self) -> set[int]:
         """Every live process of the job: our children's sessions, plus orphans re-parented to us."""
-        import psutil
+        import psutil  # ~12 ms to import: only when a process of the job may still be alive
 
         sessions = set(self.pids())
         me = os.getpid() if self._subreaper_before is not None else None
