@@ -28,7 +28,7 @@ OSDEV_TYPES = {"block": 0, "gpu": 1, "net": 2, "openfabrics": 3, "dma": 4, "copr
 # hwloc group kinds (private.h): user, distance-based, I/O locality, memory locality
 _GROUP_KINDS = {"distance": 900, "io": 1000, "numa": 1001, "cpu-less": 1001}
 GROUP_KIND_IO = 1000
-_CACHE_TYPE = {"unified": 0, "data": 1, "instruction": 2}
+CACHE_TYPE = {"unified": 0, "data": 1, "instruction": 2}  # hwloc's cache_type attribute; the parser reads it back
 
 
 def bitmap(s: CpuSet) -> str:
@@ -66,7 +66,7 @@ def _cpu_objects(t: Topology) -> list[_Obj]:
              for g in t.groups]
     for c in t.caches:
         attrs = {"cache_size": c.size, "depth": c.level, "cache_linesize": c.line_size,
-                 "cache_associativity": c.ways, "cache_type": _CACHE_TYPE.get(c.type, 0)}
+                 "cache_associativity": c.ways, "cache_type": CACHE_TYPE.get(c.type, 0)}
         objs.append(_Obj(_cache_type(c.level, c.type), c.cpuset, 10 + 2 * (9 - c.level) + (c.type == "instruction"),
                          attrs))
     objs += [_Obj("Core", c.cpuset, 40, {"os_index": c.os_index} if c.os_index is not None else {})

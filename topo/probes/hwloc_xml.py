@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet
 from topo.errors import ParseError, ProbeError
-from topo.hwloc_export import GROUP_KIND_IO
+from topo.hwloc_export import CACHE_TYPE, GROUP_KIND_IO
 from topo.model import (Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
                         PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
@@ -32,7 +32,7 @@ from topo.probes.sysfs import bus_key
 _BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 
 _HWLOC_WORDS = re.compile(r"\A(?:0x[0-9a-fA-F]{1,8})?(?:,(?:0x[0-9a-fA-F]{1,8})?)*\Z")
-_CACHE_TYPES = {"0": "unified", "1": "data", "2": "instruction"}
+_CACHE_TYPES = {str(code): kind for kind, code in CACHE_TYPE.items()}
 _V2_CACHES = {"L1Cache": 1, "L2Cache": 2, "L3Cache": 3, "L4Cache": 4, "L5Cache": 5,
               "L1iCache": 1, "L2iCache": 2, "L3iCache": 3}
 
