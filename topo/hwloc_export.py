@@ -26,8 +26,8 @@ from topo.probes.sysfs import bus_key
 # hwloc 2.x osdev_type numbers (hwloc_obj_osdev_type_e)
 OSDEV_TYPES = {"block": 0, "gpu": 1, "net": 2, "openfabrics": 3, "dma": 4, "coproc": 5}
 # hwloc group kinds (private.h): user, distance-based, I/O locality, memory locality
-_GROUP_KINDS = {"distance": 900, "io": 1000, "numa": 1001, "cpu-less": 1001}
 GROUP_KIND_IO = 1000
+_GROUP_KINDS = {"distance": 900, "io": GROUP_KIND_IO, "numa": 1001, "cpu-less": 1001}
 CACHE_TYPE = {"unified": 0, "data": 1, "instruction": 2}  # hwloc's cache_type attribute; the parser reads it back
 
 
