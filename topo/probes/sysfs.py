@@ -589,8 +589,8 @@ class _Function:
 
 
 def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
-    """PCI functions, the bridges between them and the OS devices below them, each with the
-    locality hwloc gives it.
+    """PCI functions and the bridges between them, each with the locality hwloc gives it (the OS
+    devices below them come from probe_os_devices; RawPci.os_devices is left empty here).
 
     hwloc inserts every function under the innermost bridge whose bus range holds its bus, groups
     what no bridge holds into one host bridge per (domain, bus), and attaches each host bridge's
