@@ -283,7 +283,7 @@ def prove(pid: int, job_id: str, recorded: float | None, *, name: str, proc: str
             return "gone", None
         if recorded is not None:
             booted = procinfo.boot_time(proc) if booted is None else booted
-            if abs(booted + ticks / procinfo.CLOCK_TICKS - recorded) > START_TOLERANCE:
+            if not _started_at(ticks, recorded, booted):
                 return "gone", None
             verdict = "unproven"
         if not procinfo.environ_has(proc, pid, JOB_ID_VAR, job_id):
@@ -297,6 +297,12 @@ def prove(pid: int, job_id: str, recorded: float | None, *, name: str, proc: str
     finally:
         if fd is not None and fd >= 0:
             os.close(fd)
+
+
+def _started_at(ticks: int, recorded: float, booted: float) -> bool:
+    """Whether a process started `ticks` clock ticks after boot is the one recorded as started at
+    `recorded` (seconds since the epoch, as psutil's create_time() gives it)."""
+    return abs(booted + ticks / procinfo.CLOCK_TICKS - recorded) <= START_TOLERANCE
 
 
 def _exited(pidfd: int, timeout: float) -> bool:
@@ -391,8 +397,7 @@ def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
         fields = procinfo.stat_fields("/proc", pid)
         ticks = int(fields[21])
         if record.launcher_create_time is not None:
-            started = procinfo.boot_time() + ticks / procinfo.CLOCK_TICKS
-            if abs(started - record.launcher_create_time) > START_TOLERANCE:
+            if not _started_at(ticks, record.launcher_create_time, procinfo.boot_time()):
                 return None
         for member in members.values():
             if int(procinfo.stat_fields("/proc", member.pid)[3]) == pid and _running(member):
