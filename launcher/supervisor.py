@@ -357,7 +357,7 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
 
 def _start_time(pid: int, booted: float) -> float | None:
     try:
-        return booted + int(procinfo.stat_fields("/proc", pid)[21]) / procinfo.CLOCK_TICKS  # as psutil's create_time()
+        return procinfo.create_time("/proc", pid, booted)
     except procinfo.ProcError:
         return None
 
