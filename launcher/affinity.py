@@ -3,62 +3,44 @@
     import os, topo
     cpus = topo.set_affinity(int(os.environ["LOCAL_RANK"]))     # first thing in main()
 
-is `gpu_affinity.set_affinity(gpu_id, nproc_per_node)` with the same keywords, defaults and
-results on the machines gpu_affinity handles, plus every topo mode (`node`, `socket`,
-`exclusive`, `core-complex`, `msrun-auto`, ...), NPUs and CPU-only machines, devices named by
-UUID or PCI bus id, an optional memory policy (with a fallback ladder where the kernel refuses it)
-and migration of the pages already touched. Planning is `plan_affinity`, a pure function of a
-Topology and an environment; `bind_process` discovers this machine once per process, plans, and
-applies the result with system calls (no numactl or taskset), and says what it did;
-`set_affinity` is `bind_process` returning the CPU set, as gpu_affinity's does.
+It takes gpu_affinity's arguments, defaults and results, plus every topo mode, NPUs, CPU-only
+machines, devices named by UUID or PCI bus id, a memory policy (with a fallback ladder where the
+kernel refuses it) and migration of the pages already touched. `plan_affinity` is the planning, a
+pure function of a Topology and an environment; `bind_process` discovers this machine once per
+process, plans, applies the result with topo.syscalls.apply and says what it did.
 
 What is applied, and to whom:
-- CPUs: the calling thread, and every other thread of the process whose affinity equals the
-  caller's (PyTorch's rule for callable entry points): threads a library started at import time
-  move with the process, threads that chose their own CPUs are left alone. `threads="all"` moves
-  every thread of the process.
-- Memory (`memory="local" | "bind" | "preferred"`): `set_mempolicy` on the calling thread, which
-  the threads it starts afterwards inherit. Linux cannot set another thread's policy, so threads
-  that already run keep theirs; they now run on the process's CPUs, whose node is where local
-  allocation puts their memory anyway. Call `set_affinity` before starting worker threads.
-  Pages already allocated stay where they are unless `migrate=True` moves them (migrate_pages(2)
-  for the whole process) to the rank's NUMA node(s).
-- A process a launcher already bound (`TOPO_BINDING` in its environment, and its CPUs and memory
-  policy still as that variable says) keeps that binding: set_affinity warns and returns its CPUs.
-
-Bounds: `nproc_per_node` and local device indices are at most MAX_PROCESSES, checked before
-anything is planned or allocated.
+- CPUs: the calling thread and every other thread whose affinity equals the caller's (PyTorch's
+  rule): threads a library started at import move with the process, threads that chose their own
+  CPUs stay; `threads="all"` moves every thread.
+- Memory: set_mempolicy on the calling thread, which threads it starts afterwards inherit (Linux
+  cannot set another thread's policy). Pages already allocated stay unless `migrate=True` moves
+  them (migrate_pages(2)) to the rank's node(s).
+- A process a launcher bound (TOPO_BINDING set, and its CPUs and memory policy still as it says)
+  keeps that binding.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
-import threading
 import warnings
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from topo import planners
-from topo.planners.binding import node_cpus
-from topo.planners.core import Job
-from topo import syscalls
-from topo.binding import BINDING_VAR, Binding
+from topo import planners, syscalls
+from topo.binding import BINDING_VAR, MAX_PROCESSES, MEMORY_POLICIES, Binding, observe
 from topo.cpuset import CpuSet, excerpt
-from topo.numbers import ascii_number
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError
 from topo.model import Device, Topology
+from topo.numbers import ascii_number
+from topo.planners.binding import from_entry
+from topo.planners.core import Job
 from topo.visible import DEVICE_FORMS, describe_env, find_device, visible_devices
 
-MEMORY_POLICIES = ("local", "bind", "preferred")
 THREADS = ("shared", "all")
-# How many processes share this node when nproc_per_node is not given (torchrun and `topo
-# launch` set it).
-NPROC_VARIABLE = "LOCAL_WORLD_SIZE"
-# The most processes (and the largest local device index + 1) planned on one machine.
-MAX_PROCESSES = 65536
+NPROC_VARIABLE = "LOCAL_WORLD_SIZE"  # the processes on this node when nproc_per_node is not given
 
 
 class AffinityError(TopoError):
@@ -186,19 +168,14 @@ def _plan(topology: Topology, job, visible: list[Device], *, mode, scope, multit
             raise AffinityError(
                 f"mode {mode_name!r} cannot give each of {job.nproc} processes its CPUs within {restricted}; "
                 "widen the restriction, start fewer processes, or use a mode that shares CPUs (node, single)") from exc
-        raise AffinityError(_api_words(str(exc))) from exc
+        raise AffinityError(str(exc)) from exc
     ranks = []
     for rank in range(job.nproc):
         process = plan.get(job.key(rank))
         if process is None:  # a plug-in planner that left a process out
             raise AffinityError(f"mode {mode_name!r} planned no binding for {job.key(rank)} (local rank {rank}); "
                                 "choose another mode")
-        if plan.cpu_mode == "numa":  # a plug-in mode that binds whole nodes
-            cpus = node_cpus(topology, process.cpu_node_set or CpuSet())
-        else:
-            cpus = process.cpus("main")
-        nodes = process.memory_nodes or None
-        ranks.append(Binding(cpus or None, nodes, "bind" if nodes else None, visible[rank].index if visible else None))
+        ranks.append(replace(from_entry(process, topology, "bind"), device=visible[rank].index if visible else None))
     return tuple(ranks), mode_name, tuple(plan.warnings)
 
 
@@ -332,9 +309,11 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
     if kept is not None:
         warnings.warn(f"set_affinity: keeping the binding the launcher applied ({BINDING_VAR}="
                       f"{kept.env_value()!r}); unset {BINDING_VAR} to plan again", stacklevel=_stacklevel)
-        moved = move_threads(kept.cpus, None) if threads == "all" and kept.cpus is not None else 0
+        others = syscalls.other_threads() if threads == "all" and kept.cpus is not None else []
+        if others:
+            syscalls.apply(Binding(kept.cpus), threads=others)
         pages = migrate_to(home_nodes(this_machine(), kept)) if migrate else None
-        return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, moved, kept=True)
+        return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, len(others), kept=True)
     planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, mode=mode, scope=scope,
                                      multithreading=multithreading, balanced=balanced,
                                      min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
@@ -346,16 +325,12 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
         warnings.warn(f"set_affinity: CPUs {planned.cpus} are shared by {share} of the job's processes: set "
                       f"OMP_NUM_THREADS={omp} (or torch.set_num_threads({omp})) so that they do not run "
                       "more threads than CPUs", stacklevel=_stacklevel)
-    binding = _with_memory(planned, policy)
-    rung, moved = _apply(binding, bind_fallback, threads)
-    binding = binding.held(rung)
-    if policy and rung != policy:
-        warnings.warn(f"set_affinity: memory={policy!r} was refused by the kernel; bind_fallback: "
-                      + (f"memory preferred on node(s) {binding.memory_nodes}" if rung == "preferred"
-                         else "CPUs bound alone, memory policy unchanged"), stacklevel=_stacklevel)
+    others = syscalls.other_threads(os.sched_getaffinity(0) if threads == "shared" else None)
+    held = apply_binding(_with_memory(planned, policy), bind_fallback, "set_affinity", threads=others,
+                         stacklevel=_stacklevel + 1)
     pages = migrate_to(home_nodes(this_machine(), planned)) if migrate else None
-    return AffinityResult(replace(binding, applied_by="system calls"), frozenset(os.sched_getaffinity(0)), rung,
-                          pages, moved, omp_threads=omp)
+    return AffinityResult(replace(held, applied_by="system calls"), frozenset(os.sched_getaffinity(0)),
+                          (held.memory_policy or "none") if policy else None, pages, len(others), omp_threads=omp)
 
 
 # ---- a binding a launcher applied ------------------------------------------------------------
@@ -412,7 +387,7 @@ def plan_here(device_id, nproc_per_node: int | None = None, *, memory: str | Non
     return _with_memory(planned, policy), share
 
 
-_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
+_NODE_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
 
 
 def _planned(topology: Topology, device_id, nproc_per_node, **options) -> tuple[Binding, tuple[str, ...], int]:
@@ -421,9 +396,9 @@ def _planned(topology: Topology, device_id, nproc_per_node, **options) -> tuple[
     topology, devices and options: a repeated call costs only the system calls."""
     job, visible, rank = _locate(topology, device_id, nproc_per_node, os.environ)
     key = (id(topology), job.devices, *(str(v) for v in options.values()))
-    hit = _PLANS.get(key)
+    hit = _NODE_PLANS.get(key)
     if hit is None or hit[0] is not topology:
-        hit = _PLANS[key] = (topology, _plan(topology, job, visible, **options))
+        hit = _NODE_PLANS[key] = (topology, _plan(topology, job, visible, **options))
     ranks, mode_name, notes = hit[1]
     mine = _pick(topology, ranks, rank, mode_name)
     return mine, notes, sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
@@ -434,7 +409,7 @@ def _mode(mode) -> str:
     try:
         planners.get_planner(name)
     except TopoError as exc:
-        raise AffinityError(_api_words(str(exc))) from exc
+        raise AffinityError(str(exc)) from exc
     return name
 
 
@@ -479,74 +454,33 @@ def _memory(memory) -> str | None:
     return policy
 
 
-# The planners' messages name `topo plan`'s options; here they are this function's parameters.
-_FLAG = re.compile(r"--(nproc-per-node|min-physical-cores|max-physical-cores|scope|multithreading|mode)\b")
-
-
-def _api_words(message: str) -> str:
-    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
-
-
 # ---- applying --------------------------------------------------------------------------------
 
 
-def _apply(binding: Binding, fallback: bool, threads: str) -> tuple[str | None, int]:
-    """Memory policy first (it can be refused, and then nothing has changed), then the CPUs of
-    the caller and of the other threads `threads` names. Returns the rung of the memory fallback
-    ladder that held (None: memory not asked for) and how many other threads moved."""
-    cpus = binding.cpus
-    before = os.sched_getaffinity(0)  # the threads with this affinity follow the caller
-    previous = syscalls.get_mempolicy() if binding.memory_policy else None
-    rung = set_memory(binding, fallback) if binding.memory_policy else None
+def apply_binding(binding: Binding, fallback: bool, who: str, *, threads=(), stacklevel: int = 3) -> Binding:
+    """topo.syscalls.apply in set_affinity's words: AffinityError naming its keywords, and a
+    warning when the memory policy fell back. What held."""
     try:
-        os.sched_setaffinity(0, cpus)
-    except OSError as exc:
-        if previous is not None and rung != "none":
-            try:
-                syscalls.set_mempolicy(*previous)
-            except (TopoError, KeyError):
-                pass  # a policy this module cannot name (weighted interleave): the error below still holds
-        raise AffinityError(f"sched_setaffinity to CPUs {cpus}: {exc.strerror}: the kernel refused them (has "
-                            "the cgroup's cpuset changed since set_affinity first read this machine?)") from exc
-    return rung, move_threads(cpus, before if threads == "shared" else None)
-
-
-def move_threads(cpus, only_if) -> int:
-    """Give `cpus` to this process's other threads: those whose affinity is `only_if`, or all of
-    them when it is None. Returns how many moved."""
-    me, moved = threading.get_native_id(), 0
-    for name in os.listdir("/proc/self/task"):
-        tid = int(name)
-        if tid == me:
-            continue
-        try:
-            if only_if is None or os.sched_getaffinity(tid) == only_if:
-                os.sched_setaffinity(tid, cpus)
-                moved += 1
-        except OSError:
-            pass  # the thread ended meanwhile
-    return moved
-
-
-def set_memory(binding: Binding, fallback: bool = False) -> str:
-    """Set the calling thread's memory policy; return the rung of the fallback ladder that held
-    (syscalls.apply_memory_policy)."""
-    try:
-        return syscalls.apply_memory_policy(binding.memory_policy, binding.memory_nodes or CpuSet(),
-                                            fallback=fallback, option="bind_fallback=True")
-    except syscalls.SyscallError as exc:
-        raise AffinityError(f"memory={binding.memory_policy!r}: {exc}; or pass memory=None to bind CPUs "
-                            "only") from exc
+        held = syscalls.apply(binding, fallback=fallback, threads=threads, option="bind_fallback=True")
+    except syscalls.BindingRefused as exc:
+        if exc.memory:
+            raise AffinityError(f"memory={binding.memory_policy!r}: {exc}; or pass memory=None to bind CPUs "
+                                "only") from exc
+        raise AffinityError(f"sched_setaffinity to CPUs {binding.cpus}: {os.strerror(exc.errno)}: the kernel "
+                            "refused them (has the cgroup's cpuset changed since set_affinity first read this "
+                            "machine?)") from exc
+    if held.memory_policy != binding.memory_policy:
+        warnings.warn(f"{who}: memory={binding.memory_policy!r} was refused by the kernel; bind_fallback: "
+                      + (f"memory preferred on node(s) {held.memory_nodes}" if held.memory_policy == "preferred"
+                         else "CPUs bound alone, memory policy unchanged"), stacklevel=stacklevel)
+    return held
 
 
 # ---- migrating -------------------------------------------------------------------------------
 
 def pages_by_node() -> dict[int, int]:
-    """This process's resident pages (base pages) per NUMA node, as `topo ps` reads them from
-    numa_maps(5) (launcher.ps, imported here: only migrate=True needs it)."""
-    from topo.launcher.ps import _numa_maps
-
-    return _numa_maps("/proc", "self")[2]
+    """This process's resident base pages per NUMA node (numa_maps(5), as `topo ps` reads them)."""
+    return observe("self").pages_by_node
 
 
 def migrate_to(nodes: CpuSet) -> int:

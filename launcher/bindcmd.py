@@ -1,10 +1,9 @@
 """`topo bind`: bind this process as the bind JSON says for its local rank, then exec the command.
 
-Meant to sit between any launcher and the program (torchrun --no-python, srun, mpirun), so a plan
-written by `topo plan` is applied the same way `topo launch` applies it: the same entry per local
-rank, the same numactl argv for memory. A CPU-only binding needs no taskset: sched_setaffinity on
-ourselves survives the exec. Without numactl on PATH, the memory policy is set the same way
-(set_mempolicy on ourselves, kept across exec), as `topo launch` does in its children.
+It sits between any launcher and the program (torchrun --no-python, srun, mpirun), so a plan from
+`topo plan` is applied as `topo launch` applies it: the same entry per local rank, the same numactl
+argv for memory. The binding is applied here first (topo.syscalls.apply: a refusal can still fall
+back and name its fix), so a CPU-only binding needs no taskset and a missing numactl nothing else.
 """
 
 from __future__ import annotations
@@ -12,19 +11,18 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from dataclasses import replace
 from typing import Mapping, Sequence
 
+from topo.binding import BINDING_VAR
+from topo.discovery import discover
+from topo.errors import ParseError, TopoError, UsageError
 from topo.launcher.binding import binding_of, check_loaded, device_ids
 from topo.launcher.environ import bind_file_env, sharers, thread_env
 from topo.launcher.slurm import task_env
-from topo.planners.binding import BINDING_VAR, from_entry
-from topo.planners.bindload import load_bind
-from topo.discovery import discover
-from topo.cpuset import CpuSet
 from topo.numbers import ascii_number
-from topo.syscalls import MemoryPolicyRefused, apply_memory_policy
-from topo.errors import ParseError, TopoError, UsageError
+from topo.planners.binding import from_entry
+from topo.planners.bindload import load_bind
+from topo.syscalls import BindingRefused, apply
 
 # Where launchers put the local rank: torchrun, Slurm, Open MPI, MPICH / Intel MPI.
 LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
@@ -81,14 +79,13 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
         have = ", ".join(p.key for p in loaded.plan.workers())
         raise UsageError(f"the bind JSON has no {key} for local rank {rank} (it has {have}): plan one process per "
                          "local rank, e.g. topo plan --nproc-per-node N -o FILE, or pass the right --local-rank")
-    binding = binding_of(entry, topology, memory_policy=loaded.plan.memory_policy)
+    binding = binding_of(entry, topology, memory_policy=loaded.plan.memory_policy,
+                         path=environ.get("PATH", os.defpath))
     env = {**bind_file_env(loaded.path, loaded.sha256),
            **thread_env(environ, binding, 1, _sharing(loaded.plan, binding, topology))}
-    if binding.prefix[:1] == ("taskset",):
-        return list(command), binding.cpus, env, binding, key
-    if binding.prefix and shutil.which(binding.prefix[0], path=environ.get("PATH", os.defpath)) is None:
-        return list(command), binding.cpus, env, binding, key  # numactl not found: applied directly
-    return [*binding.prefix, *command], None, env, binding, key
+    if binding.applied_by == "numactl":
+        return [*binding.prefix, *command], None, env, binding, key
+    return list(command), binding.cpus, env, binding, key  # CPUs alone, or numactl not found
 
 
 def _sharing(plan, binding, topology) -> int:
@@ -99,56 +96,39 @@ def _sharing(plan, binding, topology) -> int:
     return max(1, sharers([*others, binding])[-1] - 1)  # `binding` is one of the plan's: counted once
 
 
-class BindingRefused(TopoError):
-    """The kernel refused a binding (a container without CAP_SYS_NICE, CPUs outside the cgroup)."""
-
-
-def _memory_policy(binding, key: str, bind_fallback: bool) -> str:
-    """Set this process's memory policy (kept across exec): the rung of the ladder that held."""
-    try:
-        return apply_memory_policy(binding.memory_policy, binding.memory_nodes or CpuSet(), fallback=bind_fallback)
-    except MemoryPolicyRefused as exc:
-        raise BindingRefused(f"the kernel refused the memory binding ({exc.__cause__ or exc}), {key} "
-                             "of the bind JSON: drop the memory binding, grant CAP_SYS_NICE, or add --bind-fallback "
-                             "to try 'preferred', then the CPU binding alone") from None
-
-
 def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
                   bind_fallback: bool = False) -> None:
     """Apply the binding and replace this process by `command`; returns only by raising.
 
     `bind_fallback`: when the kernel refuses the memory policy, try MPOL_PREFERRED, then keep the
     CPU binding alone, and say which held, instead of failing."""
-    argv, cpus, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
+    argv, _, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
-    direct = binding.is_bound and list(argv[:len(binding.prefix)]) != list(binding.prefix)
     threads = env.get("OMP_NUM_THREADS")
     if threads and binding.cpus is not None and int(threads) < binding.cpus.weight():
         print(f"topo bind: {key}: OMP_NUM_THREADS={threads}: its {binding.cpus.weight()} CPUs are shared with other "
               "processes of the bind JSON; set OMP_NUM_THREADS to choose another", file=sys.stderr)
-    if direct and binding.prefix[0] == "numactl":
-        print(f"topo bind: {key}: {binding.describe()} (applied directly: numactl not found)", file=sys.stderr)
-    if binding.memory_policy is not None:
-        # numactl sets the same policy after the exec, where a refusal would be its bare "set_mempolicy:
-        # Operation not permitted", too late to fall back or say what to do: the kernel is asked first
-        rung = _memory_policy(binding, key, bind_fallback)
-        if rung != binding.memory_policy:
-            held = "preferred held" if rung == "preferred" else "CPUs alone held"
-            print(f"topo bind: {key}: the kernel refused memory policy {binding.memory_policy}; {held} "
-                  "(--bind-fallback)", file=sys.stderr)
-            argv, cpus = list(command), binding.cpus  # not through numactl, which would ask again
-            binding = replace(binding, memory_policy="preferred") if rung == "preferred" else binding.without_memory()
-    if cpus is not None:
-        try:
-            os.sched_setaffinity(0, set(cpus))
-        except OSError as exc:
-            raise BindingRefused(f"the kernel refused CPUs {cpus} ({exc.strerror}), {key} of the bind JSON: "
-                                 "bind within `topo show`'s allowed CPUs") from None
+    if binding.direct and binding.prefix[0] == "numactl":
+        print(f"topo bind: {key}: {binding.describe()} (applied directly: {binding.note})", file=sys.stderr)
+    try:  # numactl would set the same after the exec, too late to fall back or say what to do
+        held = apply(binding, fallback=bind_fallback)
+    except BindingRefused as exc:
+        if exc.memory:
+            raise BindingRefused(f"the kernel refused the memory binding ({exc.refused}), {key} of the bind JSON: "
+                                 "drop the memory binding, grant CAP_SYS_NICE, or add --bind-fallback to try "
+                                 "'preferred', then the CPU binding alone", exc.refused) from None
+        raise BindingRefused(f"the kernel refused CPUs {binding.cpus} ({os.strerror(exc.errno)}), {key} of the "
+                             "bind JSON: bind within `topo show`'s allowed CPUs", exc.refused) from None
+    if held != binding:
+        state = "preferred held" if held.memory_policy == "preferred" else "CPUs alone held"
+        print(f"topo bind: {key}: the kernel refused memory policy {binding.memory_policy}; {state} "
+              "(--bind-fallback)", file=sys.stderr)
+        argv = list(command)  # not through numactl, which would ask again
     os.environ.update({**task_env(os.environ), **env})  # under srun: RANK, WORLD_SIZE, ... from Slurm
     os.environ.pop(BINDING_VAR, None)
-    if binding.is_bound:
-        os.environ[BINDING_VAR] = binding.env_value()  # what set_affinity keeps (planners.binding)
+    if held.is_bound:
+        os.environ[BINDING_VAR] = held.env_value()  # what set_affinity keeps
     program = command[0]
     if argv[0] != program and shutil.which(program, path=os.environ.get("PATH", os.defpath)) is None:
         # numactl would exec it and exit 1 in its own words: the shell's 127 / 126, as for a direct exec

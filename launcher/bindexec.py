@@ -1,15 +1,12 @@
 """Bind this process, then exec a command: the prefix `launcher.spawn.bound_argv` puts before a
 child's argv, so the command starts bound (CPU affinity and memory policy survive exec).
 
-    python -m topo.launcher.bindexec [--bind-fallback] cpus=0-3 memory=bind:0 -- COMMAND [ARG...]
+    python -m topo.launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] cpus=0-3 memory=bind:0 -- COMMAND...
 
-The binding is written as TOPO_BINDING is (topo.binding): `cpus=LIST`, `memory=POLICY:NODES` or
-`memory=local`, only the parts to bind; `--env=NAME=VALUE` adds a variable to the command's
-environment (OMP_NUM_THREADS). The command gets TOPO_BINDING set to what held, so a
-`set_affinity` inside it keeps that binding. With --bind-fallback a refused memory policy walks
-syscalls.apply_memory_policy's ladder (bind, preferred, CPUs alone) and says on stderr which rung
-held. Exit status as a shell's: 1 when the kernel refuses the binding, 2 for a malformed binding,
-126 when the command cannot be executed, 127 when it is not found. Imports only topo's
+The binding is written as TOPO_BINDING is; the command gets TOPO_BINDING set to what held.
+--bind-fallback walks topo.syscalls.apply's ladder for a refused memory policy and says on stderr
+what held. Exit status as a shell's: 1 when the kernel refuses the binding, 2 for a malformed one,
+126 when the command cannot be executed, 127 when it is not found. It imports only topo's
 syscalls and binding record: it runs once per child, before the child's own interpreter.
 """
 
@@ -21,7 +18,6 @@ import sys
 
 from topo import syscalls
 from topo.binding import BINDING_VAR, Binding
-from topo.cpuset import CpuSet
 from topo.errors import ParseError, TopoError
 
 USAGE = ("usage: python -m topo.launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] [cpus=LIST] "
@@ -48,26 +44,6 @@ def parse(args: list[str]) -> tuple[Binding, bool, dict[str, str], list[str]]:
     return binding, fallback, env, command
 
 
-def bind(binding: Binding, fallback: bool) -> Binding:
-    """Apply `binding` to this thread (the process before exec); return what held. SyscallError
-    when the kernel refuses it and `fallback` cannot help."""
-    held = binding
-    if binding.memory_policy is not None:
-        nodes = binding.memory_nodes or CpuSet()
-        rung = syscalls.apply_memory_policy(binding.memory_policy, nodes, fallback=fallback,
-                                            option="--bind-fallback")
-        held = binding.held(rung)
-        if held != binding:
-            print(f"topo: the kernel refused the memory policy of {binding.describe()}; --bind-fallback: "
-                  f"{held.describe()}", file=sys.stderr)
-    if binding.cpus is not None:
-        try:
-            os.sched_setaffinity(0, binding.cpus)
-        except OSError as exc:
-            raise syscalls.SyscallError("sched_setaffinity", exc.errno, f"CPUs {binding.cpus}") from None
-    return held
-
-
 def main(args: list[str]) -> int:
     try:
         binding, fallback, additions, command = parse(args)
@@ -75,10 +51,13 @@ def main(args: list[str]) -> int:
         print(f"topo: error: {exc}", file=sys.stderr)
         return 2
     try:
-        held = bind(binding, fallback)
+        held = syscalls.apply(binding, fallback=fallback)
     except TopoError as exc:
         print(f"topo: error: {exc}", file=sys.stderr)
         return 1
+    if held != binding:
+        print(f"topo: the kernel refused the memory policy of {binding.describe()}; --bind-fallback: "
+              f"{held.describe()}", file=sys.stderr)
     env = {**os.environ, **additions}
     if held.is_bound:
         env[BINDING_VAR] = held.env_value()

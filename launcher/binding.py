@@ -1,44 +1,35 @@
-"""Each process's binding: the numactl / taskset argv prefix msrun builds, and what /proc should show.
+"""Each process's binding as msrun builds it: a numactl / taskset argv prefix per process.
 
-msrun turns its three binding inputs into a prefix per process:
-
-- a unified bind JSON given to --bind_numa decides alone (--bind_core is then ignored);
-- otherwise --bind_numa gives a NUMA string N and --bind_core a CPU string C, each from a table
-  ({"device0": [...], "scheduler": [...]}) or from the automatic `msrun-auto` plan (workers only):
-  N and C -> `numactl --membind N --physcpubind C`, N -> `numactl --membind N --cpunodebind N`,
-  C -> `taskset -c C`.
-
-Every input arrives as a `BindPlan` (planners.bindload: a file, inline JSON, msrun's tables; the
-planner for True), so one rule, `bind_prefix`, builds every prefix from `ProcessBinding` objects:
-their text goes into argv as written (spaces removed), as msrun passes it, and their parsed sets
-are what the launcher checks against the topology and then verifies in /proc. A plan whose memory
-policy is `preferred` gets `numactl --preferred N` where msrun's strict one gets `--membind N`.
+A unified bind JSON given to --bind_numa decides alone (--bind_core is then ignored); otherwise
+--bind_numa gives a NUMA string N and --bind_core a CPU string C per process, from a table or from
+the `msrun-auto` plan (True): N and C -> `numactl --membind N --physcpubind C`, N -> `numactl
+--membind N --cpunodebind N`, C -> `taskset -c C`. Every input arrives as a BindPlan
+(planners.bindload), and every entry becomes a Binding through `binding_of`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import shutil
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
-from topo.launcher.environ import bind_file_env
 from topo.binding import Binding
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
+from topo.launcher.environ import bind_file_env
 
 if TYPE_CHECKING:  # planners and the model are imported only when something is bound
+    from topo.model import Topology
     from topo.planners.bindload import LoadedBind
     from topo.planners.bindplan import BindPlan, ProcessBinding
-    from topo.model import Topology
-
 
 UNBOUND = Binding()
 
 
 def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory: str | None = None,
                 memory_policy: str = "bind") -> tuple[str, ...]:
-    """msrun's prefix for a process bound to CPUs `cpus` or to the CPUs of nodes `cpu_nodes`, with
-    memory on nodes `memory`. Options are separate argv items, the memory option first, as msrun
-    writes them; `memory_policy="preferred"` writes `--preferred` (one node) for `--membind`.
+    """msrun's prefix, the memory option first; `memory_policy="preferred"` writes `--preferred`.
 
     >>> bind_prefix(cpus="0-9", memory="0")
     ('numactl', '--membind', '0', '--physcpubind', '0-9')
@@ -58,44 +49,37 @@ def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory
 
 
 def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> list[int]:
-    """The physical device id of local ranks 0..count-1: the bind JSON's `deviceX` keys.
-
-    The visible-device variables decide, as the runtimes do (topo.visible: CUDA_VISIBLE_DEVICES,
-    ROCR/HIP, ASCEND_RT_VISIBLE_DEVICES sorted as msrun sorts it). A rank beyond the visible
-    devices, or any rank on a machine without accelerators, is keyed by its local rank, which is
-    what msrun's DEVICE_ID is.
-    """
+    """The physical device id of local ranks 0..count-1 (the bind JSON's `deviceX` keys), as the
+    visible-device variables number them; a rank past the visible devices, or any rank of a
+    machine without accelerators, is keyed by its local rank (msrun's DEVICE_ID)."""
     from topo.visible import visible_devices
 
     visible = [d.index for d in visible_devices(topology, env=environ)]
     return [visible[i] if i < len(visible) else i for i in range(count)]
 
 
-# ------------------------------------------------------------------ one process
-def binding_of(process: ProcessBinding | None, topology: Topology, *,
-               memory_policy: str | None = "bind") -> Binding:
-    """The binding of one entry of a plan (msrun's unified-JSON table of prefixes).
+def binding_of(entry: ProcessBinding | None, topology: Topology, *, memory_policy: str | None = "bind",
+               path: str | None = None) -> Binding:
+    """The binding of one plan entry (`memory_policy`: the plan's) with msrun's prefix, applied by
+    the prefix's tool, or by system calls when the tool is not on `path` (the children's PATH;
+    None: not looked for)."""
+    from topo.planners.binding import from_entry  # the planners (~60 ms): only when something is bound
 
-    `memory_policy` is the plan's (None: memory not bound). The main CPUs decide the CPU binding,
-    else the CPU nodes (a JSON plan never has both).
-    """
-    from topo.planners.binding import from_entry  # the planners package (~60 ms): only when something is bound
-
-    binding = from_entry(process, topology, memory_policy)
-    if process is None or not binding.is_bound:
+    binding = from_entry(entry, topology, memory_policy)
+    if not binding.is_bound:
         return UNBOUND
-    main = process.main
-    prefix = bind_prefix(cpus=main, cpu_nodes=None if main else _text(process.cpu_nodes),
-                         memory=_text(process.memory) if binding.memory_policy else None,
+    prefix = bind_prefix(cpus=entry.main, cpu_nodes=None if entry.main else _text(entry.cpu_nodes),
+                         memory=_text(entry.memory) if binding.memory_policy else None,
                          memory_policy=binding.memory_policy or "bind")
-    return Binding(binding.cpus, binding.memory_nodes, binding.memory_policy, binding.device, prefix, prefix[0])
+    if path is not None and shutil.which(prefix[0], path=path) is None:
+        return replace(binding, prefix=prefix, applied_by="system calls", note=f"{prefix[0]} not found")
+    return replace(binding, prefix=prefix, applied_by=prefix[0])
 
 
 def _text(value: int | str | None) -> str | None:
     return None if value is None else (str(value) or None)
 
 
-# ------------------------------------------------------------------ a job's bindings
 @dataclass(frozen=True)
 class JobBindings:
     """Every process's binding in a job, and what resolving them found."""
@@ -109,13 +93,9 @@ class JobBindings:
 
 def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: Topology | None,
                      environ: Mapping[str, str]) -> JobBindings:
-    """Each process's binding for parsed --bind_core / --bind_numa values (launcher.options: False,
-    True, or a planners.bindload.LoadedBind from a table or a unified bind JSON).
-
-    Raises UsageError, before anything starts, for CPUs or nodes that do not exist or are not
-    allowed on `topology`. A prefix whose tool (numactl, taskset) is not on PATH is still built
-    here; the launcher then applies it with system calls (launcher.job, launcher.bindcmd).
-    """
+    """Each process's binding for parsed --bind_core / --bind_numa values (False, True, or a
+    planners.bindload.LoadedBind). UsageError, before anything starts, for CPUs or nodes that are
+    not there or not allowed on `topology`."""
     if not bind_core and not bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {}, (None,) * local_worker_num)
     if topology is None:
@@ -123,36 +103,33 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
     if not topology.is_this_system:
         raise UsageError(f"refusing to bind from a topology read below {topology.root!r}: it is not this machine")
     physical = device_ids(topology, local_worker_num, environ)
+    path = environ.get("PATH", os.defpath)
     warnings: list[str] = []
-    unified = getattr(bind_numa, "table", True) is False
     cpu_lists: list[str | None] = [None] * local_worker_num
-    if unified:
-        scheduler, workers = _from_unified(bind_numa, physical, topology, warnings)
+    if getattr(bind_numa, "table", True) is False:  # a unified bind JSON
+        check_loaded(bind_numa, topology, "--bind_numa", warnings)
+        plan = bind_numa.plan
+
+        def of(key: str) -> Binding:
+            return binding_of(plan.get(key), topology, memory_policy=plan.memory_policy, path=path)
+
+        workers = [of(f"device{device}") for device in physical]
+        warnings += [f"local rank {rank}: the bind JSON has no process binding for device{device}; it runs unbound"
+                     for rank, (device, b) in enumerate(zip(physical, workers)) if not b.is_bound]
+        scheduler = of("scheduler")
         if bind_core:
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
+        env = bind_file_env(bind_numa.path, bind_numa.sha256)
     else:
-        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings)
-    env = bind_file_env(bind_numa.path, bind_numa.sha256) if unified else {}
+        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings, path)
+        env = {}
     return JobBindings(scheduler, tuple(workers), tuple(warnings), env, tuple(cpu_lists))
-
-
-def _from_unified(loaded: LoadedBind, physical: list[int], topology: Topology, warnings: list[str]):
-    check_loaded(loaded, topology, "--bind_numa", warnings)
-    plan = loaded.plan
-    workers = []
-    for rank, device in enumerate(physical):
-        b = binding_of(plan.get(f"device{device}"), topology, memory_policy=plan.memory_policy)
-        if not b.is_bound:
-            warnings.append(f"local rank {rank}: the bind JSON has no process binding for device{device}; "
-                            "it runs unbound")
-        workers.append(b)
-    return binding_of(plan.get("scheduler"), topology, memory_policy=plan.memory_policy), workers
 
 
 def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: list[str]) -> None:
     """UsageError for the first problem that stops a binding (CPUs or nodes that are not there or
-    not allowed): the same check, with the same words, as `topo validate`. Overlapping main CPUs
-    only cost speed, and msrun runs such files, so they become warnings."""
+    not allowed), in `topo validate`'s words; overlapping main CPUs only cost speed, and msrun runs
+    such files, so they become warnings."""
     from topo.planners.bindcheck import check_plan, one_line
 
     errors = []
@@ -165,9 +142,12 @@ def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: li
         raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {one_line(errors)}")
 
 
-def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str]):
-    """msrun's --bind_core / --bind_numa tables or True: per process a CPU string C and a NUMA string
-    N, combined into one entry."""
+def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str], path: str):
+    """msrun's --bind_core / --bind_numa tables or True: per process a CPU entry C and a NUMA entry
+    N, combined into one entry (C's main CPUs with N's memory, or N alone)."""
+    from topo.planners.binding import node_cpus
+    from topo.planners.bindplan import ProcessBinding
+
     n = len(physical)
     sched_core = sched_numa = None
     core: list[ProcessBinding | None] = [None] * n
@@ -183,33 +163,24 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
         sched_numa, numa = _by_position(bind_numa.plan, physical, "--bind_numa", warnings)
     elif bind_numa is True:
         numa = _auto(topology, physical, "numa", warnings)
-        if bind_core is not True:
-            # msrun exports the CPUs of the first node for mindspore.runtime.set_cpu_affinity
-            for i, entry in enumerate(numa):
-                if entry is not None and entry.cpu_node_set:
-                    from topo.planners.binding import node_cpus
+        if bind_core is not True:  # msrun exports the CPUs of the first node for set_cpu_affinity
+            cpu_lists = [node_cpus(topology, CpuSet([e.cpu_node_set.first()])) if e is not None and e.cpu_node_set
+                         else None for e in numa]
 
-                    cpu_lists[i] = node_cpus(topology, CpuSet([entry.cpu_node_set.first()]))
-    scheduler = _combine(sched_core, sched_numa, topology)
-    workers = []
-    exported: list[str | None] = []
+    def combine(c: ProcessBinding | None, m: ProcessBinding | None) -> Binding:
+        if c is not None and c.main:
+            memory = m.memory if m is not None and m.memory_nodes else None
+            m = ProcessBinding(c.key, modules=(("main", c.main),), memory=memory)
+        return binding_of(m, topology, path=path)
+
+    workers, exported = [], []
     for i in range(n):
-        b = _combine(core[i], numa[i], topology)
+        b = combine(core[i], numa[i])
         if bind_core is True and core[i] is not None:
             cpu_lists[i] = b.cpus  # msrun exports the automatic split's CPUs too
         exported.append(str(list(cpu_lists[i])) if cpu_lists[i] and b.is_bound else None)
         workers.append(b)
-    return scheduler, workers, exported
-
-
-def _combine(core: ProcessBinding | None, numa: ProcessBinding | None, topology: Topology) -> Binding:
-    """C and N -> `numactl --membind N --physcpubind C`; N -> `--membind N --cpunodebind N`;
-    C -> `taskset -c C` (msrun's table)."""
-    if core is not None and core.main:
-        memory = numa.memory_nodes if numa is not None and numa.memory_nodes else None
-        prefix = bind_prefix(cpus=core.main, memory=_text(numa.memory) if memory else None)
-        return Binding(core.cpus("main"), memory, "bind" if memory else None, core.device, prefix, prefix[0])
-    return binding_of(numa, topology)
+    return combine(sched_core, sched_numa), workers, exported
 
 
 def _by_position(plan: BindPlan, physical: list[int], flag: str, warnings: list[str]):
@@ -221,21 +192,19 @@ def _by_position(plan: BindPlan, physical: list[int], flag: str, warnings: list[
         if rank >= len(entries):
             warnings.append(f"{flag} has no entry for local rank {rank} (device{device}); it runs unbound")
             out.append(None)
-            continue
-        entry = entries[rank]
-        if entry.key != f"device{device}":
-            warnings.append(f"{flag}: entry #{rank} is {entry.key}, but local rank {rank} drives device{device}; "
-                            f"it runs unbound (msrun reads the table by position; list every device in order)")
+        elif entries[rank].key != f"device{device}":
+            warnings.append(f"{flag}: entry #{rank} is {entries[rank].key}, but local rank {rank} drives "
+                            f"device{device}; it runs unbound (msrun reads the table by position; list every "
+                            "device in order)")
             out.append(None)
-            continue
-        out.append(entry)
+        else:
+            out.append(entries[rank])
     return plan.get("scheduler"), out
 
 
 def _check_ids(plan: BindPlan, allowed: CpuSet, flag: str, label: str) -> None:
     for p in plan.processes:
-        ids = p.cpus("main") if label == "CPU" else (p.cpu_node_set or CpuSet())
-        bad = ids - allowed
+        bad = (p.cpus("main") if label == "CPU" else (p.cpu_node_set or CpuSet())) - allowed
         if bad:
             if label == "CPU":
                 what = f"this machine allows CPUs {allowed} (see `topo show`)"
@@ -246,14 +215,19 @@ def _check_ids(plan: BindPlan, allowed: CpuSet, flag: str, label: str) -> None:
 
 
 def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str]) -> list[ProcessBinding | None]:
-    from topo.launcher.autoplan import msrun_auto
+    """The `msrun-auto` plan's entries by local rank: main CPUs per process (`kind="core"`) or one
+    NUMA node for CPUs and memory (`kind="numa"`); planners/msrun.py says where it differs from msrun."""
+    from topo import planners
+    from topo.planners.core import Job, accelerators
 
-    plan = msrun_auto(topology, physical, kind)
+    # a CPU-only machine has no devices to be next to: the planner splits the allowed CPUs, keyed by local rank
+    devices = tuple(physical) if accelerators(topology) else (None,) * len(physical)
+    plan = planners.plan(topology, "msrun-auto", job=Job(devices), msrun_bind=kind,
+                         memory="numa" if kind == "numa" else "none")
     warnings.extend(plan.warnings)
-    # without accelerators, `physical` holds the local ranks, which is how the plan keys them too
     entries = [plan.get(f"device{d}") for d in physical]
     return [e if e is not None and (e.main or e.cpu_node_set) else None for e in entries]
 
 
-__all__ = ["Binding", "UNBOUND", "JobBindings", "bind_prefix", "binding_of", "check_loaded",
-           "device_ids", "resolve_bindings"]
+__all__ = ["Binding", "UNBOUND", "JobBindings", "bind_prefix", "binding_of", "check_loaded", "device_ids",
+           "resolve_bindings"]

@@ -14,15 +14,13 @@ from typing import TYPE_CHECKING, Union
 
 from topo.launcher import slurm
 from topo.launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from topo.binding import MAX_PROCESSES
 from topo.numbers import MAX_SECONDS
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
     from topo.planners.bindload import LoadedBind
 
-# the most processes one node starts: far above any machine's CPU count, and a bound on the work
-# (and memory) spent planning before anything starts
-MAX_PROCESSES_PER_NODE = 65536
 
 
 @dataclass(frozen=True)
@@ -110,8 +108,8 @@ class LaunchConfig:
             raise UsageError(f"--worker_num must be greater than 0, got {self.worker_num}")
         if self.local_worker_num <= 0:
             raise UsageError(f"--local_worker_num must be greater than 0, got {self.local_worker_num}")
-        if self.local_worker_num > MAX_PROCESSES_PER_NODE:
-            raise UsageError(f"--local_worker_num={self.local_worker_num} is more than {MAX_PROCESSES_PER_NODE} "
+        if self.local_worker_num > MAX_PROCESSES:
+            raise UsageError(f"--local_worker_num={self.local_worker_num} is more than {MAX_PROCESSES} "
                              "processes on one node: start fewer")
         if self.local_worker_num > self.worker_num:
             raise UsageError(

@@ -8,7 +8,6 @@ environment is built fresh: the launcher's environment minus MANAGED_VARS, plus 
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import Mapping, Sequence
 

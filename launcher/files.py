@@ -1,22 +1,41 @@
-"""The files the launcher writes in a log directory (logs, launch.json), written without following
-a link topo did not make.
+"""The files of a log directory: logs and launch.json, written without following a link topo did
+not make, and launch.json read back as the hostile input anyone who can write the directory can
+make of it.
 
-- a log is opened with O_NOFOLLOW: a symbolic link planted under the log's name (worker_0.log ->
+- a log is opened with O_NOFOLLOW: a symbolic link planted under its name (worker_0.log ->
   ~/.bashrc) is refused, never truncated through;
-- launch.json is written to a temporary file of a unique name made with O_EXCL (tempfile.mkstemp),
-  then renamed over the record, which replaces a link named launch.json instead of writing
-  through it; two launchers never share a temporary name;
+- launch.json is written to a temporary file of its own (mkstemp: O_EXCL, a random name), then
+  renamed over the record, which replaces a link named launch.json instead of writing through it;
+- launch.json is read without following a link or blocking, bounded, every field checked.
 """
 
 from __future__ import annotations
 
 import errno
+import glob
+import json
+import math
 import os
+import re
+import stat
 import tempfile
+from dataclasses import dataclass
 
+from topo.binding import MAX_PROCESSES
+from topo.cpuset import excerpt
+from topo.errors import UsageError
+from topo.numbers import MAX_SECONDS
 
 LAUNCH_JSON = "launch.json"
-JOB_ID_VAR = "TOPO_JOB_ID"
+SCHEMA = "topo.launch/2"  # launch.json's
+JOB_ID_VAR = "TOPO_JOB_ID"  # every process the launcher starts carries the job's id in it
+JOB_ID_FORM = re.compile(r"[0-9A-Za-z_.-]{8,128}")
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT: no pid is larger
+# A record holds a few hundred bytes per process (its argv, its extra environment, its binding);
+# 16 MiB is tens of thousands of processes, more than one node runs.
+RECORD_LIMIT = 16 << 20
+_FIX = "stop the processes by hand"
+_NO_RECORD = "give the --log_dir of a job started by topo launch or topo run"
 
 
 class LogFileError(OSError):
@@ -26,8 +45,7 @@ class LogFileError(OSError):
 def open_log(path: str, mode: str = "w"):
     """A log file opened for writing ("w" truncates, "a" appends) without following a symbolic
     link at its name. OSError (ELOOP for a link) when it cannot be."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    flags |= os.O_APPEND if mode == "a" else os.O_TRUNC
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if mode == "a" else os.O_TRUNC)
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
@@ -38,9 +56,7 @@ def open_log(path: str, mode: str = "w"):
 
 
 def write_record(path: str, text: str) -> None:
-    """Replace `path` with `text` at once: readers see the old record or the new, never half.
-    The temporary file is this writer's own (O_EXCL, a random name), and the rename replaces a link
-    at `path` rather than writing where it points."""
+    """Replace `path` with `text` at once: readers see the old record or the new, never half."""
     directory, name = os.path.split(path)
     fd, tmp = tempfile.mkstemp(prefix=f"{name}.", suffix=".tmp", dir=directory or ".")
     try:
@@ -53,3 +69,165 @@ def write_record(path: str, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+@dataclass(frozen=True)
+class RecordedProcess:
+    name: str
+    pid: int
+    create_time: float | None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What topo stop and topo ps take from a launch.json, every field checked."""
+
+    path: str
+    job_id: str
+    processes: tuple[RecordedProcess, ...]
+    launcher_pid: int | None = None
+    launcher_create_time: float | None = None
+    join: bool = False
+    grace_period: float | None = None
+
+
+def record_path(log_dir: str) -> str:
+    """`log_dir`/launch.json, or the record of the one run below it where topo run keeps them
+    (LOG_DIR/<run id>_<random>/attempt_<n>/launch.json): its last attempt, the only one that can
+    still run. UsageError when records of several runs are there."""
+    path = os.path.join(log_dir, LAUNCH_JSON)
+    if os.path.lexists(path) or not os.path.isdir(log_dir):
+        return path
+    found = glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*", LAUNCH_JSON))
+    runs = sorted({os.path.dirname(os.path.dirname(f)) for f in found})
+    if len(runs) > 1:
+        raise UsageError(f"job records of {len(runs)} runs below {log_dir}: give the directory of one "
+                         f"({', '.join(excerpt(r) for r in runs[:3])}{', ...' if len(runs) > 3 else ''})")
+    return max(found, key=_attempt_number) if found else path
+
+
+def _attempt_number(record: str) -> int:
+    name = os.path.basename(os.path.dirname(record))[len("attempt_"):]
+    return int(name) if name.isascii() and name.isdigit() and len(name) < 10 else -1
+
+
+def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) -> JobRecord:
+    """The job record in `log_dir` (at `path`, when record_path has found it), every field checked
+    (the grace period only with `grace`); a UsageError naming the file otherwise, before anything
+    is signalled."""
+    path = path or record_path(log_dir)
+    data = _load(log_dir, path)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("processes"), list):
+        raise UsageError(f"not a job record of this topo, {path}: expected schema {SCHEMA!r}; "
+                         f"{_FIX} (the file lists their pids)")
+    _check(path, data, "job_id", lambda v: isinstance(v, str) and JOB_ID_FORM.fullmatch(v),
+           "a job id topo writes (8 to 128 letters, digits, '.', '-' or '_')", required=True)
+    if len(data["processes"]) > MAX_PROCESSES:
+        raise _bad(path, f"it lists {len(data['processes'])} processes, more than {MAX_PROCESSES}")
+    processes = []
+    for entry in data["processes"]:
+        if not isinstance(entry, dict):
+            raise _bad(path, f"a process entry is {excerpt(repr(entry))}, not an object")
+        name = entry.get("name", "?")
+        if not (isinstance(name, str) and 0 < len(name) <= 100 and name.isprintable()):
+            raise _bad(path, f"process name {excerpt(repr(name))} is not printable text of 1 to 100 characters")
+        processes.append(RecordedProcess(name, _pid(path, entry, "pid", required=True), _time(path, entry, "create_time")))
+    join = _check(path, data, "join", lambda v: isinstance(v, bool), "true or false")
+    grace_period = _check(path, data, "grace_period", lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS,
+                          f"a number of seconds from 0 to {MAX_SECONDS}", "give topo stop --grace-period SECONDS") \
+        if grace else None
+    return JobRecord(path, data["job_id"], tuple(processes), _pid(path, data, "launcher_pid"),
+                     _time(path, data, "launcher_create_time"), bool(join),
+                     None if grace_period is None else float(grace_period))
+
+
+def _load(log_dir: str, path: str):
+    try:
+        # O_NOFOLLOW: a link planted as launch.json (to /dev/zero, a FIFO, another file) is refused;
+        # O_NONBLOCK: a FIFO must not hang topo stop waiting for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UsageError(f"no job record, {path} does not exist: {_NO_RECORD}") from None
+    except NotADirectoryError:
+        raise UsageError(f"no job record, {log_dir} is not a directory: {_NO_RECORD}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"not a job record, {path} is a symbolic link (topo writes launch.json as a "
+                             f"file): {_NO_RECORD}") from None
+        raise UsageError(f"unreadable job record, {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"not a job record, {path} is not a regular file (a FIFO, device or directory): "
+                             f"{_NO_RECORD}")
+        # a regular file gives all of it at once, up to the limit
+        raw = os.read(fd, RECORD_LIMIT + 1) if info.st_size <= RECORD_LIMIT else b""
+    except OSError as exc:
+        raise UsageError(f"unreadable job record, {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > RECORD_LIMIT or info.st_size > RECORD_LIMIT:
+        raise UsageError(f"not a job record, {path} is {max(len(raw), info.st_size)} bytes, more than the "
+                         f"{RECORD_LIMIT} a record can be; {_FIX}")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"unreadable job record, {path}: {excerpt(str(exc) or type(exc).__name__)}; "
+                         "was it written by topo launch?") from None
+
+
+def _bad(path: str, what: str, fix: str = _FIX) -> UsageError:
+    return UsageError(f"bad job record, {path}: {what}; {fix}")
+
+
+def _check(path: str, data: dict, key: str, ok, what: str, fix: str = _FIX, required: bool = False):
+    """data[key] when `ok(value)` or it is absent (None) and not `required`; else a UsageError."""
+    value = data.get(key)
+    if (value is not None or required) and not ok(value):
+        raise _bad(path, f"{key} {excerpt(repr(value))} is not {what}", fix)
+    return value
+
+
+def _is_number(value) -> bool:
+    # json reads Infinity and NaN too; bool is an int to isinstance
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _pid(path: str, data: dict, key: str, required: bool = False) -> int | None:
+    """A recorded pid, from 1 to PID_MAX (a pid of -1 would reach every process through kill())."""
+    return _check(path, data, key, lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= PID_MAX,
+                  f"a process id from 1 to {PID_MAX}", required=required)
+
+
+def _time(path: str, data: dict, key: str) -> float | None:
+    """A recorded start time (a NaN would compare false with every process's)."""
+    value = _check(path, data, key, lambda v: _is_number(v) and v >= 0, "a start time in seconds since the epoch")
+    return None if value is None else float(value)
+
+
+def check_not_running(log_dir: str, stop_hint: str) -> None:
+    """UsageError when `log_dir` holds the record of a job with a process still running (one that
+    carries the job's id): a second job there would overwrite its logs and record, and `topo stop`
+    could no longer find it. `stop_hint` is the directory as the user should pass it to `topo stop`.
+    No record, or one topo stop could not use, protects nothing."""
+    path = os.path.join(log_dir, LAUNCH_JSON)
+    try:
+        record = read_record(log_dir, path, grace=False)
+    except UsageError:
+        return
+    for p in record.processes:
+        try:
+            os.kill(p.pid, 0)
+        except ProcessLookupError:
+            continue  # the usual case, a finished job's: spares importing psutil (14 ms, benchmarks/launch_bench.py)
+        except PermissionError:
+            pass
+        import psutil
+
+        try:
+            running = psutil.Process(p.pid).environ().get(JOB_ID_VAR) == record.job_id
+        except psutil.Error:  # gone, or not ours to read
+            continue
+        if running:
+            raise UsageError(f"the log directory holds a running job, {path} (pid {p.pid}): stop it first "
+                             f"with `topo stop {stop_hint}`, or give another --log_dir")

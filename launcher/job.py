@@ -12,12 +12,11 @@ import re
 import shlex
 import shutil
 import socket
-from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from topo.launcher import environ as envs
 from topo.launcher import network
-from topo.launcher.binding import UNBOUND, Binding, JobBindings, resolve_bindings
+from topo.launcher.binding import UNBOUND, JobBindings, resolve_bindings
 from topo.launcher.environ import MANAGED_VARS
 from topo.launcher.options import parse_bind_numa
 from topo.launcher.plan import Plan
@@ -94,7 +93,6 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         warnings.append(f"all workers run on this node, so --node_rank={config.node_rank} is ignored")
 
     processes_on_node = local_worker_num + (1 if start_scheduler else 0)
-    search_path = environ.get("PATH", os.defpath)  # where the children's exec looks for numactl
     tailed = config.tail_worker_log  # None = every worker
     processes = []
 
@@ -106,7 +104,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         if tail:
             env.update(envs.unbuffered_env(environ))
         return ProcessSpec(name, (*binding.prefix, *command), env, os.path.join(log_dir, log_name), binding,
-                           direct_binding(binding, search_path), role, rank, local_rank, tail)
+                           role, rank, local_rank, tail)
 
     if start_scheduler:
         processes.append(spec("scheduler", SCHEDULER, None, None, envs.scheduler_env(common),
@@ -146,14 +144,6 @@ def _rank(config: LaunchConfig, local_rank: int) -> int | None:
     if config.node_rank >= 0:
         return config.node_rank * config.local_worker_num + local_rank
     return None
-
-
-def direct_binding(binding: Binding, search_path: str) -> Binding | None:
-    """How to apply `binding` when its tool (numactl, taskset) is not on PATH: the same CPU set
-    and memory policy, set in the child before exec. None when the tool is there (msrun's argv)."""
-    if not binding.prefix or shutil.which(binding.prefix[0], path=search_path) is not None:
-        return None
-    return replace(binding, applied_by="system calls", note=f"{binding.prefix[0]} not found")
 
 
 def _command(config: LaunchConfig) -> tuple[str, ...]:
@@ -288,11 +278,11 @@ def describe_plan(plan: Plan) -> str:
         lines.append(f"{p.name}{extra}: {shlex.join(p.argv)}")
         lines.append(f"  log: {p.log_path}")
         binding = p.binding.describe()
-        if p.direct is not None:
-            binding += f" (applied directly: {p.direct.note}; runs {shlex.join(p.command)})"
+        if p.binding.direct:
+            binding += f" (applied directly: {p.binding.note}; runs {shlex.join(p.command)})"
         lines.append(f"  binding: {binding}")
         lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items())))
     return "\n".join(lines)
 
 
-__all__ = ["ProcessSpec", "Plan", "plan_job", "describe_plan", "MANAGED_VARS", "check_log_dir", "direct_binding"]
+__all__ = ["ProcessSpec", "Plan", "plan_job", "describe_plan", "MANAGED_VARS", "check_log_dir"]

@@ -1,30 +1,22 @@
 """A group of processes started together and stopped together: start, pids, signal with a grace
-period, reap, and nothing left behind.
+period, reap, and nothing left behind. It knows nothing of msrun or torchrun: callers hand it
+`ProcessSpec`s. How each process is contained:
 
-It knows nothing about msrun or torchrun: a caller hands it `ProcessSpec`s (argv, environment, log
-file, binding) and gets processes. How each process is contained:
+- it starts its own session, so it and whatever it forks are found by the session id;
+- with `die_with_launcher`, the child asks for SIGKILL when the launcher's thread dies
+  (PR_SET_PDEATHSIG, kept across exec): the group must be started and kept by one long-lived
+  thread. util-linux's `setpriv --pdeathsig KILL --` in front of the argv sets it when installed,
+  so the child is spawned with vfork; a Python function between fork and exec (the fallback, and
+  what a binding applied by system calls needs anyway) makes each spawn wait for a full fork of
+  the launcher;
+- with `adopt_orphans`, the launcher is a child subreaper: a grandchild that daemonises out of its
+  session is re-parented to the launcher and stopped with the rest;
+- every child carries JOB_ID_VAR in its environment, which its children inherit: `topo stop` finds
+  a detached job's daemons by it after the launcher is gone.
 
-- it starts its own session (`start_new_session`), so it and whatever it forks are found by the
-  session id, and a signal reaches its children too, not only the process we started;
-- with `die_with_launcher`, the child asks the kernel for SIGKILL when the launcher dies
-  (PR_SET_PDEATHSIG, set before exec and kept across the numactl / taskset exec), so even a
-  SIGKILLed launcher leaves no process of its own behind. The signal follows the *thread* that
-  forked the child: the group must be started and kept by one long-lived thread. util-linux's
-  `setpriv --pdeathsig KILL --` in front of the argv sets it when installed: the child is then
-  spawned with vfork, while a Python function between fork and exec (the fallback, and what a
-  directly applied binding needs anyway) makes every spawn wait for a full fork of the launcher
-  and for the child to be scheduled, about 15 ms per process on a loaded 2-CPU machine. Unlike
-  the fallback, setpriv cannot check that the launcher did not die in the instant before it asked;
-- with `adopt_orphans`, the launcher is a child subreaper (PR_SET_CHILD_SUBREAPER): a grandchild
-  that daemonises out of its session is re-parented to the launcher instead of init, and is
-  stopped with the rest;
-- every child carries `JOB_ID_VAR` in its environment, which its own children inherit: `topo stop`
-  finds a detached job's daemons by it after the launcher is gone (the process-tree marker Jenkins'
-  ProcessTreeKiller uses; no cgroup needed).
-
-A binding whose tool (numactl, taskset) is missing is applied in the child between fork and exec
-with the same system calls (sched_setaffinity, set_mempolicy). A refusal is written to the
-process's log in numactl's words and the child exits 1, so it is detected like numactl's own.
+A binding whose tool (numactl, taskset) is missing is applied in the child between fork and exec by
+topo.syscalls.apply; a refusal is written to the process's log and the child exits 1 before exec,
+as a refusing numactl does.
 """
 
 from __future__ import annotations
@@ -32,25 +24,21 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import re
 import resource
 import shutil
 import signal
 import subprocess
-import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from topo.launcher.binding import UNBOUND, Binding
 from topo import syscalls
-from topo.binding import BINDING_VAR
-from topo.cpuset import CpuSet
-from topo.launcher.files import open_log
+from topo.binding import BINDING_VAR, Binding, Observed
 from topo.errors import TopoError
+from topo.launcher.binding import UNBOUND
+from topo.launcher.files import JOB_ID_VAR, open_log
 from topo.syscalls import prctl
 
-JOB_ID_VAR = "TOPO_JOB_ID"
 INHERIT = "<inherit>"  # ProcessSpec.stderr_path: the launcher's own stderr, while stdout goes to log_path
 POLL_INTERVAL = 0.005  # s, while stopping: how often the group is re-scanned
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
@@ -65,17 +53,13 @@ class LaunchError(TopoError):
 
 @dataclass(frozen=True)
 class ProcessSpec:
-    """One process to start.
-
-    `argv` is what msrun would run (binding prefix included); the process actually execs
-    `exec_argv`, which drops the prefix when the binding is applied directly."""
+    """One process to start: `argv` is what msrun would run, the binding's prefix included."""
 
     name: str  # "rank 0", "scheduler", "local rank 3"
     argv: tuple[str, ...]
     env: Mapping[str, str]  # added to / replacing the group's base environment
     log_path: str | None  # stdout and stderr go here; None: the launcher's own
     binding: Binding = UNBOUND
-    direct: Binding | None = None  # the binding, applied with system calls in the child (its tool is missing)
     role: str = "worker"
     rank: int | None = None  # global rank, when known
     local_rank: int | None = None
@@ -88,14 +72,11 @@ class ProcessSpec:
         """argv without the binding prefix: what runs in the end."""
         return self.argv[len(self.binding.prefix):]
 
-    @property
-    def exec_argv(self) -> tuple[str, ...]:
-        return self.command if self.direct is not None else self.argv
 
-    def full_env(self, base: Mapping[str, str]) -> dict[str, str]:
-        env = dict(base)
-        env.update(self.env)
-        return env
+def exec_argv(spec: ProcessSpec, binding: Binding) -> tuple[str, ...]:
+    """What a process of `spec` bound as `binding` execs: through the binding's tool, or the command
+    alone when the binding is applied by system calls (or is none)."""
+    return (*binding.prefix, *spec.command) if binding.prefix and not binding.direct else spec.command
 
 
 @dataclass
@@ -104,13 +85,13 @@ class Process:
 
     spec: ProcessSpec
     popen: subprocess.Popen
-    direct: Binding | None
+    binding: Binding  # what this start applies: the spec's, or less of it after --bind-fallback
     argv: tuple[str, ...]  # what was exec'd, after the shim
     shim: tuple[str, ...] = ()  # setpriv --pdeathsig KILL --, exec'd first
+    log_start: int = 0  # where this start's output begins in the log (a restart appends)
     create_time: float | None = None  # psutil's, for telling a reused pid apart
-    observed: object = None  # launcher.verify.Observed, once read
+    observed: Observed | None = None  # once read
     status: str = ""  # "verified", "not bound", ...
-    applied: Binding | None = None  # what the check found applied (None: as the spec asked)
 
     @property
     def pid(self) -> int:
@@ -119,10 +100,6 @@ class Process:
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def binding(self) -> Binding:
-        return self.spec.binding
 
 
 @dataclass
@@ -135,7 +112,6 @@ class ProcessGroup:
     inherit_stdin: bool = False  # --join=True: workers share our stdin (pdb)
     die_with_launcher: bool = False
     adopt_orphans: bool = False
-    bind_fallback: bool = False  # a refused memory policy walks the ladder in the child (bind, preferred, CPUs alone)
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
     _shim: tuple[str, ...] | None = None
@@ -156,26 +132,21 @@ class ProcessGroup:
             self.stop(signal.SIGTERM, 1.0)
             raise
 
-    def start_one(self, spec: ProcessSpec, *, direct: Binding | None = ..., argv=None,
-                  log_mode: str = "w") -> Process:
-        """Start one process; `direct`/`argv` override the spec's (a restart with less binding)."""
-        direct = spec.direct if direct is ... else direct
-        argv = tuple(argv) if argv is not None else (spec.command if direct is not None else spec.argv)
-        env = spec.full_env(self.base_env)
-        env[JOB_ID_VAR] = self.job_id
-        bound = direct if direct is not None else (spec.binding if argv[:len(spec.binding.prefix)] == spec.binding.prefix
-                                                   else UNBOUND)
-        if direct is not None and self.bind_fallback:
-            bound = held_binding(direct)  # the child walks the same ladder: TOPO_BINDING tells what holds
-        if bound.is_bound:
-            env[BINDING_VAR] = bound.env_value()  # what set_affinity keeps (planners.binding)
-        shim: tuple[str, ...] = ()
-        if self.die_with_launcher and direct is None:
-            shim = self._death_shim()
-        setup = _child_setup(os.getpid() if self.die_with_launcher and not shim else None, direct, self.bind_fallback)
+    def start_one(self, spec: ProcessSpec, binding: Binding | None = None, log_mode: str = "w") -> Process:
+        """Start one process, bound as `binding` (default: its spec's; a restart binds less)."""
+        binding = spec.binding if binding is None else binding
+        argv = exec_argv(spec, binding)
+        env = {**self.base_env, **spec.env, JOB_ID_VAR: self.job_id}
+        if binding.is_bound:
+            env[BINDING_VAR] = binding.env_value()  # what holds once it runs: set_affinity keeps it
+        shim = self._death_shim() if self.die_with_launcher and not binding.direct else ()
+        setup = _child_setup(os.getpid() if self.die_with_launcher and not shim else None,
+                             binding if binding.direct else None)
         log = err = None
+        log_start = 0
         try:
             log = open_log(spec.log_path, log_mode) if spec.log_path else None
+            log_start = log.tell() if log is not None else 0
             err = open_log(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
         except OSError as exc:
             if log is not None:
@@ -196,7 +167,7 @@ class ProcessGroup:
             for fh in (log, err):
                 if fh is not None:
                     fh.close()
-        return Process(spec, popen, direct, argv, shim)
+        return Process(spec, popen, binding, argv, shim, log_start)
 
     def _death_shim(self) -> tuple[str, ...]:
         """`setpriv --pdeathsig KILL --` when this system's setpriv has the option, else ()."""
@@ -381,75 +352,24 @@ def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
                           f"the launcher needs {needed} more; raise it (ulimit -n)")
 
 
-# what a child whose memory policy fell back writes to its log; the supervisor reads the rung back
-FALLBACK_LINE = "topo: --bind-fallback: the kernel refused memory policy {asked}; held: {rung}"
-_FALLBACK = re.compile(r"--bind-fallback: the kernel refused memory policy (\w+); held: (\w+)")
-
-
-def fallback_rung(log_text: str) -> str | None:
-    """The rung of the memory-policy ladder a child's log says held ("preferred", or "none": CPUs
-    alone), or None when the policy was applied as asked."""
-    m = _FALLBACK.search(log_text)
-    return m.group(2) if m else None
-
-
-def held_binding(binding: Binding) -> Binding:
-    """What the kernel keeps of `binding` down the --bind-fallback ladder (bind, preferred, CPUs
-    alone), asked in a short-lived thread of the launcher: a thread's memory policy ends with it."""
-    if binding.memory_policy is None:
-        return binding
-    rung: list[str] = []
-
-    def probe() -> None:
-        try:
-            rung.append(syscalls.apply_memory_policy(binding.memory_policy, binding.memory_nodes or CpuSet(),
-                                                     fallback=True))
-        except TopoError:  # the child meets it too, and says why
-            pass
-
-    thread = threading.Thread(target=probe, name="topo-mempolicy-probe")
-    thread.start()
-    thread.join()
-    if not rung or rung[0] == binding.memory_policy:
-        return binding
-    if rung[0] == "none":
-        return binding.without_memory()
-    return replace(binding, memory_policy=rung[0])
-
-
-def _child_setup(launcher_pid: int | None, direct: Binding | None, bind_fallback: bool):
-    """The function run in the child between fork and exec. It must not import or allocate much:
-    everything it calls is bound here, in the parent."""
-    if launcher_pid is None and direct is None:
+def _child_setup(launcher_pid: int | None, binding: Binding | None):
+    """The function run in the child between fork and exec: the death signal, then `binding` by
+    topo.syscalls.apply. It must not import or load anything: all it calls is bound here."""
+    if launcher_pid is None and binding is None:
         return None
-    set_pdeathsig = syscalls.set_pdeathsig
-    apply_memory_policy = syscalls.apply_memory_policy
-    syscalls.load()  # libc and the syscall numbers, resolved before fork
-    cpus = None if direct is None or direct.cpus is None else frozenset(direct.cpus)
-    nodes = CpuSet() if direct is None or direct.memory_nodes is None else direct.memory_nodes
-
-    def fail(text: str) -> None:
-        os.write(2, f"topo: {text}\n".encode())
-        os._exit(1)
+    syscalls.load()
+    apply, set_death_signal = syscalls.apply, functools.partial(prctl, syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
 
     def setup() -> None:
         if launcher_pid is not None:
-            set_pdeathsig(signal.SIGKILL)
+            set_death_signal()
             if os.getppid() != launcher_pid:  # the launcher died before we asked
                 os._exit(1)
-        if direct is None:
-            return
-        if cpus is not None:
+        if binding is not None:
             try:
-                os.sched_setaffinity(0, cpus)
-            except OSError as exc:
-                fail(f"sched_setaffinity: {exc.strerror} (CPUs {direct.cpus})")
-        if direct.memory_policy is not None:
-            try:  # with --bind-fallback, a refused MPOL_BIND tries MPOL_PREFERRED, then CPUs alone
-                rung = apply_memory_policy(direct.memory_policy, nodes, fallback=bind_fallback)
-            except Exception as exc:  # noqa: BLE001 - anything raised here would lose its message
-                fail(str(exc))
-            if rung != direct.memory_policy:
-                os.write(2, (FALLBACK_LINE.format(asked=direct.memory_policy, rung=rung) + "\n").encode())
+                apply(binding)
+            except Exception as exc:  # noqa: BLE001 - raised here, its message would be lost
+                os.write(2, f"topo: {exc}\n".encode())
+                os._exit(1)
 
     return setup

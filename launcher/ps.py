@@ -1,16 +1,12 @@
 """`topo ps`: where running processes really are, read from /proc and sysfs (and NVML when present).
 
-Per process: its allowed CPUs (Cpus_allowed_list), the CPU each thread last ran on (field 39 of
-/proc/PID/task/TID/stat), its memory policy and resident pages per NUMA node (/proc/PID/numa_maps),
-the accelerators it has open (/proc/PID/fd links to /dev/nvidiaN, /dev/davinciN,
-/dev/dri/renderDN, /dev/accel/accelN, or NVML's process lists) and their NUMA node (the topology's
-devices), and a verdict: the share of its pages on nodes not local to its device(s) (without a
-device: not local to its allowed CPUs), threads running outside its allowed CPUs or on a CPU
-another listed process runs on, more runnable threads than allowed CPUs.
-
-Every read is bounded; a process that exits meanwhile, or cannot be read (another user's), is
-reported as such. Everything is read below one root ("/": /proc and /sys), so tests hand it a
-fake tree.
+Per process: its allowed CPUs, memory policy and resident pages per NUMA node (topo.binding.observe),
+the CPU each thread last ran on (field 39 of /proc/PID/task/TID/stat), the accelerators it has open
+(/proc/PID/fd links to /dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/accel/accelN, or NVML's
+process lists) and their NUMA node, and a verdict: the share of its pages on nodes not local to its
+device(s) (without one: to its allowed CPUs), threads outside its allowed CPUs or on a CPU another
+listed process runs on, more runnable threads than allowed CPUs. Every read is bounded and below
+one root ("/": /proc and /sys); a process that exits meanwhile, or is another user's, is said to be.
 """
 
 from __future__ import annotations
@@ -20,21 +16,16 @@ import re
 from dataclasses import dataclass, field, replace
 
 import topo
-from topo.launcher import procinfo
-from topo.launcher.procinfo import AccessDenied, ProcError, ProcessGone
+from topo.binding import BASE_PAGE_KB, observe, read_bounded
 from topo.cpuset import CpuSet
-from topo.errors import ParseError
 
 SCHEMA = "topo.ps/1"
-# numa_maps has a line (~100 bytes) per mapping; a process may have up to vm.max_map_count (65530
-# by default) of them, about 7 MB. Past 16 MiB the counts stop, and the report says they are partial.
-NUMA_MAPS_LIMIT = 16 << 20
 MAX_THREADS = 1 << 15  # threads read per process; more are counted, not read
 MAX_FDS = 1 << 16  # open files looked at per process
+SMALL_LIMIT = 64 << 10  # a stat line, a driver's information file
 # A few percent of a process's pages sit on another node for reasons no binding controls (shared
 # libraries' page cache, first read by another process); a tenth is a binding problem.
 REMOTE_WARN = 0.10
-BASE_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 _DEVICE_FILES = (
     (re.compile(r"/dev/nvidia([0-9]{1,4})"), "nvidia"),
@@ -42,9 +33,6 @@ _DEVICE_FILES = (
     (re.compile(r"/dev/dri/renderD([0-9]{1,4})"), "drm"),
     (re.compile(r"/dev/accel/accel([0-9]{1,4})"), "accel"),
 )
-# numa_maps' policy words (mm/mempolicy.c policy_modes), then "=static"/"=relative", then ":nodes"
-_POLICY = re.compile(r"(weighted interleave|prefer \(many\)|default|prefer|bind|interleave|local)"
-                     r"(?:=[a-z]+)?(?::([0-9,-]+))?")
 
 
 @dataclass(frozen=True)
@@ -100,66 +88,36 @@ def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, 
     id to its device (index, NUMA node); `nvml` maps pids to the bus ids NVML says they use."""
     proc = os.path.join(root, "proc")
     try:
-        fields = procinfo.stat_fields(proc, pid)
+        fields = _stat(f"{proc}/{pid}/stat")
         if fields[2] in ("Z", "X"):
             return ProcessView(pid, label, fields[1], error="exited (a zombie)")
-        status = procinfo.status_fields(proc, pid)
-        cpus = CpuSet.parse(status.get("Cpus_allowed_list", ""))
-        mems = CpuSet.parse(status.get("Mems_allowed_list", "")) if "Mems_allowed_list" in status else None
-    except ProcessGone:
+        seen = observe(pid, proc)
+    except (FileNotFoundError, ProcessLookupError):
+        seen = fields = None
+    except PermissionError as exc:
+        return ProcessView(pid, label, error=f"permission denied ({exc.filename}): another user's process")
+    except OSError as exc:
+        return ProcessView(pid, label, error=f"unreadable: {exc.strerror or exc}")
+    if seen is None:
         return ProcessView(pid, label, error="exited (no such process)")
-    except AccessDenied as exc:
-        return ProcessView(pid, label, error=f"permission denied ({exc}): another user's process")
-    except (ProcError, ParseError) as exc:
-        return ProcessView(pid, label, error=f"unreadable: {exc}")
-    policy, others, pages, maps_state = _numa_maps(proc, pid)
     threads, count = _threads(proc, pid)
-    used = _devices(root, pid, devices_by_bus or {}, (nvml or {}).get(pid, set()))
-    return ProcessView(pid, label, fields[1], cpus_allowed=cpus, mems_allowed=mems, memory_policy=policy,
-                       other_policies=others, pages_by_node=pages, numa_maps=maps_state, threads=threads,
-                       thread_count=count, devices=used)
+    return ProcessView(pid, label, fields[1], cpus_allowed=seen.cpus, mems_allowed=seen.mems_allowed,
+                       memory_policy=(f"{seen.policy}:{seen.policy_nodes}" if seen.policy_nodes else seen.policy) or None,
+                       other_policies=seen.other_policies, pages_by_node=seen.pages_by_node, numa_maps=seen.numa_maps,
+                       threads=threads, thread_count=count,
+                       devices=_devices(root, pid, devices_by_bus or {}, (nvml or {}).get(pid, set())))
 
 
-def _numa_maps(proc: str, pid: int) -> tuple[str | None, dict[str, int], dict[int, int], str]:
-    """(the task's policy, the other policies by mappings, resident base pages per node, what was read).
-    A mapping without a policy of its own shows the task's (fs/proc/task_mmu.c), so the policy
-    most mappings show is the task's; N<node>=<pages> counts pages of the mapping's own
-    size (kernelpagesize_kB), converted here to base pages so huge pages weigh what they hold."""
-    path = f"{proc}/{pid}/numa_maps"
-    try:
-        data = procinfo.read_bounded(path, NUMA_MAPS_LIMIT, cut=True)
-    except ProcessGone:
-        return None, {}, {}, "absent (a kernel without NUMA, or the process exited)"
-    except AccessDenied:
-        return None, {}, {}, "unreadable: permission denied (another user's process; run as root)"
-    except ProcError as exc:
-        return None, {}, {}, f"unreadable: {exc}"
-    state = "read"
-    if len(data) >= NUMA_MAPS_LIMIT:
-        data = data[:data.rfind(b"\n") + 1]
-        state = f"cut at {NUMA_MAPS_LIMIT} bytes: partial counts"
-    policies: dict[str, int] = {}
-    pages: dict[int, int] = {}
-    for line in data.decode("ascii", "replace").splitlines():
-        address, _, rest = line.partition(" ")
-        m = _POLICY.match(rest)
-        if not m:
-            continue
-        word = m.group(1) + (f":{m.group(2)}" if m.group(2) else "")
-        policies[word] = policies.get(word, 0) + 1
-        counts, size_kb = [], BASE_PAGE_KB
-        for token in rest[m.end():].split():
-            key, _, value = token.partition("=")
-            if key == "kernelpagesize_kB" and value.isdigit():
-                size_kb = int(value)
-            elif key[:1] == "N" and key[1:].isdigit() and value.isdigit():
-                counts.append((int(key[1:]), int(value)))
-        for node, n in counts:
-            pages[node] = pages.get(node, 0) + n * max(1, size_kb // BASE_PAGE_KB)
-    if not policies:
-        return None, {}, pages, state
-    task = max(policies, key=policies.get)
-    return task, {p: n for p, n in policies.items() if p != task}, dict(sorted(pages.items())), state
+def _stat(path: str) -> list[str]:
+    """A stat line split into proc(5)'s fields from 1 (fields[1]: the name, which may hold spaces
+    and ")", so it ends at the last ")"; fields[2] the state)."""
+    text = read_bounded(path, SMALL_LIMIT).decode("ascii", "replace")
+    head, sep, rest = text.rpartition(")")
+    first, _, name = head.partition(" (")
+    fields = [first.strip(), name] + rest.split()
+    if not sep or len(fields) < 22:
+        raise OSError(0, f"{path}: not a stat line the kernel writes")
+    return fields
 
 
 def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
@@ -170,8 +128,8 @@ def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
     threads = []
     for name in sorted(names, key=int)[:MAX_THREADS]:
         try:
-            fields = procinfo.stat_fields(proc, pid, int(name))
-        except ProcError:
+            fields = _stat(f"{proc}/{pid}/task/{name}/stat")
+        except OSError:
             continue  # the thread ended meanwhile
         if len(fields) > 38 and fields[38].isdigit():
             threads.append(Thread(int(name), fields[1], fields[2], int(fields[38])))
@@ -246,8 +204,8 @@ def _nvidia_bus(root: str, minor: int) -> str | None:
         return None
     for bus in buses:
         try:
-            text = procinfo.read_bounded(os.path.join(base, bus, "information"), 64 << 10).decode("ascii", "replace")
-        except ProcError:
+            text = read_bounded(os.path.join(base, bus, "information"), SMALL_LIMIT).decode("ascii", "replace")
+        except OSError:
             continue
         for line in text.splitlines():
             key, _, value = line.partition(":")
@@ -258,8 +216,8 @@ def _nvidia_bus(root: str, minor: int) -> str | None:
 
 def _pci_node(root: str, busid: str) -> int | None:
     try:
-        text = procinfo.read_bounded(os.path.join(root, "sys", "bus", "pci", "devices", busid, "numa_node"), 64)
-    except ProcError:
+        text = read_bounded(os.path.join(root, "sys", "bus", "pci", "devices", busid, "numa_node"), 64)
+    except OSError:
         return None
     text = text.decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
@@ -306,7 +264,7 @@ def accelerator_pids(root: str = "/", nvml: dict[int, set[str]] | None = None) -
     processes' open files could not be looked at (another user's)."""
     proc = os.path.join(root, "proc")
     found, hidden = set(nvml or {}), 0
-    for pid in procinfo.pids(proc):
+    for pid in sorted(int(n) for n in os.listdir(proc) if n.isascii() and n.isdigit()):
         if pid == os.getpid():
             continue
         try:

@@ -17,16 +17,15 @@ import signal
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 from topo.launcher.config import LaunchConfig
 from topo.launcher.environ import describe_threads
-from topo.launcher.files import open_log
+from topo.launcher.files import LAUNCH_JSON, check_not_running, open_log
 from topo.launcher.job import SCHEDULER, check_program, describe_plan, plan_job
 from topo.launcher.plan import Plan
-from topo.launcher.stop import check_not_running
 from topo.launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
-from topo.launcher.supervisor import (HANDLED_SIGNALS, LAUNCH_JSON, JobResult, StopSignals, Supervisor, describe_code,
+from topo.launcher.supervisor import (HANDLED_SIGNALS, JobResult, StopSignals, Supervisor, describe_code,
                                  write_launch_json)
 
 # seconds between forwarding a Ctrl-C (SIGINT) to the job and SIGKILL: msrun returns at once
@@ -124,7 +123,7 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
 def _run_once(specs, base_env, record_dir, join, grace_period, bind_fallback, out, err, say, signals,
               scheduler_role, interrupt_grace, on_start) -> tuple[ProcessGroup, JobResult | None]:
     group = ProcessGroup(specs, base_env, job_id=uuid.uuid4().hex, inherit_stdin=join, die_with_launcher=join,
-                         adopt_orphans=join, bind_fallback=bind_fallback)
+                         adopt_orphans=join)
     record_path = os.path.join(record_dir, LAUNCH_JSON)
 
     def write_record(start_times: bool) -> None:
@@ -154,7 +153,7 @@ def _run_once(specs, base_env, record_dir, join, grace_period, bind_fallback, ou
 
 
 def _started(proc: Process) -> str:
-    how = f" (binding applied directly: {proc.direct.note})" if proc.direct is not None and proc.direct.note else ""
+    how = f" (binding applied directly: {proc.binding.note})" if proc.binding.direct else ""
     return f"started {proc.name} (pid {proc.pid}), log {proc.spec.log_path}: {' '.join(proc.argv)}{how}"
 
 

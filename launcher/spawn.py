@@ -43,13 +43,13 @@ import sys
 import threading
 import warnings
 
-from topo.launcher import bindexec
-from topo.launcher.affinity import AffinityError, home_nodes, migrate_to, move_threads, plan_here, set_memory, this_machine
-from topo.launcher.environ import thread_env
 from topo import syscalls
 from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
 from topo.errors import TopoError
+from topo.launcher import bindexec
+from topo.launcher.affinity import AffinityError, apply_binding, home_nodes, migrate_to, plan_here, this_machine
+from topo.launcher.environ import thread_env
 
 _WINDOW = threading.Lock()  # one child's binding on the calling thread at a time (os.environ is shared)
 
@@ -117,7 +117,7 @@ def _spawn_bound(process, binding: Binding, fallback: bool, env: dict[str, str])
         policy = syscalls.get_mempolicy() if binding.memory_policy else None
         saved = {name: os.environ.get(name) for name in (BINDING_VAR, *env)}
         try:
-            held = _bind_thread(binding, fallback)
+            held = apply_binding(binding, fallback, "start_bound", stacklevel=4)
             os.environ.update(env, **{BINDING_VAR: held.env_value()})
             process.start()
         finally:
@@ -135,22 +135,6 @@ def _spawn_bound(process, binding: Binding, fallback: bool, env: dict[str, str])
                     os.environ[name] = value
 
 
-def _bind_thread(binding: Binding, fallback: bool) -> Binding:
-    """Apply `binding` to the calling thread; return what held (memory dropped or relaxed by the
-    fallback ladder)."""
-    held = binding
-    if binding.memory_policy is not None:
-        held = binding.held(set_memory(binding, fallback))
-        if held is not binding:
-            warnings.warn(f"start_bound: memory policy {binding.memory_policy} refused by the kernel; "
-                          f"bind_fallback: {held.describe()}", stacklevel=4)
-    try:
-        os.sched_setaffinity(0, binding.cpus)
-    except OSError as exc:
-        raise AffinityError(f"sched_setaffinity to CPUs {binding.cpus}: {exc.strerror}") from exc
-    return held
-
-
 class BindFirst:
     """A forkserver child's target: bind the whole child (every thread, memory policy, the pages
     touched so far), set TOPO_BINDING, then run the original target."""
@@ -159,8 +143,7 @@ class BindFirst:
         self.binding, self.fallback, self.home, self.env, self.target = binding, fallback, home, env, target
 
     def __call__(self, *args, **kwargs):
-        held = _bind_thread(self.binding, self.fallback)
-        move_threads(self.binding.cpus, None)
+        held = apply_binding(self.binding, self.fallback, "start_bound", threads=syscalls.other_threads())
         migrate_to(self.home)
         os.environ.update(self.env, **{BINDING_VAR: held.env_value()})
         if self.target is not None:

@@ -18,18 +18,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence, TextIO
 
-from topo.launcher import procinfo, verify
-from topo.launcher.files import LAUNCH_JSON, open_log, write_record
-from topo.launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup, fallback_rung
-from topo.binding import Binding
+from topo.binding import observe
 from topo.cpuset import CpuSet
+from topo.launcher import verify
+from topo.launcher.binding import UNBOUND
+from topo.launcher.files import SCHEMA, write_record
+from topo.launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup
 from topo.launcher.tail import LogTailer
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
 MAX_POLL_INTERVAL = 0.1  # s; the join loop backs off to this, so a day-long job costs no CPU
 EXEC_TIMEOUT = 5.0  # s for numactl / taskset to apply a binding and exec the interpreter
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-SCHEMA = "topo.launch/2"
 
 
 @dataclass(frozen=True)
@@ -100,13 +100,12 @@ class Supervisor:
     # ---------------------------------------------------------------- verification
     def verify_all(self) -> None:
         """Read each process's CPUs and memory policy back from /proc and compare them with its
-        binding. LaunchError for the first problem, unless --bind-fallback can work around it."""
+        binding. LaunchError for the first problem, unless --bind-fallback works around it."""
         problems = []
         for i, proc in enumerate(self.group.processes):
             problem = self._verify(proc)
-            if problem is not None and self.bind_fallback:
-                proc = self._fall_back(i, proc, *problem)
-                problem = None
+            while problem is not None and self.bind_fallback:
+                proc, problem = self._fall_back(i, proc, *problem)
             if problem is None:
                 self.say(report(proc))
             else:
@@ -115,53 +114,52 @@ class Supervisor:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise LaunchError(problems[0] + more)
 
-    def _fall_back(self, index: int, proc: Process, problem: str, memory_refused: bool) -> Process:
-        """--bind-fallback: a process that runs with another binding is kept; one whose memory
-        binding numactl could not set is started again with the same binding applied by system
-        calls, where a refused MPOL_BIND tries MPOL_PREFERRED, then the CPUs alone; any other
-        refusal, unbound."""
+    def _fall_back(self, index: int, proc: Process, problem: str, memory_refused: bool):
+        """--bind-fallback: a process that runs bound otherwise is kept. One refused before it ran
+        starts again with less: a memory policy its tool could not set, by system calls; one the
+        kernel refused, one rung down the ladder (bind, preferred, CPUs alone); anything else,
+        unbound. Returns the process and its problem, if it has one still."""
         if proc.popen.poll() is None:
             self.say(f"{problem}; --bind-fallback: keeping it as the kernel placed it")
             proc.status = "bound differently, kept (--bind-fallback)"
-            return proc
-        spec = proc.spec
-        direct = None
-        if memory_refused and proc.direct is None:
-            direct = replace(spec.binding, applied_by="system calls", note=f"{spec.binding.applied_by} was refused")
-            self.say(f"{problem}; --bind-fallback: starting it again with the policy ladder (bind, preferred, CPUs alone)")
+            return proc, None
+        binding = proc.binding
+        if memory_refused and not binding.direct:
+            binding = replace(binding, applied_by="system calls", note=f"{binding.applied_by} was refused")
+            self.say(f"{problem}; --bind-fallback: starting it again with the policy ladder (bind, preferred, "
+                     "CPUs alone)")
+        elif memory_refused and binding.memory_policy is not None:
+            binding = binding.relaxed()
+            self.say(f"{problem}; --bind-fallback: starting it again bound to {binding.describe()}")
         else:
+            binding = UNBOUND
             self.say(f"{problem}; --bind-fallback: running it unbound")
-        if spec.log_path:
-            with open_log(spec.log_path, "a") as log:
-                log.write(f"topo launch: starting again {'by system calls' if direct else 'unbound'}: {problem}\n")
-        proc = self.group.start_one(spec, direct=direct, argv=spec.command, log_mode="a")
+        proc = self.group.start_one(proc.spec, binding, log_mode="a")
         self.group.replace(index, proc)
-        if direct is not None and self._verify(proc) is None:
-            return proc
-        proc.observed = verify.read_observed(proc.pid)
+        if binding.is_bound:
+            return proc, self._verify(proc)
+        proc.observed = observe(proc.pid, numa_maps=False)
         proc.status = "unbound (--bind-fallback)"
-        proc.applied = Binding()
-        return proc
+        return proc, None
 
     def _verify(self, proc: Process) -> tuple[str, bool] | None:
         """Check one process: None when it is fine, else a message naming the problem and the fix,
         and whether it was the memory binding the kernel refused."""
-        spec = proc.spec
-        if not spec.binding.is_bound:
-            proc.observed = verify.read_observed(proc.pid, memory_policy=False)
+        spec, binding = proc.spec, proc.binding
+        if not binding.is_bound:
+            proc.observed = observe(proc.pid, numa_maps=False)
             proc.status = "not bound"
             return None
-        tool = spec.binding.prefix[0]
         reached = verify.wait_for_exec(proc.pid, (proc.shim, proc.argv[:len(proc.argv) - len(spec.command)]),
                                        EXEC_TIMEOUT)
-        proc.observed = verify.read_observed(proc.pid)  # a zombie still shows its last affinity
-        how = "verified" if proc.direct is None else f"verified, applied directly: {proc.direct.note}"
+        proc.observed = observe(proc.pid)  # a zombie still shows its last affinity
+        how = f"verified, applied directly: {binding.note}" if binding.direct else "verified"
         if not reached:
             code = proc.popen.poll()
-            refusal = verify.refusal_in(_read_text(spec.log_path))
+            refusal = verify.refusal_in(_read_text(spec.log_path, start=proc.log_start))
+            who = "the kernel" if binding.direct else binding.applied_by
             if refusal:
                 memory = "mempolicy" in refusal or "mbind" in refusal
-                who = tool if proc.direct is None else "the kernel"
                 if self.bind_fallback:
                     return f"{spec.name}: {who} refused the binding ({refusal})", memory
                 if memory:
@@ -171,24 +169,17 @@ class Supervisor:
                     fix = "bind only CPUs this container may use (see `topo show`), or rerun with --bind-fallback"
                 return f"{spec.name}: {who} refused the binding ({refusal}); {fix}", memory
             if code is None:
-                return (f"{spec.name}: {tool} did not exec the interpreter within {EXEC_TIMEOUT:.0f} s; "
-                        f"is {tool} on PATH the real one?"), False
+                return (f"{spec.name}: {who} did not exec the interpreter within {EXEC_TIMEOUT:.0f} s; "
+                        f"is {who} on PATH the real one?"), False
             proc.status = f"exited with {describe_code(code)} before it could be checked"
             return None  # a failure is reported by the join loop like any other
         if proc.observed is None:
             proc.status = "exited before it could be checked"
             return None
-        binding = spec.binding
-        rung = fallback_rung(_read_text(spec.log_path)) if proc.direct is not None and self.group.bind_fallback else None
-        if rung == "preferred":
-            binding = replace(binding, memory_policy="preferred")
-        elif rung is not None:
-            binding = binding.without_memory()
-        proc.applied = binding
         problem = verify.mismatch(binding, proc.observed)
         if problem and verify.changed_after_start(binding, proc.observed, self.allowed):
-            # the tool (or the child's own system calls) applied the binding before the program
-            # ran: the program, or something else, changed it since; the job is left running
+            # the binding was applied before the program ran: the program, or another tool,
+            # changed it since; the job is left running
             self.say(f"{spec.name}: bound to {binding.describe()}; it now runs with {proc.observed.describe()}: "
                      "changed after start (by the process itself or another tool); the job goes on")
             proc.status = f"{how}; changed after start"
@@ -197,9 +188,10 @@ class Supervisor:
             fix = "" if self.bind_fallback else ("; the cgroup or another tool restricts this process: bind within "
                                                  "`topo show`'s allowed CPUs / nodes, or rerun with --bind-fallback")
             return f"{spec.name}: binding did not take: {problem}{fix}", False
-        if rung is not None:
-            held = "preferred held" if rung == "preferred" else "CPUs alone held"
-            how += f"; memory policy {spec.binding.memory_policy} refused, {held} (--bind-fallback)"
+        asked = spec.binding.memory_policy
+        if binding.memory_policy != asked:
+            held = "preferred held" if binding.memory_policy == "preferred" else "CPUs alone held"
+            how += f"; memory policy {asked} refused, {held} (--bind-fallback)"
         proc.status = how
         return None
 
@@ -329,41 +321,29 @@ class _ExitWaiter:
 # -------------------------------------------------------------------- launch.json
 def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: str, grace_period: float,
                       start_times: bool = True) -> None:
-    """The job's record: what `topo stop` needs (pids, the job id its processes carry, and each
-    pid's start time, so a pid the kernel has reused is never signalled) and what each process was
-    asked and got. `start_times=False` leaves the start times out; `topo stop` then tells the
-    job's processes by the job id in their environment."""
-    try:
-        booted = procinfo.boot_time() if start_times else None
-    except procinfo.ProcError:
-        booted = None
-    started = (lambda pid: None) if booted is None else (lambda pid: _start_time(pid, booted))
-    data = {
-        "schema": SCHEMA,
-        "job_id": group.job_id,
-        "launcher_pid": os.getpid(),
-        "launcher_create_time": started(os.getpid()),
-        "join": join,
-        "grace_period": grace_period,
-        "log_dir": log_dir,
-        "processes": [],
-    }
-    for proc in group.processes:
-        if start_times:
-            proc.create_time = started(proc.pid)
-        data["processes"].append(process_record(proc))
+    """The job's record: what `topo stop` needs (pids, the job id its processes carry, each pid's
+    start time, so a reused pid is never signalled) and what each process was asked and got.
+    `start_times=False` leaves the start times out: `topo stop` then proves a process by the job id
+    in its environment alone."""
+    for proc in group.processes if start_times else ():
+        proc.create_time = _create_time(proc.pid)
+    data = {"schema": SCHEMA, "job_id": group.job_id, "launcher_pid": os.getpid(),
+            "launcher_create_time": _create_time(os.getpid()) if start_times else None, "join": join, "grace_period": grace_period,
+            "log_dir": log_dir, "processes": [process_record(p) for p in group.processes]}
     write_record(path, json.dumps(data, indent=2) + "\n")  # `topo stop` never reads half a file
 
 
-def _start_time(pid: int, booted: float) -> float | None:
+def _create_time(pid: int) -> float | None:
+    import psutil  # 14 ms to import (benchmarks/launch_bench.py): a --join job pays it after its first second
+
     try:
-        return procinfo.create_time("/proc", pid, booted)
-    except procinfo.ProcError:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
 
 
 def process_record(proc: Process) -> dict:
-    spec, binding, seen = proc.spec, proc.spec.binding, proc.observed
+    spec, binding, seen = proc.spec, proc.binding, proc.observed
     return {
         "name": spec.name, "role": spec.role, "rank": spec.rank, "local_rank": spec.local_rank,
         "pid": proc.pid, "create_time": proc.create_time, "argv": list(proc.argv), "log": spec.log_path,
@@ -371,9 +351,9 @@ def process_record(proc: Process) -> dict:
         "binding": {"prefix": list(binding.prefix), "cpus": None if binding.cpus is None else str(binding.cpus),
                     "memory": None if binding.memory_nodes is None else str(binding.memory_nodes),
                     "memory_policy": binding.memory_policy,
-                    "applied": "directly" if proc.direct is not None else ("prefix" if binding.prefix else None)},
+                    "applied": "directly" if binding.direct else ("prefix" if binding.prefix else None)},
         "observed": None if seen is None else {
-            "cpus": str(seen.cpus), "mems_allowed": str(seen.mems_allowed),
+            "cpus": str(seen.cpus), "mems_allowed": None if seen.mems_allowed is None else str(seen.mems_allowed),
             "memory_policy": seen.policy, "policy_nodes": str(seen.policy_nodes)},
         "status": proc.status,
     }
@@ -381,13 +361,11 @@ def process_record(proc: Process) -> dict:
 
 # -------------------------------------------------------------------- reporting
 def report(proc: Process) -> str:
-    """One process's binding line: what it was bound to and how that was checked, memory included."""
-    binding = proc.spec.binding
-    if not binding.is_bound:
+    """One process's binding line: what it is bound to and how that was checked, memory included."""
+    if not proc.binding.is_bound:
         cpus = f" (runs on CPUs {proc.observed.cpus})" if proc.observed is not None else ""
         return f"{proc.name}: not bound{cpus}"
-    asked = (proc.applied or binding).describe()
-    return f"{proc.name}: {asked} ({proc.status or 'not checked'})"
+    return f"{proc.name}: {proc.binding.describe()} ({proc.status or 'not checked'})"
 
 
 def exit_code(code: int) -> int:
@@ -422,14 +400,13 @@ def failure_log(spec) -> str | None:
 LOG_READ_LIMIT = 1 << 20  # bytes of a log read for a report: its first (refusals) or its last (a traceback)
 
 
-def _read_text(path: str | None, *, tail: bool = False) -> str:
-    """The first (or, with `tail`, the last) LOG_READ_LIMIT bytes of a log, as text."""
+def _read_text(path: str | None, *, tail: bool = False, start: int = 0) -> str:
+    """LOG_READ_LIMIT bytes of a log from `start`, or with `tail` its last ones, as text."""
     if not path:
         return ""
     try:
         with open(path, "rb") as fh:
-            if tail:
-                fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_READ_LIMIT))
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_READ_LIMIT) if tail else start)
             return fh.read(LOG_READ_LIMIT).decode("utf-8", "replace")
     except OSError:
         return ""

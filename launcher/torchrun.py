@@ -40,7 +40,7 @@ from typing import Callable, Mapping, TextIO
 
 from topo.launcher.binding import UNBOUND, binding_of, device_ids
 from topo.launcher.environ import base_env, describe_threads, sharers, thread_env
-from topo.launcher.job import check_log_dir, direct_binding
+from topo.launcher.job import check_log_dir
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec, check_open_file_limit
 from topo.launcher.run import execute
@@ -69,8 +69,6 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
     if config.numa_binding:
         bindings = _bindings(config, environ, topology, warnings)
-    search_path = environ.get("PATH", os.defpath)
-    direct = tuple(direct_binding(b, search_path) for b in bindings)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or str(uuid.uuid4())
     shared = sharers(bindings)
@@ -113,7 +111,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
             specs.append(ProcessSpec(
                 f"rank {config.rank(local_rank)}", (*binding.prefix, *command),
                 worker_env(local_rank, restart, os.path.join(rank_dir, "error.json")), stdout, binding,
-                direct[local_rank], config.role, config.rank(local_rank), local_rank, tail,
+                config.role, config.rank(local_rank), local_rank, tail,
                 stderr_path=stderr, tail_prefix=f"[{config.role}{local_rank}]:"))
         return tuple(specs)
 
@@ -193,7 +191,8 @@ def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings:
     plan = planners.plan(topology, config.numa_binding, nproc=config.nproc_per_node, memory=config.memory)
     warnings.extend(plan.warnings)
     keys = [f"device{d}" for d in device_ids(topology, config.nproc_per_node, environ)]
-    bindings = tuple(binding_of(plan.get(key), topology, memory_policy=plan.memory_policy) for key in keys)
+    path = environ.get("PATH", os.defpath)
+    bindings = tuple(binding_of(plan.get(key), topology, memory_policy=plan.memory_policy, path=path) for key in keys)
     for rank, (key, b) in enumerate(zip(keys, bindings)):
         if not b.is_bound:
             warnings.append(f"local rank {rank}: mode {config.numa_binding} gives {key} no binding; it runs unbound")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from topo.launcher import network, slurm
-from topo.launcher.config import MAX_PROCESSES_PER_NODE
+from topo.binding import MAX_PROCESSES
 from topo.cpuset import excerpt
 from topo.numbers import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds
 from topo.errors import UsageError
@@ -123,8 +123,8 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable) -
     if n is not None:
         if n < 1:
             raise UsageError(f"--nproc-per-node={text}: start at least 1 worker")
-        if n > MAX_PROCESSES_PER_NODE:
-            raise UsageError(f"--nproc-per-node={n} is more than {MAX_PROCESSES_PER_NODE} processes on one node: "
+        if n > MAX_PROCESSES:
+            raise UsageError(f"--nproc-per-node={n} is more than {MAX_PROCESSES} processes on one node: "
                              "start fewer")
         return n
     if value == "cpu":
@@ -216,8 +216,8 @@ class RunConfig:
             raise UsageError(f"--nnodes={self.nnodes}: the node count must be at least 1")
         if self.nproc_per_node < 1:
             raise UsageError(f"--nproc-per-node={self.nproc_per_node}: start at least 1 worker")
-        if self.nproc_per_node > MAX_PROCESSES_PER_NODE:
-            raise UsageError(f"--nproc-per-node={self.nproc_per_node} is more than {MAX_PROCESSES_PER_NODE} "
+        if self.nproc_per_node > MAX_PROCESSES:
+            raise UsageError(f"--nproc-per-node={self.nproc_per_node} is more than {MAX_PROCESSES} "
                              "processes on one node: start fewer")
         if not 0 <= self.node_rank < self.nnodes:
             raise UsageError(f"--node-rank={self.node_rank} is not a node of --nnodes={self.nnodes}: "

@@ -1,13 +1,11 @@
-"""The binding of a bind JSON entry (planners.bindplan.ProcessBinding) as the one record of a
-process's binding, `Binding` (defined in topo.binding, beside CpuSet, and exported here), and "the
-CPUs of these nodes", written once.
-"""
+"""A bind JSON entry (planners.bindplan.ProcessBinding) as the one record of a process's binding,
+topo.binding.Binding: the only place an entry becomes CPUs and memory nodes."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topo.binding import BINDING_VAR, MEMORY_POLICIES, Binding, describe_memory, node_words
+from topo.binding import Binding
 from topo.cpuset import CpuSet, union_all
 
 if TYPE_CHECKING:
@@ -32,4 +30,4 @@ def from_entry(entry: ProcessBinding | None, topology: Topology, memory_policy: 
     return Binding(cpus or None, memory, memory_policy if memory is not None else None, entry.device)
 
 
-__all__ = ["Binding", "BINDING_VAR", "MEMORY_POLICIES", "describe_memory", "from_entry", "node_cpus", "node_words"]
+__all__ = ["from_entry", "node_cpus"]

@@ -8,20 +8,17 @@ are local to the device (``yes`` / ``partly`` / ``no``).
 
 from __future__ import annotations
 
-from topo.cpuset import CpuSet, union_all
+from topo.cpuset import CpuSet
 from topo.model import Topology
 
+from topo.planners.binding import from_entry
 from topo.planners.bindplan import BindPlan, ProcessBinding
 from topo.planners.core import AllowedResources, nodes_text
 
 
 def process_cpus(plan: BindPlan, proc: ProcessBinding, resources: AllowedResources) -> CpuSet:
-    """The CPUs a process ends up on: main CPUs (cpu mode) or its nodes' CPUs (numa mode)."""
-    if plan.cpu_mode == "cpu":
-        return proc.cpus("main")
-    if plan.cpu_mode == "numa" and proc.cpu_node_set is not None:
-        return union_all(resources.node_cpus.get(n, CpuSet()) for n in proc.cpu_node_set)
-    return CpuSet()
+    """The CPUs a process ends up on: its main CPUs, else its CPU nodes' allowed CPUs."""
+    return from_entry(proc, resources.topology, None).cpus or CpuSet()
 
 
 def driven_device(plan: BindPlan, proc: ProcessBinding, resources: AllowedResources) -> int | None:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from topo.planners.binding import BINDING_VAR, Binding, from_entry, node_cpus
+from topo.binding import BINDING_VAR, Binding
+from topo.planners.binding import from_entry, node_cpus
 from topo.planners.bindplan import ProcessBinding
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
@@ -52,8 +53,8 @@ def test_from_entry_cpu_nodes_are_their_allowed_cpus():
     assert from_entry(None, t, "bind") == Binding()
 
 
-def test_held_follows_the_memory_ladder():
+def test_relaxed_walks_the_memory_ladder():
     b = Binding(CpuSet.parse("0-3"), CpuSet([0]), "bind", 2)
-    assert b.held("bind") is b and b.held(None) is b
-    assert b.held("preferred") == Binding(CpuSet.parse("0-3"), CpuSet([0]), "preferred", 2)
-    assert b.held("none") == Binding(CpuSet.parse("0-3"), None, None, 2)
+    assert b.relaxed() == Binding(CpuSet.parse("0-3"), CpuSet([0]), "preferred", 2)
+    assert b.relaxed().relaxed() == Binding(CpuSet.parse("0-3"), None, None, 2)
+    assert Binding(memory_policy="local").relaxed() == Binding()

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from topo.launcher.files import open_log, write_record
-from topo.launcher.stop import check_not_running
-from topo.launcher.supervisor import SCHEMA
+from topo.launcher.files import check_not_running
+from topo.launcher.files import SCHEMA
 from topo.launcher.job import check_log_dir
 from topo.launcher.procgroup import has_pdeathsig
 from processes import wait_for

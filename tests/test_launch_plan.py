@@ -14,6 +14,7 @@ from topo.launcher.binding import bind_prefix, device_ids
 from topo.launcher.config import LaunchConfig
 from topo.launcher.job import MANAGED_VARS, plan_job
 from topo.launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from topo.launcher.procgroup import exec_argv
 from topo.errors import UsageError
 from topo.synthetic import synthetic
 
@@ -189,7 +190,7 @@ def test_inherited_launcher_variables_do_not_leak(script):
     outer = {"RANK_ID": "7", "MSRUN_CPU_LIST": "[9]", "RANK": "5", "MASTER_PORT": "1", "PATH": "/bin"}
     p = plan(script, worker_num=2, local_worker_num=1, environ=outer)
     worker = p.processes[-1]
-    env = worker.full_env(p.base_env)
+    env = {**p.base_env, **worker.env}
     assert "RANK_ID" not in env and "MSRUN_CPU_LIST" not in env and "RANK" not in env
     assert env["PATH"] == "/bin" and env["MASTER_PORT"] == "8118"
     assert not set(MANAGED_VARS) & set(p.base_env)
@@ -398,16 +399,17 @@ def test_missing_binding_tool_is_applied_directly(script, tmp_path):
     numa = plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_numa='{"device0": ["0"]}',
                 environ=environ).processes[0]
     assert numa.argv == ("numactl", "--membind", "0", "--cpunodebind", "0", "python", script)  # msrun's
-    assert numa.exec_argv == ("python", script)
-    assert (sorted(numa.direct.cpus), numa.direct.memory_policy, str(numa.direct.memory_nodes),
-            numa.direct.note) == (list(range(8)), "bind", "0", "numactl not found")
+    assert exec_argv(numa, numa.binding) == ("python", script)
+    assert (sorted(numa.binding.cpus), numa.binding.memory_policy, str(numa.binding.memory_nodes), numa.binding.direct,
+            numa.binding.note) == (list(range(8)), "bind", "0", True, "numactl not found")
     core = plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_core='{"device0": ["0"]}',
                 environ=environ).processes[0]
-    assert (sorted(core.direct.cpus), core.direct.memory_policy, core.direct.note) == ([0], None, "taskset not found")
+    assert (sorted(core.binding.cpus), core.binding.memory_policy, core.binding.direct, core.binding.note) == (
+        [0], None, True, "taskset not found")
     (tmp_path / "taskset").write_text("#!/bin/sh\n")
     (tmp_path / "taskset").chmod(0o755)
     assert plan(script, worker_num=1, local_worker_num=1, scheduler=False, bind_core='{"device0": ["0"]}',
-                environ=environ).processes[0].direct is None  # the tool is there: msrun's argv runs
+                environ=environ).processes[0].binding.applied_by == "taskset"  # the tool is there: msrun's argv runs
 
 
 def test_auto_binding_with_too_few_cpus_is_refused(script):

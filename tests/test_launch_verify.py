@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 
-from topo.planners.binding import Binding
+from topo.binding import Binding, observe
 from topo.launcher.tail import LogTailer
-from topo.launcher.verify import changed_after_start, mismatch, read_observed, refusal_in
+from topo.launcher.verify import changed_after_start, mismatch, refusal_in
 from topo.cpuset import CpuSet
 
 
@@ -22,14 +22,14 @@ def fake_proc(tmp_path, pid, *, cpus, mems="0", numa_maps="55d0c6a00000 default 
 
 def test_bound_process_matches(tmp_path):
     proc = fake_proc(tmp_path, 10, cpus="48-63", mems="0-3", numa_maps="7f00 bind:3 anon=1 N3=1\n")
-    seen = read_observed(10, proc)
+    seen = observe(10, proc)
     assert seen.describe() == "CPUs 48-63, memory bound to node 3"
     assert mismatch(Binding(CpuSet.parse("48-63"), CpuSet.parse("3"), "bind"), seen) is None
 
 
 def test_cgroup_narrowed_cpus_and_default_policy_are_mismatches(tmp_path):
     proc = fake_proc(tmp_path, 11, cpus="48-55", mems="0-3")
-    seen = read_observed(11, proc)
+    seen = observe(11, proc)
     problem = mismatch(Binding(CpuSet.parse("48-63"), CpuSet.parse("3"), "bind"), seen)
     assert problem == ("asked for CPUs 48-63, runs on CPUs 48-55; "
                        "asked for memory bound to node 3, memory policy is default")
@@ -38,14 +38,14 @@ def test_cgroup_narrowed_cpus_and_default_policy_are_mismatches(tmp_path):
 
 def test_narrowed_by_the_cgroup_is_not_a_change_after_start(tmp_path):
     proc = fake_proc(tmp_path, 11, cpus="48-55", mems="0-3")
-    seen = read_observed(11, proc)
+    seen = observe(11, proc)
     asked = Binding(CpuSet.parse("48-63"))
     assert not changed_after_start(asked, seen, CpuSet.parse("0-55"))  # the kernel gave asked & allowed
     assert changed_after_start(asked, seen, CpuSet.parse("0-63"))  # all were allowed: the process moved
 
 
 def test_gone_process_reads_as_none(tmp_path):
-    assert read_observed(12, str(tmp_path)) is None
+    assert observe(12, str(tmp_path)) is None
 
 
 def test_refusal_lines():
@@ -81,8 +81,8 @@ def test_the_binding_report_never_has_an_empty_part():
 
     bound = ProcessSpec("rank 0", ("taskset", "-c", "1", "python"), {}, None,
                         Binding(CpuSet.parse("1"), prefix=("taskset", "-c", "1"), applied_by="taskset"))
-    assert report(Process(bound, None, None, bound.argv)) == "rank 0: CPUs 1, memory not bound (not checked)"
-    quick = Process(bound, None, None, bound.argv, status="exited before it could be checked")
+    assert report(Process(bound, None, bound.binding, bound.argv)) == "rank 0: CPUs 1, memory not bound (not checked)"
+    quick = Process(bound, None, bound.binding, bound.argv, status="exited before it could be checked")
     assert report(quick) == "rank 0: CPUs 1, memory not bound (exited before it could be checked)"
     unbound = ProcessSpec("rank 1", ("python",), {}, None)
-    assert report(Process(unbound, None, None, unbound.argv)) == "rank 1: not bound"
+    assert report(Process(unbound, None, unbound.binding, unbound.argv)) == "rank 1: not bound"

@@ -1,11 +1,12 @@
-"""syscalls.apply_memory_policy under a real refusal: each case runs in a child that installs a
-seccomp filter refusing set_mempolicy (all of it, or only some modes), then walks the ladder and
-reports the rung and the policy the kernel then holds for the thread."""
+"""syscalls.apply's memory ladder under a real refusal: each case runs in a child that installs a
+seccomp filter refusing set_mempolicy (all of it, or only some modes), then applies a memory
+binding and reports the policy that held and the one the kernel then holds for the thread."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -27,11 +28,17 @@ def child(refuse, call: str) -> dict:
         import json
         import seccomp
         from topo import syscalls
+        from topo.binding import Binding
         from topo.cpuset import CpuSet
+
+        def apply_memory_policy(policy, nodes=None, **options):
+            held = syscalls.apply(Binding(memory_nodes=nodes, memory_policy=policy), **options)
+            return held.memory_policy or "none"
+
         seccomp.refuse_set_mempolicy({refuse!r})
         try:
             rung = {call}
-        except syscalls.MemoryPolicyRefused as exc:
+        except syscalls.BindingRefused as exc:
             rung = "raised: " + str(exc)
         policy, nodes = syscalls.get_mempolicy()
         print(json.dumps({{"rung": rung, "policy": policy, "nodes": str(nodes)}}))
@@ -44,81 +51,78 @@ def child(refuse, call: str) -> dict:
 
 
 def test_bind_holds_when_nothing_refuses_it():
-    got = child({MPOL_INTERLEAVE: EPERM}, "syscalls.apply_memory_policy('bind', CpuSet.parse('0'), fallback=True)")
+    got = child({MPOL_INTERLEAVE: EPERM}, "apply_memory_policy('bind', CpuSet.parse('0'), fallback=True)")
     assert got == {"rung": "bind", "policy": "bind", "nodes": "0"}
 
 
 def test_refused_bind_falls_back_to_preferred():
-    got = child({MPOL_BIND: EPERM}, "syscalls.apply_memory_policy('bind', CpuSet.parse('0'), fallback=True)")
+    got = child({MPOL_BIND: EPERM}, "apply_memory_policy('bind', CpuSet.parse('0'), fallback=True)")
     assert got == {"rung": "preferred", "policy": "preferred", "nodes": "0"}
 
 
 def test_everything_refused_falls_back_to_cpus_alone_and_keeps_the_old_policy():
-    got = child(None, "syscalls.apply_memory_policy('bind', CpuSet.parse('0'), fallback=True)")
+    got = child(None, "apply_memory_policy('bind', CpuSet.parse('0'), fallback=True)")
     assert got == {"rung": "none", "policy": "default", "nodes": ""}
 
 
 def test_refused_preferred_many_on_an_old_kernel_falls_back_to_preferred():
     # a kernel before 5.15 answers MPOL_PREFERRED_MANY with EINVAL; MPOL_PREFERRED keeps the first node
     got = child({MPOL_BIND: EPERM, MPOL_PREFERRED_MANY: EINVAL},
-                "syscalls.apply_memory_policy('bind', CpuSet.parse('0-1'), fallback=True)")
+                "apply_memory_policy('bind', CpuSet.parse('0-1'), fallback=True)")
     assert got["rung"] == "preferred" and got["policy"] == "preferred"
 
 
 def test_refused_preferred_many_with_eperm_is_not_retried_as_preferred():
     got = child({MPOL_BIND: EPERM, MPOL_PREFERRED_MANY: EPERM},
-                "syscalls.apply_memory_policy('bind', CpuSet.parse('0-1'), fallback=True)")
+                "apply_memory_policy('bind', CpuSet.parse('0-1'), fallback=True)")
     assert got == {"rung": "none", "policy": "default", "nodes": ""}
 
 
 def test_refused_preferred_with_fallback_gives_none():
-    got = child({MPOL_PREFERRED: EPERM}, "syscalls.apply_memory_policy('preferred', CpuSet.parse('0'), fallback=True)")
+    got = child({MPOL_PREFERRED: EPERM}, "apply_memory_policy('preferred', CpuSet.parse('0'), fallback=True)")
     assert got == {"rung": "none", "policy": "default", "nodes": ""}
 
 
 def test_refusal_without_fallback_is_one_error_naming_the_option():
-    got = child({MPOL_BIND: EPERM}, "syscalls.apply_memory_policy('bind', CpuSet.parse('0'))")
+    got = child({MPOL_BIND: EPERM}, "apply_memory_policy('bind', CpuSet.parse('0'))")
     assert got["rung"].startswith("raised: set_mempolicy: Operation not permitted")
     assert "--bind-fallback tries 'preferred'" in got["rung"] and "\n" not in got["rung"]
     assert got["policy"] == "default"  # nothing was applied
-    got = child({MPOL_BIND: EPERM}, "syscalls.apply_memory_policy('bind', CpuSet.parse('0'), option='fallback=True')")
+    got = child({MPOL_BIND: EPERM}, "apply_memory_policy('bind', CpuSet.parse('0'), option='fallback=True')")
     assert "fallback=True tries 'preferred'" in got["rung"]
 
 
 def test_unknown_policy_is_refused_before_any_call():
-    from topo import syscalls
-    from topo.errors import TopoError
+    from topo.binding import Binding
 
-    with pytest.raises(TopoError, match="memory policy must be one of"):
-        syscalls.apply_memory_policy("membind")
+    with pytest.raises(ValueError, match="memory policy 'membind' is not one of"):
+        Binding(memory_policy="membind")
 
 
-@pytest.mark.parametrize("refuse, told, rung", [({MPOL_BIND: EPERM}, " memory=preferred:0", "preferred"),
-                                                (None, "", "none")])  # None: every mode refused
+@pytest.mark.parametrize("refuse, told, rung", [({MPOL_BIND: EPERM}, " memory=preferred:0", "preferred held"),
+                                                (None, "", "CPUs alone held")])  # None: every mode refused
 def test_topo_binding_tells_the_rung_that_held_after_a_fallback(tmp_path, refuse, told, rung):
-    """A child bound directly (no numactl) with --bind-fallback gets TOPO_BINDING as the kernel
-    answered the ladder, not as asked."""
+    """A worker bound by system calls (no numactl) under --bind-fallback gets TOPO_BINDING as the
+    kernel answered the ladder, not as asked."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(sys.executable, bindir / "python")
+    (tmp_path / "job.py").write_text("import os; print('TOPO_BINDING=' + os.environ['TOPO_BINDING'])\n")
     code = f"""
-        import os
+        import io, os, sys
         import seccomp
-        from topo.launcher.procgroup import ProcessGroup, ProcessSpec
-        from topo.binding import Binding
-        from topo.cpuset import CpuSet
+        from topo.launcher import LaunchConfig, launch
         seccomp.refuse_set_mempolicy({refuse!r})
-        cpus = CpuSet(sorted(os.sched_getaffinity(0)))
-        binding = Binding(cpus, CpuSet([0]), "bind", prefix=("numactl", "--membind=0"))
-        argv = ("numactl", "--membind=0", "sh", "-c", "echo TOPO_BINDING=$TOPO_BINDING")
-        spec = ProcessSpec("rank 0", argv, {{}}, {str(tmp_path / "log")!r}, binding, binding)
-        group = ProcessGroup([spec], {{"PATH": os.environ["PATH"]}}, job_id="t", bind_fallback=True)
-        group.start()
-        print("exit", group.processes[0].popen.wait())
-        print("cpus=" + str(cpus))
+        config = LaunchConfig.from_flags({str(tmp_path / "job.py")!r}, worker_num=1, local_worker_num=1, join=True,
+                                         scheduler=False, log_dir={str(tmp_path / "logs")!r},
+                                         bind_numa='{{"device0": ["0"]}}', bind_fallback=True)
+        result = launch(config, environ={{**os.environ, "PATH": {str(bindir)!r}}}, out=io.StringIO())
+        print("exit", result.exit_code)
     """
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=60)
     assert proc.returncode == 0 and "exit 0" in proc.stdout, proc.stdout + proc.stderr
-    cpus = proc.stdout.strip().splitlines()[-1]
-    log = (tmp_path / "log").read_text()
-    assert f"TOPO_BINDING={cpus}{told}\n" in log, log
-    assert f"held: {rung}\n" in log  # the child walked the ladder itself too
+    assert f"memory policy bind refused, {rung} (--bind-fallback)" in proc.stderr, proc.stderr
+    log = (tmp_path / "logs" / "worker_0.log").read_text()
+    assert re.search(rf"^TOPO_BINDING=cpus=[0-9,-]+{told}$", log, re.M), log

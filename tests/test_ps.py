@@ -126,17 +126,17 @@ def test_processes_that_cannot_be_read_are_reported_as_such(root):
 
 
 def test_numa_maps_another_user_keeps_to_itself(root, monkeypatch):
-    from topo.launcher import procinfo
+    from topo import binding
 
     fake_process(root, 100, allowed="0-3", threads=[("S", 0)], numa_maps=maps(("default", "N0=1")))
-    read = procinfo.read_bounded
+    read = binding.read_bounded
 
-    def denied(path, limit, **kwargs):
+    def denied(path, limit):
         if path.endswith("/numa_maps"):
-            raise procinfo.AccessDenied(path)  # as for another user's process (root reads it anyway)
-        return read(path, limit, **kwargs)
+            raise PermissionError(13, "Permission denied", path)  # as for another user's process (root reads it anyway)
+        return read(path, limit)
 
-    monkeypatch.setattr(procinfo, "read_bounded", denied)
+    monkeypatch.setattr(binding, "read_bounded", denied)
     v = inspect(root, [100])[100]
     assert v.error is None and str(v.cpus_allowed) == "0-3" and v.pages_by_node == {} and v.remote_fraction is None
     assert v.numa_maps == "unreadable: permission denied (another user's process; run as root)"
@@ -145,7 +145,7 @@ def test_numa_maps_another_user_keeps_to_itself(root, monkeypatch):
 
 def test_numa_maps_past_the_limit_is_cut_and_said(root, monkeypatch):
     fake_process(root, 100, allowed="0", threads=[("S", 0)], numa_maps=maps(*[("default", "N0=1")] * 100))
-    monkeypatch.setattr(psmod, "NUMA_MAPS_LIMIT", 1000)
+    monkeypatch.setattr("topo.binding.NUMA_MAPS_LIMIT", 1000)
     v = inspect(root, [100])[100]
     assert v.numa_maps == "cut at 1000 bytes: partial counts" and 0 < v.pages_by_node[0] < 100
     assert "(cut at 1000 bytes: partial counts)" in psmod.as_text([v])

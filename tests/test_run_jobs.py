@@ -192,7 +192,7 @@ def test_topo_stop_names_the_run_directories_when_there_are_several(tmp_path):
 
 
 def test_topo_stop_takes_the_last_attempt_of_a_restarted_run(tmp_path):
-    from topo.launcher.stop import record_path
+    from topo.launcher.files import record_path
 
     for attempt in (0, 1, 2, 10):
         (tmp_path / "run_1" / f"attempt_{attempt}").mkdir(parents=True)

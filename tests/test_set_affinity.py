@@ -280,14 +280,13 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
     """MPOL_PREFERRED keeps one node; Linux 5.15+ prefers several with MPOL_PREFERRED_MANY, and an
     older kernel's EINVAL falls back to the first node."""
     from topo import syscalls
-    from topo.launcher.affinity import set_memory
     from topo.binding import Binding
 
-    two = Binding(CpuSet([0, 1]), CpuSet([0, 1]), "preferred")
+    two = Binding(None, CpuSet([0, 1]), "preferred")
     calls = []
     monkeypatch.setattr(syscalls, "get_mempolicy", lambda: ("default", CpuSet()))
     monkeypatch.setattr(syscalls, "set_mempolicy", lambda *a: calls.append(a))
-    assert set_memory(two) == "preferred"
+    assert syscalls.apply(two) == two
     assert calls == [("preferred-many", CpuSet([0, 1]))]
 
     def old_kernel(policy, nodes=CpuSet()):
@@ -297,7 +296,7 @@ def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkey
 
     calls.clear()
     monkeypatch.setattr(syscalls, "set_mempolicy", old_kernel)
-    assert set_memory(two) == "preferred"
+    assert syscalls.apply(two) == two
     assert calls == [("preferred-many", CpuSet([0, 1])), ("preferred", CpuSet([0, 1]))]
 
 

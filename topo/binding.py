@@ -1,43 +1,45 @@
-"""One process's binding, from the planner to the process: its CPUs, its memory nodes and policy,
-and how it is applied. `topo launch`, `topo run`, `topo bind` and `set_affinity` all carry this
-record (`planners.binding` makes it from a bind JSON entry). It lives in the model's package, beside
-CpuSet, so the launcher can carry it without importing the planners (about 60 ms) for a job that
-binds nothing.
+"""One process's binding, from the planner to the process and back: the `Binding` record
+(`planners.binding.from_entry` makes it from a bind JSON entry, `topo.syscalls.apply` applies it)
+and `observe`, what /proc shows of a process's binding. It lives beside CpuSet so the launcher
+carries it without importing the planners.
 
-A launcher hands the binding it applied to the process in `TOPO_BINDING` (`BINDING_VAR`):
-space-separated tokens, only the parts that were bound::
+A launcher hands the binding that holds to the process in `TOPO_BINDING`, space-separated tokens
+of the parts that are bound, so `set_affinity` inside it keeps that binding::
 
     TOPO_BINDING="cpus=0-3 memory=bind:0"      # CPUs 0-3, memory bound to node 0
-    TOPO_BINDING="cpus=8-15"                   # CPUs only
     TOPO_BINDING="memory=preferred:1"          # memory only
-
-so code inside the process (`set_affinity`) can tell a launcher's binding from the kernel's default.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass, field, replace
 
 from topo.cpuset import CpuSet, excerpt
 from topo.errors import ParseError
 
 BINDING_VAR = "TOPO_BINDING"
-MEMORY_POLICIES = ("bind", "preferred", "local")  # MPOL_BIND, MPOL_PREFERRED, MPOL_LOCAL
-# ways a binding is applied: msrun's argv prefixes, or the same system calls made by topo
+MEMORY_POLICIES = ("local", "bind", "preferred")  # MPOL_LOCAL, MPOL_BIND, MPOL_PREFERRED(_MANY)
+# how a binding is applied: msrun's argv prefixes, or the same system calls made by topo ("" undecided)
 APPLIED_BY = ("", "numactl", "taskset", "system calls")
 MAX_ENV_LENGTH = 1 << 16  # a TOPO_BINDING longer than this is not one topo wrote
+# The most processes one node starts (and the largest local device index + 1): far above any
+# machine's CPU count, and a bound on what is planned and read before anything starts.
+MAX_PROCESSES = 1 << 16
 
 
 @dataclass(frozen=True)
 class Binding:
     """What one process is bound to, and how.
 
-    `cpus` None: the CPUs are not bound. `memory_policy` None: the memory policy is not set
-    (`memory_nodes` is then None too); "bind" and "preferred" name their `memory_nodes`;
-    "local" allocates on the node of the running CPU. `device`: the physical device id the
-    process runs next to, when it has one. `prefix`: msrun's `numactl ...` / `taskset -c ...` argv
-    that applies it; `applied_by` says what applies it ("" until the launcher decides) and `note`
-    why ("numactl not found").
+    `cpus` None: CPUs not bound. `memory_policy` None: memory not bound (and `memory_nodes` None);
+    "bind" and "preferred" name their `memory_nodes`, "local" allocates on the running CPU's node.
+    `device`: the physical id of the device the process runs next to. `prefix`: msrun's
+    `numactl ...` / `taskset -c ...` argv; `applied_by` says what applies it and `note` why
+    ("numactl not found").
     """
 
     cpus: CpuSet | None = None
@@ -66,21 +68,16 @@ class Binding:
 
     @property
     def direct(self) -> bool:
-        """Applied with system calls (sched_setaffinity, set_mempolicy) rather than a tool."""
+        """Applied with system calls (topo.syscalls.apply) rather than by a tool's argv."""
         return self.applied_by == "system calls"
 
     def without_memory(self) -> Binding:
         return replace(self, memory_nodes=None, memory_policy=None)
 
-    def held(self, rung: str | None) -> Binding:
-        """What holds of this binding once the memory-policy ladder stopped at `rung`
-        (syscalls.apply_memory_policy's answer; None: no policy was set): the CPUs alone for
-        "none", the policy relaxed to "preferred" for a refused "bind"."""
-        if rung is None or rung == self.memory_policy:
-            return self
-        if rung == "none":
-            return self.without_memory()
-        return replace(self, memory_policy=rung)
+    def relaxed(self) -> Binding:
+        """One rung down the fallback ladder for a refused memory policy: "bind" becomes
+        "preferred" on the same nodes; any other policy is dropped, leaving the CPUs alone."""
+        return replace(self, memory_policy="preferred") if self.memory_policy == "bind" else self.without_memory()
 
     def describe(self) -> str:
         """"CPUs 0-3, memory bound to node 0"; "CPUs 0-3, memory not bound"; "not bound"."""
@@ -91,9 +88,7 @@ class Binding:
 
     def env_value(self) -> str:
         """The `TOPO_BINDING` value: `cpus=0-3 memory=bind:0`, only the parts that are bound."""
-        tokens = []
-        if self.cpus is not None:
-            tokens.append(f"cpus={self.cpus}")
+        tokens = [f"cpus={self.cpus}"] if self.cpus is not None else []
         if self.memory_policy == "local":
             tokens.append("memory=local")
         elif self.memory_policy is not None:
@@ -136,7 +131,8 @@ def _parse(text: str, token: str) -> CpuSet:
 
 
 def describe_memory(policy: str | None, nodes: CpuSet | None) -> str:
-    """"memory bound to node 0", "memory preferred on nodes 0-1", "memory local", "memory not bound"."""
+    """"memory bound to node 0", "memory preferred on nodes 0-1", "memory local to the running CPU",
+    "memory not bound"."""
     if policy is None:
         return "memory not bound"
     if policy == "local":
@@ -149,4 +145,126 @@ def node_words(nodes: CpuSet) -> str:
     return f"node {nodes}" if nodes.weight() == 1 else f"nodes {nodes}"
 
 
-__all__ = ["Binding", "BINDING_VAR", "MEMORY_POLICIES", "describe_memory", "node_words"]
+# ---- what the kernel shows ---------------------------------------------------------------------
+
+STATUS_LIMIT = 256 << 10  # /proc/PID/status: well under a page, even with 8192 CPUs
+# numa_maps has a line (~100 bytes) per mapping, up to vm.max_map_count (65530 by default) of them,
+# about 7 MB; past this the page counts stop and say they are partial.
+NUMA_MAPS_LIMIT = 16 << 20
+BASE_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+# numa_maps' policy words (mm/mempolicy.c policy_modes), then "=static"/"=relative", then ":nodes"
+_POLICY = re.compile(r"(weighted interleave|prefer \(many\)|default|prefer|bind|interleave|local)"
+                     r"(?:=[a-z]+)?(?::([0-9,-]+))?")
+# numa_maps' word for each policy a Binding holds
+POLICY_WORDS = {"bind": ("bind",), "preferred": ("prefer", "prefer (many)"), "local": ("local",)}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What /proc shows of one process's binding."""
+
+    cpus: CpuSet  # Cpus_allowed_list
+    mems_allowed: CpuSet | None  # Mems_allowed_list: the cgroup's cpuset.mems, not the memory policy
+    # The task's memory policy in numa_maps' words ("default", "bind", "prefer", "interleave", ...; ""
+    # unread) and nodes: a mapping without a policy of its own shows the task's (fs/proc/task_mmu.c),
+    # so it is the policy most mappings show.
+    policy: str = ""
+    policy_nodes: CpuSet = CpuSet()
+    other_policies: dict[str, int] = field(default_factory=dict)  # "interleave:0-1" -> mappings
+    pages_by_node: dict[int, int] = field(default_factory=dict)  # resident base pages per node
+    numa_maps: str = "not read"  # "read", "cut at N bytes: partial counts", "unreadable: ...", "absent ..."
+
+    def describe(self) -> str:
+        """"CPUs 1, memory bound to node 0", in Binding.describe's words."""
+        words = {w: name for name, ws in POLICY_WORDS.items() for w in ws}
+        if self.policy in words and (self.policy_nodes or self.policy == "local"):
+            memory = describe_memory(words[self.policy], self.policy_nodes)
+        elif self.policy in ("default", ""):
+            memory = "memory not bound"
+        else:
+            memory = f"memory policy {self.policy}" + (f" on {node_words(self.policy_nodes)}" if self.policy_nodes else "")
+        return f"CPUs {self.cpus}, {memory}"
+
+
+def observe(pid: int | str, proc: str = "/proc", *, numa_maps: bool = True) -> Observed | None:
+    """What the kernel shows of process `pid` below the proc root `proc` (a fake tree in tests);
+    None once it is gone or a zombie. `numa_maps=False` skips the memory policy and pages (the
+    kernel walks every mapping to write them). OSError when its status cannot be read."""
+    try:
+        status = read_bounded(f"{proc}/{pid}/status", STATUS_LIMIT).decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = dict(line.partition(":")[::2] for line in status.splitlines())
+    if "Cpus_allowed_list" not in fields:
+        return None  # a zombie: no affinity worth reading
+    try:
+        cpus = CpuSet.parse(fields["Cpus_allowed_list"].strip())
+        mems = CpuSet.parse(fields["Mems_allowed_list"].strip()) if "Mems_allowed_list" in fields else None
+    except ParseError as exc:
+        raise OSError(errno.EINVAL, f"{proc}/{pid}/status: {exc}") from None
+    seen = Observed(cpus, mems)
+    return _with_numa_maps(seen, f"{proc}/{pid}/numa_maps") if numa_maps else seen
+
+
+def _with_numa_maps(seen: Observed, path: str) -> Observed:
+    """`seen` with numa_maps' policies and resident pages: N<node>=<pages> counts pages of the
+    mapping's own size (kernelpagesize_kB), converted to base pages so huge pages weigh what they hold."""
+    try:
+        data = read_bounded(path, NUMA_MAPS_LIMIT)
+    except (FileNotFoundError, ProcessLookupError):
+        return replace(seen, numa_maps="absent (a kernel without NUMA, or the process exited)")
+    except PermissionError:
+        return replace(seen, numa_maps="unreadable: permission denied (another user's process; run as root)")
+    except OSError as exc:
+        return replace(seen, numa_maps=f"unreadable: {exc.strerror or exc}")
+    state = "read"
+    if len(data) >= NUMA_MAPS_LIMIT:
+        data = data[:data.rfind(b"\n") + 1]
+        state = f"cut at {NUMA_MAPS_LIMIT} bytes: partial counts"
+    policies: dict[tuple[str, str], int] = {}
+    pages: dict[int, int] = {}
+    for line in data.decode("ascii", "replace").splitlines():
+        rest = line.partition(" ")[2]
+        m = _POLICY.match(rest)
+        if not m:
+            continue
+        policies[m.groups("")] = policies.get(m.groups(""), 0) + 1
+        size_kb, counts = BASE_PAGE_KB, []
+        for token in rest[m.end():].split():
+            key, _, value = token.partition("=")
+            if key == "kernelpagesize_kB" and value.isdigit():
+                size_kb = int(value)
+            elif key[:1] == "N" and key[1:].isdigit() and value.isdigit():
+                counts.append((int(key[1:]), int(value)))
+        for node, n in counts:
+            pages[node] = pages.get(node, 0) + n * max(1, size_kb // BASE_PAGE_KB)
+    if not policies:
+        return replace(seen, pages_by_node=pages, numa_maps=state)
+    (word, nodes) = task = max(policies, key=policies.get)
+    try:
+        policy_nodes = CpuSet.parse(nodes)
+    except ParseError:
+        policy_nodes = CpuSet()
+    others = {f"{w}:{n}" if n else w: count for (w, n), count in policies.items() if (w, n) != task}
+    return replace(seen, policy=word, policy_nodes=policy_nodes, other_policies=others,
+                   pages_by_node=dict(sorted(pages.items())), numa_maps=state)
+
+
+def read_bounded(path: str, limit: int) -> bytes:
+    """At most `limit` bytes of the file at `path`, opened without blocking (a FIFO planted in a
+    fake tree must not hang a reader) and refused unless it is a regular file, as procfs files are."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        chunks, got = [], 0
+        while got < limit and (chunk := os.read(fd, min(1 << 20, limit - got))):
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["Binding", "BINDING_VAR", "MAX_PROCESSES", "MEMORY_POLICIES", "Observed", "describe_memory",
+           "node_words", "observe"]

@@ -8,14 +8,12 @@ import sys
 
 import click
 
-from topo.launcher import ps as psmod
-from topo.launcher.stop import read_record, record_path, running
-from topo.cpuset import excerpt
-from topo.numbers import ascii_number
-from topo.errors import UsageError
 from topo.cli import CONTEXT
-
-PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
+from topo.cpuset import excerpt
+from topo.errors import UsageError
+from topo.launcher import ps as psmod
+from topo.launcher.files import PID_MAX, read_record, record_path
+from topo.numbers import ascii_number
 
 
 @click.command(context_settings=CONTEXT)
@@ -83,9 +81,14 @@ def ps(pids, log_dir, threads, as_json, root):
 
 def _job(log_dir: str, root: str) -> tuple[list[int], dict[int, str], list[str]]:
     """The running processes of the job recorded in `log_dir`, their labels and notes."""
+    import psutil
+
+    from topo.launcher.stop import running
+
     path = record_path(log_dir)
     record = read_record(log_dir, path, grace=False)
-    labels, gone, unproven = running(record, proc=os.path.join(root, "proc"))
+    psutil.PROCFS_PATH = os.path.join(root, "proc")  # topo stop's proof, against that root
+    labels, gone, unproven = running(record)
     notes = [f"{text} has exited" for text in gone]
     notes += [f"{text} still runs but is not provably the job's (no TOPO_JOB_ID={record.job_id} in its "
               "environment): not shown" for text in unproven]
