@@ -135,7 +135,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
                             "their logs are not shown")
     for p in processes:
         check_log_file(p.log_path, log_dir)
-    return Plan(config, tuple(processes), envs.base_env(environ), log_dir, tuple(warnings))
+    return Plan(tuple(processes), envs.base_env(environ), log_dir, tuple(warnings))
 
 
 def _rank(config: LaunchConfig, local_rank: int) -> int | None:
@@ -154,14 +154,14 @@ def _command(config: LaunchConfig) -> tuple[str, ...]:
     return (config.python, config.script, *config.script_args)
 
 
-def check_program(plan: Plan) -> None:
+def check_program(plan: Plan, config: LaunchConfig) -> None:
     """UsageError unless the program every process runs can be found the way exec will look for
     it: on the PATH of the children's environment, or at the path given."""
     command = plan.processes[0].command if plan.processes else ()
     if not command:
         return
     program = command[0]
-    what = "--python" if plan.config.script not in _NO_PREFIX else "the command"
+    what = "--python" if config.script not in _NO_PREFIX else "the command"
     if "/" in program:
         if os.path.isdir(program):
             raise UsageError(f"interpreter is a directory, {what}={program}: give the interpreter's file")

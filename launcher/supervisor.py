@@ -33,13 +33,16 @@ HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
-class JobResult:
-    """How a supervised process group ended."""
+class Outcome:
+    """How a supervised job ended, or that it was left running (join=False)."""
 
     exit_code: int
     processes: tuple[Process, ...] = ()
     failed: str | None = None  # "rank 1 exited with exit code 3", "received SIGTERM", ...
     failed_process: Process | None = None  # the first process seen failing, whose code exit_code is
+    restarts: int = 0  # attempts started again after a failure
+    signal: int | None = None  # the stop signal received, if one was
+    running: bool = False  # left running: not joined
 
 
 class StopSignals:
@@ -196,7 +199,7 @@ class Supervisor:
         return None
 
     # ---------------------------------------------------------------- join
-    def join(self) -> JobResult:
+    def join(self) -> Outcome:
         """Follow the job until every process ended, one failed, or a signal came; then stop
         whatever is left (the rest of the job, or daemons it left) and report."""
         procs = self.group.processes
@@ -254,15 +257,15 @@ class Supervisor:
             if proc.spec.role == self.scheduler_role:
                 self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
                          "other jobs (PyTorch) need none: pass --no-scheduler")
-            return JobResult(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
+            return Outcome(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
         if self.stop_signal is not None:
             name = signal.Signals(self.stop_signal).name
-            return JobResult(128 + self.stop_signal, tuple(procs), f"received {name}")
+            return Outcome(128 + self.stop_signal, tuple(procs), f"received {name}")
         if waiting_for_scheduler:
             self.say("the scheduler exited too; the job is done")
         else:
             self.say(f"all {len(workers)} workers exited successfully")
-        return JobResult(0, tuple(procs))
+        return Outcome(0, tuple(procs))
 
     def stop(self, sig: int, tailer: LogTailer | None = None, grace: float | None = None) -> None:
         self.group.stop(sig, self.grace_period if grace is None else grace,

@@ -39,10 +39,10 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping, TextIO
 
 from topo.launcher.binding import UNBOUND, binding_of, device_ids
-from topo.launcher.environ import base_env, describe_threads, sharers, thread_env
+from topo.launcher.environ import base_env, sharers, thread_env
 from topo.launcher.job import check_log_dir
 from topo.launcher.plan import Plan
-from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec, check_open_file_limit
+from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec
 from topo.launcher.run import execute
 from topo.launcher.supervisor import describe_code, read_tail
 from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
@@ -130,7 +130,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
                               "give a writable --log-dir") from None
         return specs, attempt_dir
 
-    return Plan(config, processes(0, "<run dir>/attempt_0"), base_env(environ), config.log_dir, tuple(warnings),
+    return Plan(processes(0, "<run dir>/attempt_0"), base_env(environ), config.log_dir, tuple(warnings),
                 config.max_restarts, attempt)
 
 
@@ -225,31 +225,29 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     launcher's messages and the failure report. Must run on a thread that lives as long as the
     job (the workers die with it)."""
 
-    out = out or sys.stdout
-    err = err or sys.stderr
+    out, err = out or sys.stdout, err or sys.stderr
     plan = plan_run(config, environ=environ, topology=topology)
     if config.dry_run:
-        print(describe_run(plan), file=out)
+        print(describe_run(plan, config), file=out)
         return RunResult(0, plan)
-    check_open_file_limit()
 
     def say(text: str) -> None:
         print(f"topo run: {text}", file=err, flush=True)
 
-    for warning in plan.warnings:
-        say(f"warning: {warning}")
+    run_dir = None
+
+    def make_run_dir(plan: Plan) -> Plan:
+        nonlocal run_dir
+        run_dir = _make_run_dir(config, plan.processes[0].env["TORCHELASTIC_RUN_ID"])
+        return replace(plan, log_dir=run_dir)
+
     if config.nproc_per_node > 1 and "OMP_NUM_THREADS" not in plan.base_env and not config.numa_binding:
         say(f"OMP_NUM_THREADS=1 for each of the {config.nproc_per_node} workers (they share this node's CPUs); "
             "set OMP_NUM_THREADS to tune it")
-    threads = describe_threads([p.name for p in plan.processes], [p.binding for p in plan.processes],
-                               [p.env for p in plan.processes])
-    if threads:
-        say(threads)
-    run_dir = _make_run_dir(config, plan.processes[0].env["TORCHELASTIC_RUN_ID"])
-    _, result, restart, received = execute(
-        replace(plan, log_dir=run_dir), join=True, grace_period=config.grace_period,
-        bind_fallback=config.bind_fallback, out=out, err=err, say=say,
-        handled=tuple(signal.Signals[name] for name in parse_signals(config.signals_to_handle)))
+    result = execute(plan, join=True, grace_period=config.grace_period, bind_fallback=config.bind_fallback, out=out,
+                     err=err, say=say, prepare=make_run_dir,
+                     handled=tuple(signal.Signals[name] for name in parse_signals(config.signals_to_handle)))
+    restart, received = result.restarts, result.signal
     code, failure, others = result.exit_code, None, ()
     first = result.failed_process
     if first is not None:
@@ -267,7 +265,8 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
         print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
         say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with "
             f"{describe_code(failure.exitcode)} on attempt {restart}; logs and error files under {run_dir}")
-        hint = _interpreter_hint(plan, failure, os.path.join(run_dir, f"attempt_{restart}", str(failure.local_rank)))
+        hint = _interpreter_hint(plan, config, failure,
+                                 os.path.join(run_dir, f"attempt_{restart}", str(failure.local_rank)))
         if hint:
             say(hint)
     elif config.log_dir is None:  # a success, or a stop by signal: no error file to keep
@@ -276,10 +275,9 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     return RunResult(code, plan, restart, failure, run_dir)
 
 
-def _interpreter_hint(plan: Plan, failure: Failure, rank_dir: str) -> str | None:
+def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir: str) -> str | None:
     """For a worker that died of a Python error (exit code 1): which interpreter ran it and how to
     choose another, pointedly so when it could not import a module."""
-    config = plan.config
     if config.no_python or failure.exitcode != 1:
         return None
     text = failure.message + failure.traceback
@@ -320,10 +318,8 @@ def _make_run_dir(config: RunConfig, run_id: str) -> str:
                           "give a writable --log-dir") from None
 
 
-def describe_run(plan: Plan) -> str:
+def describe_run(plan: Plan, config: RunConfig) -> str:
     """The dry-run text: per worker its argv, binding and torchrun environment."""
-
-    config = plan.config
     env = plan.processes[0].env
     lines = [f"warning: {w}" for w in plan.warnings]
     lines.append(f"run id {env['TORCHELASTIC_RUN_ID']}, {config.nnodes} node(s) x {config.nproc_per_node} worker(s), "
