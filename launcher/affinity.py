@@ -241,50 +241,24 @@ def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_c
                  max_physical_cores: int | None = None, memory: str | None = None, bind_fallback: bool = False,
                  migrate: bool = False, threads: str = "shared") -> set[int]:
     """Bind this process to the CPUs (and optionally the memory) of its device; return
-    `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did
-    (memory rung, pages moved, threads moved).
+    `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did.
 
-    `device_id` is the local rank's device as CUDA_VISIBLE_DEVICES (indices or GPU-/MIG- UUID
-    prefixes, CUDA_DEVICE_ORDER), HIP/ROCR_VISIBLE_DEVICES or ASCEND_RT_VISIBLE_DEVICES (sorted,
-    as msrun does) number it: 0 is the first visible device. It may also name the device itself,
-    whatever those variables say: a `GPU-`/`MIG-` UUID, the bare UUID
-    `torch.cuda.get_device_properties(i).uuid` gives (text or the object), or a PCI bus id
-    (`0000:3b:00.0`, `3b:00.0`, NVML's `00000000:3B:00.0`); its local rank is then its place among
-    the visible devices when they list it, else among all devices of the machine. Every process
-    of the node calls it with its own device and the same options, and gets a CPU set consistent
-    with the others'. `nproc_per_node=None` means LOCAL_WORLD_SIZE when set, else one process per
-    visible device; on a machine without accelerators the processes share the allowed CPUs (one
-    per NUMA node by default), as `topo plan --devices none` plans them. Indices and
-    `nproc_per_node` are at most MAX_PROCESSES (65536).
+    `device_id`: the local index of the device as the visible-device variables number it
+    (CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES),
+    or the device itself by `GPU-`/`MIG-` UUID, bare UUID (text or torch's object) or PCI bus id.
+    `nproc_per_node` None: LOCAL_WORLD_SIZE, else one process per visible device (per NUMA node
+    without accelerators); indices and counts are at most MAX_PROCESSES. `mode`, `scope`,
+    `multithreading`, `balanced`, `min_physical_cores`, `max_physical_cores`: gpu_affinity's (its
+    strings or enum members, `_` or `-`); `mode` also takes every mode of `topo plan --list-modes`.
+    The plan stays within the allowed CPUs (taskset, cgroup).
 
-    `mode`, `scope` and `multithreading` take gpu_affinity's strings (`unique_contiguous`,
-    `unique_interleaved`, `single_unique`, `single`, `all`; `node`/`socket`;
-    `all_logical`/`single_logical`), with `_` or `-`, or its enum members; `mode` also takes every
-    mode of `topo plan --list-modes`. `balanced`, `min_physical_cores` and `max_physical_cores`
-    work as in gpu_affinity. Under taskset or a cgroup cpuset the plan is made within the allowed
-    CPUs, as gpu_affinity's is; when they leave a rank nothing, the error names the restriction.
-
-    `memory`: None leaves the memory policy alone; "local" allocates on the node of the CPU a
-    thread runs on; "bind" restricts allocations to the process's NUMA node(s); "preferred"
-    prefers them and falls back to other nodes when they are full. It applies to the calling
-    thread and the threads it starts afterwards (see the module documentation). Where the kernel
-    refuses it (seccomp, a container without CAP_SYS_NICE), `bind_fallback=True` tries
-    "preferred", then binds the CPUs alone, with a warning; without it the refusal is an error.
-
-    `migrate=True` moves the pages the process already touched onto its node(s) after binding.
-    `threads="shared"` moves the threads whose affinity equals the caller's; `threads="all"`
-    moves every thread of the process.
-
-    In a process a launcher bound (TOPO_BINDING set, and the CPUs and memory policy still as it
-    says), the binding is kept, with a warning, and its CPUs are returned.
-
-    When ranks share CPUs (modes node, socket, all, single) and OMP_NUM_THREADS is not set, a
-    warning advises OMP_NUM_THREADS = the CPUs divided by the processes sharing them, at least 1
-    (what topo launch, topo run and topo bind set in the processes they start).
-
-    Call it once, at the start of main(), before CUDA/ACL initialise and before worker threads
-    start. Intel OpenMP resets affinity after a fork: run with KMP_AFFINITY=disabled to keep it
-    in DataLoader workers. Raises AffinityError (a TopoError) with one line saying what is wrong.
+    `memory`: None leaves the memory policy alone; "local", "bind" or "preferred" on the process's
+    node(s), for the calling thread and the threads it starts afterwards. Refused by the kernel, it
+    is an error unless `bind_fallback=True` (then "preferred", then the CPUs alone, with a warning).
+    `migrate=True` moves the pages already touched; `threads` "shared" or "all" (module doc).
+    Where the CPUs are shared and OMP_NUM_THREADS is not set, a warning advises the value topo's
+    launchers set. Call it first in main(), before CUDA/ACL initialise and worker threads start.
+    Raises AffinityError (a TopoError) with one line saying what is wrong.
     """
     return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                             balanced=balanced, min_physical_cores=min_physical_cores,

@@ -3,11 +3,10 @@ child's argv, so the command starts bound (CPU affinity and memory policy surviv
 
     python -m topo.launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] cpus=0-3 memory=bind:0 -- COMMAND...
 
-The binding is written as TOPO_BINDING is; the command gets TOPO_BINDING set to what held.
---bind-fallback walks topo.syscalls.apply's ladder for a refused memory policy and says on stderr
-what held. Exit status as a shell's: 1 when the kernel refuses the binding, 2 for a malformed one,
-126 when the command cannot be executed, 127 when it is not found. It imports only topo's
-syscalls and binding record: it runs once per child, before the child's own interpreter.
+The binding is written as TOPO_BINDING is, and the command gets TOPO_BINDING set to what held.
+Exit status as a shell's: 1 when the kernel refuses the binding, 2 for a malformed one, 126 when
+the command cannot be executed, 127 when it is not found. It imports only topo's syscalls and
+binding record: it runs before each child's own interpreter.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""LaunchConfig: msrun's flags (names, defaults, meaning) plus ours, typed, validated on construction.
-
-`LaunchConfig.from_flags` reads msrun's text values ("True", JSON tables) into the typed fields.
-Neither reads anything from disk or starts anything: a bind JSON named by path stays a path until
-the job is planned (launcher.job.plan_job), where the files are read and checked.
+"""LaunchConfig: msrun's flags (names, defaults, meaning) plus topo's, typed and checked when made.
+`from_flags` reads msrun's text values ("True", JSON tables); a bind JSON path stays a path until
+the job is planned.
 """
 
 from __future__ import annotations
@@ -22,63 +20,32 @@ if TYPE_CHECKING:
     from topo.planners.bindload import LoadedBind
 
 
-
 @dataclass(frozen=True)
 class LaunchConfig:
-    """One `topo launch` / `msrun` invocation.
+    """One `topo launch` (msrun) invocation: msrun 2.10's fields and defaults, then topo's."""
 
-    Args (msrun's, same names and defaults as msrun 2.10):
-        script: the training script; `python` is put in front unless it is python/python3/pytest.
-        script_args: passed to the script untouched.
-        worker_num: workers in the whole job (MS_WORKER_NUM, RANK_SIZE, WORLD_SIZE).
-        local_worker_num: workers started on this node.
-        master_addr / master_port: the scheduler's address (MS_SCHED_HOST/PORT, MASTER_ADDR/PORT).
-        node_rank: this node's index; ranks are node_rank * local_worker_num + i; -1 = let the
-            cluster assign them (MindSpore only).
-        log_dir: where scheduler.log and worker_<rank>.log go ("" = the current directory).
-        join: wait for the job, tail its logs and report failures (msrun's default is False).
-        cluster_time_out: MS_TOPO_TIMEOUT in seconds.
-        bind_core / bind_numa: False, True (automatic), or a planners.bindload.LoadedBind (msrun's
-            table {"deviceX": ["0-9"]}, or for bind_numa a unified bind JSON); bind_numa may also
-            be a bind JSON file's path, read when the job is planned. `from_flags` parses msrun's
-            strings into these.
-        sim_level / sim_rank_id: MindSpore's dry-run simulation (no scheduler).
-        rank_table_file: exported as RANK_TABLE_FILE.
-        worker_log_name: base name instead of "worker"; {ip} and {hostname} are substituted.
-        tail_worker_log: ranks whose logs --join prints, None (default) for all.
-
-    Ours:
-        scheduler: True/False forces starting the MindSpore scheduler process; None starts it
-            when the master address is this machine and node_rank is 0 or -1.
-        dry_run: plan and print, start nothing.
-        grace_period: seconds between SIGTERM and SIGKILL when the job is stopped.
-        bind_fallback: when a memory binding is refused, keep the CPU binding and drop the memory
-            policy; when a binding does not take, run the process as the kernel allows.
-        python: the interpreter put in front of the script: `python` found on PATH, as msrun.
-    """
-
-    script: str
+    script: str  # `python` goes in front unless it is python, python3 or pytest
     script_args: tuple[str, ...] = ()
-    worker_num: int = 8
-    local_worker_num: int = 8
-    master_addr: str = "127.0.0.1"
+    worker_num: int = 8  # in the whole job
+    local_worker_num: int = 8  # on this node
+    master_addr: str = "127.0.0.1"  # the scheduler's (MindSpore) or rank 0's store (PyTorch)
     master_port: int = 8118
-    node_rank: int = -1
-    log_dir: str = ""
-    join: bool = False
-    cluster_time_out: int = 600
-    bind_core: Union[bool, "LoadedBind"] = False
-    bind_numa: Union[bool, str, "LoadedBind"] = False  # str: a bind JSON file's path
-    sim_level: int = -1
+    node_rank: int = -1  # -1: the cluster assigns the ranks (MindSpore only)
+    log_dir: str = ""  # "": the current directory
+    join: bool = False  # wait for the job, tail its logs, stop it all when one worker fails
+    cluster_time_out: int = 600  # MS_TOPO_TIMEOUT, seconds
+    bind_core: Union[bool, "LoadedBind"] = False  # True: automatic; or msrun's table
+    bind_numa: Union[bool, str, "LoadedBind"] = False  # True, a table, or a unified bind JSON (or its path)
+    sim_level: int = -1  # MindSpore's dry-run simulation (no scheduler)
     sim_rank_id: int = -1
     rank_table_file: str = ""
-    worker_log_name: str = ""
-    tail_worker_log: tuple[int, ...] | None = None
-    scheduler: bool | None = None
+    worker_log_name: str = ""  # "worker" by default; {ip} and {hostname} are filled in
+    tail_worker_log: tuple[int, ...] | None = None  # the ranks --join shows; None: all
+    scheduler: bool | None = None  # None: when master_addr is this machine and node_rank is 0 or -1
     dry_run: bool = False
-    grace_period: float = 5.0
-    bind_fallback: bool = False
-    python: str = "python"
+    grace_period: float = 5.0  # seconds from SIGTERM to SIGKILL
+    bind_fallback: bool = False  # a refused binding falls back (less memory binding, or none)
+    python: str = "python"  # found on PATH, as msrun does
 
     @classmethod
     def from_flags(cls, script: str, script_args=(), **flags) -> LaunchConfig:

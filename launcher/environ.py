@@ -1,9 +1,7 @@
 """The environment a launched process gets: msrun's variables per role, torchrun's per rank, and
-the rules `topo launch` and `topo bind` share (OMP_NUM_THREADS, MSRUN_BIND_FILE), written once.
-
-msrun sets its variables in its own os.environ before each Popen, so values leak forward in
-launch order (a worker without a rank inherits the scheduler's RANK_ID=0). Here every child's
-environment is built fresh: the launcher's environment minus MANAGED_VARS, plus its own values.
+the rules `topo launch` and `topo bind` share (OMP_NUM_THREADS, MSRUN_BIND_FILE). Each child's
+environment is built fresh: the launcher's minus MANAGED_VARS, plus its own values (msrun lets
+them leak from one child into the next).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The files of a log directory: logs and launch.json, written without following a link topo did
-not make, and launch.json read back as the hostile input anyone who can write the directory can
-make of it.
-
-- a log is opened with O_NOFOLLOW: a symbolic link planted under its name (worker_0.log ->
-  ~/.bashrc) is refused, never truncated through;
-- launch.json is written to a temporary file of its own (mkstemp: O_EXCL, a random name), then
-  renamed over the record, which replaces a link named launch.json instead of writing through it;
-- launch.json is read without following a link or blocking, bounded, every field checked.
+not make (a log opened O_NOFOLLOW; launch.json written to a mkstemp file renamed over it), and
+launch.json read back as the hostile input anyone who can write the directory can make of it:
+without following a link or blocking, bounded, every field checked.
 """
 
 from __future__ import annotations
@@ -131,7 +126,8 @@ def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) ->
         name = entry.get("name", "?")
         if not (isinstance(name, str) and 0 < len(name) <= 100 and name.isprintable()):
             raise _bad(path, f"process name {excerpt(repr(name))} is not printable text of 1 to 100 characters")
-        processes.append(RecordedProcess(name, _pid(path, entry, "pid", required=True), _time(path, entry, "create_time")))
+        processes.append(RecordedProcess(name, _pid(path, entry, "pid", required=True),
+                                         _time(path, entry, "create_time")))
     join = _check(path, data, "join", lambda v: isinstance(v, bool), "true or false")
     grace_period = _check(path, data, "grace_period", lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS,
                           f"a number of seconds from 0 to {MAX_SECONDS}", "give topo stop --grace-period SECONDS") \

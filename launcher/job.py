@@ -1,8 +1,6 @@
-"""Plan a job without starting it: which processes, their argv, environment, log file and binding.
-
-Everything msrun decides before its first Popen is decided here, from the config and the
-launcher's environment, so `--dry-run` prints exactly what a real launch starts and every check
-happens before any process exists.
+"""`topo launch`'s plan, made from msrun's flags without starting anything: which processes, their
+argv, environment, log file and binding. Everything msrun decides before its first Popen is
+decided and checked here, so `--dry-run` prints exactly what a real launch starts.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""msrun's option values, parsed the way msrun 2.10 parses them.
-
-msrun reports bad values as argparse errors (exit 2) and bad resource ids later as tracebacks
-(exit 1); here every problem is a UsageError (exit 2) raised before anything starts.
+"""msrun's option values, parsed as msrun 2.10 parses them; every problem is a UsageError raised
+before anything starts (msrun: argparse errors, or tracebacks later).
 """
 
 from __future__ import annotations

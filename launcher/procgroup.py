@@ -1,22 +1,17 @@
-"""A group of processes started together and stopped together: start, pids, signal with a grace
-period, reap, and nothing left behind. It knows nothing of msrun or torchrun: callers hand it
-`ProcessSpec`s. How each process is contained:
+"""A group of processes started together and stopped together: start, signal with a grace period,
+reap, and nothing left behind. How each process is contained:
 
 - it starts its own session, so it and whatever it forks are found by the session id;
-- with `die_with_launcher`, the child asks for SIGKILL when the launcher's thread dies
-  (PR_SET_PDEATHSIG, kept across exec): the group must be started and kept by one long-lived
-  thread. util-linux's `setpriv --pdeathsig KILL --` in front of the argv sets it when installed,
-  so the child is spawned with vfork; a Python function between fork and exec (the fallback, and
-  what a binding applied by system calls needs anyway) makes each spawn wait for a full fork of
-  the launcher;
+- with `die_with_launcher`, the child gets SIGKILL when the launcher's thread dies
+  (PR_SET_PDEATHSIG, kept across exec): one long-lived thread must start and keep the group;
 - with `adopt_orphans`, the launcher is a child subreaper: a grandchild that daemonises out of its
   session is re-parented to the launcher and stopped with the rest;
-- every child carries JOB_ID_VAR in its environment, which its children inherit: `topo stop` finds
-  a detached job's daemons by it after the launcher is gone.
+- every child carries JOB_ID_VAR, which its children inherit: `topo stop` finds a detached job's
+  daemons by it once the launcher is gone.
 
 A binding whose tool (numactl, taskset) is missing is applied in the child between fork and exec by
-topo.syscalls.apply; a refusal is written to the process's log and the child exits 1 before exec,
-as a refusing numactl does.
+topo.syscalls.apply; a refusal goes to the process's log and the child exits 1 before exec, as a
+refusing numactl does.
 """
 
 from __future__ import annotations

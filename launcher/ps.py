@@ -1,12 +1,9 @@
-"""`topo ps`: where running processes really are, read from /proc and sysfs (and NVML when present).
-
-Per process: its allowed CPUs, memory policy and resident pages per NUMA node (topo.binding.observe),
-the CPU each thread last ran on (field 39 of /proc/PID/task/TID/stat), the accelerators it has open
-(/proc/PID/fd links to /dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/accel/accelN, or NVML's
-process lists) and their NUMA node, and a verdict: the share of its pages on nodes not local to its
-device(s) (without one: to its allowed CPUs), threads outside its allowed CPUs or on a CPU another
-listed process runs on, more runnable threads than allowed CPUs. Every read is bounded and below
-one root ("/": /proc and /sys); a process that exits meanwhile, or is another user's, is said to be.
+"""`topo ps`: where running processes really are. Per process its allowed CPUs, memory policy and
+resident pages per node (topo.binding.observe), the CPU each thread last ran on, the accelerators
+it has open (/proc/PID/fd links to /dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN,
+/dev/accel/accelN, or NVML's process lists) and their node, and a verdict: pages remote from its
+device(s) (without one: from its allowed CPUs), threads outside its CPUs or on a CPU another
+listed process runs on, more runnable threads than CPUs. Reads are bounded and below one root.
 """
 
 from __future__ import annotations
@@ -101,8 +98,9 @@ def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, 
     if seen is None:
         return ProcessView(pid, label, error="exited (no such process)")
     threads, count = _threads(proc, pid)
+    policy = f"{seen.policy}:{seen.policy_nodes}" if seen.policy_nodes else seen.policy
     return ProcessView(pid, label, fields[1], cpus_allowed=seen.cpus, mems_allowed=seen.mems_allowed,
-                       memory_policy=(f"{seen.policy}:{seen.policy_nodes}" if seen.policy_nodes else seen.policy) or None,
+                       memory_policy=policy or None,
                        other_policies=seen.other_policies, pages_by_node=seen.pages_by_node, numa_maps=seen.numa_maps,
                        threads=threads, thread_count=count,
                        devices=_devices(root, pid, devices_by_bus or {}, (nvml or {}).get(pid, set())))
@@ -138,26 +136,34 @@ def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
 
 def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[str]) -> tuple[DeviceUse, ...]:
     """The accelerators `pid` has open, each once."""
-    fd_dir = os.path.join(root, "proc", str(pid), "fd")
     found: dict[str, DeviceUse] = {}
     try:
-        fds = sorted((n for n in os.listdir(fd_dir) if n.isascii() and n.isdigit()), key=int)[:MAX_FDS]
+        targets = _device_files(root, pid)
     except OSError:
-        fds = []  # another user's fds: NVML may still name its GPUs
-    for fd in fds:
+        targets = []  # another user's fds: NVML may still name its GPUs
+    for target in targets:
+        use = device_of(root, target, by_bus)
+        found.setdefault(use.busid or use.path, use)
+    for busid in sorted(nvml_buses - found.keys()):
+        known = by_bus.get(busid)
+        found[busid] = DeviceUse("nvml", "gpu", known.index if known else None, busid,
+                                 known.numa_node if known else _pci_node(root, busid))
+    return tuple(found.values())
+
+
+def _device_files(root: str, pid: int) -> list[str]:
+    """The accelerator device files among `pid`'s open files, by descriptor; OSError when they
+    cannot be looked at (another user's)."""
+    fd_dir = os.path.join(root, "proc", str(pid), "fd")
+    found = []
+    for fd in sorted((n for n in os.listdir(fd_dir) if n.isascii() and n.isdigit()), key=int)[:MAX_FDS]:
         try:
             target = os.readlink(os.path.join(fd_dir, fd))
         except OSError:
             continue  # closed meanwhile
-        use = device_of(root, target, by_bus)
-        if use is not None:
-            found.setdefault(use.busid or use.path, use)
-    for busid in sorted(nvml_buses):
-        if busid not in found:
-            known = by_bus.get(busid)
-            found[busid] = DeviceUse("nvml", "gpu", known.index if known else None, busid,
-                                     known.numa_node if known else _pci_node(root, busid))
-    return tuple(found.values())
+        if any(pattern.fullmatch(target) for pattern, _ in _DEVICE_FILES):
+            found.append(target)
+    return found
 
 
 def device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse | None:
@@ -264,21 +270,10 @@ def accelerator_pids(root: str = "/", nvml: dict[int, set[str]] | None = None) -
     processes' open files could not be looked at (another user's)."""
     proc = os.path.join(root, "proc")
     found, hidden = set(nvml or {}), 0
-    for pid in sorted(int(n) for n in os.listdir(proc) if n.isascii() and n.isdigit()):
-        if pid == os.getpid():
-            continue
+    for pid in (int(n) for n in os.listdir(proc) if n.isascii() and n.isdigit()):
         try:
-            with os.scandir(f"{proc}/{pid}/fd") as entries:
-                for i, entry in enumerate(entries):
-                    if i >= MAX_FDS:
-                        break
-                    try:
-                        target = os.readlink(entry.path)
-                    except OSError:
-                        continue
-                    if any(p.fullmatch(target) for p, _ in _DEVICE_FILES):
-                        found.add(pid)
-                        break
+            if pid != os.getpid() and _device_files(root, pid):
+                found.add(pid)
         except PermissionError:
             hidden += 1
         except OSError:

@@ -1,11 +1,8 @@
-"""launch(): `topo launch`'s plan (launcher.job) run by execute(), the one executor, which runs any
-plan (launcher.plan; `topo run`'s too) with its restarts:
-
-    ProcessGroup (procgroup)      start, signal, stop with a grace period, reap; no orphans
-    Supervisor (supervisor)       verify bindings, join, report, launch.json
-
-The children write their logs themselves; under --join=True the launcher copies them to the
-console (no `tail -f` children that could outlive it).
+"""launch(): `topo launch`'s plan (launcher.job) run by execute(), the one executor of any plan
+(launcher.plan), restarts included: a ProcessGroup (launcher.procgroup) starts, signals and reaps
+the processes; a Supervisor (launcher.supervisor) verifies their bindings, follows them, reports,
+and records them in launch.json. Under --join=True the launcher copies the children's logs to the
+console itself (no `tail -f` children that could outlive it).
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
-"""What a Slurm allocation tells a launcher: node count, this node's index, the master host, and
-processes per node, read from Slurm's environment variables (`SLURM_JOB_ID` set means "inside an
-allocation or a step").
-
-Inside a step (`srun`), the step's own variables describe the nodes the step runs on, which may be
-fewer than the job's (`srun -N1` in a 4-node allocation), so they are read first:
+"""What a Slurm allocation tells a launcher (`SLURM_JOB_ID` set): node count, this node's index,
+the master host and processes per node. A step's own variables (`srun -N1` in a 4-node allocation)
+are read before the job's:
 
     node count   SLURM_STEP_NUM_NODES, SLURM_NNODES, SLURM_JOB_NUM_NODES
     node list    SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST
     node index   SLURM_NODEID (the node's index in that list)
     per node     SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1
 
-Host lists are Slurm's compressed syntax (`gpu[01-04,07],login1`), expanded here in Python, so no
-`scontrol show hostnames` child process is needed.
+Host lists (`gpu[01-04,07],login1`) are expanded here, without `scontrol show hostnames`.
 """
 
 from __future__ import annotations

@@ -1,37 +1,20 @@
 """Binding at birth for the processes a framework starts itself (inference servers and trainers
 that spawn their workers with `subprocess` or `multiprocessing`).
 
-    import subprocess
-    from topo.launcher.spawn import bound_argv, start_bound
-
     subprocess.Popen(bound_argv(["python", "worker.py"], rank))       # a command
-
-    ctx = multiprocessing.get_context("spawn")                        # or "forkserver"
     start_bound(ctx.Process(target=work, args=(rank,)), rank)         # instead of .start()
 
-Both take set_affinity's arguments (the device as a local index, UUID or bus id, the process
-count, mode, scope, memory, bind_fallback, ...) and apply the plan set_affinity would apply in the
-child (`launcher.affinity.plan_here`: this machine, this process's environment). The child gets
-TOPO_BINDING, so a set_affinity call inside it keeps the binding instead of planning again, and,
-unless it is set, OMP_NUM_THREADS as topo's launchers set it (its CPUs divided by the processes
-sharing them). No file is written.
-
-How each starts bound:
-- `bound_argv` puts `python -m topo.launcher.bindexec cpus=... memory=... --` before the argv: a
-  process that binds itself with sched_setaffinity/set_mempolicy (no numactl needed, and the
-  fallback ladder works where a container refuses set_mempolicy), then execs the command, which
-  starts bound.
-- `start_bound` with spawn: a spawned child is a fork and exec of a fresh interpreter, and both
-  keep the CPU affinity and memory policy of the thread that forked. So the calling thread takes
-  the child's binding, starts the child, and takes its own back: the child's interpreter starts
-  bound, with nothing in between.
-- `start_bound` with forkserver: the child is a fork of the forkserver (a fresh interpreter started
-  unbound), never a new interpreter. It binds itself before its target runs: CPUs of every thread,
-  memory policy, and migrate_pages for the pages touched until then (the forkserver's, shared
-  copy-on-write, and those of importing the main module). A Process subclass that overrides run()
-  binds itself there: call set_affinity(..., migrate=True, threads="all") first thing in run().
-- fork: the child is a copy of this process with its pages: call set_affinity(...,
-  migrate=True) in the child instead.
+Both take set_affinity's arguments and apply in the child the plan set_affinity would apply
+(`launcher.affinity.plan_here`); the child gets TOPO_BINDING and, unless set, OMP_NUM_THREADS as
+topo's launchers set it. How each starts bound:
+- `bound_argv` puts `python -m topo.launcher.bindexec cpus=... memory=... --` before the argv;
+- `start_bound`, spawn: the child is a fork and exec of a fresh interpreter, which keep the forking
+  thread's CPU affinity and memory policy: the calling thread takes the child's binding, starts it,
+  and takes its own back;
+- `start_bound`, forkserver: the child is a fork of the (unbound) forkserver; it binds itself, every
+  thread and the pages touched so far, before its target runs. A Process subclass overriding run()
+  must call set_affinity(..., migrate=True, threads="all") first thing in run() instead;
+- fork copies this process, pages and all: call set_affinity(..., migrate=True) in the child.
 """
 
 from __future__ import annotations

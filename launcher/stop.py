@@ -1,21 +1,14 @@
 """`topo stop LOG_DIR`: stop a job from its launch.json, typically one started with --join=False.
 
-The record is a file anyone who can write the log directory can forge, so it names candidates,
-never proof. A process is the job's, and is signalled, only when it carries the job's id in the
-environment it was started with (JOB_ID_VAR: the launcher gives every process it starts a random
-id, which their children inherit) and, for a recorded pid with a recorded start time, started then
-(a --join job's first second has none), so a pid the kernel has handed to another program since is
-never signalled. Processes that carry the id but were never recorded (daemons that left their
-session) are the job's too. Each is signalled alone through a pidfd opened before the proof, never
-through its session or process group.
+The record is a file anyone who can write the log directory can forge: it names candidates, never
+proof. A process is the job's, and is signalled, only when it carries the job's JOB_ID_VAR in the
+environment it was started with (children inherit it) and, for a recorded pid with a recorded
+start time, started then, so a reused pid is never signalled. Each is signalled alone through a
+pidfd opened before the proof, never through its session or process group. A launcher still
+following its job (--join=True) is asked instead (SIGTERM) when it is provably the job's.
 
-A launcher still following its job (--join=True) is asked instead (SIGTERM) when it is provably the
-job's: the parent of a process of the job, started at the recorded time. Whatever is left after it
-exits is stopped here.
-
-Exit status: 0 when the job's processes are gone (stopped here, or ended already: "not running");
-1 when a process survived SIGKILL or a recorded process that still runs could not be proven the
-job's (it is left alone and named).
+Exit status: 0 when the job's processes are gone; 1 when a process survived SIGKILL or a recorded
+process that still runs could not be proven the job's (it is left alone and named).
 """
 
 from __future__ import annotations

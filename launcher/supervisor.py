@@ -1,9 +1,6 @@
 """The supervisor of a started process group: check each binding in /proc, follow the job to its
 end (tailing logs, stopping everything when one process fails or a signal arrives), report, and
-record the job in launch.json for `topo stop`.
-
-Like torch elastic's agent over its process context, it decides *when* to stop; the process group
-(launcher.procgroup) knows *how*.
+record the job in launch.json. It decides *when* to stop; the process group knows *how*.
 """
 
 from __future__ import annotations
@@ -159,7 +156,7 @@ class Supervisor:
         how = f"verified, applied directly: {binding.note}" if binding.direct else "verified"
         if not reached:
             code = proc.popen.poll()
-            refusal = verify.refusal_in(_read_text(spec.log_path, start=proc.log_start))
+            refusal = verify.refusal_in(read_log(spec.log_path, start=proc.log_start))
             who = "the kernel" if binding.direct else binding.applied_by
             if refusal:
                 memory = "mempolicy" in refusal or "mbind" in refusal
@@ -251,7 +248,7 @@ class Supervisor:
         if failure is not None:
             proc, code = failure
             log = failure_log(proc.spec)
-            lines = _last_lines(log, 10) if log else []
+            lines = read_log(log, tail=True).splitlines()[-10:] if log else []
             where = f"; last lines of {log}:" if log else ""
             self.say(f"{proc.name} failed with {describe_code(code)}{where}" + "".join(f"\n    {line}" for line in lines))
             if proc.spec.role == self.scheduler_role:
@@ -331,8 +328,8 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
     for proc in group.processes if start_times else ():
         proc.create_time = _create_time(proc.pid)
     data = {"schema": SCHEMA, "job_id": group.job_id, "launcher_pid": os.getpid(),
-            "launcher_create_time": _create_time(os.getpid()) if start_times else None, "join": join, "grace_period": grace_period,
-            "log_dir": log_dir, "processes": [process_record(p) for p in group.processes]}
+            "launcher_create_time": _create_time(os.getpid()) if start_times else None, "join": join,
+            "grace_period": grace_period, "log_dir": log_dir, "processes": [process_record(p) for p in group.processes]}
     write_record(path, json.dumps(data, indent=2) + "\n")  # `topo stop` never reads half a file
 
 
@@ -395,7 +392,7 @@ def failure_log(spec) -> str | None:
     """The log that holds a failed process's traceback: its stderr file when it has one and the
     traceback is there (torchrun's -r 3 writes stdout.log and stderr.log apart), else the log."""
     candidates = [p for p in (spec.stderr_path, spec.log_path) if p and p not in (INHERIT, os.devnull)]
-    texts = [(p, _read_text(p, tail=True)) for p in candidates]
+    texts = [(p, read_log(p, tail=True)) for p in candidates]
     return next((p for p, t in texts if "Traceback (most recent call last)" in t), None) or \
         next((p for p, t in texts if t.strip()), None) or (candidates[-1] if candidates else None)
 
@@ -403,8 +400,9 @@ def failure_log(spec) -> str | None:
 LOG_READ_LIMIT = 1 << 20  # bytes of a log read for a report: its first (refusals) or its last (a traceback)
 
 
-def _read_text(path: str | None, *, tail: bool = False, start: int = 0) -> str:
-    """LOG_READ_LIMIT bytes of a log from `start`, or with `tail` its last ones, as text."""
+def read_log(path: str | None, *, tail: bool = False, start: int = 0) -> str:
+    """LOG_READ_LIMIT bytes of a log from `start`, or with `tail` its last ones, as text ("" when
+    it cannot be read)."""
     if not path:
         return ""
     try:
@@ -414,11 +412,3 @@ def _read_text(path: str | None, *, tail: bool = False, start: int = 0) -> str:
     except OSError:
         return ""
 
-
-def read_tail(path: str) -> str:
-    """The last LOG_READ_LIMIT bytes of a log as text ("" when it cannot be read)."""
-    return _read_text(path, tail=True)
-
-
-def _last_lines(path: str, n: int) -> list[str]:
-    return _read_text(path, tail=True).splitlines()[-n:]

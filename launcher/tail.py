@@ -1,12 +1,7 @@
 """Copy the workers' log files to the console as they grow, each line prefixed with its process.
-
-msrun runs one `tail -f` per worker and kills them when the workers end, so the last lines can be
-lost. Here the launcher reads the files itself and drains them once more after every process has
-exited. Each file is opened, read from where the last read stopped and closed again, so a job of
-any size needs one descriptor for its logs, not one per worker.
-
-A line without its newline yet is held back for one poll, then written as it is: pdb's "(Pdb) "
-prompt never gets a newline and must still reach the console.
+Each file is opened, read from where the last read stopped and closed again (one descriptor for
+any number of logs), and drained once more after every process has exited. A line without its
+newline is held back for one poll, then written as it is: pdb's "(Pdb) " prompt has none.
 """
 
 from __future__ import annotations

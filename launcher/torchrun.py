@@ -1,28 +1,16 @@
-"""`topo run`: the plan of a torchrun job (per-worker argv, environment, binding, log layout) and
-its failure report: the plan (launcher.plan, restart policy included) runs in the executor `topo launch`
-uses (launcher.run.execute). The flags are launcher.torchrun_flags', the error files
-launcher.torchrun_errors'.
+"""`topo run`: torchrun's flags (launcher.torchrun_flags) as a plan (per worker its argv,
+environment, binding and log layout, and the restart policy) for launcher.run.execute, and the
+failure report (launcher.torchrun_errors).
 
-What torchrun 2.13 does and topo run does alike:
-- flags, their `-`/`_` spellings and defaults; a missing `--master-port` on a single node means
-  "localhost and a free port, run id a fresh UUID" (torchrun's local rendezvous), else 29500;
-- workers run `${PYTHON_EXEC:-sys.executable} -u SCRIPT ARGS` (or `-m MODULE`, or the program
-  itself with --no-python), each in its own session, with torchrun's variables (RANK, LOCAL_RANK,
-  WORLD_SIZE, ..., TORCHELASTIC_ERROR_FILE under `<log dir>/<run id>_<random>/attempt_<n>/<local rank>/`);
-- --max-restarts N restarts the whole local worker group after a failure, up to N times;
-- a worker that fails after writing an error file (`@record`) has its exception and traceback
-  reported as the root cause; -t prints `[<role><local rank>]:line`; SIGINT exits 1.
+As torchrun: its flags and defaults (no --master-port on one node: localhost, a free port, a fresh
+run id); workers run `${PYTHON_EXEC:-sys.executable} -u SCRIPT ARGS` with its variables and
+`<log dir>/<run id>_<random>/attempt_<n>/<local rank>/` layout; --max-restarts restarts the local
+group; an `@record` error file is reported as the root cause; SIGINT exits 1.
 
-Where it differs, on purpose:
-- rendezvous is static: every node is told its --node-rank (or Slurm tells it); no store runs
-  inside topo, so TORCHELASTIC_USE_AGENT_STORE is "False" and rank 0's init_process_group hosts the
-  TCPStore on MASTER_PORT (with "True" and no agent store, gloo waits forever);
-- --numa-binding takes every topo mode (`topo plan --list-modes`), binds through numactl (or
-  sched_setaffinity / set_mempolicy when numactl is missing), and verifies each worker in /proc;
-- a failed job exits with the failing worker's code (torchrun always exits 1), a stop signal other
-  than SIGINT with 128 + n; a stop signal at any moment ends the run, restarts included;
-- a worker bound to N CPUs that K workers share gets OMP_NUM_THREADS=N // K, at least 1 (torchrun:
-  1 for every worker when several share a node; unbound workers here get that too).
+Unlike it, on purpose: the rendezvous is static (no store runs in topo, so
+TORCHELASTIC_USE_AGENT_STORE is "False" and rank 0 hosts the TCPStore); --numa-binding takes every
+topo mode and verifies each worker in /proc; a failed job exits with the worker's code, another
+stop signal with 128 + n; a bound worker gets OMP_NUM_THREADS = its CPUs // the workers sharing them.
 """
 
 from __future__ import annotations
@@ -44,7 +32,7 @@ from topo.launcher.job import check_log_dir
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec
 from topo.launcher.run import execute
-from topo.launcher.supervisor import describe_code, read_tail
+from topo.launcher.supervisor import describe_code, read_log
 from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
 from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, parse_signals
 from topo.binding import Binding
@@ -282,7 +270,7 @@ def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir:
         return None
     text = failure.message + failure.traceback
     for name in ("stderr.log", "stdout.log"):
-        text += read_tail(os.path.join(rank_dir, name))
+        text += read_log(os.path.join(rank_dir, name), tail=True)
     source = "from PYTHON_EXEC" if plan.base_env.get("PYTHON_EXEC") else "the interpreter running topo run, as torchrun"
     if "ModuleNotFoundError" in text or "No module named" in text:
         return (f"the workers could not import a module with {config.python} ({source}): set PYTHON_EXEC to the "

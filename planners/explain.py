@@ -1,9 +1,6 @@
-"""`topo plan --explain`: one row per process and the warnings a reader should see.
-
-Columns: rank, JSON key, device, the device's NUMA node (``2>0`` when a memory-only or disallowed
-node is planned on the nearest node with CPUs), the CPUs, physical cores (and PUs), the L3
-(last-level cache) groups touched by their logical index, the memory node, and whether the CPUs
-are local to the device (``yes`` / ``partly`` / ``no``).
+"""`topo plan --explain`: one row per process (rank, key, device, the device's node, ``2>0`` when
+planned on the nearest node with CPUs, CPUs, cores, L3 groups, memory node, whether the CPUs are
+local to the device) and the warnings a reader should see.
 """
 
 from __future__ import annotations

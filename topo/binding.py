@@ -182,7 +182,8 @@ class Observed:
         elif self.policy in ("default", ""):
             memory = "memory not bound"
         else:
-            memory = f"memory policy {self.policy}" + (f" on {node_words(self.policy_nodes)}" if self.policy_nodes else "")
+            memory = f"memory policy {self.policy}"
+            memory += f" on {node_words(self.policy_nodes)}" if self.policy_nodes else ""
         return f"CPUs {self.cpus}, {memory}"
 
 

@@ -8,6 +8,7 @@ import click
 
 from topo.cli import CONTEXT
 from topo.cli.numbers import SECONDS, WHOLE, WholeRange
+from topo.launcher.config import LaunchConfig
 
 _SCRIPT_CONTEXT = {
     # SCRIPT and everything after it belong to the script, options included (msrun's REMAINDER)
@@ -25,22 +26,27 @@ def _msrun_option(name: str, **kwargs):
 
 
 @click.command(context_settings=_SCRIPT_CONTEXT)
-@_msrun_option("worker_num", type=WHOLE, default=8, help="Workers in the whole job.")
-@_msrun_option("local_worker_num", type=WHOLE, default=8, help="Workers started on this node.")
-@_msrun_option("master_addr", default="127.0.0.1", help="Address of the scheduler (MindSpore) / rank 0 store (PyTorch).")
-@_msrun_option("master_port", type=WHOLE, default=8118, help="Port of the scheduler / store.")
-@_msrun_option("node_rank", type=WHOLE, default=-1, help="This node's index; -1 lets MindSpore assign ranks.")
+@_msrun_option("worker_num", type=WHOLE, default=LaunchConfig.worker_num, help="Workers in the whole job.")
+@_msrun_option("local_worker_num", type=WHOLE, default=LaunchConfig.local_worker_num,
+               help="Workers started on this node.")
+@_msrun_option("master_addr", default=LaunchConfig.master_addr,
+               help="Address of the scheduler (MindSpore) / rank 0 store (PyTorch).")
+@_msrun_option("master_port", type=WHOLE, default=LaunchConfig.master_port, help="Port of the scheduler / store.")
+@_msrun_option("node_rank", type=WHOLE, default=LaunchConfig.node_rank,
+               help="This node's index; -1 lets MindSpore assign ranks.")
 @_msrun_option("log_dir", default="", show_default="the current directory",
                help="Directory for scheduler.log and worker_<rank>.log.")
 @_msrun_option("join", default="False", metavar="True|False",
                help="Wait for the job, show its logs, stop it all when one worker fails.")
-@_msrun_option("cluster_time_out", type=WHOLE, default=600, help="MS_TOPO_TIMEOUT in seconds.")
+@_msrun_option("cluster_time_out", type=WHOLE, default=LaunchConfig.cluster_time_out,
+               help="MS_TOPO_TIMEOUT in seconds.")
 @_msrun_option("bind_core", default="False", metavar="True|False|JSON",
                help="Pin CPUs: True (automatic) or '{\"device0\": [\"0-9\"], \"scheduler\": [...]}'.")
 @_msrun_option("bind_numa", default="False", metavar="True|False|JSON|FILE",
                help="Bind NUMA nodes: True, a JSON table of node ids, or a unified bind JSON (file or inline).")
-@_msrun_option("sim_level", type=WholeRange(-1, 3), default=-1, help="MindSpore simulation level (no scheduler).")
-@_msrun_option("sim_rank_id", type=WHOLE, default=-1, help="Simulate this one rank.")
+@_msrun_option("sim_level", type=WholeRange(-1, 3), default=LaunchConfig.sim_level,
+               help="MindSpore simulation level (no scheduler).")
+@_msrun_option("sim_rank_id", type=WHOLE, default=LaunchConfig.sim_rank_id, help="Simulate this one rank.")
 @_msrun_option("rank_table_file", default="", show_default=False, help="Exported as RANK_TABLE_FILE.")
 @_msrun_option("worker_log_name", default="", show_default="worker",
                help="Worker log base name; {ip} and {hostname} are filled in.")
@@ -50,7 +56,8 @@ def _msrun_option(name: str, **kwargs):
                    "machine and node_rank is 0 or -1]. PyTorch jobs need none.")
 @click.option("--dry-run", "--dry_run", "dry_run", is_flag=True,
               help="Print each process's argv, binding and environment additions; start nothing.")
-@click.option("--grace-period", "--grace_period", "grace_period", type=SECONDS, default=5.0, show_default=True,
+@click.option("--grace-period", "--grace_period", "grace_period",
+              type=SECONDS, default=LaunchConfig.grace_period, show_default=True,
               help="Seconds between SIGTERM and SIGKILL when stopping the job.")
 @click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
               help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "
