@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import select
 import signal
 import threading
 import time
@@ -20,7 +18,7 @@ from topo.cpuset import CpuSet
 from topo.launcher import verify
 from topo.launcher.binding import UNBOUND
 from topo.launcher.files import SCHEMA, write_record
-from topo.launcher.procgroup import FDS_NEEDED, INHERIT, LaunchError, Process, ProcessGroup
+from topo.launcher.procgroup import INHERIT, LaunchError, Process, ProcessGroup
 from topo.launcher.tail import LogTailer
 
 POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
@@ -208,7 +206,6 @@ class Supervisor:
         waiting_for_scheduler = False
         delay = POLL_INTERVAL
         started = time.monotonic()
-        waiter = _ExitWaiter(procs)
         try:
             while self.stop_signal is None:
                 codes = [p.popen.poll() for p in procs]
@@ -221,7 +218,7 @@ class Supervisor:
                     waiting_for_scheduler = True
                     self.say(f"all {len(workers)} workers exited successfully; waiting for the scheduler")
                 tailer.pump()
-                waiter.wait(delay)
+                time.sleep(delay)
                 if time.monotonic() - started > 1.0:  # short jobs keep the fast poll
                     delay = min(delay * 1.25, MAX_POLL_INTERVAL)
                     if self.after_a_second is not None:
@@ -243,7 +240,6 @@ class Supervisor:
                 # every process ended by itself: only their leftovers (daemonised grandchildren) remain
                 self.stop(signal.SIGTERM, tailer)
         finally:
-            waiter.close()
             tailer.pump(final=True)
         if failure is not None:
             proc, code = failure
@@ -271,51 +267,6 @@ class Supervisor:
 
 def _prefix(proc: Process) -> str:
     return proc.spec.tail_prefix if proc.spec.tail_prefix is not None else f"[{proc.name}] "
-
-
-class _ExitWaiter:
-    """Sleeps between two polls of the join loop, and wakes as soon as one of the processes exits
-    (the pidfd of a process becomes readable when it does), so the end of a short job is noticed at
-    once instead of up to a poll interval later. Falls back to plain sleeping where there is no
-    pidfd_open (Linux < 5.3), and for a job too large to spend a descriptor per process on."""
-
-    MAX_WATCHED = 64
-
-    def __init__(self, procs: Sequence[Process]):
-        self._fds: list[int] = []
-        self._poller = None
-        running = [p for p in procs if p.popen.returncode is None]  # not reaped: the pid is still theirs
-        if not running or len(running) > self.MAX_WATCHED or not hasattr(os, "pidfd_open"):
-            return
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft != resource.RLIM_INFINITY and soft - len(os.listdir("/proc/self/fd")) < len(running) + FDS_NEEDED:
-            return  # the descriptors the launcher needs come first
-        try:
-            for p in running:
-                self._fds.append(os.pidfd_open(p.pid))
-        except OSError:
-            self.close()
-            return
-        self._poller = select.poll()
-        for fd in self._fds:
-            self._poller.register(fd, select.POLLIN)
-
-    def wait(self, seconds: float) -> None:
-        if self._poller is None:
-            time.sleep(seconds)
-            return
-        for fd, _ in self._poller.poll(seconds * 1000):
-            self._poller.unregister(fd)  # that process has exited: its pidfd stays readable
-            self._fds.remove(fd)
-            os.close(fd)
-        if not self._fds:
-            self._poller = None
-
-    def close(self) -> None:
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
-        self._poller = None
 
 
 # -------------------------------------------------------------------- launch.json

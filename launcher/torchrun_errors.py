@@ -5,13 +5,12 @@ writes to TORCHELASTIC_ERROR_FILE, read back bounded, and torchrun's ChildFailed
 from __future__ import annotations
 
 import json
-import os
 import socket
-import stat
 import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from topo.binding import read_bounded
 from topo.launcher.supervisor import signal_name
 
 NO_ERROR_FILE = "<N/A>"
@@ -72,20 +71,9 @@ def _load(path: str) -> object:
     """The error file's JSON, read bounded, without following a link or blocking on a FIFO; None
     when there is none or it is not one."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, ERROR_FILE_LIMIT + 1)
-    finally:
-        os.close(fd)
-    if len(data) > ERROR_FILE_LIMIT:
-        return None
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
+        data = read_bounded(path, ERROR_FILE_LIMIT + 1)
+        return json.loads(data) if len(data) <= ERROR_FILE_LIMIT else None
+    except (OSError, ValueError, RecursionError):
         return None
 
 

@@ -252,9 +252,9 @@ def _with_numa_maps(seen: Observed, path: str) -> Observed:
 
 
 def read_bounded(path: str, limit: int) -> bytes:
-    """At most `limit` bytes of the file at `path`, opened without blocking (a FIFO planted in a
-    fake tree must not hang a reader) and refused unless it is a regular file, as procfs files are."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    """At most `limit` bytes of the file at `path`, opened without following a last link or blocking
+    (a FIFO planted in a fake tree must not hang a reader), and refused unless it is a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)

@@ -28,15 +28,13 @@ from topo.numbers import ascii_number
 def ps(pids, log_dir, threads, as_json, root):
     """Show where processes really run: per process its allowed CPUs, the CPUs its threads last
     ran on, its memory policy, its resident pages per NUMA node, the accelerators it has open and
-    their NUMA node, and a verdict (pages remote from its device, or from its allowed CPUs when it
-    has none; threads outside its allowed CPUs or on a CPU another listed process runs on; more
-    runnable threads than CPUs).
+    their node, and a verdict (pages remote from its device or allowed CPUs, threads outside its
+    CPUs or on another listed process's, more runnable threads than CPUs).
 
-    With PIDs: those processes. With --job LOG_DIR: the processes of a job topo started. Alone:
-    every process with an accelerator open (/dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN,
-    /dev/accel/accelN in /proc/PID/fd, or NVML's process lists). Reads only /proc and sysfs (and
-    NVML when installed); a process it cannot read (another user's, or one that exited) is said
-    to be so. Exit status 1 only when none of the PIDs given exists.
+    With PIDs: those processes; with --job LOG_DIR: a job topo started; alone: every process with an
+    accelerator open (/dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/accel/accelN, or NVML's
+    lists). A process that cannot be read is said to be so. Exit status 1 only when none of the
+    PIDs given exists.
 
     \b
     Examples:

@@ -16,16 +16,13 @@ from topo.cli.numbers import SECONDS
               help="Seconds between SIGTERM and SIGKILL [default: the job's own --grace-period].")
 def stop(log_dir, grace_period):
     """Stop the job whose launch.json is in LOG_DIR (for topo run, in LOG_DIR/<run>/attempt_<n>/):
-    SIGTERM to every process it started and to whatever they started (daemons included), SIGKILL
-    after the grace period.
+    SIGTERM to every process it started, daemons included, SIGKILL after the grace period.
 
-    A process is signalled only when it is provably the job's: it carries the job's TOPO_JOB_ID in
-    its environment and, for a recorded pid, started at the recorded time. Each is signalled alone,
-    never its session or process group, so a forged or stale launch.json reaches nothing else.
-
-    Exit status 0 when the job's processes are gone (a job that had already ended is said to be
-    not running, and nothing is signalled); 1 when a process survived SIGKILL or a recorded process
-    that still runs could not be proven the job's (it is named and left alone).
+    A process is signalled only when it is provably the job's (the job's TOPO_JOB_ID in its
+    environment and, for a recorded pid, the recorded start time), and alone, never its session
+    or process group: a forged or stale launch.json reaches nothing else. Exit status 0 when the
+    job's processes are gone (a job that had ended is said to be not running); 1 when a process
+    survived SIGKILL or a recorded process that still runs is not provably the job's.
 
     \b
     Examples:
