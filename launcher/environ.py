@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping, Sequence
 
-from topo.binding import Binding
+from topo.binding import BINDING_VAR, Binding
+from topo.launcher.files import JOB_ID_VAR
 
 # Variables the launcher owns: dropped from the inherited environment before each child's own
 # values are added, so nothing leaks from an outer launcher or from one child into the next.
@@ -17,7 +18,7 @@ MANAGED_VARS = (
     "MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_TOPO_TIMEOUT", "MS_NODE_ID",
     "RANK_SIZE", "RANK_ID", "DEVICE_ID", "MSRUN_CPU_LIST", "MSRUN_BIND_FILE", "MSRUN_BIND_FILE_HASH",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "TOPO_JOB_ID", "TOPO_BINDING",
+    "MASTER_ADDR", "MASTER_PORT", JOB_ID_VAR, BINDING_VAR,
 )
 
 
