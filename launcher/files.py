@@ -215,7 +215,8 @@ def check_not_running(log_dir: str, stop_hint: str) -> None:
         try:
             os.kill(p.pid, 0)
         except ProcessLookupError:
-            continue  # the usual case, a finished job's: spares importing psutil (14 ms, benchmarks/launch_bench.py)
+            # a finished job's, the usual case: no psutil to import (benchmarks/launch_bench.py, N=8: ~10 ms
+            continue
         except PermissionError:
             pass
         import psutil

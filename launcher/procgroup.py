@@ -165,7 +165,9 @@ class ProcessGroup:
         return Process(spec, popen, binding, argv, shim, log_start)
 
     def _death_shim(self) -> tuple[str, ...]:
-        """`setpriv --pdeathsig KILL --` when this system's setpriv has the option, else ()."""
+        """`setpriv --pdeathsig KILL --` when this system's setpriv has the option, else (): the
+        child is then spawned with vfork, where a preexec function makes each spawn a full fork of
+        the launcher (benchmarks/launch_bench.py, N=8 on a loaded 2-CPU VM: ~15 ms of a launch)."""
         if self._shim is None:
             setpriv = shutil.which("setpriv", path=self.base_env.get("PATH", os.defpath))
             self._shim = (setpriv, "--pdeathsig", "KILL", "--") if setpriv and has_pdeathsig(setpriv) else ()
@@ -183,7 +185,8 @@ class ProcessGroup:
 
     def job_pids(self) -> set[int]:
         """Every live process of the job: our children's sessions, plus orphans re-parented to us."""
-        import psutil  # ~12 ms to import: only when a process of the job may still be alive
+        # psutil only when a process of the job may still be alive (benchmarks/launch_bench.py, N=8: ~10 ms)
+        import psutil
 
         sessions = set(self.pids())
         me = os.getpid() if self._subreaper_before is not None else None

@@ -285,7 +285,9 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
 
 
 def _create_time(pid: int) -> float | None:
-    import psutil  # 14 ms to import (benchmarks/launch_bench.py): a --join job pays it after its first second
+    # a --join job's record gets start times after its first second: a short job imports no
+    # psutil (benchmarks/launch_bench.py, N=8: ~10 ms of a launch)
+    import psutil
 
     try:
         return psutil.Process(pid).create_time()

@@ -18,7 +18,7 @@ def wait_for_exec(pid: int, prefixes: Sequence[tuple[str, ...]], timeout: float)
     numactl / taskset: each applied its part and exec'd what follows). Its new command line is not
     compared with the one asked for: `python` may be a wrapper (pyenv's shim) that execs the real
     interpreter under another name. False if it exited, or the timeout passed, first."""
-    import psutil  # 14 ms to import (benchmarks/launch_bench.py): only when a process is bound
+    import psutil  # only when a process is bound (benchmarks/launch_bench.py, N=8: ~10 ms of a launch)
 
     wants = [list(p) for p in prefixes if p]
     deadline = time.monotonic() + timeout
