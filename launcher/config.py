@@ -55,9 +55,9 @@ class LaunchConfig:
         if "join" in flags:
             flags["join"] = parse_literal_bool(flags["join"], "--join")
         if "bind_core" in flags:
-            flags["bind_core"] = _off_or_auto(flags["bind_core"], parse_bind_core)
+            flags["bind_core"] = parse_bind_core(flags["bind_core"])
         if "bind_numa" in flags and not _is_bind_file(flags["bind_numa"]):  # a file is read when planned
-            flags["bind_numa"] = _off_or_auto(flags["bind_numa"], parse_bind_numa)
+            flags["bind_numa"] = parse_bind_numa(flags["bind_numa"])
         if "tail_worker_log" in flags and not isinstance(flags["tail_worker_log"], tuple):
             text = flags["tail_worker_log"]
             flags["tail_worker_log"] = None if text is None else parse_tail_worker_log(text)
@@ -133,16 +133,6 @@ def config_from_flags(script: str, script_args, flags: dict, given, *,
         if taken.values:
             note = taken.note(lambda name: f"--{name}")
     return LaunchConfig.from_flags(script, script_args, **flags), note
-
-
-def _off_or_auto(value, parse):
-    """True/False as msrun spells them without loading the bind-JSON code (an unbound launch
-    does not pay for importing planners); anything else through `parse`."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    return parse(value)
 
 
 def _is_bind_file(value) -> bool:

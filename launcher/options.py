@@ -60,15 +60,17 @@ def parse_bind_numa(value: Any) -> BindValue:
 
 
 def _parse_bind(value: Any, flag: str) -> BindValue:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"  # without importing the planners, as an unbound launch
     from topo.planners.bindload import UNIFIED_KEYS, BindSource, LoadedBind, load_bind, load_table, parse_json, plan_of
 
-    if isinstance(value, (bool, LoadedBind)):
+    if isinstance(value, LoadedBind):
         return value
     try:
         if isinstance(value, str):
             text = value.strip()
-            if text.lower() in ("true", "false"):
-                return text.lower() == "true"
             if flag == "--bind_numa" and not text.startswith("{"):
                 return load_bind(text)  # a bind JSON file
             try:

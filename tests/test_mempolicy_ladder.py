@@ -23,7 +23,7 @@ MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_PREFERRED_MANY = 1, 2, 3, 5
 
 
 def child(refuse, call: str) -> dict:
-    """Run `call` (an apply_memory_policy(...) expression) under a filter refusing `refuse`."""
+    """Run `call` (an expression calling apply_memory_policy below) under a filter refusing `refuse`."""
     code = f"""
         import json
         import seccomp
