@@ -58,8 +58,12 @@ def apply(binding: Binding, *, fallback: bool = False, threads=(), option: str =
     the CPUs alone) instead of raising. `threads`: ids of other threads of this process that get
     the CPUs too (see other_threads). BindingRefused (its message naming `option`, the flag that
     asks for the fallback) when the kernel refuses; the memory policy set is then put back."""
-    held = binding
-    previous = get_mempolicy() if binding.memory_policy is not None and binding.cpus is not None else None
+    held, previous = binding, None
+    if binding.memory_policy is not None and binding.cpus is not None:
+        try:
+            previous = get_mempolicy()  # put back if the CPUs are refused
+        except SyscallError:
+            pass  # refused as Docker's seccomp profile refuses every NUMA call: set_mempolicy will be too
     while held.memory_policy is not None:
         try:
             _set_policy(held.memory_policy, held.memory_nodes or CpuSet())
@@ -76,7 +80,7 @@ def apply(binding: Binding, *, fallback: bool = False, threads=(), option: str =
         try:
             os.sched_setaffinity(0, binding.cpus)
         except OSError as exc:
-            if held.memory_policy is not None:
+            if held.memory_policy is not None and previous is not None:
                 try:
                     set_mempolicy(*previous)
                 except (TopoError, KeyError):
