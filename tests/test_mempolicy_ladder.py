@@ -126,3 +126,22 @@ def test_topo_binding_tells_the_rung_that_held_after_a_fallback(tmp_path, refuse
     assert f"memory policy bind refused, {rung} (--bind-fallback)" in proc.stderr, proc.stderr
     log = (tmp_path / "logs" / "worker_0.log").read_text()
     assert re.search(rf"^TOPO_BINDING=cpus=[0-9,-]+{told}$", log, re.M), log
+
+
+def test_a_refused_get_mempolicy_leaves_the_fallback_to_the_cpus(monkeypatch):
+    """Docker's default seccomp profile refuses get_mempolicy as it refuses set_mempolicy."""
+    from topo import syscalls
+    from topo.binding import Binding
+    from topo.cpuset import CpuSet
+
+    def refuse(*args):
+        raise syscalls.SyscallError("get_mempolicy" if not args else "set_mempolicy", EPERM)
+
+    moved = []
+    monkeypatch.setattr(syscalls, "get_mempolicy", refuse)
+    monkeypatch.setattr(syscalls, "set_mempolicy", refuse)
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: moved.append(cpus))
+    binding = Binding(CpuSet([0]), CpuSet([0]), "bind")
+    assert syscalls.apply(binding, fallback=True) == binding.without_memory() and moved == [CpuSet([0])]
+    with pytest.raises(syscalls.BindingRefused, match="^set_mempolicy: Operation not permitted"):
+        syscalls.apply(binding)
