@@ -265,7 +265,7 @@ class _Reader:
                                  else 'write a cpulist string such as "0-4,8"')
                     continue
                 try:
-                    cpus = CpuSet.parse_msrun(text)
+                    cpus = CpuSet.parse(text, msrun=True)
                 except ParseError as exc:
                     self.problem(mpath, str(exc), CPULIST_FIX)
                     continue

@@ -185,7 +185,7 @@ def load_table(value: Mapping, flag: str) -> LoadedBind:
             cleaned.append(item)
         text = ",".join(cleaned)
         try:
-            ids = CpuSet.parse_msrun(text)
+            ids = CpuSet.parse(text, msrun=True)
         except ParseError as exc:
             raise ParseError(f"{flag}: {key}: {exc}") from None
         if not text:

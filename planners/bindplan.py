@@ -75,7 +75,7 @@ def parse_nodes(value: int | str) -> CpuSet:
     """A NUMA node value of the bind JSON: an int id or a range string (msrun's rules and words)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ParseError(f"NUMA id {value!r} should be an int or a range string.")
-    return CpuSet.parse_msrun(str(value) if isinstance(value, int) else value)
+    return CpuSet.parse(str(value) if isinstance(value, int) else value, msrun=True)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -106,7 +106,7 @@ class ProcessBinding:
         set_ = object.__setattr__
         modules = tuple((m, as_written(text)) for m, text in self.modules)
         set_(self, "modules", modules)
-        set_(self, "module_cpus", tuple((m, CpuSet.parse_msrun(text)) for m, text in modules))
+        set_(self, "module_cpus", tuple((m, CpuSet.parse(text, msrun=True)) for m, text in modules))
         if isinstance(self.cpu_nodes, str):
             set_(self, "cpu_nodes", as_written(self.cpu_nodes))
         if isinstance(self.memory, str):
