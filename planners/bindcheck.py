@@ -134,12 +134,13 @@ class _Reader:
         ranks = ranks if isinstance(ranks, Mapping) else {}
         entries = []
         for key in dict.fromkeys([*cpu, *memory]):  # bind_cpu's order, then keys only in bind_memory
-            value = cpu.get(key, ((), None, False))
+            modules, (cpu_value, cpu_set), has_entry = cpu.get(key, ((), (None, None), False))
+            memory_value, memory_set = memory.get(key, (None, None))
             rank = ranks.get(key)
-            entries.append(ProcessBinding.from_parsed(
-                key, modules=value[0], cpu_nodes=value[1], memory=memory.get(key),
-                local_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
-                has_cpu_entry=value[2]))
+            entries.append(ProcessBinding(
+                key, tuple((m, text) for m, text, _ in modules), cpu_value, memory_value,
+                rank if isinstance(rank, int) and not isinstance(rank, bool) else None, has_entry,
+                module_cpus=tuple((m, s) for m, _, s in modules), cpu_node_set=cpu_set, memory_nodes=memory_set))
         self.entries = entries
 
     def ignored_sections(self, data: Mapping) -> None:
@@ -243,7 +244,7 @@ class _Reader:
                     out[norm] = ((), nodes, True)
                 continue
             if value is None:
-                out[norm] = ((), None, True)
+                out[norm] = ((), (None, None), True)
                 continue
             if not isinstance(value, Mapping):
                 self.problem(path, f"'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for "
@@ -270,7 +271,7 @@ class _Reader:
                     self.problem(mpath, str(exc), CPULIST_FIX)
                     continue
                 modules.append((module, as_written(text), cpus))
-            out[norm] = (tuple(modules), None, True)
+            out[norm] = (tuple(modules), (None, None), True)
         return out
 
     def read_memory(self, section: Mapping | None) -> dict:

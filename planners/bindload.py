@@ -189,11 +189,11 @@ def load_table(value: Mapping, flag: str) -> LoadedBind:
         except ParseError as exc:
             raise ParseError(f"{flag}: {key}: {exc}") from None
         if not text:
-            processes.append(ProcessBinding.from_parsed(norm))
+            processes.append(ProcessBinding(norm))
         elif label == "CPU":
-            processes.append(ProcessBinding.from_parsed(norm, modules=[("main", text, ids)]))
+            processes.append(ProcessBinding(norm, (("main", text),), module_cpus=(("main", ids),)))
         else:
-            processes.append(ProcessBinding.from_parsed(norm, cpu_nodes=(text, ids), memory=(text, ids)))
+            processes.append(ProcessBinding(norm, cpu_nodes=text, memory=text, cpu_node_set=ids, memory_nodes=ids))
     if label == "CPU":
         plan = BindPlan.build(processes, cpu_mode="cpu", memory_mode="none")
     else:

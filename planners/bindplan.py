@@ -95,41 +95,23 @@ class ProcessBinding:
     memory: int | str | None = None
     local_rank: int | None = None
     has_cpu_entry: bool = True  # False: no bind_cpu entry at all (vs. an empty/null one)
-    # parsed once, from the fields above
-    module_cpus: tuple[tuple[str, CpuSet], ...] = field(init=False, repr=False, compare=False)
-    cpu_node_set: CpuSet | None = field(init=False, repr=False, compare=False)
-    memory_nodes: CpuSet | None = field(init=False, repr=False, compare=False)
+    # The sets the text above names: parsed from it unless given, by a reader or planner that has them
+    # (with text already free of whitespace).
+    module_cpus: tuple[tuple[str, CpuSet], ...] | None = field(default=None, repr=False, compare=False)
+    cpu_node_set: CpuSet | None = field(default=None, repr=False, compare=False)
+    memory_nodes: CpuSet | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        if getattr(self, "module_cpus", None) is not None:  # made by from_parsed: already checked
-            return
         set_ = object.__setattr__
-        modules = tuple((m, as_written(text)) for m, text in self.modules)
-        set_(self, "modules", modules)
-        set_(self, "module_cpus", tuple((m, CpuSet.parse(text, msrun=True)) for m, text in modules))
-        if isinstance(self.cpu_nodes, str):
-            set_(self, "cpu_nodes", as_written(self.cpu_nodes))
-        if isinstance(self.memory, str):
-            set_(self, "memory", as_written(self.memory))
-        set_(self, "cpu_node_set", None if self.cpu_nodes is None else parse_nodes(self.cpu_nodes))
-        set_(self, "memory_nodes", None if self.memory is None else parse_nodes(self.memory))
-
-    @classmethod
-    def from_parsed(cls, key: str, *, modules: Iterable[tuple[str, str, CpuSet]] = (),
-                    cpu_nodes: tuple[int | str, CpuSet] | None = None,
-                    memory: tuple[int | str, CpuSet] | None = None, local_rank: int | None = None,
-                    has_cpu_entry: bool = True) -> "ProcessBinding":
-        """An entry whose text a reader has already parsed (``planners.bindcheck``): each value comes
-        with its set, so it is not parsed a second time. Text must already be whitespace-free."""
-        modules = tuple(modules)
-        obj = cls.__new__(cls)
-        set_ = object.__setattr__
-        set_(obj, "module_cpus", tuple((m, s) for m, _, s in modules))
-        set_(obj, "cpu_node_set", None if cpu_nodes is None else cpu_nodes[1])
-        set_(obj, "memory_nodes", None if memory is None else memory[1])
-        obj.__init__(key, tuple((m, t) for m, t, _ in modules), None if cpu_nodes is None else cpu_nodes[0],
-                     None if memory is None else memory[0], local_rank, has_cpu_entry)
-        return obj
+        if self.module_cpus is None:
+            set_(self, "modules", tuple((m, as_written(text)) for m, text in self.modules))
+            set_(self, "module_cpus", tuple((m, CpuSet.parse(text, msrun=True)) for m, text in self.modules))
+        for name, parsed in (("cpu_nodes", "cpu_node_set"), ("memory", "memory_nodes")):
+            value = getattr(self, name)
+            if value is not None and getattr(self, parsed) is None:
+                if isinstance(value, str):
+                    set_(self, name, as_written(value))
+                set_(self, parsed, parse_nodes(getattr(self, name)))
 
     @property
     def device(self) -> int | None:

@@ -201,7 +201,7 @@ def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPl
             if pick is None:
                 raise UsageError(
                     f"single-unique needs one physical core per process, but {job.nproc} processes "
-                    f"share {len(resources.core_masks)} allowed cores; use mode single (shared cores) "
+                    f"share {len(resources.cores)} allowed cores; use mode single (shared cores) "
                     "or fewer processes")
             warnings.append(f"{job.key(r)}: every core of its NUMA node is taken; given core "
                             f"{resources.cores[pick]} {where}")
@@ -223,7 +223,7 @@ def _by_distance_from(resources: AllowedResources, home: int) -> list[int]:
     """Every core, those of the nodes nearest to ``home`` first (then by core order)."""
     rank = {n: k for k, n in enumerate(resources.by_distance(home, resources.node_ids))}
     far = len(rank)
-    return sorted(range(len(resources.core_masks)),
+    return sorted(range(len(resources.cores)),
                   key=lambda i: (rank.get(resources.node_of_pu[resources.core_first[i]], far), i))
 
 

@@ -36,8 +36,9 @@ from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 from topo.model import Topology
 
-from topo.planners.bindplan import BindPlan, ProcessBinding
-from topo.planners.core import PSEUDO_NODE, Job, AllowedResources, Options, memory_entry, nodes_entry, build_plan, finish
+from topo.planners.bindplan import BindPlan
+from topo.planners.core import (PSEUDO_NODE, AllowedResources, Job, Options, build_plan, finish, memory_entry,
+                                 nodes_entry, process_binding)
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -124,8 +125,8 @@ def _bind_numa(resources: AllowedResources, job: Job, options: Options) -> BindP
                                      available=available)
         warnings += more
         nodes = [mapping[d] for d in job.devices]
-    procs = [ProcessBinding.from_parsed(job.key(r), cpu_nodes=nodes_entry((nodes[r],)), local_rank=r,
-                                        memory=memory_entry((nodes[r],), options))
+    procs = [process_binding(job.key(r), cpu_nodes=nodes_entry((nodes[r],)), local_rank=r,
+                             memory=memory_entry((nodes[r],), options))
              for r in range(job.nproc)]
     return finish(procs, cpu_mode="numa", options=options, resources=resources, warnings=warnings)
 

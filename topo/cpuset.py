@@ -17,6 +17,12 @@ _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 _KERNEL_MASK = re.compile(r"\A[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*\Z")
 _HEXWORD = re.compile(r"\A(?:0x)?[0-9a-fA-F]+\Z")
 _WHITESPACE = re.compile(r"\s+")
+# A set of up to _BUILT_RUNS runs is built, and the first _READ_RUNS runs of a set are read, a run
+# at a time, each step costing the mask's width; past that, through the mask's binary text in one
+# pass. Most sets a planner makes are a few runs on a wide machine: benchmarks/plan_bench.py, 2k ->
+# 16k PUs, msrun-auto with gen_bind_json modules grows 8x so, 17x with the text alone.
+_BUILT_RUNS = 32
+_READ_RUNS = 4
 # What parse() says of a bad range, in the kernel's cpulist words or in msrun's (_expand_ranges).
 _CPULIST_WORDS = {"empty": "malformed cpulist {text!r}: bad element {part!r}",
                   "bad": "malformed cpulist {text!r}: bad element {part!r}",
@@ -34,8 +40,13 @@ def excerpt(text: str, limit: int = 60) -> str:
 
 
 def _mask_of_runs(runs: list[tuple[int, int]]) -> int:
-    """The bitmask of inclusive runs (lo, hi): sorted, merged and written out as a binary numeral,
-    so the time grows with the text and the highest id, however the runs overlap."""
+    """The bitmask of inclusive runs (lo, hi): a few ORed in, more sorted, merged and written out as
+    one binary numeral, so the time grows with the text and the highest id, never runs x width."""
+    if len(runs) <= _BUILT_RUNS:
+        mask = 0
+        for lo, hi in runs:
+            mask |= ((1 << (hi - lo + 1)) - 1) << lo
+        return mask
     chunks, end = [], 0
     for lo, hi in sorted(runs):
         if hi >= end:
@@ -51,13 +62,17 @@ class CpuSet:
     __slots__ = ("_mask",)
 
     def __init__(self, items: Iterable[int] = ()) -> None:
-        ids = [int(i) for i in items]
-        for i in ids:
-            if i < 0:
-                raise ParseError(f"negative id {i} in CPU set")
-            if i > MAX_ID:
-                raise ParseError(f"id {excerpt(str(i))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
-        object.__setattr__(self, "_mask", _mask_of_runs([(i, i) for i in ids]))
+        runs: list[list[int]] = []  # consecutive ids make one run
+        for i in sorted({int(i) for i in items}):
+            if runs and i == runs[-1][1] + 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        if runs and runs[0][0] < 0:
+            raise ParseError(f"negative id {runs[0][0]} in CPU set")
+        if runs and runs[-1][1] > MAX_ID:
+            raise ParseError(f"id {excerpt(str(runs[-1][1]))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
+        object.__setattr__(self, "_mask", _mask_of_runs(runs))
 
     def __setattr__(self, name, value):
         raise AttributeError("CpuSet is immutable")
@@ -148,16 +163,24 @@ class CpuSet:
         return ",".join(digits[i:i + 8] for i in range(0, len(digits), 8))
 
     def ranges(self) -> Iterator[tuple[int, int]]:
-        """The runs of consecutive members, lowest first, as inclusive (lo, hi)."""
-        if not self._mask:
-            return
-        low = self.first()
-        bits = f"{self._mask >> low:b}"[::-1]  # bit `low` first
-        start = 0
+        """The runs of consecutive members, lowest first, as inclusive (lo, hi): the first few by
+        shifting the mask (a step costs its width), the rest from its binary text (one pass)."""
+        m, base = self._mask, 0
+        for _ in range(_READ_RUNS):
+            if not m:
+                return
+            low = (m & -m).bit_length() - 1  # the lowest member
+            m >>= low
+            length = (~m & (m + 1)).bit_length() - 1  # the ones from there up
+            yield base + low, base + low + length - 1
+            m >>= length
+            base += low + length
+        bits = f"{m:b}"[::-1]  # bit 0 first
+        start = bits.find("1")
         while start >= 0:
             end = bits.find("0", start)
             end = len(bits) if end < 0 else end
-            yield low + start, low + end - 1
+            yield base + start, base + end - 1
             start = bits.find("1", end)
 
     # ---- set algebra --------------------------------------------------
@@ -226,7 +249,9 @@ class CpuSet:
         return isinstance(other, CpuSet) and other._mask == self._mask
 
     def __hash__(self) -> int:
-        return hash(("CpuSet", self._mask))
+        # An int's hash is its value modulo 2**61 - 1, so sets 61 ids apart collide; the top bit
+        # tells most of them apart (each process's CPUs of a wide machine).
+        return hash(("CpuSet", self._mask.bit_length(), self._mask))
 
     def __repr__(self) -> str:
         return f"CpuSet({self.to_list()!r})"
@@ -244,5 +269,5 @@ EMPTY = CpuSet()
 def union_all(sets: Iterable[CpuSet]) -> CpuSet:
     mask = 0
     for s in sets:
-        mask |= s.mask
+        mask |= s._mask
     return CpuSet.from_mask(mask)
