@@ -5,13 +5,9 @@
     plan = planners.plan(t, "unique-contiguous", scope="socket", nproc=4)
     json.dump(plan.to_json(), open("bind.json", "w"))
 
-Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``. Ours are listed once, in
-``BUILTIN`` below (each a ``planners.Planner`` with its name, summary and facts such as
-``shares_cpus``); the command line's ``--mode`` choices and ``--list-modes`` come from
-``registry()``. A third party adds a mode by declaring ``[project.entry-points."topo.planners"]
-my-mode = "pkg.mod:function"``; the function may carry ``summary`` (one line for
-``topo plan --list-modes``) and ``shares_cpus`` attributes, or the entry point may name a
-``planners.Planner`` directly.
+Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``, listed in ``BUILTIN``. A
+third party adds one under the entry-point group ``topo.planners`` (``my-mode =
+"pkg.mod:function"``, or a ``Planner``); a function may carry ``summary`` and ``shares_cpus``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,21 @@
 """The bind model: ``BindPlan`` (a whole job's binding) and ``ProcessBinding`` (one process's entry).
 
-A ``BindPlan`` is what the planners return, what `topo plan` writes as MindSpore's unified bind JSON,
-and what `topo launch` and `topo bind` apply (``planners.bindload`` reads one back, with the checks of
-``planners.bindcheck``)::
+A BindPlan is what the planners return and what `topo plan` writes as MindSpore's unified bind
+JSON (``planners.bindload`` reads one back)::
 
     {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa", "actor_thread_fix_bind": true},
      "bind_cpu":    {"device0": {"main": "0-4", "runtime": "5-9"}, "scheduler": {"main": "40-45"}},
      "bind_memory": {"device0": 0, "scheduler": 2},
      "topo":        {...}}          # ours; msrun and MindSpore ignore it
 
-Keys are ``deviceN`` (N = the physical device id) or ``scheduler``; ``device_N`` and ``device0N`` are
-msrun's spellings of the same key (``normalize_key``).
+Keys are ``deviceN`` (N = the physical device id) or ``scheduler``; msrun also reads ``device_N``
+and ``device0N`` (``normalize_key``). Range text is kept as written, whitespace removed, as msrun
+passes it to numactl / taskset uncompacted.
 
-Each ProcessBinding keeps the range text as written, with whitespace removed, because msrun passes
-it to numactl / taskset uncompacted; and the sets it names, parsed once when the entry is made
-(``main_cpus``, ``cpu_node_set``, ``memory_nodes``), so nothing downstream parses text again.
-
-Memory policy
--------------
-``memory_mode`` is msrun's ``bind_memory_mode`` (``numa``: ``numactl --membind``; ``none``) plus
-``preferred`` (``numactl --preferred N`` / ``MPOL_PREFERRED``: allocate on N, fall back to other nodes
-when N is full), which MindSpore does not know. A preferred plan is written so that MindSpore's own
-parser still loads it and msrun never applies a stricter policy than asked:
-``"bind_memory_mode": "none"`` (msrun binds no memory), the nodes in ``bind_memory`` as usual (msrun
-reads that section only in ``numa`` mode), and ``"topo": {"memory_policy": "preferred"}``, which
-turns the ``bind_memory`` entries into preferred nodes for `topo launch` and `topo bind`. numactl's
-``--preferred`` takes one node, so each process of a preferred plan names at most one.
+``memory_mode`` is msrun's ``bind_memory_mode`` (``numa``: ``numactl --membind``; ``none``) or
+``preferred`` (``numactl --preferred N``), which MindSpore does not know: a preferred plan is
+written with ``"bind_memory_mode": "none"`` (msrun binds no memory), its nodes in ``bind_memory``
+and ``"topo": {"memory_policy": "preferred"}``; each process names at most one node.
 """
 
 from __future__ import annotations

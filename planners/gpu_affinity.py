@@ -28,9 +28,6 @@ group's first dealt core, ...).
 ``multithreading=all-logical`` keeps all threads of each core, ``single-logical`` the lowest.
 Where gpu_affinity's socket scope drops cores (its ``zip`` stops at the shortest group when a
 node's share of the socket's extra cores is uneven), every core is kept here.
-
-Everything is computed once per distinct home node or scope and shared by the devices that have
-it, so planning stays linear in the machine's size.
 """
 
 from __future__ import annotations

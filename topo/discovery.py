@@ -16,6 +16,7 @@ from topo.fsroot import FsRoot
 from topo.groups import Placed, fit_localities, node_groups
 from topo.model import Topology
 from topo.probes import cgroup as cgroup_probe
+from topo.probes import pci as pci_probe
 from topo.probes import sysfs
 from topo.probes.cgroup import CgroupCpuset
 
@@ -158,10 +159,10 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allo
     )
 
 
-def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> sysfs.RawPci:
+def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> pci_probe.RawPci:
     """The PCI tree and OS devices, each host bridge's locality placed as hwloc places it: one that
     straddles an object of the tree (CPUs of two packages) hangs from the object covering it."""
-    raw = sysfs.probe_pci(fs, machine)
+    raw = pci_probe.probe_pci(fs, machine)
     tree = Placed([*cpu_side, *(n.locality & machine for n in nodes)])
     fitted = {}
     for bridge in raw.bridges:
@@ -172,9 +173,9 @@ def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> sysfs.Raw
         return [o if fitted.get(o.local_cpus, o.local_cpus) == o.local_cpus
                 else replace(o, local_cpus=fitted[o.local_cpus]) for o in objs]
 
-    raw = sysfs.RawPci(fit(raw.devices), fit(raw.bridges), [])
+    raw = pci_probe.RawPci(fit(raw.devices), fit(raw.bridges), [])
     localities = {n.os_index: n.locality & machine for n in nodes}
-    return replace(raw, os_devices=sysfs.probe_os_devices(fs, raw, localities, machine))
+    return replace(raw, os_devices=pci_probe.probe_os_devices(fs, raw, localities, machine))
 
 
 def _info(fs: FsRoot, cg, models: dict) -> dict[str, str]:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from topo.cpuset import EMPTY
 from topo.fsroot import FsRoot
 from topo.model import Device, PciDevice, Topology
-from topo.probes.sysfs import PCI
+from topo.probes.pci import PCI
 
 VENDORS = {
     "10de": "nvidia",
