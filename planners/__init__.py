@@ -108,11 +108,8 @@ def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequ
          nproc: int | None = None, **options) -> BindPlan:
     """Plan ``mode`` for ``topology``: one process per accelerator unless ``job``, ``devices`` (physical
     ids, ``()`` for CPU-only) or ``nproc`` say otherwise. Without ``devices`` on the live machine, the
-    devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES (...) leave visible, in their order, as
-    `topo plan` does (`topo.visible.visible_device_ids`); a topology read from elsewhere keeps all.
-    ``options`` are `planners.core.Options` fields: scope, multithreading, balanced,
-    min_physical_cores, max_physical_cores, memory, msrun_bind, share, affinity, spread_nodes,
-    modules, scheduler_range, scheduler_base, actor_thread_fix_bind."""
+    devices the visible-device variables leave, in their order (`topo.visible.visible_device_ids`).
+    ``options`` are `planners.core.Options` fields."""
     planner = get_planner(mode)
     opts = Options.from_kwargs(**options)
     if job is None:

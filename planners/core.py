@@ -96,7 +96,6 @@ MEMORY = ("numa", "preferred", "none")
 MSRUN_BIND = ("core", "numa")
 SHARE = ("job", "host")
 SCHEDULER_BASES = ("free", "global", "device0")
-DEFAULT_MODULES = (("runtime", 4, 8), ("minddata", 9, 12), ("main", 13, 19))
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,10 @@ def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallow
              probes: tuple[str, ...] | None = None, live_probes: bool = False) -> Topology:
     """The topology of the machine whose /sys and /proc live below `root` (default: this one).
 
-    `root` is a directory holding sys/ and proc/, a `topo capture` archive or an FsRoot; "/" when
-    not given. The environment is not asked for a root: the command line turns --root / TOPO_ROOT
-    into this argument (topo_cli.machine), and a program that binds itself wants this machine.
-    `probes` limits the optional probes (device probes such as "nvml" or "npu-smi"); sysfs always
-    runs. The probes that ask this machine's tools (lscpu, NVML, npu-smi) run when the root is
-    this machine, or when `live_probes` is true: a captured root replayed with stand-in tools
-    (the command line's TOPO_REPLAY_LIVE_PROBES=1).
+    `root` is a directory holding sys/ and proc/, a `topo capture` archive or an FsRoot (the
+    environment is never asked for one). `probes` limits the optional device probes ("nvml",
+    "npu-smi"); sysfs always runs. The probes that ask this machine's tools (lscpu, NVML, npu-smi)
+    run on this machine, or with `live_probes` (a captured root replayed with stand-in tools).
     """
     fs = root if isinstance(root, FsRoot) else FsRoot(root)
     live = fs.is_this_system or live_probes

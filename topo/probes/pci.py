@@ -38,16 +38,13 @@ class _Function:
 
 
 def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
-    """PCI functions and the bridges between them, each with the locality hwloc gives it (the OS
-    devices below them come from probe_os_devices; RawPci.os_devices is left empty here).
+    """PCI functions and the bridges between them, each with the locality hwloc gives it (OS
+    devices come from probe_os_devices).
 
-    hwloc inserts every function under the innermost bridge whose bus range holds its bus, groups
-    what no bridge holds into one host bridge per (domain, bus), and attaches each host bridge's
-    whole tree at one place: where the local_cpus of its first function (lowest bus id) point, or
-    the whole machine when that file is missing or empty. A device's own local_cpus are not used.
-    Bridges come from their bus ranges in config space. Each step is one pass over the functions
-    (a map from (domain, bus) to the bridge below which it lies), so thousands of functions cost
-    linear time.
+    As hwloc: every function goes under the innermost bridge whose bus range (from config space)
+    holds its bus; what no bridge holds, under one host bridge per (domain, bus); and each host
+    bridge's whole tree is attached where the local_cpus of its first function point, or at the
+    whole machine when that file is missing or empty.
     """
     functions = _pci_functions(fs)
     below: dict[tuple[int, int], _Function] = {}  # (domain, bus) -> innermost bridge holding it
