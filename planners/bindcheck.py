@@ -155,18 +155,14 @@ class _Reader:
             if k not in CONFIG_KEYS:
                 self.problem(f"bind_config.{k}", f"unknown key '{k}' in bind_config.",
                              "keys are bind_cpu_mode, bind_memory_mode, actor_thread_fix_bind", "warning")
-        raw = config.get("bind_cpu_mode", "none")
-        if not isinstance(raw, str) or raw.lower() not in CPU_MODES:
-            self.problem("bind_config.bind_cpu_mode", "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.",
-                         f"replace {raw!r} by one of \"cpu\", \"numa\", \"none\"")
-        else:
-            self.cpu_mode = raw.lower()
-        raw = config.get("bind_memory_mode", "none")
-        if not isinstance(raw, str) or raw.lower() not in MEMORY_MODES:
-            self.problem("bind_config.bind_memory_mode", "'bind_memory_mode' only supports 'numa'/'none'.",
-                         f"replace {raw!r} by \"numa\" or \"none\"")
-        else:
-            self.memory_mode = raw.lower()
+        for key, modes, fix in (("bind_cpu_mode", CPU_MODES, 'one of "cpu", "numa", "none"'),
+                                ("bind_memory_mode", MEMORY_MODES, '"numa" or "none"')):
+            raw = config.get(key, "none")
+            if isinstance(raw, str) and raw.lower() in modes:
+                setattr(self, key.removeprefix("bind_"), raw.lower())  # cpu_mode, memory_mode
+            else:
+                self.problem(f"bind_config.{key}", f"'{key}' only supports {'/'.join(map(repr, modes))}.",
+                             f"replace {raw!r} by {fix}")
         if "actor_thread_fix_bind" in config:
             if isinstance(config["actor_thread_fix_bind"], bool):
                 self.fix_bind = config["actor_thread_fix_bind"]

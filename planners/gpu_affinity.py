@@ -5,7 +5,7 @@ Each device has a NODE affinity (allowed CPUs of its home NUMA node) and a SOCKE
 package). Both are cut into physical cores (SMT sibling groups). gpu_affinity then groups by node:
 on each socket, the cores outside every device's node are dealt round-robin to the node cores in
 core order, so each node core heads a *group* (itself, then the socket cores dealt to it), and
-``--scope socket`` reads a device's groups column by column (every group's head, then every
+scope ``socket`` reads a device's groups column by column (every group's head, then every
 group's first dealt core, ...).
 
 ``all``

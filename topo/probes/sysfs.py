@@ -158,7 +158,7 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         online = CpuSet(c.os_index for c in cpus) or (online_file & complete if complete else online_file)
         if not online:
             raise ProbeError(
-                f"no CPU found under {fs.shown(CPU)} (is --root a captured machine with sys/ and proc/?)"
+                f"no CPU found under {fs.shown(CPU)} (is the root a captured machine with sys/ and proc/?)"
             )
         return RawCpus(complete | online, online, [], [], [], [], [], {}, False)
 
