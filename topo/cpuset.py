@@ -62,17 +62,13 @@ class CpuSet:
     __slots__ = ("_mask",)
 
     def __init__(self, items: Iterable[int] = ()) -> None:
-        runs: list[list[int]] = []  # consecutive ids make one run
-        for i in sorted({int(i) for i in items}):
-            if runs and i == runs[-1][1] + 1:
-                runs[-1][1] = i
-            else:
-                runs.append([i, i])
-        if runs and runs[0][0] < 0:
-            raise ParseError(f"negative id {runs[0][0]} in CPU set")
-        if runs and runs[-1][1] > MAX_ID:
-            raise ParseError(f"id {excerpt(str(runs[-1][1]))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
-        object.__setattr__(self, "_mask", _mask_of_runs(runs))
+        ids = [int(i) for i in items]
+        for i in (min(ids), max(ids)) if ids else ():
+            if i < 0:
+                raise ParseError(f"negative id {i} in CPU set")
+            if i > MAX_ID:
+                raise ParseError(f"id {excerpt(str(i))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
+        object.__setattr__(self, "_mask", _mask_of_runs([(i, i) for i in ids]))
 
     def __setattr__(self, name, value):
         raise AttributeError("CpuSet is immutable")
@@ -175,13 +171,11 @@ class CpuSet:
             yield base + low, base + low + length - 1
             m >>= length
             base += low + length
-        bits = f"{m:b}"[::-1]  # bit 0 first
-        start = bits.find("1")
-        while start >= 0:
-            end = bits.find("0", start)
-            end = len(bits) if end < 0 else end
-            yield base + start, base + end - 1
-            start = bits.find("1", end)
+        bits = f"{m:b}"  # highest bit first: bit i of m is bits[top - i]
+        top, end = len(bits) - 1, len(bits)
+        while (one := bits.rfind("1", 0, end)) >= 0:
+            end = bits.rfind("0", 0, one) + 1
+            yield base + top - one, base + top - end
 
     # ---- set algebra --------------------------------------------------
     @property
