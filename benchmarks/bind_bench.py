@@ -7,7 +7,7 @@ For synthetic machines of 2,048 PUs / 64 GPUs, 16,384 / 512 and 32,768 / 1,024, 
 (best of N, in-process) for `plan_from_json` (schema, every range parsed once), `validate_bind`
 against the topology on an `exclusive` plan (disjoint main sets) and on a `node` plan without
 topo's notes (every process overlaps: one warning per process, not per pair), and the ratio from
-the smallest to the 8x machine (target: at most 10x, i.e. near-linear). Then `CpuSet.parse_msrun`
+the smallest to the 8x machine (target: at most 10x, i.e. near-linear). Then `CpuSet.parse(msrun=True)`
 on adversarial texts of about 2 MB (ms per MB). Not a test: nothing here fails on a slow machine.
 """
 
@@ -67,11 +67,11 @@ def main() -> int:
     for label, text in TEXTS:
         def parse(text=text):
             try:
-                CpuSet.parse_msrun(text)
+                CpuSet.parse(text, msrun=True)
             except ParseError:
                 pass
         ms = best(args.repeat, parse)
-        print(f"parse_msrun {label:<22}{len(text) / 1e6:>6.1f} MB {ms:>8.1f} ms  ({ms / (len(text) / 1e6):.0f} ms/MB)")
+        print(f"parse msrun {label:<22}{len(text) / 1e6:>6.1f} MB {ms:>8.1f} ms  ({ms / (len(text) / 1e6):.0f} ms/MB)")
     return 0
 
 

@@ -3,8 +3,8 @@ interfaces carries it, and the source IP used to reach it ({ip} in --worker_log_
 
 from __future__ import annotations
 
-import _socket as socket  # socket's C module, the same calls without socket.py's enums (about 2 ms to import)
 import functools
+import socket
 
 from topo.cpuset import excerpt
 from topo.errors import UsageError
@@ -60,16 +60,11 @@ def is_local(ip: str) -> bool:
     interface carries it)."""
     family = socket.AF_INET6 if ":" in ip else socket.AF_INET
     try:
-        s = socket.socket(family, socket.SOCK_DGRAM)
-    except OSError:
-        return False
-    try:
-        s.bind((ip, 0))
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((ip, 0))
         return True
     except OSError:
         return False
-    finally:
-        s.close()
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,11 +73,8 @@ def local_ip(master_ip: str) -> str:
     --worker_log_name): a UDP "connect" picks the route without sending anything."""
     family = socket.AF_INET6 if ":" in master_ip else socket.AF_INET
     try:
-        s = socket.socket(family, socket.SOCK_DGRAM)
-        try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.connect((master_ip, 8117))
             return s.getsockname()[0]
-        finally:
-            s.close()
     except OSError as exc:
         raise UsageError(f"cannot find a route to --master_addr={master_ip} ({exc}); give an address this machine reaches") from None

@@ -5,13 +5,9 @@
     plan = planners.plan(t, "unique-contiguous", scope="socket", nproc=4)
     json.dump(plan.to_json(), open("bind.json", "w"))
 
-Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``. Ours are listed once, in
-``BUILTIN`` below (each a ``planners.Planner`` with its name, summary and facts such as
-``shares_cpus``); the command line's ``--mode`` choices and ``--list-modes`` come from
-``registry()``. A third party adds a mode by declaring ``[project.entry-points."topo.planners"]
-my-mode = "pkg.mod:function"``; the function may carry ``summary`` (one line for
-``topo plan --list-modes``) and ``shares_cpus`` attributes, or the entry point may name a
-``planners.Planner`` directly.
+Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``, listed in ``BUILTIN``. A
+third party adds one under the entry-point group ``topo.planners`` (``my-mode =
+"pkg.mod:function"``, or a ``Planner``); a function may carry ``summary`` and ``shares_cpus``.
 """
 
 from __future__ import annotations
@@ -112,11 +108,8 @@ def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequ
          nproc: int | None = None, **options) -> BindPlan:
     """Plan ``mode`` for ``topology``: one process per accelerator unless ``job``, ``devices`` (physical
     ids, ``()`` for CPU-only) or ``nproc`` say otherwise. Without ``devices`` on the live machine, the
-    devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES (...) leave visible, in their order, as
-    `topo plan` does (`topo.visible.visible_device_ids`); a topology read from elsewhere keeps all.
-    ``options`` are `planners.core.Options` fields: scope, multithreading, balanced,
-    min_physical_cores, max_physical_cores, memory, msrun_bind, share, affinity, spread_nodes,
-    modules, scheduler_range, scheduler_base, actor_thread_fix_bind."""
+    devices the visible-device variables leave, in their order (`topo.visible.visible_device_ids`).
+    ``options`` are `planners.core.Options` fields."""
     planner = get_planner(mode)
     opts = Options.from_kwargs(**options)
     if job is None:

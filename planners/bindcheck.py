@@ -1,24 +1,11 @@
 """Checking a bind JSON: every problem at once, each with its JSON path, a fix and a severity.
 
-``validate_bind(data, topology=None, *, allow_overlap=None) -> list[Problem]`` is what `topo validate`
-prints. It is built from the same three steps `topo launch` and `topo bind` run, so a file one
-accepts the others accept, with the same messages:
-
-1. ``read_plan(data) -> (BindPlan | None, problems)``: msrun's schema (keys, modes, value types, range
-   syntax), each value parsed once; where msrun stops at the first error we keep going. The plan is
-   None when any problem is an error. ``planners.bindload.load_bind`` raises the first of them.
-2. ``check_plan(plan, topology, *, allow_overlap=None)``: the resources: CPUs not present / not
-   allowed, unknown / disallowed / memory-only NUMA nodes.
-3. in the same call, overlapping ``main`` sets: a warning (msrun runs such a file; it only costs
-   speed) unless the file's ``"topo"`` notes declare a CPU-sharing mode (``"shared_cpus": true``,
-   written by `topo plan` for node, socket, core-complex, all and single). One pass with a running
-   union of the CPUs seen so far, so a job of n processes costs O(n), not n^2 pairs.
-
-Messages reuse msrun's wording. A section its mode turns off (``bind_cpu`` with ``bind_cpu_mode``
-"none", ``bind_memory`` with ``bind_memory_mode`` "none") is a warning: msrun ignores it, and the
-process runs unbound. Duplicate keys are errors: two spellings of one process
-(``device0``, ``device_0``, ``device00``) and a key written twice in one JSON object (seen when the
-JSON was read by ``planners.bindload``, which records repeated keys on the objects it returns).
+`validate_bind` (what `topo validate` prints) runs the steps `topo launch` and `topo bind` run, so
+all three accept the same files with the same messages: `read_plan` (msrun's schema, each value
+parsed once, carrying on where msrun stops at the first error), then `check_plan` (CPUs and NUMA
+nodes the topology lacks or does not allow, and overlapping main sets: a warning, as msrun runs
+such a file, unless the file's "topo" notes declare a CPU-sharing mode). Messages reuse msrun's
+words. A section its mode turns off is a warning (msrun ignores it); duplicate keys are errors.
 """
 
 from __future__ import annotations
@@ -134,12 +121,13 @@ class _Reader:
         ranks = ranks if isinstance(ranks, Mapping) else {}
         entries = []
         for key in dict.fromkeys([*cpu, *memory]):  # bind_cpu's order, then keys only in bind_memory
-            value = cpu.get(key, ((), None, False))
+            modules, (cpu_value, cpu_set), has_entry = cpu.get(key, ((), (None, None), False))
+            memory_value, memory_set = memory.get(key, (None, None))
             rank = ranks.get(key)
-            entries.append(ProcessBinding.from_parsed(
-                key, modules=value[0], cpu_nodes=value[1], memory=memory.get(key),
-                local_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
-                has_cpu_entry=value[2]))
+            entries.append(ProcessBinding(
+                key, tuple((m, text) for m, text, _ in modules), cpu_value, memory_value,
+                rank if isinstance(rank, int) and not isinstance(rank, bool) else None, has_entry,
+                module_cpus=tuple((m, s) for m, _, s in modules), cpu_node_set=cpu_set, memory_nodes=memory_set))
         self.entries = entries
 
     def ignored_sections(self, data: Mapping) -> None:
@@ -167,18 +155,14 @@ class _Reader:
             if k not in CONFIG_KEYS:
                 self.problem(f"bind_config.{k}", f"unknown key '{k}' in bind_config.",
                              "keys are bind_cpu_mode, bind_memory_mode, actor_thread_fix_bind", "warning")
-        raw = config.get("bind_cpu_mode", "none")
-        if not isinstance(raw, str) or raw.lower() not in CPU_MODES:
-            self.problem("bind_config.bind_cpu_mode", "'bind_cpu_mode' only supports 'cpu'/'numa'/'none'.",
-                         f"replace {raw!r} by one of \"cpu\", \"numa\", \"none\"")
-        else:
-            self.cpu_mode = raw.lower()
-        raw = config.get("bind_memory_mode", "none")
-        if not isinstance(raw, str) or raw.lower() not in MEMORY_MODES:
-            self.problem("bind_config.bind_memory_mode", "'bind_memory_mode' only supports 'numa'/'none'.",
-                         f"replace {raw!r} by \"numa\" or \"none\"")
-        else:
-            self.memory_mode = raw.lower()
+        for key, modes, fix in (("bind_cpu_mode", CPU_MODES, 'one of "cpu", "numa", "none"'),
+                                ("bind_memory_mode", MEMORY_MODES, '"numa" or "none"')):
+            raw = config.get(key, "none")
+            if isinstance(raw, str) and raw.lower() in modes:
+                setattr(self, key.removeprefix("bind_"), raw.lower())  # cpu_mode, memory_mode
+            else:
+                self.problem(f"bind_config.{key}", f"'{key}' only supports {'/'.join(map(repr, modes))}.",
+                             f"replace {raw!r} by {fix}")
         if "actor_thread_fix_bind" in config:
             if isinstance(config["actor_thread_fix_bind"], bool):
                 self.fix_bind = config["actor_thread_fix_bind"]
@@ -243,7 +227,7 @@ class _Reader:
                     out[norm] = ((), nodes, True)
                 continue
             if value is None:
-                out[norm] = ((), None, True)
+                out[norm] = ((), (None, None), True)
                 continue
             if not isinstance(value, Mapping):
                 self.problem(path, f"'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for "
@@ -265,12 +249,12 @@ class _Reader:
                                  else 'write a cpulist string such as "0-4,8"')
                     continue
                 try:
-                    cpus = CpuSet.parse_msrun(text)
+                    cpus = CpuSet.parse(text, msrun=True)
                 except ParseError as exc:
                     self.problem(mpath, str(exc), CPULIST_FIX)
                     continue
                 modules.append((module, as_written(text), cpus))
-            out[norm] = (tuple(modules), None, True)
+            out[norm] = (tuple(modules), (None, None), True)
         return out
 
     def read_memory(self, section: Mapping | None) -> dict:
@@ -380,74 +364,40 @@ def _overlap_allowed(notes: Mapping, allow_overlap: bool | None) -> bool:
 
 def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[Problem]:
     """A warning per process whose main CPUs overlap an earlier process's, naming the earlier
-    owners (three, then "and others"). One pass with a running union of the CPUs seen; each run
-    of newly seen CPUs is recorded once (its owner, its end, and, per CPU, where it starts), so
-    the work grows with the processes, their runs and the CPUs, not with pairs of processes."""
+    owners (three, then "and others"). ``owner[cpu]`` is the first process with that CPU, so the
+    work grows with the CPUs listed, not with pairs of processes."""
     if allowed:
         return []
-    problems = []
-    seen = 0  # mask of every main CPU so far
-    runs = None  # the owners' index, built at the first overlap (a file without one never needs it)
-    pending: list[tuple[int, str]] = []  # until then, each process's CPUs
-    for p in entries:
+    entries = list(entries)
+    union = 0
+    for p in entries:  # most plans overlap nowhere: set operations alone tell
         main = p.cpus("main").mask
+        if main & union:
+            break
+        union |= main
+    else:
+        return []
+    problems: list[Problem] = []
+    owner: list[str | None] = []
+    seen = CpuSet()
+    for p in entries:
+        main = p.cpus("main")
         if not main:
             continue
-        shared = main & seen
-        if shared:
-            if runs is None:
-                runs = _Runs()
-                for mask, key in pending:
-                    runs.record(mask, key)
-            owners = runs.owners(shared, limit=4)
-            names = ", ".join(owners[:3]) + (" and others" if len(owners) > 3 else "")
-            problems.append(Problem(f"bind_cpu.{p.key}.main",
-                                    f"main CPUs {CpuSet.from_mask(shared)} of {p.key} overlap those of {names}.",
+        owner += [None] * (main.last() + 1 - len(owner))
+        owners: dict[str, None] = {}
+        for lo, hi in main.ranges():
+            run = owner[lo:hi + 1]
+            owners.update(dict.fromkeys(o for o in run if o is not None))
+            owner[lo:hi + 1] = [p.key if o is None else o for o in run]
+        if owners:
+            names = ", ".join(list(owners)[:3]) + (" and others" if len(owners) > 3 else "")
+            problems.append(Problem(f"bind_cpu.{p.key}.main", f"main CPUs {main & seen} of {p.key} overlap those "
+                                                              f"of {names}.",
                                     "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)",
                                     "warning"))
-            main ^= shared
-        if runs is None:
-            pending.append((main, p.key))
-        else:
-            runs.record(main, p.key)
         seen |= main
     return problems
-
-
-class _Runs:
-    """Disjoint runs of CPUs, each with the process that took it. ``start_of[cpu]`` is the first CPU
-    of the run holding ``cpu`` (filled a run at a time by slice assignment), so finding the run of
-    a CPU is one index, not a search."""
-
-    def __init__(self):
-        self.start_of: list[int | None] = []
-        self.end: dict[int, int] = {}
-        self.owner: dict[int, str] = {}
-
-    def record(self, mask: int, key: str) -> None:
-        """The CPUs of ``mask`` (none recorded yet) are ``key``'s."""
-        top = mask.bit_length()
-        if top > len(self.start_of):
-            self.start_of.extend([None] * (top - len(self.start_of)))
-        for lo, hi in CpuSet.from_mask(mask).ranges():
-            self.start_of[lo:hi + 1] = [lo] * (hi - lo + 1)
-            self.end[lo] = hi
-            self.owner[lo] = key
-
-    def owners(self, shared: int, *, limit: int) -> list[str]:
-        """The processes owning the CPUs of mask `shared` (all recorded), in CPU order, up to
-        `limit` of them: for each run of `shared`, the recorded runs from the one holding its first
-        CPU to its last."""
-        found: dict[str, None] = {}
-        for lo, hi in CpuSet.from_mask(shared).ranges():
-            at = lo
-            while at <= hi:
-                start = self.start_of[at]
-                found[self.owner[start]] = None
-                if len(found) >= limit:
-                    return list(found)
-                at = self.end[start] + 1
-        return list(found)
 
 
 __all__ = ["Problem", "validate_bind", "read_plan", "check_plan", "one_line"]

@@ -1,25 +1,11 @@
 """Reading a binding from what a user gives: a bind JSON file, inline JSON text, or msrun's tables.
 
-One loader for every consumer (`topo launch --bind_numa/--bind_core`, `topo bind`, `topo validate`):
-
-``read_bind_json(value) -> BindSource``
-    ``value`` is a path or inline JSON text; msrun's argparse-time checks and messages
-    (``bind_numa json file 'x.json' does not exist.``, ``Failed to load bind_numa json file: x.``,
-    ``bind_config must be a json object.``, the two mode checks). ``BindSource`` has ``data`` (the
-    JSON object as written), ``path`` (absolute, msrun's ``MSRUN_BIND_FILE``; None for inline text)
-    and ``sha256`` of the file's bytes (``MSRUN_BIND_FILE_HASH``; None for inline text). Every JSON
-    object read records the keys it saw more than once (``duplicate_keys``): ``json.loads`` alone
-    keeps the last and says nothing, and ``planners.bindcheck`` reports them.
-``load_bind(value) -> LoadedBind``
-    The same, then msrun's schema (``planners.bindcheck.read_plan``): a ``LoadedBind`` with the
-    ``BindPlan``, or ParseError naming the first problem (its JSON path, msrun's words, the fix).
-``load_table(value, flag) -> LoadedBind``
-    msrun's dict form of ``--bind_core`` / ``--bind_numa`` (``{"device0": ["0-9", "20-29"],
-    "scheduler": ["40-45"]}``), already decoded: keys ``deviceX`` or ``scheduler``, each value a list
-    of range strings in msrun's per-item format (``"0-3,5"`` must be written ``["0-3", "5"]``), joined
-    with commas as msrun joins them. A ``--bind_core`` table becomes a cpu-mode plan (main CPUs), a
-    ``--bind_numa`` table a numa-mode plan (the same nodes for CPUs and memory); ``table`` is True
-    because msrun reads such a table by position (the i-th ``deviceX`` key is local rank i's).
+One loader for `topo launch --bind_numa/--bind_core`, `topo bind` and `topo validate`:
+``read_bind_json`` (a path or inline JSON, msrun's argparse-time checks and messages, the file's
+path and sha256 for MSRUN_BIND_FILE / MSRUN_BIND_FILE_HASH, keys written twice recorded),
+``load_bind`` (that, then msrun's schema: a ``LoadedBind`` or ParseError naming the first
+problem) and ``load_table`` (msrun's dict form ``{"device0": ["0-9", "20-29"]}`` of --bind_core
+or --bind_numa, which msrun reads by position: the i-th ``deviceX`` key is local rank i's).
 """
 
 from __future__ import annotations
@@ -185,15 +171,15 @@ def load_table(value: Mapping, flag: str) -> LoadedBind:
             cleaned.append(item)
         text = ",".join(cleaned)
         try:
-            ids = CpuSet.parse_msrun(text)
+            ids = CpuSet.parse(text, msrun=True)
         except ParseError as exc:
             raise ParseError(f"{flag}: {key}: {exc}") from None
         if not text:
-            processes.append(ProcessBinding.from_parsed(norm))
+            processes.append(ProcessBinding(norm))
         elif label == "CPU":
-            processes.append(ProcessBinding.from_parsed(norm, modules=[("main", text, ids)]))
+            processes.append(ProcessBinding(norm, (("main", text),), module_cpus=(("main", ids),)))
         else:
-            processes.append(ProcessBinding.from_parsed(norm, cpu_nodes=(text, ids), memory=(text, ids)))
+            processes.append(ProcessBinding(norm, cpu_nodes=text, memory=text, cpu_node_set=ids, memory_nodes=ids))
     if label == "CPU":
         plan = BindPlan.build(processes, cpu_mode="cpu", memory_mode="none")
     else:

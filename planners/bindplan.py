@@ -1,31 +1,21 @@
 """The bind model: ``BindPlan`` (a whole job's binding) and ``ProcessBinding`` (one process's entry).
 
-A ``BindPlan`` is what the planners return, what `topo plan` writes as MindSpore's unified bind JSON,
-and what `topo launch` and `topo bind` apply (``planners.bindload`` reads one back, with the checks of
-``planners.bindcheck``)::
+A BindPlan is what the planners return and what `topo plan` writes as MindSpore's unified bind
+JSON (``planners.bindload`` reads one back)::
 
     {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa", "actor_thread_fix_bind": true},
      "bind_cpu":    {"device0": {"main": "0-4", "runtime": "5-9"}, "scheduler": {"main": "40-45"}},
      "bind_memory": {"device0": 0, "scheduler": 2},
      "topo":        {...}}          # ours; msrun and MindSpore ignore it
 
-Keys are ``deviceN`` (N = the physical device id) or ``scheduler``; ``device_N`` and ``device0N`` are
-msrun's spellings of the same key (``normalize_key``).
+Keys are ``deviceN`` (N = the physical device id) or ``scheduler``; msrun also reads ``device_N``
+and ``device0N`` (``normalize_key``). Range text is kept as written, whitespace removed, as msrun
+passes it to numactl / taskset uncompacted.
 
-Each ProcessBinding keeps the range text as written, with whitespace removed, because msrun passes
-it to numactl / taskset uncompacted; and the sets it names, parsed once when the entry is made
-(``main_cpus``, ``cpu_node_set``, ``memory_nodes``), so nothing downstream parses text again.
-
-Memory policy
--------------
-``memory_mode`` is msrun's ``bind_memory_mode`` (``numa``: ``numactl --membind``; ``none``) plus
-``preferred`` (``numactl --preferred N`` / ``MPOL_PREFERRED``: allocate on N, fall back to other nodes
-when N is full), which MindSpore does not know. A preferred plan is written so that MindSpore's own
-parser still loads it and msrun never applies a stricter policy than asked:
-``"bind_memory_mode": "none"`` (msrun binds no memory), the nodes in ``bind_memory`` as usual (msrun
-reads that section only in ``numa`` mode), and ``"topo": {"memory_policy": "preferred"}``, which
-turns the ``bind_memory`` entries into preferred nodes for `topo launch` and `topo bind`. numactl's
-``--preferred`` takes one node, so each process of a preferred plan names at most one.
+``memory_mode`` is msrun's ``bind_memory_mode`` (``numa``: ``numactl --membind``; ``none``) or
+``preferred`` (``numactl --preferred N``), which MindSpore does not know: a preferred plan is
+written with ``"bind_memory_mode": "none"`` (msrun binds no memory), its nodes in ``bind_memory``
+and ``"topo": {"memory_policy": "preferred"}``; each process names at most one node.
 """
 
 from __future__ import annotations
@@ -75,7 +65,7 @@ def parse_nodes(value: int | str) -> CpuSet:
     """A NUMA node value of the bind JSON: an int id or a range string (msrun's rules and words)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ParseError(f"NUMA id {value!r} should be an int or a range string.")
-    return CpuSet.parse_msrun(str(value) if isinstance(value, int) else value)
+    return CpuSet.parse(str(value) if isinstance(value, int) else value, msrun=True)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -95,41 +85,23 @@ class ProcessBinding:
     memory: int | str | None = None
     local_rank: int | None = None
     has_cpu_entry: bool = True  # False: no bind_cpu entry at all (vs. an empty/null one)
-    # parsed once, from the fields above
-    module_cpus: tuple[tuple[str, CpuSet], ...] = field(init=False, repr=False, compare=False)
-    cpu_node_set: CpuSet | None = field(init=False, repr=False, compare=False)
-    memory_nodes: CpuSet | None = field(init=False, repr=False, compare=False)
+    # The sets the text above names: parsed from it unless given, by a reader or planner that has them
+    # (with text already free of whitespace).
+    module_cpus: tuple[tuple[str, CpuSet], ...] | None = field(default=None, repr=False, compare=False)
+    cpu_node_set: CpuSet | None = field(default=None, repr=False, compare=False)
+    memory_nodes: CpuSet | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        if getattr(self, "module_cpus", None) is not None:  # made by from_parsed: already checked
-            return
         set_ = object.__setattr__
-        modules = tuple((m, as_written(text)) for m, text in self.modules)
-        set_(self, "modules", modules)
-        set_(self, "module_cpus", tuple((m, CpuSet.parse_msrun(text)) for m, text in modules))
-        if isinstance(self.cpu_nodes, str):
-            set_(self, "cpu_nodes", as_written(self.cpu_nodes))
-        if isinstance(self.memory, str):
-            set_(self, "memory", as_written(self.memory))
-        set_(self, "cpu_node_set", None if self.cpu_nodes is None else parse_nodes(self.cpu_nodes))
-        set_(self, "memory_nodes", None if self.memory is None else parse_nodes(self.memory))
-
-    @classmethod
-    def from_parsed(cls, key: str, *, modules: Iterable[tuple[str, str, CpuSet]] = (),
-                    cpu_nodes: tuple[int | str, CpuSet] | None = None,
-                    memory: tuple[int | str, CpuSet] | None = None, local_rank: int | None = None,
-                    has_cpu_entry: bool = True) -> "ProcessBinding":
-        """An entry whose text a reader has already parsed (``planners.bindcheck``): each value comes
-        with its set, so it is not parsed a second time. Text must already be whitespace-free."""
-        modules = tuple(modules)
-        obj = cls.__new__(cls)
-        set_ = object.__setattr__
-        set_(obj, "module_cpus", tuple((m, s) for m, _, s in modules))
-        set_(obj, "cpu_node_set", None if cpu_nodes is None else cpu_nodes[1])
-        set_(obj, "memory_nodes", None if memory is None else memory[1])
-        obj.__init__(key, tuple((m, t) for m, t, _ in modules), None if cpu_nodes is None else cpu_nodes[0],
-                     None if memory is None else memory[0], local_rank, has_cpu_entry)
-        return obj
+        if self.module_cpus is None:
+            set_(self, "modules", tuple((m, as_written(text)) for m, text in self.modules))
+            set_(self, "module_cpus", tuple((m, CpuSet.parse(text, msrun=True)) for m, text in self.modules))
+        for name, parsed in (("cpu_nodes", "cpu_node_set"), ("memory", "memory_nodes")):
+            value = getattr(self, name)
+            if value is not None and getattr(self, parsed) is None:
+                if isinstance(value, str):
+                    set_(self, name, as_written(value))
+                set_(self, parsed, parse_nodes(getattr(self, name)))
 
     @property
     def device(self) -> int | None:

@@ -1,24 +1,18 @@
 """What every strategy shares: the job, the options, and a per-topology index of allowed resources.
 
 A strategy is a pure function ``(Topology, Job, Options) -> BindPlan``: no files, no environment,
-no clock. The command line reads those and builds the arguments.
+no clock.
 
-Locality in one place (`AllowedResources.home_of`): a device's *home* is the allowed NUMA node(s) with CPUs it
-belongs to. A device on a memory-only node (GH200/GB200 HBM) or on a node the cgroup does not allow
-is homed on the nearest allowed CPU-bearing node by the node distance matrix; a device with no NUMA
-information on the nodes its `local_cpus` touch. CPU-only ranks are homed on consecutive blocks of
-nodes, so a CPU-only job splits all allowed CPUs.
-
-Planning stays near-linear in the machine's size: `AllowedResources` indexes cores once (by lowest PU, per
-node) and every per-rank question is asked of those indexes or answered once per distinct home or
-scope and shared by the ranks that have it, never by scanning every core for every device.
+A device's *home* (`AllowedResources.home_of`) is the allowed NUMA node(s) with CPUs it belongs to.
+A device on a memory-only node (GH200/GB200 HBM) or on a node the cgroup does not allow is homed on
+the nearest allowed CPU-bearing node by the node distances; a device with no NUMA information on
+the nodes its `local_cpus` touch. CPU-only ranks are homed on consecutive blocks of nodes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from operator import attrgetter
 from typing import Callable, Iterable, Sequence
 
 from topo.cpuset import CpuSet, union_all
@@ -102,7 +96,6 @@ MEMORY = ("numa", "preferred", "none")
 MSRUN_BIND = ("core", "numa")
 SHARE = ("job", "host")
 SCHEDULER_BASES = ("free", "global", "device0")
-DEFAULT_MODULES = (("runtime", 4, 8), ("minddata", 9, 12), ("main", 13, 19))
 
 
 @dataclass(frozen=True)
@@ -139,18 +132,15 @@ class Options:
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "Options":
+        """Options from keywords: names and text values with '_' or '-', None for the default."""
         names = {f.name for f in fields(cls)}
         clean = {}
         for k, v in kwargs.items():
             key = k.replace("-", "_")
             if key not in names:
                 raise UsageError(f"unknown planner option {k!r}; known: {', '.join(sorted(names))}")
-            if v is None and key not in ("max_physical_cores", "modules", "scheduler_range",
-                                         "actor_thread_fix_bind"):
-                continue
-            if isinstance(v, str) and key in ("scope", "multithreading", "memory"):
-                v = v.replace("_", "-").lower()
-            clean[key] = v
+            if v is not None:
+                clean[key] = v.replace("_", "-").lower() if isinstance(v, str) else v
         return cls(**clean)
 
     def to_meta(self) -> dict:
@@ -173,11 +163,11 @@ def _cpu_nodes(topology: Topology):
 
 
 class AllowedResources:
-    """Allowed resources of one topology, indexed once per plan in O(PUs + cores + nodes).
+    """Allowed resources of one topology, indexed once per plan.
 
     Cores are numbered 0..n-1 by their lowest allowed PU (torch's order): ``cores[i]`` is the
-    allowed part of core i, ``core_first[i]`` its lowest PU, ``node_cores[n]`` the numbers of the
-    cores whose lowest PU is on node n.
+    allowed part of core i, ``node_cores[n]`` the numbers of the cores whose lowest PU is on node n.
+    Every per-rank question is asked of these indexes, so planning stays linear in the machine.
     """
 
     def __init__(self, topology: Topology):
@@ -201,10 +191,7 @@ class AllowedResources:
         self._packages: dict[CpuSet, CpuSet] = {}
         self._homes: dict[int, tuple[int, ...]] = {}
 
-    # ---- indexes, each built on first use (node and socket plans need no per-core index) ----------
-    # PU -> node and PU -> core are lists indexed by PU (None: no allowed node / core): filled a run
-    # of PUs at a time by slice assignment, and read a run at a time by slicing (`_lookup`), so
-    # no Python step is taken per PU.
+    # ---- indexes, each built on first use --------------------------------
     @cached_property
     def node_of_pu(self) -> list[int | None]:
         """PU -> the allowed CPU node it is on (None when none is)."""
@@ -215,66 +202,58 @@ class AllowedResources:
         return out
 
     @cached_property
-    def _core_index(self) -> tuple[list[int], list[int], list[int | None], list[int] | None]:
-        # Cores by lowest allowed PU. A core's mask is as wide as the machine, so every whole-mask
-        # operation on it costs O(PUs / 30): this does one per core (two under a cgroup). Its
-        # highest PU is free (bit_length); ANDing it with the allowed PUs that are no core's highest
-        # leaves its others, i.e. its lowest when it has at most two PUs.
-        masks = list(map(attrgetter("cpuset.mask"), self.topology.cores))
+    def _cores(self) -> tuple[list[int], list[int], list[int] | None]:
+        """(lowest PU, mask, highest PU) of every core with allowed PUs, by lowest PU; the highest
+        PUs are None unless every core has one or two PUs.
+
+        A core's mask is as wide as the machine, and each step over it costs that width: a core's
+        highest PU is its bit_length, and without it the highest left is, for two PUs, the lowest.
+        benchmarks/plan_bench.py, exclusive at 16k PUs: 15 ms so, 21 ms taking each core's lowest
+        PU with CpuSet.first() and listing its PUs as a set.
+        """
+        masks = [c.cpuset.mask for c in self.topology.cores]
         if self.allowed != self.topology.pus:
-            restrict = self.allowed.mask
-            masks = [r for m in masks if (r := m & restrict)]
-        highs = [b - 1 for b in map(int.bit_length, masks)]
-        below = self.allowed.mask & ~_mask_of(highs)
-        seconds = [b - 1 for b in map(int.bit_length, map(below.__and__, masks))]  # -1: a one-PU core
-        two = len(seconds) - seconds.count(-1)
-        # The cores hold at most the allowed PUs, and each holds >= 2 when a second bit is left:
-        # equality means none holds a third, so highest and second are all its PUs.
-        pairs = len(masks) + two == self.allowed.weight()
-        if pairs:
-            firsts = [x if x >= 0 else h for x, h in zip(seconds, highs)]
-        else:  # SMT4/SMT8, or PUs outside every core
-            firsts = [(m & -m).bit_length() - 1 for m in masks]
-        if any(map(int.__gt__, firsts, firsts[1:])):
-            order = sorted(range(len(masks)), key=firsts.__getitem__)
-            firsts = [firsts[i] for i in order]
-            masks = [masks[i] for i in order]
-            highs = [highs[i] for i in order]
-        core_of_pu: list[int | None] = [None] * (self.allowed.last() + 1)
-        if pairs:
-            for i, (first, high) in enumerate(zip(firsts, highs)):
-                core_of_pu[first] = core_of_pu[high] = i
-            return firsts, masks, core_of_pu, highs
-        for i, m in enumerate(masks):
-            for lo, hi in CpuSet.from_mask(m).ranges():
-                core_of_pu[lo:hi + 1] = [i] * (hi - lo + 1)
-        return firsts, masks, core_of_pu, None
+            masks = [m & self.allowed.mask for m in masks if m & self.allowed.mask]
+        highs = [m.bit_length() - 1 for m in masks]
+        lows = [(m ^ (1 << high)).bit_length() - 1 for m, high in zip(masks, highs)]  # -1: one PU
+        if len(masks) + sum(low >= 0 for low in lows) == self.allowed.weight():  # no core has a third PU
+            firsts = [high if low < 0 else low for low, high in zip(lows, highs)]
+        else:  # SMT4, SMT8, or a PU in no core
+            firsts, highs = [CpuSet.from_mask(m).first() for m in masks], None
+        order = sorted(range(len(masks)), key=firsts.__getitem__)
+        return ([firsts[i] for i in order], [masks[i] for i in order],
+                None if highs is None else [highs[i] for i in order])
+
+    @cached_property
+    def cores(self) -> list[CpuSet]:
+        """The allowed PUs of every core that has some, by lowest PU."""
+        return [CpuSet.from_mask(m) for m in self._cores[1]]
 
     @property
     def core_first(self) -> list[int]:
-        return self._core_index[0]
+        return self._cores[0]
 
-    @property
-    def core_masks(self) -> list[int]:
-        return self._core_index[1]
-
-    @property
+    @cached_property
     def core_of_pu(self) -> list[int | None]:
         """PU -> the number of its core (None when no allowed core holds it)."""
-        return self._core_index[2]
+        firsts, masks, highs = self._cores
+        out: list[int | None] = [None] * (self.allowed.last() + 1)
+        for i, mask in enumerate(masks):
+            if highs is not None:
+                out[firsts[i]] = out[highs[i]] = i
+            else:
+                for pu in CpuSet.from_mask(mask):
+                    out[pu] = i
+        return out
 
     @cached_property
     def node_cores(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {n: [] for n in self.node_ids}
-        for i, n in enumerate(map(self.node_of_pu.__getitem__, self.core_first)):
+        for i, first in enumerate(self.core_first):
+            n = self.node_of_pu[first]
             if n is not None:
                 out[n].append(i)
         return out
-
-    @cached_property
-    def cores(self) -> list[CpuSet]:
-        """Core i's allowed PUs as a CpuSet."""
-        return [CpuSet.from_mask(m) for m in self.core_masks]
 
     @cached_property
     def packages(self) -> list[CpuSet]:
@@ -393,12 +372,9 @@ class AllowedResources:
 
     def union_of_cores(self, indexes: Iterable[int], multithreading: str = "all-logical") -> CpuSet:
         """The PUs of cores ``indexes``: every thread, or only each core's lowest (single-logical)."""
-        firsts, masks, _, highs = self._core_index
+        firsts, masks, _ = self._cores
         if multithreading != "all-logical":
-            return CpuSet.from_mask(_mask_of([firsts[i] for i in indexes]))
-        if highs is not None:  # every core is its lowest and highest PU: no machine-wide OR per core
-            indexes = list(indexes)
-            return CpuSet.from_mask(_mask_of([firsts[i] for i in indexes] + [highs[i] for i in indexes]))
+            return CpuSet(firsts[i] for i in indexes)
         mask = 0
         for i in indexes:
             mask |= masks[i]
@@ -421,17 +397,6 @@ def _lookup(table: list, pus: CpuSet) -> set[int]:
     return out
 
 
-def _mask_of(pus: Sequence[int]) -> int:
-    """The bitmask of ``pus``, each bit written once into a byte buffer (ORing bits into a big int
-    one by one costs the int's size each time)."""
-    if not pus:
-        return 0
-    buf = bytearray(max(pus) // 8 + 1)
-    for pu in pus:
-        buf[pu >> 3] |= 1 << (pu & 7)
-    return int.from_bytes(buf, "little")
-
-
 def nodes_text(nodes: Iterable[int]) -> str:
     """Node ids for messages: ``0-1,3``; the pseudo node (no NUMA node with CPUs) as ``-``."""
     real = [n for n in nodes if n != PSEUDO_NODE]
@@ -448,14 +413,10 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     """
     warnings = list(warnings)
     procs = []
-    # ranks sharing a set object (shared modes) format it once; keyed by identity, as hashing a
-    # machine-wide set costs O(PUs) per rank (the set is kept with the key, so the id stays its own)
-    texts: dict[int, tuple[CpuSet, str]] = {}
-    entries: dict[tuple[int, ...], tuple | None] = {}  # likewise ranks sharing memory nodes
+    entries: dict[tuple[int, ...], tuple[int | str, CpuSet] | None] = {}  # ranks sharing memory nodes
     for r in range(job.nproc):
         mem = tuple(n for n in (memory[r] or ()) if n != PSEUDO_NODE)
-        bound = options.memory != "none"
-        if memory[r] and not mem and bound:
+        if memory[r] and not mem and options.memory != "none":
             warnings.append("no allowed NUMA node has CPUs: memory is left unbound")
         main = cpus[r]
         if options.modules:
@@ -463,18 +424,23 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
             sets = [(name, CpuSet(_slice(order, lo, hi, job.key(r), name))) for name, lo, hi in options.modules]
         else:
             sets = [("main", main)] if main else []
-        modules = []
-        for name, cpuset in sets:
-            known = texts.get(id(cpuset))
-            if known is None:
-                known = texts[id(cpuset)] = (cpuset, cpuset.to_list())
-            modules.append((name, known[1], cpuset))
-        procs.append(ProcessBinding.from_parsed(job.key(r), modules=modules, local_rank=r,
-                                                memory=entries[mem] if mem in entries else
-                                                entries.setdefault(mem, memory_entry(mem, options))))
+        if mem not in entries:
+            entries[mem] = memory_entry(mem, options)
+        procs.append(process_binding(job.key(r), sets, memory=entries[mem], local_rank=r))
     if options.modules or options.scheduler_range:
         procs.append(_scheduler(cpus, orders, options, resources, warnings))
     return finish(procs, cpu_mode="cpu", options=options, resources=resources, warnings=warnings)
+
+
+def process_binding(key: str, modules: Iterable[tuple[str, CpuSet]] = (), *,
+                    cpu_nodes: tuple[int | str, CpuSet] | None = None, memory: tuple[int | str, CpuSet] | None = None,
+                    local_rank: int | None = None) -> ProcessBinding:
+    """A plan entry from the sets a planner chose (nodes as their JSON value and set)."""
+    modules = tuple(modules)
+    cpu_value, cpu_set = cpu_nodes or (None, None)
+    memory_value, memory_set = memory or (None, None)
+    return ProcessBinding(key, tuple((m, s.to_list()) for m, s in modules), cpu_value, memory_value, local_rank,
+                          module_cpus=modules, cpu_node_set=cpu_set, memory_nodes=memory_set)
 
 
 def memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, CpuSet] | None:
@@ -485,7 +451,7 @@ def memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, Cpu
 
 
 def nodes_entry(nodes: Sequence[int]) -> tuple[int | str, CpuSet] | None:
-    """A memory or cpu-node entry for `ProcessBinding.from_parsed`: its JSON value and its set."""
+    """A memory or cpu-node entry: its JSON value and its set."""
     if not nodes:
         return None
     s = CpuSet(nodes)

@@ -5,7 +5,7 @@ Each device has a NODE affinity (allowed CPUs of its home NUMA node) and a SOCKE
 package). Both are cut into physical cores (SMT sibling groups). gpu_affinity then groups by node:
 on each socket, the cores outside every device's node are dealt round-robin to the node cores in
 core order, so each node core heads a *group* (itself, then the socket cores dealt to it), and
-``--scope socket`` reads a device's groups column by column (every group's head, then every
+scope ``socket`` reads a device's groups column by column (every group's head, then every
 group's first dealt core, ...).
 
 ``all``
@@ -28,9 +28,6 @@ group's first dealt core, ...).
 ``multithreading=all-logical`` keeps all threads of each core, ``single-logical`` the lowest.
 Where gpu_affinity's socket scope drops cores (its ``zip`` stops at the shortest group when a
 node's share of the socket's extra cores is uneven), every core is kept here.
-
-Everything is computed once per distinct home node or scope and shared by the devices that have
-it, so planning stays linear in the machine's size.
 """
 
 from __future__ import annotations
@@ -201,7 +198,7 @@ def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPl
             if pick is None:
                 raise UsageError(
                     f"single-unique needs one physical core per process, but {job.nproc} processes "
-                    f"share {len(resources.core_masks)} allowed cores; use mode single (shared cores) "
+                    f"share {len(resources.cores)} allowed cores; use mode single (shared cores) "
                     "or fewer processes")
             warnings.append(f"{job.key(r)}: every core of its NUMA node is taken; given core "
                             f"{resources.cores[pick]} {where}")
@@ -223,7 +220,7 @@ def _by_distance_from(resources: AllowedResources, home: int) -> list[int]:
     """Every core, those of the nodes nearest to ``home`` first (then by core order)."""
     rank = {n: k for k, n in enumerate(resources.by_distance(home, resources.node_ids))}
     far = len(rank)
-    return sorted(range(len(resources.core_masks)),
+    return sorted(range(len(resources.cores)),
                   key=lambda i: (rank.get(resources.node_of_pu[resources.core_first[i]], far), i))
 
 

@@ -1,33 +1,23 @@
 """msrun's automatic allocation (`--bind_core=True`, `--bind_numa=True`) and gen_bind_json's layout.
 
-``msrun-auto`` with ``msrun_bind="core"`` (msrun's ``--bind_core=True``)
-    ``n = allowed CPUs // processes``. For devices in id order: take the next ``n`` CPUs of the
-    device's own NUMA node (the *affinity pool*), then top up from the nodes that have no device
-    (the *non-affinity pool*). **Ex.:** 2 devices on node 0 (CPUs 0-31) and node 1 (32-63) empty:
-    n = 32, device0 gets 0-31, device1 finds node 0 used up and gets 32-63.
-    With ``memory="numa"`` it is ``msrun --bind_core=True --bind_numa=True``: each process's memory
-    node is the node ``--bind_numa=True`` assigns it (below), so a device that finds its node taken
-    by another device has its memory on the free node it is moved to, not on its own node.
-    Differences from msrun, each a place where msrun breaks: CPUs come from the topology's allowed
-    set (cgroup v1 *and* v2 and the affinity mask), not only cgroup v1's ``cpuset.cpus``;
-    ``share="job"`` (default) divides by the job's processes, not by every NPU on the host (which
-    leaves most CPUs idle for a partial job; ``share="host"`` keeps msrun's division so concurrent
-    jobs on one host never overlap); a device that still has fewer than ``n`` CPUs takes free CPUs
-    of the nearest nodes instead of running short. CPU-only jobs: equal slices, the last process
-    gets the remainder (msrun's fallback), memory on the nodes of each slice's CPUs.
-    ``affinity=False`` is msrun's no-affinity fallback: device ``r`` gets slice ``r`` of the
-    allowed CPUs.
-``msrun-auto`` with ``msrun_bind="numa"`` (msrun's ``--bind_numa=True``)
-    Each device keeps its own node unless another device already took it, then takes the nearest
-    node that has no device (msrun: the lowest-numbered; the same when distances tie). Where msrun
-    raises StopIteration (no free node left) the device shares its own node, with a warning; fewer
-    nodes than processes means shared nodes and a warning instead of msrun's silent "no binding".
-    Memoryless nodes are never used.
-Thread-module layout (``modules``, MindSpore's gen_bind_json.py)
-    Each process's CPU list (in allocation order) is cut at relative positions, e.g.
-    ``runtime=4-8, minddata=9-12, main=13-19``; the scheduler gets positions 20-23 of the free CPUs
-    (those of no device), else of all allowed CPUs, or of device0's list. Applied by
-    ``core.build_plan`` to any cpu-mode plan; `planners.thread_modules` reads the text form.
+``msrun-auto``, ``msrun_bind="core"`` (``--bind_core=True``)
+    ``n = allowed CPUs // processes``. Devices in id order take the next ``n`` CPUs of their own
+    NUMA node, then of the nodes without a device. **Ex.:** 2 devices on node 0 (CPUs 0-31), node
+    1 (32-63) empty: device0 gets 0-31, device1 finds node 0 used up and gets 32-63. With
+    ``memory="numa"`` (``--bind_numa=True`` too) a process's memory is on the node
+    ``--bind_numa=True`` gives its device. Where msrun breaks, we differ: CPUs are the allowed set
+    (cgroup v1 and v2, affinity), not cgroup v1's ``cpuset.cpus``; ``share="job"`` divides by the
+    job's processes, not every NPU of the host (``share="host"``: msrun's division); a device still
+    short of ``n`` takes free CPUs of the nearest nodes. CPU-only jobs: equal slices, the last
+    process getting the remainder. ``affinity=False``: msrun's fallback, device r gets slice r.
+``msrun-auto``, ``msrun_bind="numa"`` (``--bind_numa=True``)
+    A device keeps its node unless another took it, then takes the nearest node with no device
+    (msrun: the lowest-numbered). Where msrun raises StopIteration or binds nothing (too few
+    nodes), nodes are shared, with a warning. Memoryless nodes are never used.
+Thread modules (``modules``, gen_bind_json.py)
+    Each process's CPU list, in allocation order, is cut at relative positions (``runtime=4-8,
+    minddata=9-12, main=13-19``); the scheduler gets positions 20-23 of the CPUs of no device, or
+    all allowed CPUs, or device0's (``core.build_plan``, for any cpu-mode plan).
 """
 
 from __future__ import annotations
@@ -36,8 +26,9 @@ from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 from topo.model import Topology
 
-from topo.planners.bindplan import BindPlan, ProcessBinding
-from topo.planners.core import PSEUDO_NODE, Job, AllowedResources, Options, memory_entry, nodes_entry, build_plan, finish
+from topo.planners.bindplan import BindPlan
+from topo.planners.core import (PSEUDO_NODE, AllowedResources, Job, Options, build_plan, finish, memory_entry,
+                                 nodes_entry, process_binding)
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -124,8 +115,8 @@ def _bind_numa(resources: AllowedResources, job: Job, options: Options) -> BindP
                                      available=available)
         warnings += more
         nodes = [mapping[d] for d in job.devices]
-    procs = [ProcessBinding.from_parsed(job.key(r), cpu_nodes=nodes_entry((nodes[r],)), local_rank=r,
-                                        memory=memory_entry((nodes[r],), options))
+    procs = [process_binding(job.key(r), cpu_nodes=nodes_entry((nodes[r],)), local_rank=r,
+                             memory=memory_entry((nodes[r],), options))
              for r in range(job.nproc)]
     return finish(procs, cpu_mode="numa", options=options, resources=resources, warnings=warnings)
 

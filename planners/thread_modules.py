@@ -1,8 +1,7 @@
 """gen_bind_json's thread-module layout as text: ``runtime=4-8,minddata=9-12,main=13-19``.
 
-Positions are relative to a process's CPU list: ``4-8`` is its 5th to 9th CPU. Range text is read
-by `topo.cpuset.CpuSet.parse`, the project's one range parser; a position range is one ``start-end``. ``option`` is how the caller spells the option in messages (the command line
-passes its flag, tools/gen_bind_json.py its own option names).
+Positions are relative to a process's CPU list: ``4-8`` is its 5th to 9th CPU. ``option`` is how
+the caller names the option in messages.
 """
 
 from __future__ import annotations

@@ -4,17 +4,14 @@
     All allowed CPUs of the device's NUMA node. **Ex.:** GPUs 0 and 1 on node 3 (CPUs 48-63,
     176-191) both get ``48-63,176-191``.
 ``socket``
-    All allowed CPUs of the package(s) holding the device's node. Unlike torch, CPU-less and fully
-    disallowed nodes on that socket are skipped instead of crashing (``min()`` of an empty set).
+    All allowed CPUs of the package(s) holding the device's node; CPU-less and disallowed nodes
+    are skipped (where torch's ``min()`` of an empty set fails).
 ``exclusive``
-    The node's allowed CPUs as whole physical cores, split among the job's devices on that node in
-    device order; the lower-ranked devices get the remainder. **Ex.:** node 1 has 16 cores and
-    GPUs 2 and 3: GPU 2 gets cores 0-7 of the node, GPU 3 cores 8-15.
+    The node's allowed physical cores split among its devices in device order, the lower-ranked
+    getting the remainder. **Ex.:** node 1 has 16 cores and GPUs 2 and 3: GPU 2 gets cores 0-7.
 ``core-complex``
-    The node's last-level-cache groups (L3 / CCX), most allowed CPUs first; the i-th device of
-    the node gets group ``i % groups`` (shared, with a warning, when there are more devices).
-
-Memory (``--memory numa``) is bound to the device's home node.
+    The node's last-level-cache groups (L3 / CCX), most allowed CPUs first; the node's i-th
+    device gets group ``i % groups`` (shared, with a warning, when there are more devices).
 """
 
 from __future__ import annotations

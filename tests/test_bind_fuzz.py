@@ -41,6 +41,10 @@ SEGMENTS = st.one_of(NUMBERS, st.tuples(NUMBERS, NUMBERS).map("-".join), ODD)
 RANGE_TEXT = st.one_of(st.lists(SEGMENTS, max_size=12).map(",".join), st.text(max_size=40))
 
 
+def parse_msrun(text):
+    return CpuSet.parse(text, msrun=True)
+
+
 def bounded(call, *args):
     """call(*args): its value, or the TopoError it raised; anything else fails the test. Time-bounded."""
     start = time.monotonic()
@@ -55,7 +59,7 @@ def bounded(call, *args):
 @FUZZ
 @given(RANGE_TEXT)
 def test_range_text_gives_a_set_or_a_parse_error(text):
-    for parse in (CpuSet.parse, CpuSet.parse_msrun):
+    for parse in (CpuSet.parse, parse_msrun):
         result = bounded(parse, text)
         assert isinstance(result, (CpuSet, ParseError))
         if isinstance(result, CpuSet):
@@ -75,7 +79,7 @@ def test_msrun_parse_is_the_union_of_its_ranges(ranges, rnd):
     for lo, n in ranges:
         hi = min(lo + n, MAX_ID)
         expected |= ((1 << (hi - lo + 1)) - 1) << lo
-    assert CpuSet.parse_msrun(text).mask == expected == CpuSet.parse(text).mask
+    assert CpuSet.parse(text, msrun=True).mask == expected == CpuSet.parse(text).mask
 
 
 # ---- bind JSON objects ----------------------------------------------------------------------
@@ -173,7 +177,7 @@ def test_fuzzing_is_derandomized_unless_another_profile_is_asked_for(request):
                                   "99999999999999999999", "\u00b2", "\u0661", "\uff10", "1" * 100_000,
                                   ",".join(["0-1048575"] * 100_000), ",".join(["1048575"] * 100_000)])
 def test_range_text_that_once_hung_or_crashed(text):
-    for parse in (CpuSet.parse, CpuSet.parse_msrun):
+    for parse in (CpuSet.parse, parse_msrun):
         result = bounded(parse, text)
         if text.startswith("0-1048575,") or text.startswith("1048575,"):
             assert isinstance(result, CpuSet) and result.last() == MAX_ID

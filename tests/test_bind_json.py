@@ -84,13 +84,13 @@ def test_strings_kept_as_written_spaces_removed():
 
 
 def test_msrun_range_messages():
-    assert list(CpuSet.parse_msrun("0-2, 5")) == [0, 1, 2, 5]
+    assert list(CpuSet.parse("0-2, 5", msrun=True)) == [0, 1, 2, 5]
     with pytest.raises(ParseError, match=r"^CPU range '3-1' start should not exceed end\.$"):
-        CpuSet.parse_msrun("3-1")
+        CpuSet.parse("3-1", msrun=True)
     with pytest.raises(ParseError, match=r"^CPU range '1,,2' is invalid due to empty segment\.$"):
-        CpuSet.parse_msrun("1,,2")
+        CpuSet.parse("1,,2", msrun=True)
     with pytest.raises(ParseError, match=r"^CPU range 'a-2' is invalid\.$"):
-        CpuSet.parse_msrun("0,a-2")
+        CpuSet.parse("0,a-2", msrun=True)
 
 
 def test_validate_lists_every_problem_with_paths():

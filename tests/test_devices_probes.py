@@ -83,7 +83,7 @@ def test_pci_link_levels(a, b, numa, level):
     ("0000:01:00", (1 << 32, 0, 0, 0)),
 ], ids=["plain", "nvml", "arabic-indic", "plus", "space", "0x", "no-function"])
 def test_bus_key_reads_ascii_hex_only(busid, key):
-    from topo.probes.sysfs import bus_key
+    from topo.probes.pci import bus_key
 
     assert bus_key(busid) == key
 

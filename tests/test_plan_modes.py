@@ -44,7 +44,7 @@ SYNTHETIC = {
 
 def cores_in(resources: AllowedResources, cpus: CpuSet) -> list[CpuSet]:
     """The physical cores (restricted to ``cpus``) with a PU in ``cpus``, by lowest PU."""
-    return [CpuSet.from_mask(resources.core_masks[i] & cpus.mask) for i in resources.core_indexes(cpus)]
+    return [resources.cores[i] & cpus for i in resources.core_indexes(cpus)]
 
 
 def check_plan(t: topo.Topology, mode: str, plan, **opts) -> None:

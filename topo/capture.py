@@ -1,18 +1,10 @@
 """`topo capture`: this machine's topology files in one archive, like hwloc's hwloc-gather-topology.
 
-What goes in is what discovery reads: discovery runs once (and once more with every disallowed
-CPU and node) over a recording root, and every file it read, every directory it listed and every
-symlink on the way (the PCI tree is told by where links point) is stored at its path. Five procfs
-files are added for the bug report even when discovery does not need them: /proc/cmdline (the
-kernel's, read for numa=fake=), /proc/cpuinfo, /proc/meminfo, /proc/mounts and /proc/self/status
-(the process's allowed CPUs). Tool outputs go under `topo-capture/` (see topo.archive.TOOLS),
-with a README saying what the archive is.
-
-Nothing private is stored: no process environment or command line (`/proc/*/environ`,
-`/proc/*/cmdline`), nothing under /etc, no file longer than a kernel writes (fsroot.limit_for).
-
-Reading an archive back (`--root FILE.tar.gz`) is topo.archive's, below discovery; this module
-drives discovery and sits above it.
+Discovery runs over a recording root (once as the process sees the machine, once with everything
+disallowed) and every file it read, directory it listed and symlink on the way is stored at its
+path, with /proc/cmdline, cpuinfo, meminfo, mounts and self/status for a bug report, and tool
+outputs under `topo-capture/` (topo.archive.TOOLS). Nothing private: no process environment or
+command line, nothing under /etc, no file longer than a kernel writes (fsroot.limit_for).
 """
 
 from __future__ import annotations

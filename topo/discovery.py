@@ -16,6 +16,7 @@ from topo.fsroot import FsRoot
 from topo.groups import Placed, fit_localities, node_groups
 from topo.model import Topology
 from topo.probes import cgroup as cgroup_probe
+from topo.probes import pci as pci_probe
 from topo.probes import sysfs
 from topo.probes.cgroup import CgroupCpuset
 
@@ -24,13 +25,10 @@ def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallow
              probes: tuple[str, ...] | None = None, live_probes: bool = False) -> Topology:
     """The topology of the machine whose /sys and /proc live below `root` (default: this one).
 
-    `root` is a directory holding sys/ and proc/, a `topo capture` archive or an FsRoot; "/" when
-    not given. The environment is not asked for a root: the command line turns --root / TOPO_ROOT
-    into this argument (topo_cli.machine), and a program that binds itself wants this machine.
-    `probes` limits the optional probes (device probes such as "nvml" or "npu-smi"); sysfs always
-    runs. The probes that ask this machine's tools (lscpu, NVML, npu-smi) run when the root is
-    this machine, or when `live_probes` is true: a captured root replayed with stand-in tools
-    (the command line's TOPO_REPLAY_LIVE_PROBES=1).
+    `root` is a directory holding sys/ and proc/, a `topo capture` archive or an FsRoot (the
+    environment is never asked for one). `probes` limits the optional device probes ("nvml",
+    "npu-smi"); sysfs always runs. The probes that ask this machine's tools (lscpu, NVML, npu-smi)
+    run on this machine, or with `live_probes` (a captured root replayed with stand-in tools).
     """
     fs = root if isinstance(root, FsRoot) else FsRoot(root)
     live = fs.is_this_system or live_probes
@@ -158,10 +156,10 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allo
     )
 
 
-def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> sysfs.RawPci:
+def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> pci_probe.RawPci:
     """The PCI tree and OS devices, each host bridge's locality placed as hwloc places it: one that
     straddles an object of the tree (CPUs of two packages) hangs from the object covering it."""
-    raw = sysfs.probe_pci(fs, machine)
+    raw = pci_probe.probe_pci(fs, machine)
     tree = Placed([*cpu_side, *(n.locality & machine for n in nodes)])
     fitted = {}
     for bridge in raw.bridges:
@@ -172,9 +170,9 @@ def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> sysfs.Raw
         return [o if fitted.get(o.local_cpus, o.local_cpus) == o.local_cpus
                 else replace(o, local_cpus=fitted[o.local_cpus]) for o in objs]
 
-    raw = sysfs.RawPci(fit(raw.devices), fit(raw.bridges), [])
+    raw = pci_probe.RawPci(fit(raw.devices), fit(raw.bridges), [])
     localities = {n.os_index: n.locality & machine for n in nodes}
-    return replace(raw, os_devices=sysfs.probe_os_devices(fs, raw, localities, machine))
+    return replace(raw, os_devices=pci_probe.probe_os_devices(fs, raw, localities, machine))
 
 
 def _info(fs: FsRoot, cg, models: dict) -> dict[str, str]:

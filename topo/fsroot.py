@@ -6,15 +6,8 @@ capture` (read from a private temporary copy; see `topo.archive`).
 
 Reads are strict, as psutil's are: a file that exists but cannot be read, is not a regular file
 (a FIFO would block, a device never ends) or is longer than any kernel writes is an error naming
-it, never a silently different machine. Only what the kernel itself does to some attributes
-(EINVAL, EIO, ENODEV on read) counts as "absent". Nothing blocks: files are opened and read
-non-blocking. The type is looked at (fstat) whenever a read does not give a whole sysfs attribute
-at once (nothing, EAGAIN, a page or more: what an empty FIFO, a socket and most devices give); a
-file below /sys whose first read is a short attribute is taken as read without an fstat
-(FsRoot.read_bytes), so the one thing not refused there is a FIFO or a record device (a symlink to
-/dev/kmsg) that has a short text waiting: it is read as the attribute's text, which its parser
-then accepts or refuses. An fstat per file would be a fourth system call per file, a third more than
-hwloc makes.
+it. Only what the kernel itself does to some attributes (EINVAL, EIO, ENODEV on read) counts as
+absent. Files are opened non-blocking.
 """
 
 from __future__ import annotations
@@ -42,9 +35,6 @@ TOOL_OUTPUT_LIMIT = 4 << 20
 # The widest whole number read_int takes: a u64, as memory-side cache sizes in bytes are. Ids
 # (core_id, physical_package_id, die_id, numa_node) are ints, -1 where the platform gives none.
 SYSFS_INT_MAX = (1 << 64) - 1
-# A read of a sysfs attribute that gives fewer bytes than this (a page on every kernel) has given
-# all of it: see FsRoot.read_bytes.
-WHOLE_READ = 4096
 _READ_AS_ABSENT = (errno.EINVAL, errno.EIO, errno.ENODEV, errno.ENXIO, errno.EAGAIN)
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
@@ -57,7 +47,11 @@ def limit_for(path: str) -> int:
     return PROCFS_LIMIT if path.startswith("/proc/") else TOOL_OUTPUT_LIMIT
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str | None:
+    """What a file that is not a regular one (nor a link) is, for messages: "a FIFO", ...; None for
+    a regular file or a link."""
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return None
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -77,8 +71,7 @@ class FsRoot:
             prefix = os.path.abspath(root)
             self._shown = "" if prefix == "/" else prefix
         else:
-            raise ProbeError(f"topology root {root!r} is neither a directory nor a `topo capture` archive "
-                             "(pass --root DIR or set TOPO_ROOT)")
+            raise ProbeError(f"topology root {root!r} is neither a directory nor a `topo capture` archive")
         self.root = os.path.abspath(root)
         self._prefix = "" if prefix == "/" else prefix
 
@@ -128,9 +121,8 @@ class FsRoot:
         """The file's text, stripped; `default` when it does not exist.
 
         Sysfs attributes that exist but fail with EINVAL/EIO/ENODEV (some firmware files) count as
-        absent, as hwloc treats them. A permission error, a directory, a FIFO, socket or device
-        where a file belongs (below /sys: unless it has a short text waiting, see read_bytes), or
-        a file longer than `limit_for(path)` is an error naming the path.
+        absent, as hwloc treats them. A permission error, a directory, FIFO, socket or device where
+        a file belongs, or a file longer than `limit_for(path)` is an error naming the path.
         """
         data = self.read_bytes(path)
         if data is None:
@@ -142,90 +134,66 @@ class FsRoot:
         """The file's bytes, or only its first `prefix` bytes (a PCI function's `config` header);
         None when it does not exist. Errors as for `read`.
 
-        A file below /sys whose first read gives 1 to WHOLE_READ - 1 bytes is taken as it is: open,
-        read, close, as hwloc reads it. That is a whole sysfs attribute (the kernel writes one in a
-        single read, and a long binary one a page per read) or a capture's copy of it. Anything
-        else (nothing, an error, a page or more, procfs and tool outputs) is read to its end, and
-        a file that is not a regular one is refused then: an empty FIFO gives nothing or EAGAIN,
-        most devices nothing or a page or more. A FIFO or record device with a short text waiting
-        is the exception below /sys: its text is taken as the attribute's."""
-        sysfs = path.startswith("/sys/")
-        limit = prefix if prefix is not None else SYSFS_LIMIT if sysfs else limit_for(path)
+        Below /sys, a first read shorter than a page is a whole attribute (the kernel writes one in
+        a single read) and is taken as it is: open, read, close, as hwloc reads it. Anything else
+        is checked to be a regular file (an fstat) and read to its end. benchmarks/discovery_bench.py,
+        in-process discovery of 128arm-2pa2n8cluster4co: 28 ms so, 36 ms checking and reading every
+        file to its end (lstopo: 27 ms). So a FIFO below /sys with a short text waiting is read.
+        """
+        limit = limit_for(path) if prefix is None else prefix
         try:
-            # O_NONBLOCK: opening a FIFO must not wait for a writer, nor reading it.
-            # os.open/os.read: a third cheaper than open() for thousands of tiny sysfs files.
             fd = os.open(self._prefix + path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             if exc.errno == errno.ENXIO:  # a socket, or a device without its driver
-                self._refuse_special(path)
+                try:
+                    mode = os.stat(self._prefix + path).st_mode
+                except OSError:
+                    mode = stat.S_IFREG
+                self._check_regular(path, mode)
             if exc.errno in _READ_AS_ABSENT:
                 return None
             raise self._unreadable(path, exc) from None
         try:
-            # One read: a whole attribute is in (see WHOLE_READ), three system calls a file.
-            data = os.read(fd, limit + 1)
-            if sysfs and 0 < len(data) < WHOLE_READ and len(data) <= limit:
-                return data
-            return self._read_to_end(fd, path, data, limit, prefix)
+            chunks = [os.read(fd, limit + 1)]
+            size = len(chunks[0])
+            if not (path.startswith("/sys/") and 0 < size < 4096):
+                self._check_regular(path, os.fstat(fd).st_mode)
+                while chunks[-1] and size <= limit:
+                    chunks.append(os.read(fd, limit + 1 - size))
+                    size += len(chunks[-1])
         except OSError as exc:
-            self._refuse_fd(fd, path)
+            self._check_regular(path, os.fstat(fd).st_mode)
             if exc.errno in _READ_AS_ABSENT:
                 return None
             raise self._unreadable(path, exc) from None
         finally:
             os.close(fd)
-
-    def _read_to_end(self, fd: int, path: str, first: bytes, limit: int, prefix: int | None) -> bytes:
-        """The rest of read_bytes once `first` came from the file: its type checked, then read on
-        until its end or `limit` bytes."""
-        self._refuse_fd(fd, path)
-        chunks, got, chunk = [first], len(first), first
-        while chunk and got <= limit:
-            chunk = os.read(fd, limit + 1 - got)
-            chunks.append(chunk)
-            got += len(chunk)
         data = b"".join(chunks)
-        if got > limit:
+        if size > limit:
             if prefix is not None:
                 return data[:prefix]
             raise ProbeError(f"{self.shown(path)} is longer than {limit} bytes, more than a kernel writes "
                              "there (a corrupted capture?)")
         return data
 
-    def _refuse_fd(self, fd: int, path: str) -> None:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ProbeError(f"{self.shown(path)} is {_kind(mode)}, not a file "
-                             "(point --root at a captured machine's copy of /sys and /proc)")
-
-    def _refuse_special(self, path: str) -> None:
-        try:
-            mode = os.stat(self._prefix + path).st_mode
-        except OSError:
-            return
-        if not stat.S_ISREG(mode):
-            raise ProbeError(f"{self.shown(path)} is {_kind(mode)}, not a file "
-                             "(point --root at a captured machine's copy of /sys and /proc)")
+    def _check_regular(self, path: str, mode: int) -> None:
+        kind = file_kind(mode)
+        if kind is not None:
+            raise ProbeError(f"{self.shown(path)} is {kind}, not a file (read a captured machine's copy of "
+                             "/sys and /proc)")
 
     def _unreadable(self, path: str, exc: OSError) -> ProbeError:
         # Present but unreadable: silently dropping it would yield a wrong topology.
         return ProbeError(f"cannot read {self.shown(path)}: {exc.strerror} "
-                          "(run topo as a user who can read it, or point --root at a readable copy)")
+                          "(run topo as a user who can read it, or read a readable copy)")
 
     def read_int(self, path: str, default: int | None = None) -> int | None:
         """The file's whole number: ASCII decimal digits, with "-" before them for the -1 the kernel
         writes for an unknown id, at most SYSFS_INT_MAX either way; `default` when the file is
         absent or empty. Anything else ("١", "0x10", 5000 digits) is an error naming the file."""
-        data = self.read_bytes(path)
-        if data is None:
-            return default
-        # As read() strips it (the bytes stripped are ASCII, never part of a UTF-8 sequence)
-        data = data.strip(b" \t\r\n\x00")
-        if 0 < len(data) < 20 and data.isdigit():
-            return int(data)  # ASCII digits below 10**19, within SYSFS_INT_MAX: what ascii_number gives
-        text = data.decode("utf-8", "replace")
+        text = self.read(path)
         if not text:
             return default
         negative = text[0] == "-"

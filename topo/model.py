@@ -1,26 +1,26 @@
 """The Topology model: flat, immutable lists of objects tied together by their cpusets.
 
-Containment (package > die > NUMA node > L3 > core > PU) is not stored as pointers but follows from
-cpusets, as in hwloc; `topo.render` rebuilds the tree for display. Objects carry their OS index
-(P#) as `os_index`; logical indices (L#) are their position in the sorted lists.
+Containment (package > die > NUMA node > L3 > core > PU) follows from cpusets, as in hwloc; it is
+not stored. `os_index` is an object's P#; its L# is its position in the sorted list.
 
-The JSON form (schema topo.topology/1, what `topo show --json` prints) is derived from the fields:
-each field is one key, in field order, converted by the codec its annotation names (`CpuSet` <->
-cpulist text, tuples <-> lists, ...). `_JSON_NAMES` lists the few keys not named as their field.
+The JSON form (schema topo.topology/1, what `topo show --json` prints) has one key per field, in
+field order, each value converted by its field's type (`CpuSet` <-> cpulist text, tuple <-> list).
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Iterable, Mapping
+import functools
+from collections import abc
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from types import UnionType
+from typing import Iterable, Mapping, get_args, get_origin, get_type_hints
 
 from topo.cpuset import EMPTY, CpuSet
 from topo.errors import ParseError, ProbeError
 
 SCHEMA = "topo.topology/1"
-# The most PUs a Topology may hold: 8x the largest NR_CPUS a Linux kernel builds with (8192, x86-64
-# MAXSMP and ppc64), so every real machine fits and the 32,768-PU planner benchmarks too, while a
-# file claiming a million PUs is refused before anything walks them one by one.
+# The most PUs a Topology may hold: 8x the largest NR_CPUS a kernel builds with (8192), so every
+# machine fits, while a file claiming a million PUs is refused before anything walks them.
 MAX_PUS = 65536
 
 
@@ -287,11 +287,8 @@ class Topology:
 
     # ---- invariants ---------------------------------------------------
     def check(self) -> None:
-        """Raise ProbeError if the topology breaks an invariant, as `hwloc_topology_check()` does.
-
-        Time is linear in the number of objects and PUs, so a file claiming a million PUs is
-        refused as fast as it is read.
-        """
+        """Raise ProbeError if the topology breaks an invariant, as `hwloc_topology_check()` does
+        (in time linear in the objects and PUs)."""
         problems = _problems(self)
         if problems:
             raise ProbeError("topology check failed: " + "; ".join(problems[:5]))
@@ -316,7 +313,7 @@ class Topology:
         if not isinstance(source, Mapping) or not isinstance(source.get("root"), str):
             raise _malformed("source", "expected an object with a 'root' string and 'probes'", source)
         try:
-            probes = _str_map(source.get("probes", {}), "source.probes")
+            probes = _from_json(Mapping[str, str], source.get("probes", {}), "source.probes")
         except _Malformed as exc:
             raise _malformed(exc.where, exc.what, source.get("probes")) from None
         return _decode(cls, data, "", root=source["root"], probes=probes)
@@ -430,17 +427,16 @@ def _cache_problems(t: Topology) -> list[str]:
     return problems
 
 
-# ---- JSON codecs -------------------------------------------------------------------------------
+# ---- JSON ----------------------------------------------------------------------------------------
 
-# Keys not named as their field: field -> JSON key, or None when the field is not in the JSON
-# (the view flag; root and probes, which Topology.to_dict writes under "source").
-_JSON_NAMES = {
-    "PciDevice": {"class_id": "class"},
+# JSON keys not named as their field; None: the field is not written (Topology's root and probes go
+# under "source", the view flag nowhere; PciDevice's "id" holds vendor_id and device_id).
+_KEYS = {
+    "PciDevice": {"class_id": "class", "vendor_id": "id", "device_id": None},
     "PciBridge": {"class_id": "class"},
     "Topology": {"root": None, "probes": None, "include_disallowed": None},
 }
-# One key holding two fields: PciDevice's "id" is "vendor_id:device_id".
-_JOINED = {"PciDevice": ("id", "vendor_id", "device_id")}
+_SCALARS = {int: "expected an integer", str: "expected a string", bool: "expected true or false"}
 
 
 class _Malformed(Exception):
@@ -453,137 +449,51 @@ def _malformed(where: str, what: str, found) -> ProbeError:
                       "(regenerate it with `topo show --json`)")
 
 
-def _expect(kind, name: str):
-    def decode(v, where):
-        if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
-            raise _Malformed(where, f"expected {name}")
-        if kind is int and v < 0:
-            raise _Malformed(where, "expected a non-negative integer")
-        return v
-    return decode
-
-
-def _optional(decode):
-    return lambda v, where: None if v is None else decode(v, where)
-
-
-def _cpuset(v, where):
-    if not isinstance(v, str):
-        raise _Malformed(where, "expected a cpulist string such as '0-3,8'")
-    try:
-        return CpuSet.parse(v)
-    except ParseError as exc:
-        raise _Malformed(where, str(exc)) from None
-
-
-def _tuple_of(decode):
-    def tuple_decode(v, where):
-        if not isinstance(v, list):
-            raise _Malformed(where, "expected a list")
-        return tuple(decode(x, f"{where}[{i}]") for i, x in enumerate(v))
-    return tuple_decode
-
-
-def _object(v, where):
-    if not isinstance(v, Mapping):
-        raise _Malformed(where, "expected an object")
-    return v
-
-
-def _distances(v, where):
-    out = {}
-    for k, d in _object(v, where).items():
-        if not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 7):
-            raise _Malformed(f"{where}.{_short(k, 20)}", "expected a NUMA node number as key")
-        out[int(k)] = _int(d, f"{where}.{k}")
-    return out
-
-
-def _str_map(v, where):
-    for k, s in _object(v, where).items():
-        _str(s, f"{where}.{_short(k, 20)}")
-    return dict(v)
-
-
-_int = _expect(int, "an integer")
-_str = _expect(str, "a string")
-_same = None  # the value is its own JSON
-# annotation -> (encode, decode); encode None means the value goes into the JSON as it is.
-_CODECS = {
-    "int": (_same, _int),
-    "int | None": (_same, _optional(_int)),
-    "str": (_same, _str),
-    "str | None": (_same, _optional(_str)),
-    "bool": (_same, _expect(bool, "true or false")),
-    "CpuSet": (CpuSet.to_list, _cpuset),
-    "CpuSet | None": (lambda s: None if s is None else s.to_list(), _optional(_cpuset)),
-    "tuple[int, ...]": (list, _tuple_of(_int)),
-    "tuple[str, ...]": (list, _tuple_of(_str)),
-    "Mapping[int, int]": (lambda m: {str(k): v for k, v in sorted(m.items())}, _distances),
-    "Mapping[str, str]": (dict, _str_map),
-    "Mapping[str, Mapping[str, str]]": (
-        lambda m: {k: dict(v) for k, v in m.items()},
-        lambda v, where: {k: _str_map(row, f"{where}.{_short(k, 20)}") for k, row in _object(v, where).items()},
-    ),
-}
-_PLANS: dict[type, list] = {}  # class -> [(field name, JSON key, encode, decode, default)], built on first use
-
-
-def _plan(cls) -> list:
-    plan = _PLANS.get(cls)
-    if plan is None:
-        names = _JSON_NAMES.get(cls.__name__, {})
-        joined = _JOINED.get(cls.__name__)
-        plan = []
-        for f in fields(cls):
-            key = names.get(f.name, f.name)
-            if key is None or (joined and f.name == joined[2]):
-                continue
-            encode, decode = _codec(f.type)
-            if joined and f.name == joined[1]:
-                key = joined[0]
-            default = f.default if f.default_factory is MISSING else f.default_factory()
-            plan.append((f.name, key, encode, decode, default))
-        _PLANS[cls] = plan
-    return plan
-
-
-def _codec(annotation: str):
-    if annotation in _CODECS:
-        return _CODECS[annotation]
-    element = globals()[annotation.removeprefix("tuple[").removesuffix(", ...]")]  # tuple[Package, ...]
-    return ((lambda objs: [_encode(o) for o in objs]),
-            _tuple_of(lambda v, where: _decode(element, _object(v, where), where)))
+@functools.cache
+def _schema(cls) -> list[tuple[Field, str, object]]:
+    """(field, JSON key, type) of each field written to JSON, in field order."""
+    hints = get_type_hints(cls)
+    keys = _KEYS.get(cls.__name__, {})
+    return [(f, keys.get(f.name, f.name), hints[f.name]) for f in fields(cls) if keys.get(f.name, f.name)]
 
 
 def _encode(obj) -> dict:
-    out = {}
-    joined = _JOINED.get(type(obj).__name__)
-    for name, key, encode, _, _ in _plan(type(obj)):
-        v = getattr(obj, name)
-        if joined and name == joined[1]:
-            v = f"{v}:{getattr(obj, joined[2])}"
-        out[key] = v if encode is None else encode(v)
-    return out
+    return {key: obj.id if key == "id" and isinstance(obj, PciDevice) else _to_json(tp, getattr(obj, f.name))
+            for f, key, tp in _schema(type(obj))}
+
+
+def _to_json(tp, value):
+    args = get_args(tp)
+    if value is None or tp in _SCALARS:
+        return value
+    if tp is CpuSet:
+        return value.to_list()
+    if get_origin(tp) is UnionType:  # X | None
+        return _to_json(args[0], value)
+    if get_origin(tp) is tuple:
+        return [_to_json(args[0], v) for v in value]
+    if get_origin(tp) is abc.Mapping:
+        items = sorted(value.items()) if args[0] is int else value.items()
+        return {str(k): _to_json(args[1], v) for k, v in items}
+    return _encode(value)
 
 
 def _decode(cls, data: Mapping, where: str, **values):
-    joined = _JOINED.get(cls.__name__)
+    """An object of dataclass `cls` from its JSON object; a field without its key takes its default."""
     prefix = f"{where}." if where else ""
     try:
-        for name, key, _, decode, default in _plan(cls):
-            v = data.get(key, MISSING)
-            if v is MISSING:
-                if default is MISSING:
-                    raise _Malformed(f"{prefix}{key}", "missing")
-                values[name] = default
-            elif joined and name == joined[1]:
-                text = _str(v, prefix + key)
+        for f, key, tp in _schema(cls):
+            path = prefix + key
+            if key not in data:
+                if f.default is MISSING and f.default_factory is MISSING:
+                    raise _Malformed(path, "missing")
+            elif key == "id" and cls is PciDevice:
+                text = _from_json(str, data[key], path)
                 if text.count(":") != 1:
-                    raise _Malformed(prefix + key, "expected 'vendor:device' such as '10de:20b0'")
-                values[joined[1]], values[joined[2]] = text.split(":")
+                    raise _Malformed(path, "expected 'vendor:device' such as '10de:20b0'")
+                values["vendor_id"], values["device_id"] = text.split(":")
             else:
-                values[name] = decode(v, prefix + key)
+                values[f.name] = _from_json(tp, data[key], path)
     except _Malformed as exc:
         if where:
             raise
@@ -592,6 +502,39 @@ def _decode(cls, data: Mapping, where: str, **values):
             found = _step(found, part)
         raise _malformed(exc.where, exc.what, found) from None
     return cls(**values)
+
+
+def _from_json(tp, value, where: str):
+    args = get_args(tp)
+    if get_origin(tp) is UnionType:  # X | None
+        return None if value is None else _from_json(args[0], value, where)
+    if tp is CpuSet:
+        if not isinstance(value, str):
+            raise _Malformed(where, "expected a cpulist string such as '0-3,8'")
+        try:
+            return CpuSet.parse(value)
+        except ParseError as exc:
+            raise _Malformed(where, str(exc)) from None
+    if tp in _SCALARS:
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise _Malformed(where, _SCALARS[tp])
+        if tp is int and value < 0:
+            raise _Malformed(where, "expected a non-negative integer")
+        return value
+    if get_origin(tp) is tuple:
+        if not isinstance(value, list):
+            raise _Malformed(where, "expected a list")
+        return tuple(_from_json(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if not isinstance(value, Mapping):
+        raise _Malformed(where, "expected an object")
+    if get_origin(tp) is not abc.Mapping:
+        return _decode(tp, value, where)
+    out = {}
+    for k, v in value.items():
+        if args[0] is int and not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 7):
+            raise _Malformed(f"{where}.{_short(k, 20)}", "expected a NUMA node number as key")
+        out[int(k) if args[0] is int else k] = _from_json(args[1], v, f"{where}.{_short(k, 20)}")
+    return out
 
 
 def _step(found, part: str):

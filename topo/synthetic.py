@@ -2,25 +2,13 @@
 
     synthetic("pack:2 numa:4 l3:2 core:8 pu:2", gpus_per_numa=1)
 
-Each `level:N` means N children per parent, outermost first; levels are `pack`, `numa`, `l3`,
-`l2`, `core`, `pu` (`numa`, `l3` and `l2` optional and may be written in either order relative to
-each other, e.g. `pack:1 l3:1 numa:2 ...` for an L3 shared by two nodes). No files are read: the
-result is a `Topology` ready for the planners, with the restrictions `discover()` would apply.
-
-`from_nodes(["0-2", "3-9"], gpu_nodes=[0])` builds irregular shapes from explicit node CPU lists.
-
-Options:
-- `gpus_per_numa=k`: k accelerators per CPU-bearing NUMA node, numbered in node order;
-  or `gpu_nodes=[3, 3, 1, 1, ...]`: accelerator g on node gpu_nodes[g] (DGX A100's order).
-- `device_kind` / `vendor`: "gpu"/"nvidia" by default ("npu"/"huawei" for Ascend-like machines).
-- `gpu_memory_nodes=True`: each accelerator also gets a memory-only NUMA node (GH200/GB200 HBM),
-  and the device reports that node as its `numa_node`, as on those machines.
-- `pu_order`: "compact" numbers the threads of a core consecutively (0,1 = one core);
-  "scatter" numbers the first thread of every core first (core c = PUs c and c + ncores), as
-  Linux does on most x86 servers.
-- `allowed` (cpulist) and `allowed_nodes` (nodelist): the cgroup cpuset; disallowed PUs are
-  dropped from the view as `discover()` does, disallowed nodes kept but not in
-  `allowed_numa_nodes`.
+Each `level:N` is N children per parent, outermost first: `pack`, then `numa`, `l3`, `l2` (each
+optional, in any order among themselves), then `core`, `pu`. `gpus_per_numa=k` puts k
+accelerators on each node, `gpu_nodes=[3, 3, 1, ...]` accelerator g on node gpu_nodes[g];
+`gpu_memory_nodes` gives each a memory-only node (GH200 HBM) that it reports as its `numa_node`;
+`pu_order="scatter"` numbers the first thread of every core first, as Linux does on most x86;
+`allowed`/`allowed_nodes` are a cgroup cpuset, applied as `discover()` applies one.
+`from_nodes(["0-2", "3-9"], gpu_nodes=[0])` builds irregular shapes from node CPU lists.
 """
 
 from __future__ import annotations
@@ -32,7 +20,6 @@ from topo.numbers import ascii_number
 from topo.errors import ParseError
 from topo.model import Cache, Core, Device, NumaNode, Package, Topology
 
-_LEVELS = ("pack", "numa", "l3", "l2", "core", "pu")
 _TOKEN = re.compile(r"\A(pack|package|numa|l3|l2|core|pu):([0-9]+)\Z")
 
 

@@ -1,23 +1,15 @@
 """Which physical device a job's local rank i gets: the runtimes' visible-device variables.
 
-`visible_devices(topology)[i]` is the device local rank i runs on, as the runtime would number it:
+`visible_devices(topology)[i]` is local rank i's device, as the runtime numbers them:
+- NVIDIA: `CUDA_DEVICE_ORDER` orders the GPUs (PCI_BUS_ID, or FASTEST_FIRST, which for one model is
+  bus order too), `CUDA_VISIBLE_DEVICES` picks indices, `GPU-` UUID prefixes or `MIG-` UUIDs. As
+  CUDA does, an index that does not exist or repeats ends the list; a UUID prefix matching no GPU
+  or several is an error (CUDA would fail the job).
+- AMD: `ROCR_VISIBLE_DEVICES` selects, then `HIP_VISIBLE_DEVICES` (or `CUDA_VISIBLE_DEVICES`).
+- Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists NPU ids; local rank i gets `sorted(ids)[i]`, as msrun.
 
-- NVIDIA (CUDA): `CUDA_DEVICE_ORDER` orders the GPUs (PCI_BUS_ID, or FASTEST_FIRST, the default,
-  which for GPUs of one model is also bus order), then `CUDA_VISIBLE_DEVICES` picks from that order:
-  indices, `GPU-` UUID prefixes, `MIG-` UUIDs (a MIG instance runs where its GPU sits), `""` for no
-  GPU. As CUDA does, an index that does not exist (`-1`, a number past the last GPU) or a repeated
-  device ends the list there; a UUID prefix that matches no GPU or several is an error, because
-  CUDA would fail the job at its first CUDA call.
-- AMD (ROCm): `ROCR_VISIBLE_DEVICES` selects first, then `HIP_VISIBLE_DEVICES` (or
-  `CUDA_VISIBLE_DEVICES`, which HIP also honours) indexes into what is left.
-- Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists logical NPU ids; msrun maps local rank i to
-  `sorted(ids)[i]`, and so do we, so our plans and msrun agree on every process's device.
-
-`find_device(topology, name)` is the device a caller names itself, whatever those variables say:
-a GPU/MIG UUID (or a bare one, as torch prints it) or a PCI bus id in any of its usual forms.
-
-Pure functions of the topology and an environment mapping: planners, `topo.set_affinity` and the
-launcher all call them.
+`find_device(topology, name)` is the device a caller names itself: a GPU/MIG UUID (or a bare one,
+as torch prints it) or a PCI bus id in any usual form.
 """
 
 from __future__ import annotations
@@ -82,9 +74,7 @@ def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None)
     """Physical ids of the devices local ranks 0, 1, ... get, or None when no visible-device
     variable is set (then a job uses every device, by physical id).
 
-    `env` defaults as in `visible_devices`: this process's environment on the live machine, none
-    for a topology read from elsewhere. `planners.plan()` and `topo plan` both call this, so the
-    Python API and the command plan the same devices.
+    `env` defaults as in `visible_devices`.
     """
     if env is None:
         if not topology.is_this_system:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import stat
 import uuid
 
 import click
 from click.core import ParameterSource
 
 from topo.errors import UsageError
+from topo.fsroot import file_kind
 
 # Replaying a captured machine: run the live-only probes (NVML, npu-smi, lscpu) against a --root
 # that is not "/", with stand-in tools (a fake pynvml, a fake npu-smi on PATH). Never needed on a
@@ -79,9 +79,6 @@ class MachineSource:
 
 STDOUT_NAMES = ("-", "/dev/stdout")  # output names that mean standard output, as for lstopo
 
-_NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
-
 
 def check_output(path: str, force: bool = False) -> None:
     """Refuse an output file before any work is done: one in a missing directory, one that is not
@@ -96,9 +93,9 @@ def check_output(path: str, force: bool = False) -> None:
         return
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc
-    for test, what in _NOT_REGULAR:
-        if test(mode):
-            raise UsageError(f"cannot write {path}: it is {what}, not a regular file; name a file to write")
+    kind = file_kind(mode)
+    if kind is not None:
+        raise UsageError(f"cannot write {path}: it is {kind}, not a regular file; name a file to write")
     if not force:
         raise UsageError(f"cannot write {path}: File exists; give -f/--force to overwrite it")
 

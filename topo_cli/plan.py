@@ -13,6 +13,8 @@ import sys
 import click
 
 from topo.errors import ParseError, TopoError, UsageError
+from topo.planners import core
+from topo.planners.core import Options
 from topo.text import printable
 from topo.cli import CONTEXT
 from topo.cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
@@ -36,6 +38,22 @@ class _ModeType(click.ParamType):
         from topo import planners
 
         return planners.get_planner(value).name  # its UsageError names the modes
+
+
+class _Choice(click.Choice):
+    """One of a planner option's values; '_' reads as '-' (all_logical), as the planners read it."""
+
+    def convert(self, value, param, ctx):
+        return super().convert(value.replace("_", "-") if isinstance(value, str) else value, param, ctx)
+
+
+def _option(name: str, values=None, **kwargs):
+    """A planner option: its choices (``values``) and default are `planners.core.Options`'."""
+    field = name.lstrip("-").replace("-", "_")
+    if values is not None:
+        kwargs["type"] = _Choice(values)
+    return click.option(name, default=getattr(Options, field), show_default=True, **kwargs)
+
 
 def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
     """--devices: physical ids in local-rank order ("3,1", "0-3"), GPU/MIG UUIDs or PCI bus ids
@@ -86,32 +104,28 @@ def _list_modes() -> str:
               help="Physical device ids, GPU/MIG UUIDs or PCI bus ids, comma separated, in local-rank order; "
                    "'none' for a CPU-only job. "
                    "Default: the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible.")
-@click.option("--scope", type=click.Choice(["node", "socket"]), default="node", show_default=True,
-              help="gpu_affinity modes: the CPUs a device may use, its NUMA node or its socket.")
-@click.option("--multithreading", type=click.Choice(["all-logical", "single-logical", "all_logical",
-                                                      "single_logical"]),
-              default="all-logical", show_default=True,
-              help="gpu_affinity modes: all threads of each core, or the first one.")
-@click.option("--balanced/--no-balanced", default=True, show_default=True,
+@_option("--scope", core.SCOPES, help="gpu_affinity modes: the CPUs a device may use, its NUMA node or its socket.")
+@_option("--multithreading", core.MULTITHREADING,
+         help="gpu_affinity modes: all threads of each core, or the first one.")
+@click.option("--balanced/--no-balanced", default=Options.balanced, show_default=True,
               help="unique-* modes: the same number of cores for every device.")
-@click.option("--min-physical-cores", type=WholeRange(min=1), default=1, show_default=True,
-              help="gpu_affinity modes: fail if a device gets fewer physical cores.")
-@click.option("--max-physical-cores", type=WholeRange(min=1), default=None,
-              help="gpu_affinity modes: at most this many physical cores per device.")
-@click.option("--memory", type=click.Choice(["numa", "preferred", "none"]), default="numa", show_default=True,
-              help="numa: bind each process's memory to its device's NUMA node; preferred: prefer that "
-                   "node, fall back to others when it is full; none: leave it.")
-@click.option("--msrun-bind", type=click.Choice(["core", "numa"]), default="core", show_default=True,
-              help="msrun-auto: --bind_core=True CPU split, or --bind_numa=True node assignment.")
-@click.option("--share", type=click.Choice(["job", "host"]), default="job", show_default=True,
-              help="msrun-auto: divide CPUs among this job's devices, or among all host devices (msrun).")
+@_option("--min-physical-cores", type=WholeRange(min=1),
+         help="gpu_affinity modes: fail if a device gets fewer physical cores.")
+@_option("--max-physical-cores", type=WholeRange(min=1),
+         help="gpu_affinity modes: at most this many physical cores per device.")
+@_option("--memory", core.MEMORY, help="numa: bind each process's memory to its device's NUMA node; preferred: "
+                                      "prefer that node, fall back to others when it is full; none: leave it.")
+@_option("--msrun-bind", core.MSRUN_BIND, help="msrun-auto: --bind_core=True CPU split, or --bind_numa=True "
+                                               "node assignment.")
+@_option("--share", core.SHARE, help="msrun-auto: divide CPUs among this job's devices, or among all host "
+                                     "devices (msrun).")
 @click.option("--modules", default=None, metavar="LAYOUT",
               help="Thread modules at relative positions of each process's CPUs, gen_bind_json style: "
                    "runtime=4-8,minddata=9-12,main=13-19 (adds a scheduler entry).")
 @click.option("--scheduler-range", default=None, metavar="START-END",
               help="Scheduler CPUs: relative positions in the scheduler base (default 20-23 with --modules).")
-@click.option("--scheduler-base", type=click.Choice(["free", "global", "device0"]), default="free",
-              show_default=True, help="Scheduler CPUs taken from: CPUs of no device, all, or device0's.")
+@_option("--scheduler-base", core.SCHEDULER_BASES,
+         help="Scheduler CPUs taken from: CPUs of no device, all, or device0's.")
 @click.option("--explain", is_flag=True,
               help="Print a table per process (device, node, CPUs, cores, L3, memory, locality) and "
                    "warnings instead of the JSON (the JSON still goes to -o FILE).")

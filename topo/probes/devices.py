@@ -1,17 +1,11 @@
 """Devices the planners care about (accelerators, NICs, NVMe), from sysfs and the runtimes' tools.
 
-Two layers, as hwloc's PCI and IO phases:
-1. sysfs, vendor-neutral: every PCI function is classified by class and vendor; a device's index is
-   its rank in PCI bus order among devices of its kind, which is what runtimes fall back to
-   (CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's enumeration order).
-2. runtime probes (NVML, npu-smi), live machine only: they know the index the runtime really uses
-   (npu-smi's logical id is not bus order), UUIDs, names and links. Their devices are matched to
-   sysfs by PCI bus id; one with no match is kept at machine level (a container that hides
-   /sys/bus/pci), and once a runtime has answered for a kind, sysfs devices of that kind it did not
-   list are dropped: their bus-order index would collide with the runtime's numbering.
-
-The link matrix (`nvidia-smi topo -m`'s view) is computed for accelerators and RDMA NICs from the
-sysfs PCI tree, overlaid with what the runtimes say (NV#, HCCS).
+As hwloc's PCI and IO phases: sysfs classifies every PCI function and numbers each kind in bus
+order (what runtimes fall back to); then, on the live machine, NVML and npu-smi give the index the
+runtime really uses, UUIDs, names and links. A runtime's device is matched to sysfs by bus id (one
+with no match is kept: a container may hide /sys/bus/pci), and the sysfs devices of a kind a
+runtime answered for that it did not list are dropped. The link matrix (`nvidia-smi topo -m`'s)
+comes from the sysfs PCI tree, overlaid with what the runtimes say (NV#, HCCS).
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ from dataclasses import replace
 from topo.cpuset import EMPTY
 from topo.fsroot import FsRoot
 from topo.model import Device, PciDevice, Topology
-from topo.probes.sysfs import PCI
+from topo.probes.pci import PCI
 
 VENDORS = {
     "10de": "nvidia",

@@ -1,17 +1,10 @@
-"""`lscpu`: the CPU side of the topology when sysfs does not give it.
+"""`lscpu`: the CPU side of the topology when sysfs does not give it (containers that hide
+/sys/devices/system/node or the CPU topology; msrun reads NUMA nodes from lscpu alone).
 
-Some containers hide /sys/devices/system/node (and sometimes the per-CPU topology directories);
-msrun reads NUMA nodes from `lscpu` alone. We fall back to `lscpu -p=CPU,CORE,SOCKET,NODE,CACHE`
-for packages, cores, NUMA nodes and cache sharing, and to plain `lscpu` for cache sizes.
-
-Three text formats, three pure parsers:
-- `lscpu -p=...` (parsable): `# CPU,Core,Socket,Node,,L1d,L1i,L2,L3` then `0,0,0,0,,0,0,0,0`
-  (util-linux 2.38); older versions put the caches in one `L1d:L1i:L2:L3` field. Empty = unknown.
-- `lscpu -e` (table): a header of column names (`CPU NODE SOCKET CORE L1d:L1i:L2:L3 ONLINE ...`) in
-  any order and subset; `-` = unknown.
-- `lscpu` (summary): `Key: value` lines. Two layouts exist: util-linux >= 2.37 prints a cache's
-  total with `(N instances)`; 2.34-2.36 the total alone; older ones the per-instance size as
-  `32768K`. `NUMA nodeN CPU(s):` may be empty: GH200 lists its GPU-memory nodes that way.
+Three formats, three pure parsers: `lscpu -p=CPU,CORE,SOCKET,NODE,CACHE` (caches as columns since
+util-linux 2.38, before as one `L1d:L1i:L2:L3` field; empty = unknown), `lscpu -e` (named columns
+in any order; `-` = unknown) and plain `lscpu` (`Key: value`; a cache's size is its total with
+`(N instances)` since 2.37, the total alone in 2.34-2.36, per instance as `32768K` before).
 """
 
 from __future__ import annotations
@@ -83,26 +76,10 @@ def parse_parsable(text: str) -> list[CpuRow]:
             header = line[1:].strip()
             if header.upper().startswith("CPU,"):
                 columns = [c.strip() for c in header.split(",")]
-            continue
-        if not line.strip():
-            continue
-        if columns is None:
-            raise ParseError("lscpu -p output has no '# CPU,Core,...' header line")
-        values = line.split(",")
-        row = dict(zip(columns, values))
-        try:
-            caches = []
-            for name, value in row.items():
-                if ":" in name:  # old layout: one L1d:L1i:L2:L3 field
-                    for sub, v in zip(name.split(":"), value.split(":")):
-                        if (cache := _opt_int(v, _LABEL)) is not None:
-                            caches.append((sub, cache))
-                elif _CACHE_NAME.match(name) and (cache := _opt_int(value, _LABEL)) is not None:
-                    caches.append((name, cache))
-            rows.append(CpuRow(_int(row["CPU"]), _opt_int(row.get("Core", ""), _LABEL),
-                               _opt_int(row.get("Socket", ""), _LABEL), _opt_int(row.get("Node", "")), tuple(caches)))
-        except (KeyError, ValueError, ParseError) as exc:
-            raise ParseError(f"lscpu -p: cannot read line {excerpt(line.strip())!r}: {exc}") from None
+        elif line.strip():
+            if columns is None:
+                raise ParseError("lscpu -p output has no '# CPU,Core,...' header line")
+            rows.append(_row(dict(zip(columns, line.split(","))), "lscpu -p", line))
     if not rows:
         raise ParseError("lscpu -p output lists no CPU")
     return rows
@@ -111,30 +88,27 @@ def parse_parsable(text: str) -> list[CpuRow]:
 def parse_table(text: str) -> list[CpuRow]:
     """`lscpu -e[=...]`: columns by their header names, `-` for unknown."""
     lines = [line for line in text.splitlines() if line.strip()]
-    if not lines or not lines[0].split() or lines[0].split()[0] != "CPU":
+    if not lines or lines[0].split()[0] != "CPU":
         raise ParseError("lscpu -e output does not start with a 'CPU ...' header")
     columns = lines[0].split()
-    rows = []
-    for line in lines[1:]:
-        values = line.split()
-        if len(values) < len(columns):
-            # MAXMHZ/MINMHZ/MHZ may be absent on some rows; the key columns come first
-            values += [""] * (len(columns) - len(values))
-        row = dict(zip(columns, values))
-        try:
-            caches = []
-            for name, value in row.items():
-                if ":" in name:
-                    for sub, v in zip(name.split(":"), value.split(":")):
-                        if (cache := _opt_int(v, _LABEL)) is not None:
-                            caches.append((sub, cache))
-            rows.append(CpuRow(
-                _int(row["CPU"]), _opt_int(row.get("CORE", ""), _LABEL), _opt_int(row.get("SOCKET", ""), _LABEL),
-                _opt_int(row.get("NODE", "")), tuple(caches), row.get("ONLINE", "yes") != "no",
-            ))
-        except (ValueError, ParseError) as exc:
-            raise ParseError(f"lscpu -e: cannot read line {excerpt(line.strip())!r}: {exc}") from None
-    return rows
+    # MAXMHZ/MINMHZ/MHZ may be absent on some rows; the key columns come first
+    return [_row(dict(zip(columns, line.split() + [""] * len(columns))), "lscpu -e", line) for line in lines[1:]]
+
+
+def _row(row: dict[str, str], tool: str, line: str) -> CpuRow:
+    """One CPU's row: its columns by header name (`Core` or `CORE`; caches as `L1d` columns or one
+    `L1d:L1i:L2:L3` field)."""
+    get = {name.upper(): value for name, value in row.items()}.get
+    try:
+        caches = []
+        for name, value in row.items():
+            if ":" in name or _CACHE_NAME.match(name):
+                caches += [(sub, cache) for sub, v in zip(name.split(":"), value.split(":"))
+                           if (cache := _opt_int(v, _LABEL)) is not None]
+        return CpuRow(_int(get("CPU", "")), _opt_int(get("CORE", ""), _LABEL), _opt_int(get("SOCKET", ""), _LABEL),
+                      _opt_int(get("NODE", "")), tuple(caches), get("ONLINE", "yes") != "no")
+    except ParseError as exc:
+        raise ParseError(f"{tool}: cannot read line {excerpt(line.strip())!r}: {exc}") from None
 
 
 def _bytes(text: str) -> int | None:

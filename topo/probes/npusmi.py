@@ -1,18 +1,13 @@
-"""Huawei Ascend NPUs through `npu-smi`, the way MindSpore's msrun reads them.
+"""Huawei Ascend NPUs through `npu-smi`, read as MindSpore's msrun reads them.
 
-The parsers take text and return data; `probe_npusmi` runs the commands. Every command gets a 10 s
-timeout (msrun's) and at most TOOL_OUTPUT_LIMIT of output (topo.probes.tools.run_tool), and a
-failure of any kind (not installed, timeout, too much output, non-zero exit, output we cannot read)
-becomes a reason string, never an exception out of the probe.
-
-- `npu-smi info -m`: the chip map. Columns `NPU ID`, `Chip ID`, `Chip Logic ID`, `Chip Name` (A3 adds
-  `Slot ID` and `Chip Phy-ID`); `Mcu` rows are the board's management controller, not a chip. The
-  device id the runtime uses (`ASCEND_RT_VISIBLE_DEVICES`, `DEVICE_ID`) is the logical id; msrun
-  falls back to the NPU id, then the physical id, when a column is missing or not unique.
-- `npu-smi info`: the status table; its chip rows carry each chip's PCI bus id.
-- `npu-smi info -t board -i N -c M`: asked only for chips the table gave no bus id; the line is
-  `PCIe Bus Info` on some boards and `PCIeBusInfo` on others.
-- `npu-smi info -t topo`: the NPU link matrix (HCCS, PIX, SYS, ...) and a `CPU Affinity` column.
+Parsers take text and return data; `probe_npusmi` runs the commands (topo.probes.tools: 10 s as
+msrun, bounded output) and turns any failure into a reason string.
+- `npu-smi info -m`: the chip map (`Mcu` rows are the board's controller). The runtime's device id
+  is the logical id; msrun falls back to the NPU id, then the physical id, when a column is
+  missing or not unique.
+- `npu-smi info`: the status table, whose chip rows carry each chip's PCI bus id;
+  `npu-smi info -t board -i N -c M` for a chip it gave none (`PCIe Bus Info` or `PCIeBusInfo`).
+- `npu-smi info -t topo`: the link matrix (HCCS, PIX, SYS, ...) and a `CPU Affinity` column.
 """
 
 from __future__ import annotations

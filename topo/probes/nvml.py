@@ -1,20 +1,12 @@
-"""NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py` package: `topo-affinity[nvidia]`).
+"""NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py`: `topo-affinity[nvidia]`).
 
-Imported only when the probe runs, so `topo show` on a machine without NVIDIA software pays
-nothing. Failures degrade in steps (as gpustat does): no library or no driver gives a reason and no
-GPUs; an error on one GPU drops that GPU and names it; an optional field that errors is None.
-
-What we read, and why that call:
-- index: NVML's enumeration order, which is PCI bus order and what `CUDA_DEVICE_ORDER=PCI_BUS_ID`
-  and nvidia-smi number;
-- PCI bus id: NVML prints an 8-digit domain (`00000000:18:00.0`), sysfs a 4-digit one;
-- CPU affinity within NODE and SOCKET scope (nvmlDeviceGetCpuAffinityWithinScope), in 64-bit words
-  with word 0 holding CPUs 0-63, as NVIDIA's gpu_affinity reads it;
-- the CPU-side NUMA node from the NODE-scope memory affinity, which is nvidia-smi's "NUMA
-  Affinity" column (nvmlDeviceGetNumaNodeId is the GPU's *own* memory node on C2C machines, the
-  "GPU NUMA ID" column, not where its CPUs are);
-- the GPU-GPU link level (nvmlDeviceGetTopologyCommonAncestor) and NVLink counts per peer, the two
-  ingredients of `nvidia-smi topo -m`.
+Imported only when the probe runs. Failures degrade in steps, as gpustat's: no library or driver
+gives a reason and no GPUs; an error on one GPU drops it, named; an optional field that errors is
+None. We read the index (NVML's order: PCI bus order, as nvidia-smi numbers), the bus id (NVML
+writes an 8-digit domain), the NODE- and SOCKET-scope CPU affinity (64-bit words, word 0 holding
+CPUs 0-63, as gpu_affinity reads them), the CPU-side NUMA node from the NODE-scope memory affinity
+(nvidia-smi's "NUMA Affinity"; nvmlDeviceGetNumaNodeId is the GPU's own memory node on C2C
+machines), and the link level and NVLink counts `nvidia-smi topo -m` shows.
 """
 
 from __future__ import annotations

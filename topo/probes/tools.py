@@ -18,13 +18,10 @@ class ToolNotFound(ProbeError):
 
 
 def run_tool(argv: list[str], timeout: float | None = None) -> str:
-    """The tool's stdout. ProbeError naming the command when it is missing, cannot be executed,
-    times out, writes more than TOOL_OUTPUT_LIMIT bytes to stdout or stderr (it is stopped then:
-    no tool topo reads writes a tenth of that) or exits non-zero (with the first line it wrote to
-    stderr, else stdout).
-
-    LC_ALL=C: the parsers read English keys and '.' decimals.
-    """
+    """The tool's stdout (run with LC_ALL=C: the parsers read English keys and '.' decimals).
+    ProbeError naming the command when it is missing, cannot be executed, times out, writes more
+    than TOOL_OUTPUT_LIMIT bytes to stdout or stderr (it is stopped then) or exits non-zero (with
+    the first line it wrote to stderr, else stdout)."""
     shown = " ".join(argv)
     timeout = TIMEOUT if timeout is None else timeout
     if shutil.which(argv[0]) is None:  # before importing subprocess, which most runs never need
