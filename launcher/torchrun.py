@@ -1,17 +1,20 @@
 """`topo run`: the plan of a torchrun job (per-worker argv, environment, binding, log layout) and
 its failure report: the plan (launcher.plan, restart policy included) runs in the executor `topo launch`
 uses (launcher.run.execute). The flags are launcher.torchrun_flags', the error files
-launcher.torchrun_errors'.
+launcher.torchrun_errors'. Jobs that need torch's rendezvous (c10d or etcd across nodes without
+node ranks, elastic MIN:MAX, --rdzv-conf) run under torch's own agent instead: launcher.elastic.
 
-What torchrun 2.13 does and topo run does alike:
+What torchrun does and topo run's static plan does alike (as the installed torch's release does,
+launcher.torchrun_flags.TORCHRUN_RELEASES):
 - flags, their `-`/`_` spellings and defaults; a missing `--master-port` on a single node means
-  "localhost and a free port, run id a fresh UUID" (torchrun's local rendezvous), else 29500;
+  "localhost and a free port, run id a fresh UUID" (torchrun's local rendezvous, from 2.12), else 29500;
 - workers run `${PYTHON_EXEC:-sys.executable} -u SCRIPT ARGS` (or `-m MODULE`, or the program
   itself with --no-python), each in its own session, with torchrun's variables (RANK, LOCAL_RANK,
   WORLD_SIZE, ..., TORCHELASTIC_ERROR_FILE under `<log dir>/<run id>_<random>/attempt_<n>/<local rank>/`);
 - --max-restarts N restarts the whole local worker group after a failure, up to N times;
 - a worker that fails after writing an error file (`@record`) has its exception and traceback
-  reported as the root cause; -t prints `[<role><local rank>]:line`; SIGINT exits 1.
+  reported as the root cause; -t prefixes lines as --log-line-prefix-template says
+  (`[<role><local rank>]:`); SIGINT exits 1.
 
 Where it differs, on purpose:
 - rendezvous is static: every node is told its --node-rank (or Slurm tells it); no store runs
@@ -32,6 +35,7 @@ import shlex
 import shutil
 import signal
 import socket
+import string
 import sys
 import tempfile
 import uuid
@@ -74,8 +78,12 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or str(uuid.uuid4())
     shared = sharers(bindings)
-    devices = [_virtual_device(environ, r) if config.virtual_local_rank else None
+    # torch 2.15 on: HIP_VISIBLE_DEVICES, when set, is what --virtual-local-rank maps (ROCm reads it first)
+    hip = config.torchrun.hip_virtual_devices and bool(environ.get("HIP_VISIBLE_DEVICES"))
+    devices = [_virtual_device(environ, r, "HIP_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES")
+               if config.virtual_local_rank else None
                for r in range(config.nproc_per_node)]  # a rank without a GPU is refused before anything starts
+    host = socket.gethostname()
 
     def worker_env(local_rank: int, restart: int, error_file: str) -> dict[str, str]:
         """torchrun's variables for one worker (local_elastic_agent._start_workers), plus topo's
@@ -93,13 +101,16 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
             "TORCHELASTIC_USE_AGENT_STORE": "False",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
             "TORCHELASTIC_ERROR_FILE": error_file,
-            "TORCHELASTIC_SIGNALS_TO_HANDLE": c.signals_to_handle,
         }
+        if c.torchrun.signals_variable:
+            env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = c.signals_to_handle
         if c.virtual_local_rank:
             # torchrun's --virtual-local-rank: every worker is local rank 0 and sees only its own GPU,
             # the local_rank-th entry of CUDA_VISIBLE_DEVICES (or GPU local_rank when it is unset)
             env["LOCAL_RANK"] = "0"
             env["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
+            if hip:
+                env["HIP_VISIBLE_DEVICES"] = devices[local_rank]
         env.update(thread_env(environ, bindings[local_rank], c.nproc_per_node, shared[local_rank]))
         return env
 
@@ -114,7 +125,8 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
                 f"rank {config.rank(local_rank)}", (*binding.prefix, *command),
                 worker_env(local_rank, restart, os.path.join(rank_dir, "error.json")), stdout, binding,
                 direct[local_rank], config.role, config.rank(local_rank), local_rank, tail,
-                stderr_path=stderr, tail_prefix=f"[{config.role}{local_rank}]:"))
+                stderr_path=stderr, tail_prefix=string.Template(config.line_prefix).safe_substitute(
+                    role_name=config.role, rank=config.rank(local_rank), local_rank=local_rank, hostname=host)))
         return tuple(specs)
 
     def attempt(restart: int, run_dir: str) -> tuple[tuple[ProcessSpec, ...], str]:
@@ -136,14 +148,14 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
                 config.max_restarts, attempt)
 
 
-def _virtual_device(environ: Mapping[str, str], local_rank: int) -> str:
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
+def _virtual_device(environ: Mapping[str, str], local_rank: int, variable: str) -> str:
+    visible = environ.get(variable)
     if visible is None:
         return str(local_rank)
     ids = visible.split(",")
     if local_rank >= len(ids):
         raise UsageError(f"--virtual-local-rank: local rank {local_rank} has no GPU in "
-                         f"CUDA_VISIBLE_DEVICES={visible}; start at most {len(ids)} workers")
+                         f"{variable}={visible}; start at most {len(ids)} workers")
     return ids[local_rank].strip()
 
 
@@ -213,7 +225,7 @@ class RunResult:
     """How a `topo run` job ended."""
 
     exit_code: int  # 0, the failing worker's code (128 + N for signal N), or 128 + a signal we got
-    plan: Plan
+    plan: Plan | None  # None when torch's agent ran the job (launcher.elastic)
     restarts: int = 0  # how many times the worker group was started again
     failure: Failure | None = None  # the root cause of the last attempt's failure
     run_dir: str | None = None  # <log dir>/<run id>_<random>; None for a dry run or once removed
@@ -222,12 +234,15 @@ class RunResult:
 def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology=None,
         out: TextIO | None = None, err: TextIO | None = None) -> RunResult:
     """Start the local worker group of `config`, follow it, restart it after a failure up to
-    `max_restarts` times, and report. `out` gets the dry-run text and tee'd output, `err` the
+    `max_restarts` times, and report; a job that needs torch's rendezvous (`config.torch_agent`)
+    runs under torch's agent instead (launcher.elastic). `out` gets the dry-run text and tee'd output, `err` the
     launcher's messages and the failure report. Must run on a thread that lives as long as the
     job (the workers die with it)."""
 
     out = out or sys.stdout
     err = err or sys.stderr
+    if config.torch_agent:
+        return _run_on_torch_agent(config, environ, topology, out, err)
     plan = plan_run(config, environ=environ, topology=topology)
     if config.dry_run:
         print(describe_run(plan), file=out)
@@ -275,6 +290,25 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
         shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)  # the temporary base made for this run
         run_dir = None
     return RunResult(code, plan, restart, failure, run_dir)
+
+
+def _run_on_torch_agent(config: RunConfig, environ: Mapping[str, str] | None, topology, out: TextIO,
+                        err: TextIO) -> RunResult:
+    """The static plan's checks and bindings, then torch's agent runs the job (launcher.elastic)."""
+    from topo.launcher.elastic import run_agent  # imports torch: only for the forms only it runs
+
+    environ = dict(os.environ if environ is None else environ)
+    command = _command(config)
+    _check_command(config, command, environ)
+    if config.log_dir:
+        check_log_dir(config.log_dir, "--log-dir")
+    warnings: list[str] = []
+    bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
+    if config.numa_binding:
+        bindings = _bindings(config, environ, topology, warnings)
+    code, restarts, failure, run_dir = run_agent(config, command, bindings, warnings, environ=environ, out=out,
+                                                 err=err)
+    return RunResult(code, None, restarts, failure, run_dir)
 
 
 def _interpreter_hint(plan: Plan, failure: Failure, rank_dir: str) -> str | None:
