@@ -146,6 +146,8 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
     for warning in warnings:
         say(f"warning: {warning}")
     say(f"torch {torch.__version__}'s rendezvous and agent run this job ({config.torch_agent})")
+    if config.node_rank != 0 and config.rdzv_backend != "static":  # torchrun's warning too
+        say(f"warning: --node-rank={config.node_rank} is not used: the {config.rdzv_backend} rendezvous orders the nodes")
     extra = {}
     if "OMP_NUM_THREADS" not in environ and config.nproc_per_node > 1 and not config.numa_binding:
         extra["OMP_NUM_THREADS"] = "1"  # torchrun's rule, which its config_from_args sets the same way

@@ -441,8 +441,8 @@ TORCH_AGENT_OPTIONS = ("start_method", "event_log_handler", "logs_specs", "dupli
 def _torch_agent_form(values: Mapping[str, object], min_nodes: int, max_nodes: int, backend: str,
                       node_rank_known: bool, torch: bool) -> str | None:
     """The flag that makes this a job for torch's rendezvous and agent, or None for one topo's
-    static plan runs: one node (--standalone, or no endpoint elsewhere), or nodes that each know
-    their --node-rank, under the static backend (or c10d, where torch is not importable)."""
+    static plan runs: one node under the static or c10d backend, or nodes that each know their
+    --node-rank under the static backend (under c10d too, where torch is not importable)."""
     if min_nodes != max_nodes:
         return f"--nnodes={min_nodes}:{max_nodes}"
     if str(values["rdzv_conf"]).strip():

@@ -123,13 +123,23 @@ def check_job(out: Path, nproc: int) -> None:
         assert res["threads"] == len(res["affinity"])  # OMP_NUM_THREADS: its CPUs, shared with no other rank
 
 
+def local_processes() -> int:
+    """2, or fewer on a machine with fewer accelerators (set_affinity plans one process each)."""
+    from topo.discovery import discover
+    from topo.visible import visible_devices
+
+    devices = visible_devices(discover())
+    return min(2, len(devices)) if devices else 2
+
+
 def test_torchrun_no_python_topo_bind_mode(tmp_path):
     pytest.importorskip("torch", reason="torch is not importable")
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+    n = local_processes()
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
                         "--no-python", sys.executable, "-m", "topo", "bind", "--mode", "exclusive", "--",
                         sys.executable, ALLREDUCE, str(tmp_path)], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
-    check_job(tmp_path, 2)
+    check_job(tmp_path, n)
 
 
 def test_mpirun_topo_bind_mode(tmp_path):
@@ -142,8 +152,9 @@ def test_mpirun_topo_bind_mode(tmp_path):
         pytest.skip(f"mpirun is not Open MPI's: {version.strip()[:60]}")
     # as root, Open MPI wants both variables; its default binding (a core per rank) is left to topo bind
     env = {**without_launchers(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    r = subprocess.run([mpirun, "-np", "2", "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={free_port()}",
+    n = local_processes()
+    r = subprocess.run([mpirun, "-np", str(n), "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={free_port()}",
                         sys.executable, "-m", "topo", "bind", "--mode", "exclusive", "--", sys.executable, ALLREDUCE,
                         str(tmp_path)], capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    check_job(tmp_path, 2)
+    check_job(tmp_path, n)

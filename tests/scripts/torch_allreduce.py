@@ -3,8 +3,8 @@
 `torch_allreduce.py OUT_DIR [ACTION]`: rank r contributes [1, 2, 3, 4] * (r + 1) and writes the
 reduced tensor, its local rank, attempt, CPU affinity and thread count to OUT_DIR/rank_<r>.json.
 ACTION:
-- kill-once: on the first attempt (TORCHELASTIC_RESTART_COUNT 0) rank 1 is killed (SIGKILL) and
-  the others wait until the agent stops them, all before joining the group (torch's agent keeps
+- kill-once: on the first attempt (TORCHELASTIC_RESTART_COUNT 0) the last rank is killed (SIGKILL)
+  and the others wait until the agent stops them, all before joining the group (torch's agent keeps
   its store across restarts, where a first attempt's keys would mislead the second's gloo).
 Without TORCHELASTIC_RESTART_COUNT (mpirun), RANK and WORLD_SIZE fall back to Open MPI's.
 """
@@ -20,9 +20,9 @@ for ours, theirs in (("RANK", "OMPI_COMM_WORLD_RANK"), ("WORLD_SIZE", "OMPI_COMM
 action = sys.argv[2] if len(sys.argv) > 2 else ""
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 if action == "kill-once" and attempt == 0:
-    if os.environ["RANK"] == "1":
+    if int(os.environ["RANK"]) == int(os.environ["WORLD_SIZE"]) - 1:
         os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(300)  # the agent stops this worker once rank 1 is gone
+    time.sleep(300)  # the agent stops this worker once the last rank is gone
     sys.exit(3)
 
 import torch  # noqa: E402
