@@ -19,7 +19,6 @@ import shlex
 import signal
 import sys
 import threading
-from contextlib import contextmanager
 from dataclasses import fields
 from typing import Mapping, Sequence, TextIO
 
@@ -148,9 +147,9 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
     say(f"torch {torch.__version__}'s rendezvous and agent run this job ({config.torch_agent})")
     if config.node_rank != 0 and config.rdzv_backend != "static":  # torchrun's warning too
         say(f"warning: --node-rank={config.node_rank} is not used: the {config.rdzv_backend} rendezvous orders the nodes")
-    extra = {}
     if "OMP_NUM_THREADS" not in environ and config.nproc_per_node > 1 and not config.numa_binding:
-        extra["OMP_NUM_THREADS"] = "1"  # torchrun's rule, which its config_from_args sets the same way
+        # torchrun's rule, set as its config_from_args sets it: the agent gives workers this environment
+        os.environ["OMP_NUM_THREADS"] = "1"
         say(f"OMP_NUM_THREADS=1 for each of the {config.nproc_per_node} workers (they share this node's CPUs); "
             "set OMP_NUM_THREADS to tune it")
     report = describe_threads([f"local rank {r}" for r in range(len(bindings))], bindings, threads)
@@ -161,8 +160,7 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
     code, failure, others = 0, None, ()
     check.start()
     try:
-        with _environment(extra):
-            elastic_launch(launch, argv[0])(*argv[1:])
+        elastic_launch(launch, argv[0])(*argv[1:])
     except ChildFailedError as exc:
         rank, first = exc.get_first_failure()
         failure = _failure(rank, first)
@@ -190,42 +188,23 @@ def _failure(rank: int, failure) -> Failure:
                         error_file=failure.error_file)
 
 
-@contextmanager
-def _environment(extra: Mapping[str, str]):
-    """`extra` in this process's environment while the agent runs (it gives the workers a copy of
-    it, as torchrun's own OMP_NUM_THREADS reaches them), restored afterwards."""
-    before = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-class WorkerCheck:
+class WorkerCheck(threading.Thread):
     """Follows the workers torch's agent starts (this process's children): once a worker has left
     `prefix` (bindexec), reads its CPUs and memory policy from /proc and says whether they are what
     bindexec applied (TOPO_BINDING in its environment), as the static plan's verification does."""
 
     def __init__(self, say, prefix: Sequence[str]):
+        super().__init__(name="topo-worker-check", daemon=True)
         self.say = say
         self.prefix = tuple(prefix)
         self.restarts = 0
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._follow, name="topo-worker-check", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self) -> None:
         self._done.set()
-        self._thread.join(EXEC_TIMEOUT)
+        self.join(EXEC_TIMEOUT)
 
-    def _follow(self) -> None:
+    def run(self) -> None:
         import psutil
 
         me, seen = psutil.Process(), set()
