@@ -1,4 +1,5 @@
-"""`topo bind`: bind this process as the bind JSON says for its local rank, then exec the command.
+"""`topo bind`: bind this process as the bind JSON says for its local rank (or as `--mode` plans
+this node, from the launcher's local rank and process count), then exec the command.
 
 It sits between any launcher and the program (torchrun --no-python, srun, mpirun), so a plan from
 `topo plan` is applied as `topo launch` applies it: the same entry per local rank, the same numactl
@@ -19,6 +20,7 @@ from topo.errors import ParseError, TopoError, UsageError
 from topo.launcher.binding import binding_of, check_loaded, device_ids
 from topo.launcher.environ import bind_file_env, sharers, thread_env
 from topo.launcher.slurm import task_env
+from topo.cpuset import excerpt
 from topo.numbers import ascii_number
 from topo.planners.binding import from_entry
 from topo.planners.bindload import load_bind
@@ -88,6 +90,49 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
     return list(command), binding.cpus, env, binding, key  # CPUs alone, or numactl not found
 
 
+MEMORY_WORDS = {"none": None, "numa": "bind", "preferred": "preferred"}  # --memory as set_affinity's memory=
+
+
+def plan_mode(command: Sequence[str], *, mode: str, scope: str = "node", memory: str = "none",
+              local_rank: int | None = None, nproc_per_node: int | None = None,
+              environ: Mapping[str, str] | None = None):
+    """What `topo bind --mode` will do, in plan_bind's terms: this process's binding from the plan
+    of its whole node (local rank and process count from the launcher's variables,
+    launcher.localrank), as set_affinity plans it, so that every rank of the node plans alike."""
+    from topo.launcher.affinity import AffinityError, plan_here
+    from topo.launcher.localrank import local_rank_and_size
+
+    environ = os.environ if environ is None else environ
+    if not command:
+        raise UsageError("no command given: topo bind --mode MODE -- COMMAND [ARGS...]")
+    rank, size, source = local_rank_and_size(environ, local_rank, nproc_per_node)
+    _undo_default_binding(environ)
+    try:
+        binding, share = plan_here(rank, size, mode=mode, scope=scope, memory=MEMORY_WORDS[memory],
+                                   multithreading="all_logical", balanced=True, min_physical_cores=1,
+                                   max_physical_cores=None)
+    except AffinityError as exc:
+        raise UsageError(f"--mode {mode}, local rank {rank} of {size} ({source}): {exc}") from None
+    return list(command), binding.cpus, thread_env(environ, binding, size, share), binding, f"local rank {rank}"
+
+
+def _undo_default_binding(environ: Mapping[str, str]) -> None:
+    """Open MPI binds each rank at launch unless told not to (to a core for 2 ranks, a socket or
+    NUMA node for more), so each would plan a different node: take back the CPUs mpirun started
+    from (the parent's, mpirun's or its daemon's), as `--bind-to none` would have left them. A
+    binding asked for (--bind-to X) is refused rather than overridden."""
+    if environ.get("OMPI_MCA_orte_bound_at_launch") != "1":
+        return
+    policy = environ.get("OMPI_MCA_hwloc_base_binding_policy", "").strip()
+    if policy and policy != "none":
+        raise UsageError(f"mpirun --bind-to {excerpt(policy, 20)} bound this rank already "
+                         "(OMPI_MCA_hwloc_base_binding_policy): give mpirun --bind-to none and let topo bind place it")
+    try:
+        os.sched_setaffinity(0, os.sched_getaffinity(os.getppid()))
+    except OSError:
+        pass  # the parent is gone or not ours to read: plan within this rank's CPUs
+
+
 def _sharing(plan, binding, topology) -> int:
     """How many of the plan's processes are bound to the busiest of `binding`'s CPUs (itself included)."""
     if binding.cpus is None:
@@ -97,29 +142,37 @@ def _sharing(plan, binding, topology) -> int:
 
 
 def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
-                  bind_fallback: bool = False) -> None:
-    """Apply the binding and replace this process by `command`; returns only by raising.
+                  bind_fallback: bool = False, mode: str | None = None, **mode_options) -> None:
+    """Apply the binding and replace this process by `command`; returns only by raising. The
+    binding is the bind JSON's entry for this local rank, or with `mode` planned here (plan_mode,
+    which takes `mode_options`).
 
     `bind_fallback`: when the kernel refuses the memory policy, try MPOL_PREFERRED, then keep the
     CPU binding alone, and say which held, instead of failing."""
-    argv, _, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
+    if mode is not None and bind_file is not None:
+        raise UsageError("--mode plans the binding and --bind-file reads one: give one of them")
+    if mode is not None:
+        argv, _, env, binding, key = plan_mode(command, mode=mode, local_rank=local_rank, **mode_options)
+    else:
+        argv, _, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
+    origin = "the bind JSON" if mode is None else f"this node's {mode} plan"
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
     threads = env.get("OMP_NUM_THREADS")
     if threads and binding.cpus is not None and int(threads) < binding.cpus.weight():
         print(f"topo bind: {key}: OMP_NUM_THREADS={threads}: its {binding.cpus.weight()} CPUs are shared with other "
-              "processes of the bind JSON; set OMP_NUM_THREADS to choose another", file=sys.stderr)
+              f"processes of {origin}; set OMP_NUM_THREADS to choose another", file=sys.stderr)
     if binding.direct and binding.prefix[0] == "numactl":
         print(f"topo bind: {key}: {binding.describe()} (applied directly: {binding.note})", file=sys.stderr)
     try:  # numactl would set the same after the exec, too late to fall back or say what to do
         held = apply(binding, fallback=bind_fallback)
     except BindingRefused as exc:
         if exc.memory:
-            raise BindingRefused(f"the kernel refused the memory binding ({exc.refused}), {key} of the bind JSON: "
+            raise BindingRefused(f"the kernel refused the memory binding ({exc.refused}), {key} of {origin}: "
                                  "drop the memory binding, grant CAP_SYS_NICE, or add --bind-fallback to try "
                                  "'preferred', then the CPU binding alone", exc.refused) from None
-        raise BindingRefused(f"the kernel refused CPUs {binding.cpus} ({os.strerror(exc.errno)}), {key} of the "
-                             "bind JSON: bind within `topo show`'s allowed CPUs", exc.refused) from None
+        raise BindingRefused(f"the kernel refused CPUs {binding.cpus} ({os.strerror(exc.errno)}), {key} of "
+                             f"{origin}: bind within `topo show`'s allowed CPUs", exc.refused) from None
     if held != binding:
         state = "preferred held" if held.memory_policy == "preferred" else "CPUs alone held"
         print(f"topo bind: {key}: the kernel refused memory policy {binding.memory_policy}; {state} "

@@ -2,8 +2,11 @@
 child's argv, so the command starts bound (CPU affinity and memory policy survive exec).
 
     python -m topo.launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] cpus=0-3 memory=bind:0 -- COMMAND...
+    python -m topo.launcher.bindexec --local-rank=R --rank=0 cpus=0-3 --rank=1 cpus=4-7 -- COMMAND...
 
 The binding is written as TOPO_BINDING is, and the command gets TOPO_BINDING set to what held.
+The second form gives every local rank the same argv (as torch's agent starts its workers, R filled
+in per worker): rank R takes the options after its `--rank=R`.
 Exit status as a shell's: 1 when the kernel refuses the binding, 2 for a malformed one, 126 when
 the command cannot be executed, 127 when it is not found. It imports only topo's syscalls and
 binding record: it runs before each child's own interpreter.
@@ -43,9 +46,39 @@ def parse(args: list[str]) -> tuple[Binding, bool, dict[str, str], list[str]]:
     return binding, fallback, env, command
 
 
+def for_local_rank(args: list[str]) -> list[str]:
+    """`--local-rank=R [COMMON...] --rank=0 OPTIONS... --rank=1 OPTIONS... -- COMMAND`, one argv
+    for every worker (torch's agent fills R in for each), as local rank R's own
+    `COMMON... OPTIONS... -- COMMAND`; any other argv as it is."""
+    if not args or not args[0].startswith("--local-rank="):
+        return args
+    if "--" not in args:
+        raise ParseError(f"no '--' before the command; {USAGE}")
+    cut = args.index("--")
+    mine, common, chosen, current, found = _rank(args[0]), [], [], None, False
+    for option in args[1:cut]:
+        if option.startswith("--rank="):
+            current = _rank(option)
+            found = found or current == mine
+        elif current is None:
+            common.append(option)
+        elif current == mine:
+            chosen.append(option)
+    if not found:
+        raise ParseError(f"{args[0]}: no --rank={mine} gives this local rank its binding")
+    return [*common, *chosen, *args[cut:]]
+
+
+def _rank(option: str) -> int:
+    text = option.partition("=")[2]
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise ParseError(f"{option[:40]!r} is not a local rank")
+    return int(text)
+
+
 def main(args: list[str]) -> int:
     try:
-        binding, fallback, additions, command = parse(args)
+        binding, fallback, additions, command = parse(for_local_rank(args))
     except ParseError as exc:
         print(f"topo: error: {exc}", file=sys.stderr)
         return 2

@@ -1,11 +1,15 @@
 """`topo run`: torchrun's flags (launcher.torchrun_flags) as a plan (per worker its argv,
 environment, binding and log layout, and the restart policy) for launcher.run.execute, and the
-failure report (launcher.torchrun_errors).
+failure report (launcher.torchrun_errors). Jobs that need torch's rendezvous (c10d or etcd across
+nodes without node ranks, elastic MIN:MAX, --rdzv-conf) run under torch's own agent instead
+(launcher.elastic).
 
-As torchrun: its flags and defaults (no --master-port on one node: localhost, a free port, a fresh
-run id); workers run `${PYTHON_EXEC:-sys.executable} -u SCRIPT ARGS` with its variables and
+As the installed torch's torchrun (launcher.torchrun_flags.TORCHRUN_RELEASES): its flags and
+defaults (no --master-port on one node: localhost, a free port, a fresh run id, from 2.12); workers
+run `${PYTHON_EXEC:-sys.executable} -u SCRIPT ARGS` with its variables and
 `<log dir>/<run id>_<random>/attempt_<n>/<local rank>/` layout; --max-restarts restarts the local
-group; an `@record` error file is reported as the root cause; SIGINT exits 1.
+group; an `@record` error file is reported as the root cause; -t prefixes lines as
+--log-line-prefix-template says; SIGINT exits 1.
 
 Unlike it, on purpose: the rendezvous is static (no store runs in topo, so
 TORCHELASTIC_USE_AGENT_STORE is "False" and rank 0 hosts the TCPStore); --numa-binding takes every
@@ -20,6 +24,7 @@ import shlex
 import shutil
 import signal
 import socket
+import string
 import sys
 import tempfile
 import uuid
@@ -60,8 +65,12 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or str(uuid.uuid4())
     shared = sharers(bindings)
-    devices = [_virtual_device(environ, r) if config.virtual_local_rank else None
+    # torch 2.15 on: HIP_VISIBLE_DEVICES, when set, is what --virtual-local-rank maps (ROCm reads it first)
+    hip = config.torchrun.hip_virtual_devices and bool(environ.get("HIP_VISIBLE_DEVICES"))
+    devices = [_virtual_device(environ, r, "HIP_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES")
+               if config.virtual_local_rank else None
                for r in range(config.nproc_per_node)]  # a rank without a GPU is refused before anything starts
+    host = socket.gethostname()
 
     def worker_env(local_rank: int, restart: int, error_file: str) -> dict[str, str]:
         """torchrun's variables for one worker (local_elastic_agent._start_workers), plus topo's
@@ -79,13 +88,16 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
             "TORCHELASTIC_USE_AGENT_STORE": "False",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
             "TORCHELASTIC_ERROR_FILE": error_file,
-            "TORCHELASTIC_SIGNALS_TO_HANDLE": c.signals_to_handle,
         }
+        if c.torchrun.signals_variable:
+            env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = c.signals_to_handle
         if c.virtual_local_rank:
             # torchrun's --virtual-local-rank: every worker is local rank 0 and sees only its own GPU,
             # the local_rank-th entry of CUDA_VISIBLE_DEVICES (or GPU local_rank when it is unset)
             env["LOCAL_RANK"] = "0"
             env["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
+            if hip:
+                env["HIP_VISIBLE_DEVICES"] = devices[local_rank]
         env.update(thread_env(environ, bindings[local_rank], c.nproc_per_node, shared[local_rank]))
         return env
 
@@ -100,7 +112,8 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
                 f"rank {config.rank(local_rank)}", (*binding.prefix, *command),
                 worker_env(local_rank, restart, os.path.join(rank_dir, "error.json")), stdout, binding,
                 config.role, config.rank(local_rank), local_rank, tail,
-                stderr_path=stderr, tail_prefix=f"[{config.role}{local_rank}]:"))
+                stderr_path=stderr, tail_prefix=string.Template(config.line_prefix).safe_substitute(
+                    role_name=config.role, rank=config.rank(local_rank), local_rank=local_rank, hostname=host)))
         return tuple(specs)
 
     def attempt(restart: int, run_dir: str) -> tuple[tuple[ProcessSpec, ...], str]:
@@ -122,14 +135,14 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
                 config.max_restarts, attempt)
 
 
-def _virtual_device(environ: Mapping[str, str], local_rank: int) -> str:
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
+def _virtual_device(environ: Mapping[str, str], local_rank: int, variable: str) -> str:
+    visible = environ.get(variable)
     if visible is None:
         return str(local_rank)
     ids = visible.split(",")
     if local_rank >= len(ids):
         raise UsageError(f"--virtual-local-rank: local rank {local_rank} has no GPU in "
-                         f"CUDA_VISIBLE_DEVICES={visible}; start at most {len(ids)} workers")
+                         f"{variable}={visible}; start at most {len(ids)} workers")
     return ids[local_rank].strip()
 
 
@@ -200,7 +213,7 @@ class RunResult:
     """How a `topo run` job ended."""
 
     exit_code: int  # 0, the failing worker's code (128 + N for signal N), or 128 + a signal we got
-    plan: Plan
+    plan: Plan | None  # None when torch's agent ran the job (launcher.elastic)
     restarts: int = 0  # how many times the worker group was started again
     failure: Failure | None = None  # the root cause of the last attempt's failure
     run_dir: str | None = None  # <log dir>/<run id>_<random>; None for a dry run or once removed
@@ -209,11 +222,14 @@ class RunResult:
 def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology=None,
         out: TextIO | None = None, err: TextIO | None = None) -> RunResult:
     """Start the local worker group of `config`, follow it, restart it after a failure up to
-    `max_restarts` times, and report. `out` gets the dry-run text and tee'd output, `err` the
+    `max_restarts` times, and report; a job that needs torch's rendezvous (`config.torch_agent`)
+    runs under torch's agent instead (launcher.elastic). `out` gets the dry-run text and tee'd output, `err` the
     launcher's messages and the failure report. Must run on a thread that lives as long as the
     job (the workers die with it)."""
 
     out, err = out or sys.stdout, err or sys.stderr
+    if config.torch_agent:
+        return _run_on_torch_agent(config, environ, topology, out, err)
     plan = plan_run(config, environ=environ, topology=topology)
     if config.dry_run:
         print(describe_run(plan, config), file=out)
@@ -261,6 +277,25 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
         shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)  # the temporary base made for this run
         run_dir = None
     return RunResult(code, plan, restart, failure, run_dir)
+
+
+def _run_on_torch_agent(config: RunConfig, environ: Mapping[str, str] | None, topology, out: TextIO,
+                        err: TextIO) -> RunResult:
+    """The static plan's checks and bindings, then torch's agent runs the job (launcher.elastic)."""
+    from topo.launcher.elastic import run_agent  # imports torch: only for the forms only it runs
+
+    environ = dict(os.environ if environ is None else environ)
+    command = _command(config)
+    _check_command(config, command, environ)
+    if config.log_dir:
+        check_log_dir(config.log_dir, "--log-dir")
+    warnings: list[str] = []
+    bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
+    if config.numa_binding:
+        bindings = _bindings(config, environ, topology, warnings)
+    code, restarts, failure, run_dir = run_agent(config, command, bindings, warnings, environ=environ, out=out,
+                                                 err=err)
+    return RunResult(code, None, restarts, failure, run_dir)
 
 
 def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir: str) -> str | None:

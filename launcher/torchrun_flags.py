@@ -1,10 +1,13 @@
 """torchrun's flags for `topo run`: their defaults (TORCHRUN_DEFAULTS, the one place they are
-written), the parsers of their values, and RunConfig, the resolved and checked configuration that
-`config_from_flags` makes of what the user gave, Slurm's values and the defaults.
+written) and where torch releases differ (TORCHRUN_RELEASES, chosen by the version of the torch
+this interpreter would import), the parsers of their values, and RunConfig, the resolved and
+checked configuration that `config_from_flags` makes of what the user gave, Slurm's values and
+the defaults.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -20,12 +23,12 @@ from topo.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
-MEMORY_POLICIES = ("none", "numa", "preferred")  # --memory with --numa-binding; none is torch's
+MEMORY_CHOICES = ("none", "numa", "preferred")  # --memory with --numa-binding; none is torch's
 STD_NONE, STD_OUT, STD_ERR = 0, 1, 2  # torchrun's Std flags: -r/-t values 0..3, per rank as "0:1,1:2"
+DEFAULT_LINE_PREFIX = "[${role_name}${local_rank}]:"  # torchrun's prefix of a tee'd line
 
-# torchrun's defaults for the flags `topo run` shares with it (nnodes and nproc_per_node as text,
-# because torchrun parses "1:1" and "gpu" later).
+# torchrun's defaults for the flags `topo run` shares with it, as the newest release has them
+# (nnodes and nproc_per_node as text, because torchrun parses "1:1" and "gpu" later).
 TORCHRUN_DEFAULTS: Mapping[str, object] = {
     "nnodes": "1:1", "nproc_per_node": "1", "node_rank": 0, "master_addr": "127.0.0.1", "master_port": None,
     "rdzv_backend": "static", "rdzv_endpoint": "", "rdzv_id": "none", "rdzv_conf": "", "standalone": False,
@@ -33,27 +36,90 @@ TORCHRUN_DEFAULTS: Mapping[str, object] = {
     "module": False, "no_python": False, "run_path": False, "log_dir": None, "redirects": "0", "tee": "0",
     "local_ranks_filter": "", "signals_to_handle": DEFAULT_SIGNALS, "numa_binding": None,
     "local_addr": None, "event_log_handler": "null", "logs_specs": None, "duplicate_stdout_filters": "",
-    "duplicate_stderr_filters": "", "virtual_local_rank": False,
+    "duplicate_stderr_filters": "", "virtual_local_rank": False, "log_line_prefix_template": "",
 }
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # torchrun's, when neither the flag nor TORCH_ELASTIC_SHUTDOWN_TIMEOUT is set
 
 
+@dataclass(frozen=True)
+class TorchrunRelease:
+    """What torchrun does where its releases differ, from `release` until the next row's.
+
+    Flags a release added (2.10: --signals-to-handle, --virtual-local-rank, --duplicate-*-filters;
+    2.12: --shutdown-timeout; 2.14: --log-line-prefix-template, --print-completion) are accepted
+    whatever torch is installed."""
+
+    release: tuple[int, int]
+    master_port: int | None  # --master-port's default; None: one node without a port is a local rendezvous
+    signals_variable: bool  # the workers get TORCHELASTIC_SIGNALS_TO_HANDLE
+    cpu_word_allowed: bool  # --nproc-per-node=cpu counts the CPUs this process may use, else all online
+    hip_virtual_devices: bool  # --virtual-local-rank maps HIP_VISIBLE_DEVICES when it is set
+
+    @property
+    def name(self) -> str:
+        return "%d.%d" % self.release
+
+
+TORCHRUN_RELEASES = (  # oldest first; 2.9 is the first with --numa-binding
+    TorchrunRelease((2, 9), DEFAULT_MASTER_PORT, signals_variable=False, cpu_word_allowed=False,
+                    hip_virtual_devices=False),
+    TorchrunRelease((2, 10), DEFAULT_MASTER_PORT, signals_variable=True, cpu_word_allowed=False,
+                    hip_virtual_devices=False),
+    TorchrunRelease((2, 12), None, signals_variable=True, cpu_word_allowed=True, hip_virtual_devices=False),
+    TorchrunRelease((2, 15), None, signals_variable=True, cpu_word_allowed=True, hip_virtual_devices=True),
+)
+TORCH_VERSION_LIMIT = 4096  # bytes of torch/version.py read at most: it is a few lines
+
+
+def torchrun_release(version: tuple[int, int] | None) -> TorchrunRelease:
+    """The row for torch `version` (major, minor): the newest for None (no torch) and for releases
+    newer than the table, the oldest for older ones."""
+    if version is None:
+        return TORCHRUN_RELEASES[-1]
+    rows = [r for r in TORCHRUN_RELEASES if r.release <= version]
+    return rows[-1] if rows else TORCHRUN_RELEASES[0]
+
+
+def installed_torch() -> tuple[int, int] | None:
+    """(major, minor) of the torch this interpreter would import, from its torch/version.py, read
+    without importing torch (which takes a second); None when there is none."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for where in spec.submodule_search_locations:
+        try:
+            with open(os.path.join(where, "version.py"), "rb") as fh:
+                text = fh.read(TORCH_VERSION_LIMIT).decode("ascii", "replace")
+        except OSError:
+            continue
+        m = re.search(r"^__version__\s*=\s*['\"]([0-9]{1,4})\.([0-9]{1,4})", text, re.M)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def torchrun_defaults(release: TorchrunRelease) -> dict[str, object]:
+    """TORCHRUN_DEFAULTS as `release` has them."""
+    return {**TORCHRUN_DEFAULTS, "master_port": release.master_port}
+
 
 # ------------------------------------------------------------------ parsing torchrun's values
-def parse_nnodes(text: str) -> int:
-    """`N` or `N:N`. An elastic range (MIN < MAX) needs dynamic membership, which topo does not run."""
+def parse_nnodes(text: str) -> tuple[int, int]:
+    """`N`, or `MIN:MAX` (an elastic job: torch's rendezvous admits MIN to MAX nodes)."""
     numbers = [ascii_number(p.strip()) for p in str(text).strip().split(":")]
     if None in numbers:
-        raise UsageError(f"--nnodes={text!r} is not a node count: give --nnodes=N")
+        raise UsageError(f"--nnodes={text!r} is not a node count: give --nnodes=N or MIN:MAX")
     if len(numbers) > 2:
-        raise UsageError(f"--nnodes={text!r} is not N or MIN:MAX: give --nnodes=N")
+        raise UsageError(f"--nnodes={text!r} is not N or MIN:MAX")
     low, high = numbers[0], numbers[-1]
     if low < 1:
         raise UsageError(f"--nnodes={text}: the node count must be at least 1")
-    if low != high:
-        raise UsageError(f"--nnodes={text}: topo run starts a fixed set of nodes (static rendezvous, no elastic "
-                         f"membership); give --nnodes=N and each node its --node-rank")
-    return low
+    if low > high:
+        raise UsageError(f"--nnodes={text}: MIN is more than MAX; give MIN:MAX")
+    return low, high
 
 
 def parse_std(text: str, flag: str) -> Callable[[int], int]:
@@ -115,9 +181,11 @@ def _check_port(port: int, flag: str) -> None:
         raise UsageError(f"{flag}: port {port} is outside 1-65535")
 
 
-def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable) -> int:
+def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable,
+                    release: TorchrunRelease = TORCHRUN_RELEASES[-1]) -> int:
     """--nproc-per-node: a number, or torchrun's words: `gpu` (the visible GPUs), `cpu` (the CPUs this
-    process may use), `auto` (the visible accelerators, else the CPUs)."""
+    process may use; every online CPU before torch 2.12), `auto` (the visible accelerators, else the
+    CPUs)."""
     value = str(text).strip()
     n = ascii_number(value, most=1 << 63)
     if n is not None:
@@ -127,8 +195,9 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable) -
             raise UsageError(f"--nproc-per-node={n} is more than {MAX_PROCESSES} processes on one node: "
                              "start fewer")
         return n
+    cpus = len(os.sched_getaffinity(0)) if release.cpu_word_allowed else (os.cpu_count() or 1)
     if value == "cpu":
-        return len(os.sched_getaffinity(0))
+        return cpus
     if value == "xpu":
         # torchrun counts torch.xpu's devices; topo's device probes know NVIDIA/AMD GPUs and Ascend NPUs
         raise UsageError("--nproc-per-node=xpu: topo does not count Intel XPUs; give the number of workers")
@@ -141,11 +210,11 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable) -
         if value == "gpu":
             raise UsageError("--nproc-per-node=gpu: no GPU is visible on this machine (see `topo show` and "
                              "CUDA_VISIBLE_DEVICES); give a number of workers")
-        return len(os.sched_getaffinity(0))
+        return cpus
     raise UsageError(f"--nproc-per-node={text!r}: give a number, or gpu, cpu, xpu or auto")
 
 
-_DEFAULT_NNODES = parse_nnodes(str(TORCHRUN_DEFAULTS["nnodes"]))
+_DEFAULT_NNODES = parse_nnodes(str(TORCHRUN_DEFAULTS["nnodes"]))[1]
 _DEFAULT_NPROC = int(str(TORCHRUN_DEFAULTS["nproc_per_node"]))
 
 
@@ -158,18 +227,23 @@ class RunConfig:
     Args:
         script / script_args: the training script (a module with `module`, a program with `no_python`).
         nnodes / nproc_per_node / node_rank: the job's shape; rank = node_rank * nproc_per_node + local rank.
+            `nnodes` is the most nodes; `min_nodes` the fewest an elastic job starts with.
         master_addr / master_port: where rank 0's TCPStore listens; `master_port` None picks a
             free port on this node at launch (single-node jobs, as torchrun's local rendezvous).
         run_id: TORCHELASTIC_RUN_ID; "" means a fresh UUID at launch.
+        torch_agent: why torch.distributed.elastic's agent runs this job (the flag that needs its
+            rendezvous, as "--nnodes=1:2"); None: topo's static plan runs it (launcher.torchrun).
+        rdzv_backend / rdzv_endpoint / rdzv_conf / local_addr: the rendezvous, as given, for torch's agent.
         max_restarts: restarts of the whole local worker group after a failure.
-        monitor_interval: torchrun's polling period, checked and otherwise unused: the supervisor
-            polls on its own schedule (5 ms, backing off to 100 ms).
+        monitor_interval: torchrun's polling period; topo's static plan polls on its own schedule
+            (5 ms, backing off to 100 ms).
         role: the workers' ROLE_NAME.
         log_dir: base directory of `<run id>_<random>/attempt_<n>/<local rank>/`; None: a new
             directory under the system's temporary directory, removed after a successful run.
         redirects / tee: per local rank, which of stdout (1) and stderr (2) go to files / to files
             and the console.
         local_ranks_filter: the local ranks whose output reaches the console (None: all).
+        line_prefix: the template of a tee'd line's prefix (${role_name}, ${rank}, ${local_rank}, ${hostname}).
         numa_binding / memory: a topo planner mode, and its memory policy (none, numa, preferred).
         bind_fallback: as topo launch's: a refused memory policy is dropped and the CPUs kept, a
             binding that does not take leaves the worker as the kernel placed it.
@@ -179,6 +253,9 @@ class RunConfig:
         signals_to_handle: the signals forwarded to the workers to stop them; also
             TORCHELASTIC_SIGNALS_TO_HANDLE.
         virtual_local_rank: LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its own GPU.
+        torch_extras: torch's agent's own options, as given: start_method, event_log_handler,
+            logs_specs, duplicate_stdout_filters, duplicate_stderr_filters.
+        torchrun: the torchrun release whose behaviour is followed (the installed torch's).
         python: the interpreter ($PYTHON_EXEC, else the one running topo).
     """
 
@@ -190,6 +267,12 @@ class RunConfig:
     master_addr: str = TORCHRUN_DEFAULTS["master_addr"]
     master_port: int | None = DEFAULT_MASTER_PORT
     run_id: str = TORCHRUN_DEFAULTS["rdzv_id"]
+    min_nodes: int | None = None  # None: nnodes
+    torch_agent: str | None = None
+    rdzv_backend: str = TORCHRUN_DEFAULTS["rdzv_backend"]
+    rdzv_endpoint: str = TORCHRUN_DEFAULTS["rdzv_endpoint"]
+    rdzv_conf: str = TORCHRUN_DEFAULTS["rdzv_conf"]
+    local_addr: str | None = TORCHRUN_DEFAULTS["local_addr"]
     max_restarts: int = TORCHRUN_DEFAULTS["max_restarts"]
     monitor_interval: float = TORCHRUN_DEFAULTS["monitor_interval"]
     role: str = TORCHRUN_DEFAULTS["role"]
@@ -200,6 +283,7 @@ class RunConfig:
     redirects: str = TORCHRUN_DEFAULTS["redirects"]
     tee: str = TORCHRUN_DEFAULTS["tee"]
     local_ranks_filter: frozenset[int] | None = None
+    line_prefix: str = DEFAULT_LINE_PREFIX
     numa_binding: str | None = TORCHRUN_DEFAULTS["numa_binding"]
     memory: str = "none"
     bind_fallback: bool = False
@@ -207,6 +291,8 @@ class RunConfig:
     grace_period: float = DEFAULT_SHUTDOWN_TIMEOUT
     signals_to_handle: str = TORCHRUN_DEFAULTS["signals_to_handle"]
     virtual_local_rank: bool = TORCHRUN_DEFAULTS["virtual_local_rank"]
+    torch_extras: Mapping[str, object] = field(default_factory=dict)
+    torchrun: TorchrunRelease = TORCHRUN_RELEASES[-1]
     python: str = field(default_factory=lambda: sys.executable or "python3")
 
     def __post_init__(self):
@@ -214,6 +300,8 @@ class RunConfig:
             raise TypeError("RunConfig takes script_args as a tuple")
         if self.nnodes < 1:
             raise UsageError(f"--nnodes={self.nnodes}: the node count must be at least 1")
+        if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nnodes:
+            raise UsageError(f"--nnodes={self.min_nodes}:{self.nnodes}: give 1 <= MIN <= MAX")
         if self.nproc_per_node < 1:
             raise UsageError(f"--nproc-per-node={self.nproc_per_node}: start at least 1 worker")
         if self.nproc_per_node > MAX_PROCESSES:
@@ -233,8 +321,8 @@ class RunConfig:
             raise UsageError(f"--grace-period={self.grace_period} must be 0 to {MAX_SECONDS} seconds")
         if self.module and self.no_python and not self.run_path:
             raise UsageError("--no-python and --module together: a module needs the interpreter; drop one")
-        if self.memory not in MEMORY_POLICIES:
-            raise UsageError(f"--memory={self.memory!r}: choose one of {', '.join(MEMORY_POLICIES)}")
+        if self.memory not in MEMORY_CHOICES:
+            raise UsageError(f"--memory={self.memory!r}: choose one of {', '.join(MEMORY_CHOICES)}")
         if not self.role or any(c.isspace() for c in self.role):
             raise UsageError(f"--role={self.role!r}: give a name without spaces")
         parse_signals(self.signals_to_handle)
@@ -254,87 +342,121 @@ class RunConfig:
         return parse_std(self.redirects, "--redirects")(local_rank) | tee, tee
 
 
+_INSTALLED = object()  # config_from_flags' torch_version default: read the installed torch's
+
+
 def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[str, object], *,
                       environ: Mapping[str, str] | None = None, topology: Callable | None = None,
+                      torch_version: tuple[int, int] | None | object = _INSTALLED,
                       ) -> tuple[RunConfig, str | None]:
     """Resolve torchrun's flags as `topo run` got them (`given`: only those the user set, by
     option name) into a RunConfig, plus the line saying which values came from Slurm (or None).
 
-    Order: the user's flags, then Slurm's values (inside an allocation), then torchrun's defaults.
-    `topology` (a function returning it) is needed only for --nproc-per-node=gpu|auto.
+    Order: the user's flags, then Slurm's values (inside an allocation), then the defaults of the
+    torchrun release of `torch_version` (major, minor; None: torch is not importable; default: the
+    installed torch's). `topology` (a function returning it) is needed only for
+    --nproc-per-node=gpu|auto.
     """
     environ = os.environ if environ is None else environ
     topology = topology or _discover
+    version = installed_torch() if torch_version is _INSTALLED else torch_version
+    release = torchrun_release(version)
     flags = dict(given)
     if flags.get("standalone"):
         # torchrun: "--rdzv-backend, --rdzv-endpoint, --rdzv-id are auto-assigned and any explicitly
         # set values are ignored"; the job is this one node
         for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id", "master_addr", "master_port"):
             flags.pop(name, None)
-        if "nnodes" in flags and parse_nnodes(str(flags["nnodes"])) != 1:
+        if "nnodes" in flags and parse_nnodes(str(flags["nnodes"])) != (1, 1):
             raise UsageError(f"--standalone runs one node, but --nnodes={flags['nnodes']}: drop one of them")
         flags["nnodes"] = 1
-    user = {k: (parse_nnodes(str(v)) if k == "nnodes" else v) for k, v in flags.items()}
+    nodes_given = parse_nnodes(str(flags["nnodes"])) if "nnodes" in flags else None
+    user = {k: (nodes_given[1] if k == "nnodes" else v) for k, v in flags.items()}
     if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):  # launcher.slurm.slurm_node's test
         from_slurm = slurm.run_defaults(environ, user)
         slurm_values, slurm_note = from_slurm.values, from_slurm.note()
     else:  # not in an allocation: nothing to take, nothing to import
         slurm_values, slurm_note = {}, None
-    values = {**TORCHRUN_DEFAULTS, **slurm_values, **user}
+    values = {**torchrun_defaults(release), **slurm_values, **user}
 
-    nnodes = values["nnodes"] if isinstance(values["nnodes"], int) else parse_nnodes(str(values["nnodes"]))
+    nnodes = values["nnodes"] if isinstance(values["nnodes"], int) else parse_nnodes(str(values["nnodes"]))[1]
+    min_nodes = nodes_given[0] if nodes_given else nnodes
     nproc = values["nproc_per_node"]
-    nproc = nproc if isinstance(nproc, int) else nproc_from_text(str(nproc), environ, topology)
-    backend = str(values["rdzv_backend"])
-    if backend not in RDZV_BACKENDS:
-        raise UsageError(f"--rdzv-backend={backend!r}: topo run has the static rendezvous only; drop the flag")
+    nproc = nproc if isinstance(nproc, int) else nproc_from_text(str(nproc), environ, topology, release)
+    backend = str(values["rdzv_backend"]).strip()
     node_rank_known = "node_rank" in user or "node_rank" in slurm_values
-    if backend != "static" and nnodes > 1 and not node_rank_known:
-        raise UsageError(f"--rdzv-backend={backend} with --nnodes={nnodes}: topo run has no dynamic membership; "
-                         "give each node --node-rank=N (Slurm's SLURM_NODEID does this inside an allocation) "
-                         "and keep --rdzv-endpoint=HOST:PORT as rank 0's address")
-    if values["rdzv_conf"]:
-        raise UsageError(f"--rdzv-conf={values['rdzv_conf']!r}: the static rendezvous takes no options; drop it")
-    if values["logs_specs"]:
-        raise UsageError(f"--logs-specs={values['logs_specs']!r}: topo run writes torchrun's default log layout "
-                         "(<log dir>/<run id>_<random>/attempt_<n>/<local rank>/) and loads no LogsSpecs plug-in; "
-                         "drop it")
-    for stream in ("stdout", "stderr"):
-        if str(values[f"duplicate_{stream}_filters"]).strip():
-            raise UsageError(f"--duplicate-{stream}-filters: topo run does not copy matching lines to "
-                             f"filtered_{stream}.log; use -t/--tee and grep the {stream}.log files instead")
+    agent = _torch_agent_form(values, min_nodes, nnodes, backend, node_rank_known, version is not None)
+    if agent and version is None:
+        also = (" or give each node --node-rank=N for a static job" if backend == "c10d" and min_nodes == nnodes
+                else "")
+        raise UsageError(f"{agent} needs torch's rendezvous and agent (torch.distributed.elastic), and torch is not "
+                         f"importable by {sys.executable}: install torch beside topo{also}")
 
     master_addr = str(values["master_addr"])
     master_port = values["master_port"]
     run_id = str(values["rdzv_id"])
-    if values["rdzv_endpoint"]:
+    if agent:  # torchrun's run(): the static backend's endpoint is --master-addr:--master-port
+        master_port = DEFAULT_MASTER_PORT if master_port is None else master_port
+    elif values["rdzv_endpoint"]:
         master_addr, master_port = parse_endpoint(str(values["rdzv_endpoint"]))
     elif master_port is None and nnodes == 1:
-        # torchrun 2.13: one node and no port is a local rendezvous on localhost:0 with a new id
+        # torchrun 2.12 on: one node and no port is a local rendezvous on localhost:0 with a new id
         master_addr, run_id = "localhost", ""
     elif master_port is None:
         master_port = DEFAULT_MASTER_PORT
     if values["standalone"]:
         master_addr, master_port, run_id = "localhost", None, ""
     network.check_host(master_addr.strip("[]"), f"--master-addr={excerpt(master_addr)!r}")
+    prefix = str(values["log_line_prefix_template"] or environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+                 or DEFAULT_LINE_PREFIX)
 
     config = RunConfig(
         script=script, script_args=tuple(script_args), nnodes=nnodes, nproc_per_node=nproc,
         node_rank=int(values["node_rank"]), master_addr=master_addr,
         master_port=None if master_port is None else int(master_port), run_id=run_id,
+        min_nodes=min_nodes, torch_agent=agent, rdzv_backend=backend, rdzv_endpoint=str(values["rdzv_endpoint"]),
+        rdzv_conf=str(values["rdzv_conf"]), local_addr=values["local_addr"],
         max_restarts=int(values["max_restarts"]),
         monitor_interval=_seconds(values["monitor_interval"], "--monitor-interval"),
         role=str(values["role"]), module=bool(values["module"]), no_python=bool(values["no_python"]),
         run_path=bool(values["run_path"]), log_dir=values["log_dir"],
         redirects=str(values["redirects"]), tee=str(values["tee"]),
-        local_ranks_filter=parse_ranks_filter(str(values["local_ranks_filter"])),
+        local_ranks_filter=parse_ranks_filter(str(values["local_ranks_filter"])), line_prefix=prefix,
         numa_binding=values["numa_binding"], memory=str(values.get("memory") or "none"),
         bind_fallback=bool(values.get("bind_fallback", False)), dry_run=bool(values.get("dry_run", False)),
         grace_period=_shutdown_timeout(values.get("grace_period"), environ),
         signals_to_handle=str(values["signals_to_handle"]), virtual_local_rank=bool(values["virtual_local_rank"]),
+        torch_extras={k: values[k] for k in TORCH_AGENT_OPTIONS}, torchrun=release,
         python=environ.get("PYTHON_EXEC") or sys.executable or "python3",
     )
     return config, slurm_note
+
+
+# Options only torch's agent acts on; topo's static plan accepts the first two, and the others
+# at their defaults, as changing nothing.
+TORCH_AGENT_OPTIONS = ("start_method", "event_log_handler", "logs_specs", "duplicate_stdout_filters",
+                       "duplicate_stderr_filters")
+
+
+def _torch_agent_form(values: Mapping[str, object], min_nodes: int, max_nodes: int, backend: str,
+                      node_rank_known: bool, torch: bool) -> str | None:
+    """The flag that makes this a job for torch's rendezvous and agent, or None for one topo's
+    static plan runs: one node under the static or c10d backend, or nodes that each know their
+    --node-rank under the static backend (under c10d too, where torch is not importable)."""
+    if min_nodes != max_nodes:
+        return f"--nnodes={min_nodes}:{max_nodes}"
+    if str(values["rdzv_conf"]).strip():
+        return f"--rdzv-conf={excerpt(str(values['rdzv_conf']), 40)!r}"
+    if backend not in ("static", "c10d"):
+        return f"--rdzv-backend={excerpt(backend, 40)!r}"
+    if backend == "c10d" and max_nodes > 1 and (torch or not node_rank_known):
+        return f"--rdzv-backend=c10d with --nnodes={max_nodes}"
+    if values["logs_specs"]:
+        return f"--logs-specs={excerpt(str(values['logs_specs']), 40)!r}"
+    for stream in ("stdout", "stderr"):
+        if str(values[f"duplicate_{stream}_filters"]).strip():
+            return f"--duplicate-{stream}-filters"
+    return None
 
 
 def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
@@ -365,5 +487,6 @@ def _discover():
     return discover()
 
 
-__all__ = ["RunConfig", "config_from_flags", "TORCHRUN_DEFAULTS", "DEFAULT_SHUTDOWN_TIMEOUT", "parse_nnodes",
+__all__ = ["RunConfig", "config_from_flags", "TORCHRUN_DEFAULTS", "TORCHRUN_RELEASES", "TorchrunRelease",
+           "DEFAULT_SHUTDOWN_TIMEOUT", "installed_torch", "torchrun_defaults", "torchrun_release", "parse_nnodes",
            "parse_std", "parse_endpoint", "parse_signals", "parse_ranks_filter", "nproc_from_text", "STD_OUT", "STD_ERR"]

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from topo.launcher.torchrun import plan_run
 from topo.launcher.torchrun_errors import format_failures, read_failure
-from topo.launcher.torchrun_flags import (DEFAULT_MASTER_PORT, RunConfig, config_from_flags, parse_endpoint, parse_nnodes,
-                                     parse_std)
+from topo.launcher.torchrun_flags import (DEFAULT_MASTER_PORT, TORCHRUN_RELEASES, RunConfig, config_from_flags,
+                                         installed_torch, parse_endpoint, parse_nnodes, parse_std, torchrun_release)
 from topo.errors import UsageError
 from topo.cli import main
 
@@ -24,8 +24,12 @@ def script(tmp_path):
     return str(path)
 
 
-def config(script, environ=None, **given):
-    return config_from_flags(script, ("--lr", "1"), given, environ=environ or {})
+NEWEST = TORCHRUN_RELEASES[-1].release
+
+
+def config(script, environ=None, torch_version=NEWEST, **given):
+    """config_from_flags as the newest torchrun (or `torch_version`; None: no torch) has it."""
+    return config_from_flags(script, ("--lr", "1"), given, environ=environ or {}, torch_version=torch_version)
 
 
 def dry_run(*args, env=None):
@@ -67,12 +71,10 @@ def test_rdzv_endpoint_is_the_static_master(script):
 
 
 @pytest.mark.parametrize("given, words", [
-    ({"nnodes": "1:4"}, "fixed set of nodes"),
     ({"nnodes": "0"}, "at least 1"),
+    ({"nnodes": "3:2"}, "MIN is more than MAX"),
+    ({"nnodes": "1:2:3"}, "not N or MIN:MAX"),
     ({"nnodes": "two"}, "not a node count"),
-    ({"nnodes": "2", "rdzv_backend": "c10d", "rdzv_endpoint": "h:1"}, "no dynamic membership"),
-    ({"rdzv_backend": "zookeeper"}, "static rendezvous only"),
-    ({"rdzv_conf": "timeout=900"}, "takes no options"),
     ({"rdzv_endpoint": "host"}, "not HOST:PORT"),
     ({"master_port": 70000}, "outside 1-65535"),
     ({"nnodes": "2", "node_rank": 2}, "give 0 to 1"),
@@ -92,9 +94,6 @@ def test_rdzv_endpoint_is_the_static_master(script):
     ({"signals_to_handle": "SIGNOPE"}, "not a signal name"),
     ({"signals_to_handle": "SIGTERM,SIGKILL"}, "SIGKILL cannot be caught"),
     ({"nproc_per_node": "xpu"}, "does not count Intel XPUs"),
-    ({"logs_specs": "mine"}, "loads no LogsSpecs plug-in"),
-    ({"duplicate_stdout_filters": "loss"}, "does not copy matching lines to filtered_stdout.log"),
-    ({"duplicate_stderr_filters": "NaN"}, "filtered_stderr.log"),
     # ASCII digits only: int() read "١" as 1 and raised a ValueError traceback on "²"
     ({"nproc_per_node": "²"}, "gpu, cpu, xpu or auto"),
     ({"nproc_per_node": "١"}, "gpu, cpu, xpu or auto"),
@@ -108,6 +107,75 @@ def test_rdzv_endpoint_is_the_static_master(script):
 def test_bad_values_are_named(script, given, words):
     with pytest.raises(UsageError, match=words):
         config(script, **given)
+
+
+# the forms only torch's rendezvous and agent run (launcher.elastic), and the flag each is named by
+TORCH_FORMS = [
+    ({"nnodes": "1:4", "rdzv_backend": "c10d", "rdzv_endpoint": "h:29400"}, "--nnodes=1:4"),
+    ({"nnodes": "2", "rdzv_backend": "c10d", "rdzv_endpoint": "h:29400"}, "--rdzv-backend=c10d with --nnodes=2"),
+    ({"nnodes": "2", "node_rank": 1, "rdzv_backend": "c10d", "rdzv_endpoint": "h:29400"},
+     "--rdzv-backend=c10d with --nnodes=2"),
+    ({"rdzv_backend": "etcd-v2", "rdzv_endpoint": "etcd:2379"}, "--rdzv-backend='etcd-v2'"),
+    ({"rdzv_backend": "zookeeper"}, "--rdzv-backend='zookeeper'"),
+    ({"rdzv_conf": "timeout=30,last_call_timeout=1"}, "--rdzv-conf='timeout=30,last_call_timeout=1'"),
+    ({"logs_specs": "mine"}, "--logs-specs='mine'"),
+    ({"duplicate_stdout_filters": "loss"}, "--duplicate-stdout-filters"),
+]
+
+
+@pytest.mark.parametrize("given, flag", TORCH_FORMS)
+def test_forms_that_need_torchs_rendezvous_run_on_its_agent(script, given, flag):
+    c, _ = config(script, **given)
+    assert c.torch_agent == flag
+    assert (c.min_nodes, c.nnodes) == parse_nnodes(given.get("nnodes", "1"))
+    assert (c.rdzv_backend, c.rdzv_endpoint) == (given.get("rdzv_backend", "static"), given.get("rdzv_endpoint", ""))
+
+
+@pytest.mark.parametrize("given, flag", [(g, f) for g, f in TORCH_FORMS if "node_rank" not in g])
+def test_without_torch_a_form_that_needs_it_says_so(script, given, flag):
+    with pytest.raises(UsageError) as error:
+        config(script, torch_version=None, **given)
+    message = str(error.value)
+    assert message.startswith(f"{flag} needs torch's rendezvous and agent (torch.distributed.elastic), and torch is "
+                              f"not importable by {sys.executable}: install torch beside topo"), message
+    assert ("--node-rank=N" in message) == (given.get("rdzv_backend") == "c10d" and ":" not in given["nnodes"])
+    assert len(message.splitlines()) == 1
+
+
+def test_one_node_and_static_nodes_stay_on_topos_plan(script):
+    for given in ({}, {"standalone": True}, {"nnodes": "1", "rdzv_backend": "c10d", "rdzv_endpoint": "h:29400"},
+                  {"nnodes": "2", "node_rank": 1, "master_addr": "h0"}, {"nnodes": "1:1"}, {"max_restarts": 3}):
+        assert config(script, **given)[0].torch_agent is None, given
+
+
+def test_torchruns_defaults_follow_the_installed_release(script):
+    """torchrun 2.12 made a one-node job without --master-port a local rendezvous (29500 before),
+    2.10 gave the workers TORCHELASTIC_SIGNALS_TO_HANDLE, 2.15 --virtual-local-rank HIP_VISIBLE_DEVICES."""
+    old, _ = config(script, torch_version=(2, 11), nproc_per_node="2")
+    assert (old.master_addr, old.master_port, old.run_id) == ("127.0.0.1", DEFAULT_MASTER_PORT, "none")
+    new, _ = config(script, torch_version=(2, 12), nproc_per_node="2")
+    assert (new.master_addr, new.master_port, new.run_id) == ("localhost", None, "")
+    environ = {"PATH": "/usr/bin:/bin", "HIP_VISIBLE_DEVICES": "4,6"}
+    envs = {}
+    for version in ((2, 9), (2, 10), (2, 14), (2, 15)):
+        c, _ = config(script, torch_version=version, nproc_per_node="2", master_port=29510, virtual_local_rank=True)
+        envs[version] = plan_run(c, environ=environ).processes[1].env
+    assert "TORCHELASTIC_SIGNALS_TO_HANDLE" not in envs[(2, 9)]
+    assert envs[(2, 10)]["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    assert (envs[(2, 14)]["CUDA_VISIBLE_DEVICES"], envs[(2, 14)].get("HIP_VISIBLE_DEVICES")) == ("1", None)
+    assert (envs[(2, 15)]["CUDA_VISIBLE_DEVICES"], envs[(2, 15)]["HIP_VISIBLE_DEVICES"]) == ("6", "6")
+
+
+def test_release_rows():
+    assert torchrun_release(None) == torchrun_release((3, 0)) == TORCHRUN_RELEASES[-1]
+    assert torchrun_release((2, 8)) == torchrun_release((2, 9)) == TORCHRUN_RELEASES[0]
+    assert torchrun_release((2, 11)).release == (2, 10) and torchrun_release((2, 13)).release == (2, 12)
+
+
+def test_installed_torch_is_read_without_importing_it():
+    torch = pytest.importorskip("torch", reason="torch is not importable")
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    assert installed_torch() == (major, minor)
 
 
 def test_shutdown_timeout_flag_then_torchs_variable_then_30(script):
@@ -161,11 +229,11 @@ def test_virtual_local_rank(script):
         plan_run(c, environ={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "3"})
 
 
-def test_c10d_is_static_when_each_node_knows_its_rank(script):
-    c, _ = config(script, nnodes="2", node_rank=1, rdzv_backend="c10d", rdzv_endpoint="h0:29400")
-    assert (c.master_addr, c.master_port, c.node_rank) == ("h0", 29400, 1)
+def test_c10d_is_static_without_torch_when_each_node_knows_its_rank(script):
+    c, _ = config(script, torch_version=None, nnodes="2", node_rank=1, rdzv_backend="c10d", rdzv_endpoint="h0:29400")
+    assert (c.master_addr, c.master_port, c.node_rank, c.torch_agent) == ("h0", 29400, 1, None)
     one, _ = config(script, rdzv_backend="c10d", rdzv_endpoint="localhost:29400")
-    assert one.master_port == 29400
+    assert one.master_port == 29400 and one.torch_agent is None
 
 
 def test_nproc_per_node_words(script):
@@ -196,7 +264,8 @@ def test_std_flags_per_rank():
 
 
 def test_parse_nnodes():
-    assert parse_nnodes("3") == parse_nnodes("3:3") == 3
+    assert parse_nnodes("3") == parse_nnodes("3:3") == (3, 3)
+    assert parse_nnodes(" 1:4 ") == (1, 4)
 
 
 # ------------------------------------------------------------------ Slurm
@@ -222,6 +291,35 @@ def test_slurm_note_is_printed_and_pet_variables_count_as_given(script):
 
 
 # ------------------------------------------------------------------ the click layer
+def test_dry_run_of_a_job_for_torchs_agent(script):
+    pytest.importorskip("torch", reason="torch is not importable: such a job is refused (see the test above)")
+    r = dry_run("--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=h0:29400", "--rdzv-id=j1",
+                "--nproc-per-node=2", script, "x")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("torch's agent runs this job (--nnodes=1:2): rendezvous c10d at h0:29400, run id j1, "
+                               "1 to 2 node(s) x 2 worker(s), restarts up to 0\n"), r.output
+    assert f"every worker: {sys.executable} -u {script} x  (${{local_rank}}: its local rank)" in r.output
+    assert "local rank 1: binding: not bound" in r.output
+
+
+def test_line_prefix_template(script):
+    c, _ = config(script, tee="3", master_port=29510, nproc_per_node="2", role="trainer",
+                  log_line_prefix_template="${hostname}:${rank}/${local_rank} ${role_name}|")
+    import socket
+
+    prefixes = [p.tail_prefix for p in plan_run(c, environ={"PATH": "/usr/bin:/bin"}).processes]
+    assert prefixes == [f"{socket.gethostname()}:{r}/{r} trainer|" for r in (0, 1)]
+    variable, _ = config(script, environ={"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<${rank}>"}, master_port=29510)
+    assert [p.tail_prefix for p in plan_run(variable, environ={"PATH": "/bin"}).processes] == ["<0>"]
+    plain, _ = config(script, master_port=29510, role="r")
+    assert [p.tail_prefix for p in plan_run(plain, environ={"PATH": "/bin"}).processes] == ["[r0]:"]
+
+
+def test_print_completion_prints_topos():
+    r = CliRunner().invoke(main, ["run", "--print-completion", "bash"])
+    assert r.exit_code == 0 and "_TOPO_COMPLETE=bash_complete" in r.output, r.output
+
+
 def test_spellings_mean_the_same(script):
     a = dry_run("--nproc-per-node=2", "--master-port=29510", "--rdzv-id=r", "--max-restarts=1", script, "x")
     b = dry_run("--nproc_per_node", "2", "--master_port=29510", "--rdzv_id=r", "--max_restarts=1", script, "x")
@@ -252,9 +350,9 @@ def test_python_exec_is_the_interpreter(script, tmp_path):
 
 
 def test_usage_errors_are_one_line_and_exit_2(script, tmp_path):
-    r = dry_run("--nnodes=1:2", script)
+    r = dry_run("--nnodes=2:1", script)
     assert r.exit_code == 2
-    assert r.output.startswith("topo: error: --nnodes=1:2: topo run starts a fixed set of nodes")
+    assert r.output.startswith("topo: error: --nnodes=2:1: MIN is more than MAX")
     assert len(r.output.splitlines()) == 1
     missing = dry_run(str(tmp_path / "nope.py"))
     assert missing.exit_code == 2 and "does not exist" in missing.output

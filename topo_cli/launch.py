@@ -97,28 +97,46 @@ def launch(script, script_args, **flags):
 
 
 @click.command(context_settings=_SCRIPT_CONTEXT)
+@click.option("--mode", "mode", default=None, metavar="MODE",
+              help="Plan this node here, with a mode of set_affinity / `topo plan --list-modes` (exclusive, "
+                   "unique_contiguous, node, ...), for the launcher's local rank and process count; no bind JSON.")
+@click.option("--scope", type=click.Choice(["node", "socket"]), default="node", show_default=True,
+              help="--mode: the CPUs a device may use, its NUMA node or its socket (gpu_affinity modes).")
+@click.option("--memory", type=click.Choice(["none", "numa", "preferred"]), default="none", show_default=True,
+              help="--mode: leave memory alone, bind it to the process's NUMA node(s), or prefer them.")
 @click.option("--bind-file", "bind_file", default=None, metavar="FILE",
               help="Bind JSON (a path, or inline JSON) [default: $TOPO_BIND_FILE, then $MSRUN_BIND_FILE].")
 @click.option("--local-rank", "local_rank", type=WHOLE, default=None,
-              help="This process's local rank [default: $LOCAL_RANK, $SLURM_LOCALID, "
-                   "$OMPI_COMM_WORLD_LOCAL_RANK or $MPI_LOCALRANKID].")
+              help="This process's local rank [default: the launcher's: $LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, "
+                   "$MPI_LOCALRANKID, $PMIX_LOCAL_RANK or $SLURM_LOCALID].")
+@click.option("--nproc-per-node", "nproc_per_node", type=WholeRange(min=1), default=None,
+              help="--mode: the processes on this node [default: the launcher's: $LOCAL_WORLD_SIZE, $LOCAL_SIZE, "
+                   "$OMPI_COMM_WORLD_LOCAL_SIZE, $MPI_LOCALNRANKS, $PMIX_LOCAL_SIZE or Slurm's tasks on this node].")
 @click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
               help="If the kernel refuses the memory binding, keep the CPU binding and drop the memory policy.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def bind(bind_file, local_rank, bind_fallback, command):
-    """Apply one process's binding from a bind JSON, then exec COMMAND in its place.
+def bind(mode, scope, memory, bind_file, local_rank, nproc_per_node, bind_fallback, command):
+    """Bind this process as its launcher's local rank, then exec COMMAND in its place.
 
-    The process is the bind JSON's `device<N>` entry for this local rank (N is the physical device
-    it drives, through CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES; N = local rank on a machine
-    without accelerators). CPUs are set with sched_setaffinity; memory binding execs through
-    numactl, exactly as msrun would, or is set with set_mempolicy when numactl is not installed.
+    With --mode, every rank plans its whole node alike (the launcher's local rank and process count,
+    as set_affinity plans) and takes its own share: one prefix for any launcher, no file to share.
+    With a bind JSON, the process is its `device<N>` entry for this local rank (N is the physical
+    device it drives, through CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES; N = local rank on a
+    machine without accelerators). CPUs are set with sched_setaffinity; a bind JSON's memory binding
+    execs through numactl, exactly as msrun would, or is set with set_mempolicy when numactl is not
+    installed (and always with --mode).
 
     \b
     Examples:
+      torchrun --nproc-per-node=8 --no-python topo bind --mode exclusive -- python train.py
+      mpirun -np 8 topo bind --mode exclusive -- ./app
+      srun --ntasks-per-node=8 topo bind --mode exclusive --memory numa -- python train.py
       torchrun --nproc-per-node=8 --no-python topo bind --bind-file bind.json -- python train.py
-      srun --ntasks-per-node=8 topo bind --bind-file bind.json -- python train.py
-      mpirun -np 8 topo bind --bind-file bind.json -- ./app
     """
     from topo.launcher.bindcmd import bind_and_exec
 
-    bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback)
+    if mode is None:
+        bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback)
+    else:
+        bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback, mode=mode,
+                      scope=scope, memory=memory, nproc_per_node=nproc_per_node)

@@ -1,0 +1,255 @@
+"""`topo run` on torch.distributed.elastic: the jobs only a rendezvous can form (c10d or etcd
+without node ranks, elastic MIN:MAX node counts, --rdzv-conf, membership changes under
+--max-restarts, torch's log plug-ins). torch's own agent joins the rendezvous, starts the local
+workers with torchrun's environment, watches and restarts them; topo plans each local rank's
+binding beforehand, and every worker binds itself at birth:
+
+    python -m topo.launcher.bindexec --local-rank=${local_rank} --rank=0 cpus=0-3 --env=OMP_NUM_THREADS=4
+        --rank=1 cpus=4-7 ... -- python -u train.py ...
+
+(the agent puts each worker's local rank in place of `${local_rank}`, torchrun's macro), so the
+binding is in place before the interpreter starts. topo then reads each running worker back from
+/proc and says what it runs on, and reports a failure as the static plan does.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import threading
+from dataclasses import fields
+from typing import Mapping, Sequence, TextIO
+
+from topo.launcher import verify
+from topo.launcher.environ import describe_threads, sharers, thread_env
+from topo.launcher.procgroup import LaunchError
+from topo.launcher.supervisor import EXEC_TIMEOUT, describe_code, exit_code
+from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
+from topo.launcher.torchrun_flags import DEFAULT_LINE_PREFIX, DEFAULT_SIGNALS, RunConfig
+from topo.binding import BINDING_VAR, Binding, observe
+from topo.cpuset import excerpt
+from topo.errors import ParseError, UsageError
+
+BINDEXEC = ("-m", "topo.launcher.bindexec")
+LOCAL_RANK_MACRO = "${local_rank}"  # torch.distributed.elastic.utils.api.macros.local_rank
+
+
+def worker_argv(command: Sequence[str], bindings: Sequence[Binding], threads: Sequence[Mapping[str, str]],
+                bind_fallback: bool = False) -> list[str]:
+    """What the agent starts for every local rank: `command` itself when no worker is bound, else
+    bindexec with each local rank's binding and OMP_NUM_THREADS (`threads`), choosing its own by the
+    macro the agent fills in."""
+    if not any(b.is_bound for b in bindings):
+        return list(command)
+    table = []
+    for rank, (binding, env) in enumerate(zip(bindings, threads)):
+        table += [f"--rank={rank}", *binding.env_value().split(), *(f"--env={k}={v}" for k, v in env.items())]
+    fallback = ["--bind-fallback"] if bind_fallback else []
+    return [sys.executable, *BINDEXEC, f"--local-rank={LOCAL_RANK_MACRO}", *fallback, *table, "--", *command]
+
+
+def launch_config(config: RunConfig):
+    """torch's LaunchConfig for `config`, as torchrun's config_from_args makes it, with the fields
+    this torch has; plus the flags given that it has no field for."""
+    from torch.distributed.elastic.multiprocessing import Std
+    from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
+    from torch.distributed.launcher.api import LaunchConfig
+    from torch.distributed.run import _get_logs_specs_class
+
+    extras = config.torch_extras
+    try:
+        rdzv_configs = _parse_rendezvous_config(config.rdzv_conf)
+    except ValueError as exc:
+        raise UsageError(f"--rdzv-conf={excerpt(config.rdzv_conf, 60)!r}: {exc}") from None
+    try:
+        logs_specs_class = _get_logs_specs_class(extras["logs_specs"])
+    except ValueError as exc:
+        raise UsageError(f"--logs-specs={excerpt(str(extras['logs_specs']), 60)!r}: {exc}") from None
+    if config.rdzv_backend == "static":
+        rdzv_configs["rank"] = config.node_rank
+    endpoint = config.rdzv_endpoint
+    if config.rdzv_backend == "static" and not endpoint:
+        endpoint = f"{config.master_addr}:{config.master_port}"
+    ranks = set(config.local_ranks_filter) if config.local_ranks_filter is not None else None
+    wanted = {
+        "min_nodes": config.min_nodes or config.nnodes, "max_nodes": config.nnodes,
+        "nproc_per_node": config.nproc_per_node, "run_id": config.run_id, "role": config.role,
+        "rdzv_endpoint": endpoint, "rdzv_backend": config.rdzv_backend, "rdzv_configs": rdzv_configs,
+        "max_restarts": config.max_restarts, "monitor_interval": config.monitor_interval,
+        "start_method": str(extras["start_method"]), "local_addr": config.local_addr,
+        "event_log_handler": str(extras["event_log_handler"]),
+        "logs_specs": logs_specs_class(log_dir=config.log_dir, redirects=Std.from_str(config.redirects),
+                                       tee=Std.from_str(config.tee), local_ranks_filter=ranks),
+        "log_line_prefix_template": None if config.line_prefix == DEFAULT_LINE_PREFIX else config.line_prefix,
+        "signals_to_handle": config.signals_to_handle, "virtual_local_rank": config.virtual_local_rank,
+        "duplicate_stdout_filters": _filters(extras["duplicate_stdout_filters"]),
+        "duplicate_stderr_filters": _filters(extras["duplicate_stderr_filters"]),
+        "shutdown_timeout": config.grace_period,
+    }
+    have = {f.name for f in fields(LaunchConfig)}
+    unused = {"signals_to_handle": DEFAULT_SIGNALS, "virtual_local_rank": False, "duplicate_stdout_filters": [],
+              "duplicate_stderr_filters": [], "shutdown_timeout": 30.0}
+    missing = [name for name, default in unused.items() if name not in have and wanted[name] != default]
+    return LaunchConfig(**{k: v for k, v in wanted.items() if k in have}), missing
+
+
+def _filters(value) -> list[str]:
+    """--duplicate-*-filters as torchrun splits them: on commas, `,,` standing for a comma."""
+    text = str(value or "")
+    if not text:
+        return []
+    return [item.replace("\0", ",") for item in text.replace(",,", "\0").split(",")]
+
+
+def describe_agent_run(config: RunConfig, argv: Sequence[str], bindings: Sequence[Binding]) -> str:
+    """The dry-run text of a job torch's agent runs: the rendezvous, the workers' command, and each
+    local rank's binding (ranks are known only once the rendezvous has formed the job)."""
+    nodes = f"{config.min_nodes} to {config.nnodes}" if config.min_nodes != config.nnodes else str(config.nnodes)
+    endpoint = config.rdzv_endpoint or f"{config.master_addr}:{config.master_port}"
+    lines = [f"torch's agent runs this job ({config.torch_agent}): rendezvous {config.rdzv_backend} at {endpoint}, "
+             f"run id {config.run_id}, {nodes} node(s) x {config.nproc_per_node} worker(s), "
+             f"restarts up to {config.max_restarts}",
+             f"every worker: {shlex.join(argv)}  ({LOCAL_RANK_MACRO}: its local rank)"]
+    for rank, binding in enumerate(bindings):
+        lines.append(f"local rank {rank}: binding: {binding.describe()}")
+    return "\n".join(lines)
+
+
+def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Binding], warnings: Sequence[str], *,
+              environ: Mapping[str, str], out: TextIO, err: TextIO) -> tuple[int, int, Failure | None, str | None]:
+    """Run `command` on every local rank under torch.distributed.elastic's agent, each worker bound
+    at birth to its `bindings` entry (checked and planned by launcher.torchrun, whose `run`
+    dispatches here). Returns (exit code, restarts seen, the root failure, the run's log directory).
+    Must run on the main thread: the agent turns the signals it handles into SignalException there."""
+    threads = [thread_env(environ, b, config.nproc_per_node, shared) if b.is_bound else {}
+               for b, shared in zip(bindings, sharers(bindings))]
+    argv = worker_argv(command, bindings, threads, config.bind_fallback)
+    if config.dry_run:
+        print("\n".join([*(f"warning: {w}" for w in warnings), describe_agent_run(config, argv, bindings)]), file=out)
+        return 0, 0, None, None
+
+    import torch
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.launcher.api import elastic_launch
+
+    def say(text: str) -> None:
+        print(f"topo run: {text}", file=err, flush=True)
+
+    launch, missing = launch_config(config)
+    for name in missing:
+        say(f"warning: torch {torch.__version__}'s agent has no {name}; --{name.replace('_', '-')} is not used")
+    for warning in warnings:
+        say(f"warning: {warning}")
+    say(f"torch {torch.__version__}'s rendezvous and agent run this job ({config.torch_agent})")
+    if config.node_rank != 0 and config.rdzv_backend != "static":  # torchrun's warning too
+        say(f"warning: --node-rank={config.node_rank} is not used: the {config.rdzv_backend} rendezvous orders the nodes")
+    if "OMP_NUM_THREADS" not in environ and config.nproc_per_node > 1 and not config.numa_binding:
+        # torchrun's rule, set as its config_from_args sets it: the agent gives workers this environment
+        os.environ["OMP_NUM_THREADS"] = "1"
+        say(f"OMP_NUM_THREADS=1 for each of the {config.nproc_per_node} workers (they share this node's CPUs); "
+            "set OMP_NUM_THREADS to tune it")
+    report = describe_threads([f"local rank {r}" for r in range(len(bindings))], bindings, threads)
+    if report:
+        say(report)
+    bound = argv[1:1 + len(BINDEXEC)] == list(BINDEXEC)
+    check = WorkerCheck(say, argv[:1 + len(BINDEXEC)] if bound else ())
+    code, failure, others = 0, None, ()
+    check.start()
+    try:
+        elastic_launch(launch, argv[0])(*argv[1:])
+    except ChildFailedError as exc:
+        rank, first = exc.get_first_failure()
+        failure = _failure(rank, first)
+        others = tuple(_failure(r, f) for r, f in exc.failures.items() if r != rank)
+        code = exit_code(first.exitcode)
+    except SignalException as exc:
+        # torchrun ends with an uncaught SignalException, exit 1; for the others, 128 + n
+        code = 1 if exc.sigval == signal.SIGINT else 128 + int(exc.sigval)
+        say(f"received {signal.Signals(exc.sigval).name}; the workers were stopped (exit {code})")
+    except (RendezvousError, ValueError, RuntimeError) as exc:
+        raise LaunchError(f"torch's rendezvous or agent failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        check.stop()
+    run_dir = launch.logs_specs.root_log_dir
+    if failure is not None:
+        print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
+        say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with {describe_code(failure.exitcode)}; "
+            f"logs and error files under {run_dir}")
+    return code, check.restarts, failure, run_dir
+
+
+def _failure(rank: int, failure) -> Failure:
+    """torch's ProcessFailure as topo's, its error file read as the static plan reads it."""
+    return read_failure(rank=rank, local_rank=failure.local_rank, pid=failure.pid, exitcode=failure.exitcode,
+                        error_file=failure.error_file)
+
+
+class WorkerCheck(threading.Thread):
+    """Follows the workers torch's agent starts (this process's children): once a worker has left
+    `prefix` (bindexec), reads its CPUs and memory policy from /proc and says whether they are what
+    bindexec applied (TOPO_BINDING in its environment), as the static plan's verification does."""
+
+    def __init__(self, say, prefix: Sequence[str]):
+        super().__init__(name="topo-worker-check", daemon=True)
+        self.say = say
+        self.prefix = tuple(prefix)
+        self.restarts = 0
+        self._done = threading.Event()
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(EXEC_TIMEOUT)
+
+    def run(self) -> None:
+        import psutil
+
+        me, seen = psutil.Process(), set()
+        mine = tuple(me.cmdline())  # what a child shows between fork and exec
+        while not self._done.wait(0.02):
+            try:
+                children = me.children()
+            except psutil.Error:
+                continue
+            for child in children:
+                if child.pid not in seen:
+                    seen.add(child.pid)
+                    self._check(child, mine)
+
+    def _check(self, child, mine: tuple[str, ...]) -> None:
+        import psutil
+
+        if not verify.wait_for_exec(child.pid, (mine, self.prefix), EXEC_TIMEOUT):
+            return  # it ended first: bindexec said why on its stderr, and the agent reports the exit
+        try:
+            env = child.environ()
+        except psutil.Error:
+            return
+        if "TORCHELASTIC_RUN_ID" not in env:
+            return  # not a worker (a helper process of the agent's)
+        attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.restarts = max(self.restarts, int(attempt) if attempt.isdigit() else 0)
+        name = f"rank {env.get('RANK', '?')} (local rank {env.get('LOCAL_RANK', '?')}, attempt {attempt})"
+        try:
+            held = Binding.from_env(env.get(BINDING_VAR, ""))
+        except ParseError:
+            held = Binding()
+        try:
+            observed = observe(child.pid)
+        except OSError:
+            observed = None
+        if observed is None:
+            self.say(f"{name}: exited before it could be checked")
+        elif not held.is_bound:
+            self.say(f"{name}: not bound (runs on CPUs {observed.cpus})")
+        elif problem := verify.mismatch(held, observed):
+            self.say(f"{name}: bound to {held.describe()}; {problem}: changed after start (by the process "
+                     "itself or another tool); the job goes on")
+        else:
+            self.say(f"{name}: {held.describe()} (verified)")
+
+
+__all__ = ["WorkerCheck", "describe_agent_run", "launch_config", "run_agent", "worker_argv"]

@@ -1,0 +1,91 @@
+"""This process's local rank and how many processes its node runs, as the launcher that started
+it says: every rank of a node reads its own pair, so all of them plan the node alike without a
+shared file (`topo bind --mode`).
+
+The launchers, innermost first (torchrun started by srun reads torchrun's pair):
+
+    torchrun, accelerate   LOCAL_RANK, LOCAL_WORLD_SIZE
+    deepspeed              LOCAL_RANK, LOCAL_SIZE
+    Open MPI               OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+    MPICH / Intel MPI      MPI_LOCALRANKID, MPI_LOCALNRANKS (Hydra)
+    PMIx                   PMIX_LOCAL_RANK, PMIX_LOCAL_SIZE, where the launcher exports them
+    Slurm (srun)           SLURM_LOCALID, and the step's tasks on this node: SLURM_STEP_TASKS_PER_NODE
+                           or SLURM_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID, else SLURM_NTASKS_PER_NODE
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from topo.launcher.slurm import _tasks_on_node
+from topo.numbers import ascii_number
+from topo.cpuset import excerpt
+from topo.errors import UsageError
+
+MAX_LOCAL = 65536  # the most processes planned on one node (launcher.affinity.MAX_PROCESSES)
+
+# (launcher, its local-rank variable, the variables that may hold its node's process count)
+LAUNCHERS = (
+    ("torchrun, accelerate, deepspeed", "LOCAL_RANK", ("LOCAL_WORLD_SIZE", "LOCAL_SIZE")),
+    ("Open MPI", "OMPI_COMM_WORLD_LOCAL_RANK", ("OMPI_COMM_WORLD_LOCAL_SIZE",)),
+    ("MPICH", "MPI_LOCALRANKID", ("MPI_LOCALNRANKS",)),
+    ("PMIx", "PMIX_LOCAL_RANK", ("PMIX_LOCAL_SIZE",)),
+    ("Slurm", "SLURM_LOCALID", ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")),
+)
+OVERRIDE = "pass --local-rank and --nproc-per-node"
+
+
+def local_rank_and_size(environ: Mapping[str, str], local_rank: int | None = None,
+                        nproc_per_node: int | None = None) -> tuple[int, int, str]:
+    """(local rank, processes on this node, where they came from: "OMPI_COMM_WORLD_LOCAL_RANK=1,
+    OMPI_COMM_WORLD_LOCAL_SIZE=2"). `local_rank` / `nproc_per_node`, when given, win over the
+    variables. UsageError naming the variable and the fix when one is missing, malformed or the
+    rank is not below the size."""
+    found = next(((name, rank_var, sizes) for name, rank_var, sizes in LAUNCHERS if environ.get(rank_var, "").strip()),
+                 None)
+    if local_rank is None and found is None:
+        raise UsageError("no launcher variable gives this process's local rank ("
+                         + ", ".join(var for _, var, _ in LAUNCHERS) + f"): run topo bind under a launcher, or {OVERRIDE}")
+    sources = []
+    if local_rank is None:
+        name, rank_var, sizes = found
+        local_rank = _count(environ, rank_var, least=0)
+        sources.append(f"{rank_var}={local_rank}")
+    if nproc_per_node is None:
+        if found is None:
+            raise UsageError(f"--local-rank={local_rank} without a launcher's process count: pass --nproc-per-node")
+        nproc_per_node, size_var = _size(environ, *found)
+        sources.append(f"{size_var}={nproc_per_node}")
+    if not 0 <= local_rank < nproc_per_node:
+        raise UsageError(f"local rank {local_rank} is not below the node's {nproc_per_node} processes ("
+                         + (", ".join(sources) or "as given") + f"): fix the launcher's variables or {OVERRIDE}")
+    return local_rank, nproc_per_node, ", ".join(sources) or "as given"
+
+
+def _size(environ: Mapping[str, str], name: str, rank_var: str, sizes: tuple[str, ...]) -> tuple[int, str]:
+    for var in sizes:
+        text = environ.get(var, "").strip()
+        if not text:
+            continue
+        if var.startswith("SLURM_"):  # "2(x3),1": this node's entry is at SLURM_NODEID (any, for NTASKS)
+            node = environ.get("SLURM_NODEID", "0") if var != "SLURM_NTASKS_PER_NODE" else "0"
+            count = _tasks_on_node({"SLURM_TASKS_PER_NODE": text, "SLURM_NODEID": node})
+            if not count or count > MAX_LOCAL:
+                raise UsageError(f"{var}={excerpt(text, 40)!r} gives no task count for node SLURM_NODEID="
+                                 f"{excerpt(environ.get('SLURM_NODEID', '0'), 20)!r}: fix it or {OVERRIDE}")
+            return count, var
+        return _count(environ, var, least=1), var
+    raise UsageError(f"{rank_var} is set but not {' or '.join(sizes)}, so the node's process count is unknown: "
+                     f"start the job with a launcher that sets both ({name}), or {OVERRIDE}")
+
+
+def _count(environ: Mapping[str, str], var: str, *, least: int) -> int:
+    text = environ[var].strip()
+    n = ascii_number(text[:12])
+    if n is None or len(text) > 12 or not least <= n <= MAX_LOCAL:
+        raise UsageError(f"{var}={excerpt(text, 20)!r} is not a number from {least} to {MAX_LOCAL}: fix it or "
+                         f"{OVERRIDE}")
+    return n
+
+
+__all__ = ["LAUNCHERS", "local_rank_and_size"]
