@@ -1,7 +1,7 @@
 """The Topology model: flat, immutable lists of objects tied together by their cpusets.
 
 Containment (package > die > NUMA node > L3 > core > PU) is not stored as pointers but follows from
-cpusets, as in hwloc; `topo.render` rebuilds the tree for display. Objects carry their OS index
+cpusets, as in hwloc; `topo.tree` builds the tree the outputs walk. Objects carry their OS index
 (P#) as `os_index`; logical indices (L#) are their position in the sorted lists.
 
 The JSON form (schema topo.topology/1, what `topo show --json` prints) is derived from the fields:

@@ -127,9 +127,9 @@ def _render(topology, fmt: str, index: str, long_form: bool) -> str:
 
         return draw_html(topology)
     if fmt == "xml":
-        from topo.hwloc_export import to_xml
+        from topo.views.hwloc_xml import to_xml
 
         return to_xml(topology)
-    from topo.render import render_console, render_text
+    from topo.views.console import Options, render_console, render_text
 
-    return (render_text(topology) if long_form else render_console(topology, index)) + "\n"
+    return (render_text(topology) if long_form else render_console(topology, Options(index=index))) + "\n"
