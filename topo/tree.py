@@ -326,18 +326,21 @@ def _normal(obj: Obj):
 
 def restrict(machine: Obj, cpus: CpuSet) -> None:
     """hwloc_topology_restrict to `cpus`: every object keeps its CPUs among them; one left with no
-    CPU, no child and no memory goes, with its I/O (NUMA nodes stay). Groups left bringing no
-    structure go too."""
+    CPU, no child and no memory goes, with its I/O (NUMA nodes stay). The children of an object
+    that lost CPUs are ordered again (hwloc__reorder_children): by first CPU, those left without
+    one last, in reverse order. Groups left bringing no structure go too."""
 
     def visit(obj: Obj) -> bool:
-        obj.cpuset &= cpus
-        obj.children = [c for c in obj.children if visit(c)]
-        obj.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, c.order))
-        stack = list(obj.memory)
-        while stack:
-            m = stack.pop()
-            m.cpuset = obj.cpuset
-            stack += m.memory
+        if obj.cpuset - cpus:
+            obj.cpuset &= cpus
+            kept = [c for c in obj.children if visit(c)]
+            obj.children = sorted((c for c in kept if c.cpuset), key=lambda c: c.cpuset.first()) + [
+                c for c in kept if not c.cpuset][::-1]
+            stack = list(obj.memory)
+            while stack:
+                m = stack.pop()
+                m.cpuset = obj.cpuset
+                stack += m.memory
         return bool(obj.children or obj.memory or obj.cpuset)
 
     visit(machine)

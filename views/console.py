@@ -93,16 +93,17 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     if options.only is not None:
         if verbose > 1:
             lines.append(f"Only showing {options.only[0]} objects")
-        lines += [_line(o, t, options) for o in walk(machine) if matches(o, options.only)]
+        lines += [_line(o, t, options) for o in walk(machine) if o.type == options.only[0]]
     elif verbose >= 1:
         _tree_lines(lines, machine, None, 0, t, options)
     if options.only is None and verbose != 1:
         lines += _summary(machine)
     if options.only is None and verbose > 1:
         lines += _distances(t, machine, options.index)
-        if t.allowed_pus != t.pus:
-            disallowed = t.pus - t.allowed_pus
-            lines.append(f"{disallowed.weight()} processors represented but not allowed: {bitmap(disallowed)}")
+        for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
+                           (t.pus - t.allowed_pus, "represented but not allowed")):
+            if cpus:
+                lines.append(f"{cpus.weight()} processors {what}: {bitmap(cpus)}")
         if not t.is_this_system:
             lines.append("Topology not from this system")
     return "\n".join(printable(x) for x in lines)
@@ -215,8 +216,8 @@ def _summary(machine: Obj) -> list[str]:
 
 def _distances(t: Topology, machine: Obj, index: str) -> list[str]:
     """The NUMA latency matrix as lstopo prints it (hwloc_utils_print_distance_matrix), nodes in
-    logical order, over the nodes with a distance to each other one."""
-    objs = sorted((o for o in walk(machine) if o.type == "NUMANode" and o.model.distances), key=lambda o: o.logical)
+    OS index order, over the nodes with a distance to each other one."""
+    objs = sorted((o for o in walk(machine) if o.type == "NUMANode" and o.model.distances), key=lambda o: o.os_index)
     if len(objs) < 2 or not all(all(p.os_index in o.model.distances for p in objs) for o in objs):
         return []
     physical = index == "physical"

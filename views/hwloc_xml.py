@@ -16,18 +16,15 @@ from xml.sax.saxutils import quoteattr
 
 from topo.cpuset import CpuSet
 from topo.model import Topology
+from topo.text import printable
 from topo.tree import CACHE_TYPE, IO_TYPES, OSDEV_TYPES, Obj, bitmap, build
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _text(value) -> str:
-    """A value as an XML attribute, characters XML forbids escaped."""
-    def escape(m: re.Match) -> str:
-        code = ord(m.group())
-        return f"\\x{code - 0xdc00:02x}" if 0xdc80 <= code <= 0xdcff else (
-            f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-    return quoteattr(_NOT_XML.sub(escape, str(value)))
+    """A value as an XML attribute, the characters XML forbids escaped as `printable` escapes them."""
+    return quoteattr(_NOT_XML.sub(lambda m: printable(m.group()), str(value)))
 
 
 def to_xml(t: Topology) -> str:

@@ -5,12 +5,19 @@ core, and a key (and legend) drawn below the machine.
 
 from __future__ import annotations
 
-from html import escape
+from html import escape as _html_escape
 
 from topo.model import Topology
+from topo.text import printable
 from topo.views.layout import (BAR_H, CHAR, CHIP_H, FONT, HEAD, PAD, Box, bar_text, chip_centres, chip_label,
                           lay_out, node_label, pu_label, text_w, walk)
 from topo.views.palette import Overlay, Paint, ink_on
+
+
+def escape(text: str) -> str:
+    """Text from the machine or a file for SVG/HTML: controls escaped as the text forms escape them."""
+    return _html_escape(printable(text))
+
 
 _STYLE = {  # lstopo's colours
     "Machine": "#ffffff", "Package": "#dedede", "Die": "#e6e6e6", "Group": "#ececec",

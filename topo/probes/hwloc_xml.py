@@ -130,6 +130,8 @@ def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str 
         kind = _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
         if t in _V2_CACHES and "i" in t[2:]:
             kind = "instruction"
+        if not 1 <= level <= (3 if kind == "instruction" else 5):  # hwloc's cache types: L1-L5, L1i-L3i
+            raise ParseError(f"hwloc XML: a cache of level {level}; hwloc knows levels 1-5")
         size = _int(el, "cache_size", 0)
         if size:  # hwloc keeps zero-sized caches out of lstopo's view; so do we
             w.caches.append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
@@ -266,11 +268,13 @@ def _distances_v1(root, node_order: list[int]) -> dict[int, dict[int, int]]:
         if n != len(node_order):
             continue
         base = _real(d.get("latency_base") or "1", "distances latency_base")
-        values = [_real(lat.get("value"), "<latency/> value") for lat in d.findall("latency")]
+        values = [_real(lat.get("value"), "<latency/> value") * base for lat in d.findall("latency")]
+        if min(values, default=0) < 0:
+            raise ParseError("hwloc XML: a negative <latency/> value")
         if len(values) != n * n:
             continue
         for a, i in enumerate(node_order):
-            out[i] = {j: round(values[a * n + b] * base) for b, j in enumerate(node_order)}
+            out[i] = {j: round(values[a * n + b]) for b, j in enumerate(node_order)}
     return out
 
 
@@ -343,7 +347,8 @@ def _build(root, machine, version: int, source: str) -> Topology:
             # topo writes whether a node owns CPUs; for others, a subtype says it owns none
             flag = _infos(el).get("topoMemoryOnly")
             memory_only = el.get("subtype") if flag is None else (flag == "1")
-            complete_localities.append((i, parse_bitmap(el.get("complete_cpuset")) | cpuset, memory_only))
+            held = parse_bitmap(el.get("complete_cpuset")) | cpuset if written is None else localities[i]
+            complete_localities.append((i, held, memory_only))
         complete_own = _own_cpus(complete_localities)
     gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
