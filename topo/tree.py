@@ -148,14 +148,18 @@ def _cpu_objects(t: Topology, drop) -> list[Obj]:
     objs += [Obj("Core", c.cpuset, c.os_index, c) for c in t.cores]
     objs += [Obj("PU", CpuSet.from_mask(1 << pu), pu) for pu in t.pus]
     objs = [o for o in objs if o.type not in drop]
-    # hwloc merges a Group into an object with the same CPUs (hwloc__insert_try_merge_group)
-    taken = {o.cpuset for o in objs if o.type != "Group"} | {t.pus}
+    if not any(o.type == "Group" for o in objs):
+        return objs
+    # hwloc merges a Group into an object with the same CPUs (hwloc__insert_try_merge_group). Sets
+    # are keyed with their first CPU: the ints of single-CPU masks share few hashes.
+    taken = {(o.cpuset.first(), o.cpuset.mask) for o in objs if o.type != "Group"} | {(t.pus.first(), t.pus.mask)}
     kept = []
     for o in objs:
+        key = (o.cpuset.first(), o.cpuset.mask)
         if o.type == "Group" and o.cpuset:
-            if o.cpuset in taken:
+            if key in taken:
                 continue
-            taken.add(o.cpuset)
+            taken.add(key)
         kept.append(o)
     return kept
 

@@ -43,7 +43,7 @@ def calc(machine, locations, input_path, number_of, intersect, hierarchical, lar
     Examples:
       topo calc pu:17 --intersect numa     # the NUMA node holding PU L#17
       topo calc numa:1 --number-of core    # how many cores node 1 has
-      topo calc os=nvidia3                 # the CPUs local to an OS device (GPU, NIC, disk)
+      topo calc os=eth0 -I numa            # the NUMA node local to a NIC (any OS device)
       topo calc pci=0000:07:00.0 -I pu -p  # the physical PUs local to a PCI device
       topo calc package:1.core:0-3 --cpuset-output-format list
       topo calc --root /tmp/captured core:2-3 -H package.core

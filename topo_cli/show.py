@@ -25,9 +25,8 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
 @click.command(context_settings=CONTEXT)
 @machine_options
 @click.argument("file", required=False, metavar="[FILE]")
-@click.option("-i", "--input", "input_path", default=None, metavar="PATH",
-              help="Read the machine from PATH, as lstopo -i: a directory (as --root), a file (as --from: "
-                   "hwloc XML or topo JSON; an archive: as --root) or a synthetic description (\"pack:2 core:4 pu:2\").")
+@click.option("-i", "--input", "input_path", metavar="PATH", help="As lstopo -i: a directory or archive (as --root), "
+              "a file (as --from) or a synthetic description (\"pack:2 core:4 pu:2\").")
 @click.option("-o", "--output", default=None, metavar="FILE",
               help="Write to FILE (as the positional FILE) instead of stdout; '-' is stdout.")
 @click.option("--of", "output_format", default=None, metavar="FORMAT",
@@ -40,21 +39,19 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
               help="Show physical (OS) indexes P#, as lstopo -p.")
 @click.option("-l", "--logical", "index", flag_value="logical",
               help="Show logical indexes L# only, as lstopo -l.")
-@click.option("-v", "--verbose", count=True, help="Every object on its line with its attributes, then the summary "
-              "and distances, as lstopo -v.")
-@click.option("-s", "--silent", count=True, help="Only the summary of levels, as lstopo -s.")
-@click.option("--only", default=None, metavar="TYPE", help="Only objects of TYPE (core, pu, numa, l3, pci, ...).")
+@click.option("-v", "--verbose", count=True, help="Each object with its attributes, then the summary (lstopo -v).")
+@click.option("-s", "--silent", count=True, help="Only the summary of levels (lstopo -s).")
+@click.option("--only", metavar="TYPE", help="Only objects of TYPE (core, pu, numa, l3, pci, ...).")
 @click.option("-c", "--cpuset", "cpuset", flag_value=1, default=0, help="Show each object's cpuset too.")
 @click.option("-C", "--cpuset-only", "cpuset", flag_value=2, help="Show each object's cpuset only.")
 @click.option("--taskset", is_flag=True, help="Cpusets in taskset's format (implies -c).")
-@click.option("--no-caches", is_flag=True, help="No cache (lstopo --no-caches).")
+@click.option("--no-caches", is_flag=True, help="No cache.")
 @click.option("--no-icaches", is_flag=True, help="No instruction cache.")
 @click.option("--no-smt", is_flag=True, help="No PU: one line per core.")
-@click.option("--merge", is_flag=True, help="Leave out levels that bring no structure, as lstopo --merge.")
-@click.option("--filter", "filters", multiple=True, metavar="TYPE:KIND",
-              help="As lstopo's: TYPE (or all, cache, icache, io) kept by KIND: all, none, structure, important.")
-@click.option("--restrict", default=None, metavar="CPUSET",
-              help="Restrict to CPUSET (hwloc bitmap, 0x00ff) or 'binding' (this process's CPUs).")
+@click.option("--merge", is_flag=True, help="Leave out levels that bring no structure.")
+@click.option("--filter", "filters", multiple=True, metavar="TYPE:KIND", help="TYPE (or all, cache, icache, io) "
+              "kept by KIND: all, none, structure, important (lstopo --filter).")
+@click.option("--restrict", metavar="CPUSET", help="Only CPUSET (0x000000ff) or 'binding' (this process's CPUs).")
 @click.option("--distances", is_flag=True, help="Only the NUMA distance matrix.")
 @click.option("--long", "long_form", is_flag=True,
               help="topo's long form: every object on its own line with its P# and L#, the package "
@@ -104,16 +101,14 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
         raise UsageError(f"--long is topo's own form: leave out {shaping[1]}")
     if path is not None:
         check_output(path, force)  # a file that may not be written fails before the machine is read
-    options, io, no_bridges = _console_options(filters, io, no_bridges, merge=merge, no_caches=no_caches,
-                                               no_icaches=no_icaches, no_smt=no_smt)
+    options, io, no_bridges = _filters(filters, io, no_bridges, merge=merge, no_caches=no_caches,
+                                       no_icaches=no_icaches, no_smt=no_smt)
+    options.update(index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset, taskset=taskset,
+                   distances=distances, only=_type(only, "--only") if only else None)
     topology = load(machine, input_path, include_disallowed=include_disallowed, probes=probes)
     # the I/O objects lstopo shows with the same flags, in every format
     topology = topology.io_view(io or "important", bridges=not no_bridges)
-    from dataclasses import replace
-
-    options = replace(options, index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset,
-                      taskset=taskset, distances=distances, only=_type(only, "--only") if only else None,
-                      restrict=_restriction(restrict, topology) if restrict else None)
+    options["restrict"] = _restriction(restrict, topology) if restrict else None
     text = _render(topology, fmt, options, long_form)
     if path is not None:
         write_text(path, text, force)
@@ -156,11 +151,9 @@ def _type(text: str, option: str) -> tuple:
     return wanted
 
 
-def _console_options(filters, io, no_bridges, *, merge, no_caches, no_icaches, no_smt):
-    """lstopo's type filters as the console form's options, and the I/O view: --merge, --no-caches and
-    --no-icaches first, then each --filter in order."""
-    from topo.views.console import Options
-
+def _filters(filters, io, no_bridges, *, merge, no_caches, no_icaches, no_smt):
+    """lstopo's type filters as the console form's options (drop, structure, no_smt) and the I/O
+    view: --merge, --no-caches and --no-icaches first, then each --filter in order."""
     drop = set(_GROUPS["cache"]) if no_caches else set(_GROUPS["icache"]) if no_icaches else set()
     structure = set(_NORMAL) - drop if merge else set()
     for given in filters:
@@ -183,7 +176,7 @@ def _console_options(filters, io, no_bridges, *, merge, no_caches, no_icaches, n
                     drop.add(target)
                 elif kind == "structure" or target == "Group":  # a Group is never kept for itself
                     structure.add(target)
-    return Options(drop=frozenset(drop), structure=frozenset(structure), no_smt=no_smt), io, no_bridges
+    return dict(drop=frozenset(drop), structure=frozenset(structure), no_smt=no_smt), io, no_bridges
 
 
 def _restriction(text: str, topology):
@@ -249,8 +242,8 @@ def _render(topology, fmt: str, options, long_form: bool) -> str:
     if fmt == "ascii":
         from topo.views.ascii import draw_ascii
 
-        return draw_ascii(topology, options.index) + "\n"
-    from topo.views.console import render_console, render_text
+        return draw_ascii(topology, options["index"]) + "\n"
+    from topo.views.console import Options, render_console, render_text
 
-    text = render_text(topology) if long_form else render_console(topology, options)
+    text = render_text(topology) if long_form else render_console(topology, Options(**options))
     return text + "\n" if text else ""

@@ -21,7 +21,6 @@ from topo.tree import IO_TYPES, Obj, bitmap, build, levels, matches, parse_type,
 
 _RANGE = re.compile(r"(?:(all|odd|even)|([0-9]{1,7})(?:(-)([0-9]{0,7})|:([0-9]{1,7}))?)\Z")
 _TASKSET = re.compile(r"0x[0-9a-fA-F]{1,%d}\Z" % ((MAX_ID + 1) // 4))
-OUTPUT_FORMATS = ("hwloc", "list", "taskset")
 
 
 class Calc:
@@ -37,9 +36,8 @@ class Calc:
         """The CPUs of `locations`, each added (or removed, intersected, XORed) in turn."""
         out = EMPTY
         for text in locations:
-            op, rest = ({"~": "-", "x": "&", "^": "^"}.get(text[:1], "|"), text[1:] if text[:1] in "~x^" else text)
-            s = self._location(rest, text)
-            out = {"|": out | s, "-": out - s, "&": out & s, "^": out ^ s}[op]
+            op = {"~": CpuSet.__sub__, "x": CpuSet.__and__, "^": CpuSet.__xor__}.get(text[:1])
+            out = (op or CpuSet.__or__)(out, self._location(text[1:] if op else text, text))
         return out
 
     def _location(self, text: str, given: str) -> CpuSet:

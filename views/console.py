@@ -14,31 +14,22 @@ from topo.tree import IO_TYPES, TYPES, Obj, bitmap, build, levels, matches, merg
 
 INDEX_MODES = ("default", "physical", "logical")
 # hwloc_pci_class_string: a class's name by its 16 bits, else by its base class
-_PCI_CLASSES = {
-    "0001": "VGA", "0100": "SCSI", "0101": "IDE", "0102": "Floppy", "0103": "IPI", "0104": "RAID", "0105": "ATA",
-    "0106": "SATA", "0107": "SAS", "0108": "NVMExp", "0200": "Ethernet", "0201": "TokenRing", "0202": "FDDI",
-    "0203": "ATM", "0204": "ISDN", "0205": "WorldFip", "0206": "PICMG", "0207": "InfiniBand", "0208": "Fabric",
-    "0300": "VGA", "0301": "XGA", "0302": "3D", "0400": "MultimediaVideo", "0401": "MultimediaAudio",
-    "0402": "Telephony", "0403": "AudioDevice", "0500": "RAM", "0501": "Flash", "0502": "CXLMem",
-    "0600": "HostBridge", "0601": "ISABridge", "0602": "EISABridge", "0603": "MicroChannelBridge",
-    "0604": "PCIBridge", "0605": "PCMCIABridge", "0606": "NubusBridge", "0607": "CardBusBridge",
-    "0608": "RACEwayBridge", "0609": "SemiTransparentPCIBridge", "060a": "InfiniBandPCIHostBridge",
-    "0700": "Serial", "0701": "Parallel", "0702": "MultiportSerial", "0703": "Model", "0704": "GPIB",
-    "0705": "SmartCard", "0800": "PIC", "0801": "DMA", "0802": "Timer", "0803": "RTC", "0804": "PCIHotPlug",
-    "0805": "SDHost", "0806": "IOMMU", "0900": "Keyboard", "0901": "DigitizerPen", "0902": "Mouse",
-    "0903": "Scanern", "0904": "Gameport", "0b00": "386", "0b01": "486", "0b02": "Pentium", "0b10": "Alpha",
-    "0b20": "PowerPC", "0b30": "MIPS", "0b40": "Co-Processor", "0c00": "FireWire", "0c01": "ACCESS",
-    "0c02": "SSA", "0c03": "USB", "0c04": "FibreChannel", "0c05": "SMBus", "0c06": "InfiniBand",
-    "0c07": "IPMI-SMIC", "0c08": "SERCOS", "0c09": "CANBUS", "0d00": "IRDA", "0d01": "ConsumerIR", "0d10": "RF",
-    "0d11": "Bluetooth", "0d12": "Broadband", "0d20": "802.1a", "0d21": "802.1b", "0e00": "I2O",
-}
-_PCI_BASES = {
-    "00": "Other", "01": "Storage", "02": "Network", "03": "Display", "04": "Multimedia", "05": "Memory",
-    "06": "Bridge", "07": "Communication", "08": "SystemPeripheral", "09": "Input", "0a": "DockingStation",
-    "0b": "Processor", "0c": "SerialBus", "0d": "Wireless", "0e": "Intelligent", "0f": "Satellite",
-    "10": "Encryption", "11": "SignalProcessing", "12": "ProcessingAccelerator", "13": "Instrumentation",
-    "40": "Co-Processor",
-}
+_PCI_CLASSES = dict(x.split("=") for x in (
+    "0001=VGA 0100=SCSI 0101=IDE 0102=Floppy 0103=IPI 0104=RAID 0105=ATA 0106=SATA 0107=SAS 0108=NVMExp "
+    "0200=Ethernet 0201=TokenRing 0202=FDDI 0203=ATM 0204=ISDN 0205=WorldFip 0206=PICMG 0207=InfiniBand "
+    "0208=Fabric 0300=VGA 0301=XGA 0302=3D 0400=MultimediaVideo 0401=MultimediaAudio 0402=Telephony "
+    "0403=AudioDevice 0500=RAM 0501=Flash 0502=CXLMem 0600=HostBridge 0601=ISABridge 0602=EISABridge "
+    "0603=MicroChannelBridge 0604=PCIBridge 0605=PCMCIABridge 0606=NubusBridge 0607=CardBusBridge "
+    "0608=RACEwayBridge 0609=SemiTransparentPCIBridge 060a=InfiniBandPCIHostBridge 0700=Serial "
+    "0701=Parallel 0702=MultiportSerial 0703=Model 0704=GPIB 0705=SmartCard 0800=PIC 0801=DMA 0802=Timer "
+    "0803=RTC 0804=PCIHotPlug 0805=SDHost 0806=IOMMU 0900=Keyboard 0901=DigitizerPen 0902=Mouse "
+    "0903=Scanern 0904=Gameport 0b00=386 0b01=486 0b02=Pentium 0b10=Alpha 0b20=PowerPC 0b30=MIPS "
+    "0b40=Co-Processor 0c00=FireWire 0c01=ACCESS 0c02=SSA 0c03=USB 0c04=FibreChannel 0c05=SMBus "
+    "0c06=InfiniBand 0c07=IPMI-SMIC 0c08=SERCOS 0c09=CANBUS 0d00=IRDA 0d01=ConsumerIR 0d10=RF "
+    "0d11=Bluetooth 0d12=Broadband 0d20=802.1a 0d21=802.1b 0e00=I2O 00=Other 01=Storage 02=Network "
+    "03=Display 04=Multimedia 05=Memory 06=Bridge 07=Communication 08=SystemPeripheral 09=Input "
+    "0a=DockingStation 0b=Processor 0c=SerialBus 0d=Wireless 0e=Intelligent 0f=Satellite 10=Encryption "
+    "11=SignalProcessing 12=ProcessingAccelerator 13=Instrumentation 40=Co-Processor").split())
 # topo's info keys that hwloc has under another name (lstopo -v prints them on the Machine)
 _INFO_NAMES = {"architecture": "Architecture", "hostname": "HostName", "linux_cgroup": "LinuxCgroup"}
 
@@ -46,7 +37,7 @@ _INFO_NAMES = {"architecture": "Architecture", "hostname": "HostName", "linux_cg
 def pci_class_name(class_id: str) -> str:
     """A PCI class ("0108") as lstopo names it ("NVMExp")."""
     class_id = class_id.lower()
-    return _PCI_CLASSES.get(class_id) or _PCI_BASES.get(class_id[:2], "Other")
+    return _PCI_CLASSES.get(class_id) or _PCI_CLASSES.get(class_id[:2], "Other")
 
 
 def hwloc_size(n: int, verbose: bool = False) -> str:
@@ -175,7 +166,7 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False) 
     if inside:
         text += f" ({inside})"
     if not verbose and obj.type == "Machine":
-        total = _total_memory(obj)
+        total = sum(n.local_memory for n in t.numa_nodes)
         text += f" ({hwloc_size(total)} total)" if total else ""
     if obj.type == "OSDev":
         text += f' "{m.name}"'

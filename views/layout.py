@@ -90,8 +90,8 @@ def _is_cache(obj: Obj) -> bool:
 
 def _convert(node: Obj, t: Topology, devices_by_node: dict[int, list[Device]]) -> Box:
     """The tree as boxes: same-cpuset chains merged into one box, caches private to a core folded
-    into it, and the objects of each NUMA node gathered in a box of their own when the tree has
-    none (NPS4 EPYC nodes split a package without a die or cache to match)."""
+    into it; a NUMA node's Group (NPS4 EPYC nodes split a package without a die or cache to
+    match) is titled by its node."""
     chain = [node]
     while node.type not in ("Core", "PU") and len(node.children) == 1 \
             and node.children[0].cpuset == node.cpuset:
@@ -119,8 +119,6 @@ def _convert(node: Obj, t: Topology, devices_by_node: dict[int, list[Device]]) -
         box.title += " · " + " · ".join(private)
     box.memory = [(m, devices_by_node.get(m.os_index, [])) for m in memory]
     box.children = [_convert(c, t, devices_by_node) for c in node.children]
-    if len(box.memory) > 1:
-        _gather_by_node(box, t)
     if len({c.kind == "Core" for c in box.children}) > 1:
         _gather_cores(box)
     return box
@@ -139,22 +137,6 @@ def _gather_cores(box: Box) -> None:
         else:
             children.append(c)
     box.children = children
-
-
-def _gather_by_node(box: Box, t: Topology) -> None:
-    kept, children = [], list(box.children)
-    for node, devices in box.memory:
-        loc = node.model.locality
-        members = [c for c in children if loc and c.cpuset <= loc]
-        if not members or loc == box.cpuset:
-            kept.append((node, devices))
-            continue
-        group = Box("Group", node_label(node, t), loc, "", memory=[(node, devices)], children=members)
-        first = next(i for i, c in enumerate(children) if c is members[0])
-        taken = {id(c) for c in members}
-        children = [c for c in children if id(c) not in taken]
-        children.insert(first, group)
-    box.memory, box.children = kept, children
 
 
 def _note_private_caches(box: Box) -> None:

@@ -212,13 +212,6 @@ def _group_reason(el, cpuset: CpuSet) -> str:
     return subtype or "hwloc"
 
 
-def _cpulist(text: str) -> CpuSet:
-    try:
-        return CpuSet.parse(text)
-    except ParseError as exc:
-        raise ParseError(f"hwloc XML: topoLocality {text[:40]!r}: {exc}") from None
-
-
 def _infos(el) -> dict[str, str]:
     return {i.get("name"): i.get("value", "") for i in el.findall("info") if i.get("name")}
 
@@ -343,7 +336,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
         for i, (el, cpuset, _) in zip(node_ids, w.nodes):
             # a v2 memory child's cpuset is its locality, unless topo wrote another one
             written = _infos(el).get("topoLocality")
-            localities[i] = cpuset if written is None else EMPTY if written == "none" else _cpulist(written)
+            localities[i] = cpuset if written is None else EMPTY if written == "none" else CpuSet.parse(written)
             # topo writes whether a node owns CPUs; for others, a subtype says it owns none
             flag = _infos(el).get("topoMemoryOnly")
             memory_only = el.get("subtype") if flag is None else (flag == "1")
