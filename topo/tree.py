@@ -144,7 +144,7 @@ def _cpu_objects(t: Topology, drop) -> list[Obj]:
     objs += [Obj("Die", d.cpuset, d.os_index, d) for d in t.dies]
     objs += [Obj("Group", g.cpuset, None, g, *group_kind(g.reason)) for g in t.groups]
     objs += [Obj("Group", c.cpuset, c.os_index, c, CLUSTER_KIND, 0, "Cluster") for c in t.clusters]
-    objs += [Obj(cache_type(c), c.cpuset, None, c) for c in t.caches]
+    objs += [Obj(cache_type(c), c.cpuset, None, c) for c in t.caches if cache_type(c) in TYPES]  # hwloc: L1-L5
     objs += [Obj("Core", c.cpuset, c.os_index, c) for c in t.cores]
     objs += [Obj("PU", CpuSet.from_mask(1 << pu), pu) for pu in t.pus]
     objs = [o for o in objs if o.type not in drop]
@@ -245,19 +245,21 @@ def _holder(machine: Obj, cpus: CpuSet, *, below_root: bool, kind: int | None) -
 
 def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
     """The I/O objects as hwloc nests them: host bridges with the bridges and PCI functions below
-    them in bus order, each function with its OS devices; functions without a bridge and OS devices
-    without a function stand alone. Each tree comes with the CPUs it is local to."""
+    them in bus order, each function (or bridge) with its OS devices; functions without a bridge and
+    OS devices without a function stand alone. Each tree comes with the CPUs it is local to."""
+    osdevs: dict[str | None, list[Obj]] = {}
+    for d in t.os_devices:
+        osdevs.setdefault(d.parent, []).append(Obj("OSDev", EMPTY, None, d, subtype=d.subtype))
     by_parent: dict[str | None, list[tuple[str, Obj, CpuSet]]] = {}
     for dev in t.pci_devices:
-        obj = Obj("PCIDev", EMPTY, None, dev, io=[Obj("OSDev", EMPTY, None, o, subtype=o.subtype)
-                                                   for o in t.os_devices if o.parent == dev.busid])
+        obj = Obj("PCIDev", EMPTY, None, dev, io=osdevs.pop(dev.busid, []))
         by_parent.setdefault(dev.parent, []).append((dev.busid, obj, dev.local_cpus))
     bridges = {b.id: b for b in t.pci_bridges}
     trees: list[tuple[tuple, Obj, CpuSet]] = []
     # deepest bridges first, so that each finds everything below it already made
     for bridge in sorted(t.pci_bridges, key=lambda b: -_bridge_depth(b, bridges)):
         below = sorted(by_parent.pop(bridge.id, []), key=lambda entry: entry[0])
-        obj = Obj("Bridge", EMPTY, None, bridge, io=[o for _, o, _ in below])
+        obj = Obj("Bridge", EMPTY, None, bridge, io=osdevs.pop(bridge.id, []) + [o for _, o, _ in below])
         if bridge.is_host:
             trees.append(((bridge.domain, bridge.secondary_bus, ""), obj, bridge.local_cpus))
         else:
@@ -265,9 +267,7 @@ def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
     for busid, obj, cpus in (entry for entries in by_parent.values() for entry in entries):
         trees.append(((int(busid[:busid.index(":")], 16), -1, busid), obj, cpus))  # no bridge above it
     trees.sort(key=lambda entry: entry[0])
-    out = [(obj, cpus) for _, obj, cpus in trees]
-    return out + [(Obj("OSDev", EMPTY, None, d, subtype=d.subtype), d.local_cpus)
-                  for d in t.os_devices if d.parent is None]
+    return [(obj, cpus) for _, obj, cpus in trees] + [(o, o.model.local_cpus) for os in osdevs.values() for o in os]
 
 
 def _bridge_depth(bridge, bridges: dict) -> int:

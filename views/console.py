@@ -80,13 +80,13 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     lines: list[str] = []
     if options.distances:
         return "\n".join(printable(x) for x in _distances(t, machine, options.index))
-    verbose = options.verbose
+    verbose, domains = options.verbose, pci_domains(t)
     if options.only is not None:
         if verbose > 1:
             lines.append(f"Only showing {options.only[0]} objects")
-        lines += [_line(o, t, options) for o in walk(machine) if o.type == options.only[0]]
+        lines += [_line(o, t, options, domains) for o in walk(machine) if o.type == options.only[0]]
     elif verbose >= 1:
-        _tree_lines(lines, machine, None, 0, t, options)
+        _tree_lines(lines, machine, None, 0, t, options, domains)
     if options.only is None and verbose != 1:
         lines += _summary(machine)
     if options.only is None and verbose > 1:
@@ -100,22 +100,23 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     return "\n".join(printable(x) for x in lines)
 
 
-def _tree_lines(lines: list[str], obj: Obj, parent: Obj | None, depth: int, t: Topology, options: Options) -> None:
+def _tree_lines(lines: list[str], obj: Obj, parent: Obj | None, depth: int, t: Topology, options: Options,
+                domains: bool) -> None:
     if (parent is not None and options.verbose <= 1 and not options.cpuset and len(parent.children) == 1
             and not parent.memory and not parent.io and obj.type not in IO_TYPES and obj.cpuset == parent.cpuset):
-        lines[-1] += " + " + _line(obj, t, options)
+        lines[-1] += " + " + _line(obj, t, options, domains)
     else:
-        lines.append("  " * depth + _line(obj, t, options))
+        lines.append("  " * depth + _line(obj, t, options, domains))
         depth += 1
     for child in (*obj.memory, *obj.children, *obj.io):
         if child.type != "PU" or not options.no_smt:
-            _tree_lines(lines, child, obj, depth, t, options)
+            _tree_lines(lines, child, obj, depth, t, options, domains)
 
 
-def _line(obj: Obj, t: Topology, options: Options) -> str:
+def _line(obj: Obj, t: Topology, options: Options, domains: bool) -> str:
     """One object as lstopo's output_console_obj prints it."""
     index, verbose = options.index, options.verbose > 1
-    text = "" if options.cpuset == 2 else label(obj, t, index, verbose)
+    text = "" if options.cpuset == 2 else label(obj, t, index, verbose, domains)
     if options.cpuset and obj.type not in IO_TYPES:
         text += (" cpuset=" if options.cpuset == 1 else "") + (
             f"0x{obj.cpuset.mask:x}" if options.taskset else bitmap(obj.cpuset))
@@ -125,7 +126,13 @@ def _line(obj: Obj, t: Topology, options: Options) -> str:
     return text
 
 
-def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False) -> str:
+def pci_domains(t: Topology) -> bool:
+    """Whether PCI bus ids are printed with their domain: when one is not 0000, as lstopo does."""
+    return any(d.busid[:4] != "0000" for d in t.pci_devices) or any(
+        b.id[:4] != "0000" for b in t.pci_bridges if not b.is_host)
+
+
+def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, domains: bool = False) -> str:
     """An object's text: type, index and attributes (hwloc_obj_attr_snprintf)."""
     m = obj.model
     text = type_name(obj, verbose) + (f"({obj.subtype})" if obj.subtype else "")
@@ -138,8 +145,6 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False) 
                                    and (verbose or obj.type in ("PU", "NUMANode"))) else ""
     attrs = []
     if obj.type == "PCIDev" and not verbose:
-        domains = any(d.busid[:4] != "0000" for d in t.pci_devices) or any(
-            b.id[:4] != "0000" for b in t.pci_bridges if not b.is_host)
         text += f" {m.busid if domains else m.busid[5:]} ({pci_class_name(m.class_id)})"
     if verbose and obj.type in ("PCIDev", "Bridge"):
         if obj.type == "PCIDev" or not m.is_host:
