@@ -8,6 +8,7 @@ fields topo models; tests skip when lstopo is absent.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -96,4 +97,30 @@ def answer(root: Path, *args: str, env: dict[str, str] | None = None) -> Answer:
             walk(child, parent, in_package or kind == "Package")
 
     walk(top, top)
+    return out
+
+
+# ---- lstopo -v, reduced to what topo models ------------------------------------------------------
+# Attributes topo prints in verbose mode; every other `Name=value` is an info topo does not read
+# (DMI strings, OS device addresses and sizes, hwloc's own version) or writes for itself (topo...).
+VERBOSE_KEPT = {"local", "total", "size", "linesize", "ways", "busid", "id", "class", "buses"}
+_INFO = re.compile(r'(?<=[ (])([A-Za-z][A-Za-z0-9_]*)=("[^"]*"|[^ )]*) ?')
+
+
+def comparable_verbose(lines: list[str]) -> list[str]:
+    """lstopo -v lines without the infos topo does not model (a Package's CPUModel kept), the CPU
+    kinds and memory attributes, cache P# (topo does not read the sysfs cache id) and a memory-side cache's line size and
+    associativity."""
+    out = []
+    for line in lines:
+        if line.startswith(("CPU kind", "Memory attribute")) or (line.startswith("  ") and " = " in line):
+            continue
+        package = line.lstrip().startswith("Package")
+        line = _INFO.sub(lambda m: m.group(0) if m.group(1) in VERBOSE_KEPT or (package and m.group(1) == "CPUModel")
+                         else "", line)
+        line = re.sub(r"^( *L\d[di]?Cache)( L#\d+ \()P#\d+ ?", r"\1\2", line)
+        line = re.sub(r"^( *L\d[di]?Cache) P#\d+", r"\1", line)
+        if line.lstrip().startswith("MemCache"):  # topo does not read a memory-side cache's geometry
+            line = re.sub(r" linesize=\d+( ways=\d+)?", "", line)
+        out.append(line.replace(" )", ")").replace(" ()", "").rstrip())
     return out

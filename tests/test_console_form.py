@@ -20,7 +20,7 @@ import topo
 from conftest import FIXTURES
 from gen_lstopo_console import ENV, MODES, OPTIONS, VARIANTS, machines
 from lstopo_oracle import LSTOPO, needs_lstopo
-from topo.render import hwloc_size, render_console
+from topo.views.console import Options, hwloc_size, render_console
 from topo.cli import main as cli
 
 CONSOLE = FIXTURES / "console"
@@ -71,7 +71,7 @@ def differences(name: str, suffix: str, ours: list[str], theirs: list[str]) -> l
 
 def ours(hwloc_roots, name: str, suffix: str) -> list[str]:
     t = topo.discover(hwloc_roots.root(f"{name}.tar.bz2"), include_disallowed=suffix == "-disallowed")
-    return render_console(t.io_view(IO.get(suffix, "important")), INDEX.get(suffix, "default")).splitlines()
+    return render_console(t.io_view(IO.get(suffix, "important")), Options(index=INDEX.get(suffix, "default"))).splitlines()
 
 
 @pytest.mark.parametrize("name, suffix", CASES)

@@ -5,11 +5,16 @@ loaded topology, in every text output and error message."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import xml.etree.ElementTree as ET
 
 import pytest
 from click.testing import CliRunner
 
-from sysfs_builder import Machine, build
+import topo
+from lstopo_oracle import LSTOPO
+from sysfs_builder import Machine, Pci, build
 from topo.text import printable
 from topo.cli import main as cli
 
@@ -96,3 +101,62 @@ def test_error_messages_quoting_such_strings_are_escaped(evil_root, tmp_path):
                                 "bind_cpu": {f"device0{CLEAR}": {"main": "0"}}}))
     result = CliRunner().invoke(cli, ["validate", str(bind), "--root", evil_root])
     assert result.exit_code == 1 and clean(result.output) and "\\x1b[2J" in result.output
+
+
+# ---- what topo writes: XML, SVG and HTML stay valid, whatever the strings ----------------------
+XML_FORBIDDEN = "\x00\x01\x1b\x07\ufffe"
+RAW_CONTROLS = ("\x1b", "\x07", "\x00", "\x01")
+
+
+@pytest.fixture(scope="module")
+def hostile_root(tmp_path_factory):
+    """A machine whose CPU model holds C0 controls and U+FFFE, with a network function whose
+    interface name has a byte that is not UTF-8 (0xff) and an ESC, and whose driver a BEL."""
+    root = build(tmp_path_factory.mktemp("hostile"), Machine(
+        packages=1, cores=2, model=f"Bad{XML_FORBIDDEN}CPU", pci=[Pci("0000:01:00.0", "0x020000", numa_node=0)]))
+    name = b"eth\xff\x1b0"
+    os.makedirs(os.path.join(bytes(root), b"sys/class/net"), exist_ok=True)
+    os.symlink(b"../../devices/pci0000:00/0000:01:00.0/net/" + name, os.path.join(bytes(root), b"sys/class/net", name))
+    os.symlink("../../../bus/pci/drivers/ev\x07il", root / "sys/bus/pci/devices/0000:01:00.0/driver")
+    return str(root)
+
+
+def hostile_json(tmp_path, root) -> str:
+    """The same machine saved as JSON, with lone surrogates (`"\\ud800"`) and NUL in its strings."""
+    data = json.loads(CliRunner().invoke(cli, ["show", "--root", root, "--json"]).output)
+    data["info"] = {"hostname": "host\ud800\x00\ufffe", "architecture": "x86\udcff"}
+    data["packages"][0]["model"] = "CPU\ud800\x1b"
+    saved = tmp_path / "m.json"
+    saved.write_text(json.dumps(data))  # JSON escapes them: \ud800, \u0000
+    return str(saved)
+
+
+@pytest.mark.parametrize("source", ["root", "json"])
+def test_xml_svg_and_html_of_hostile_strings_are_valid_and_read_back(hostile_root, tmp_path, source):
+    machine = ["--root", hostile_root] if source == "root" else ["--from", hostile_json(tmp_path, hostile_root)]
+    for suffix in (".xml", ".svg", ".html"):
+        out = tmp_path / f"m{suffix}"
+        result = CliRunner().invoke(cli, ["show", *machine, "--whole-io", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        text = out.read_text(encoding="utf-8")
+        assert not any(c in text for c in RAW_CONTROLS) and "\ufffe" not in text, suffix
+        if suffix != ".html":
+            ET.fromstring(text.encode())  # well-formed XML
+    back = topo.load_topology(tmp_path / "m.xml")  # topo reads back what it wrote
+    assert len(back.cores) == 2
+    if source == "root":
+        assert [o.name for o in back.os_devices] == ["eth\\xff\\x1b0"]  # shown escaped, as printable does
+        assert back.packages[0].model == "Bad\\x00\\x01\\x1b\\x07\\ufffeCPU"
+    if LSTOPO is not None:
+        lstopo = subprocess.run([LSTOPO, "-i", str(tmp_path / "m.xml")], capture_output=True, text=True, timeout=60)
+        assert lstopo.returncode == 0 and lstopo.stdout.startswith("Machine"), lstopo.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["--long"], ["-v"], ["--of", "ascii"], ["--only", "os"], ["--json"]])
+def test_text_forms_of_names_that_are_not_utf8_are_escaped(hostile_root, tmp_path, args):
+    for machine in (["--root", hostile_root], ["--from", hostile_json(tmp_path, hostile_root)]):
+        result = CliRunner().invoke(cli, ["show", *machine, "--whole-io", *args])
+        assert result.exit_code == 0, result.output  # no UnicodeEncodeError
+        assert not any(c in result.output for c in RAW_CONTROLS) and "\ud800" not in result.output
+    if args == ["--only", "os"]:
+        assert 'Net "eth\\xff\\x1b0"' in result.output

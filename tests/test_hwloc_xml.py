@@ -17,7 +17,8 @@ from conftest import SYSFS, parse_test_file
 from lstopo_oracle import LSTOPO, captured_tarballs, needs_lstopo
 from topo.cli import main as cli
 from topo.cpuset import CpuSet
-from topo.hwloc_export import bitmap, to_xml
+from topo.tree import bitmap
+from topo.views.hwloc_xml import to_xml
 from topo.probes.hwloc_xml import parse_bitmap, parse_hwloc_xml
 
 XML_TARGETS = sorted(p.stem for p in SYSFS.glob("*.xml"))

@@ -1,7 +1,8 @@
 """The Topology model: flat, immutable lists of objects tied together by their cpusets.
 
 Containment (package > die > NUMA node > L3 > core > PU) follows from cpusets, as in hwloc; it is
-not stored. `os_index` is an object's P#; its L# is its position in the sorted list.
+not stored (`topo.tree` builds the tree the outputs walk). `os_index` is an object's P#; its L# is
+its position in the sorted list.
 
 The JSON form (schema topo.topology/1, what `topo show --json` prints) has one key per field, in
 field order, each value converted by its field's type (`CpuSet` <-> cpulist text, tuple <-> list).

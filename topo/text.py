@@ -3,22 +3,26 @@
 CPU model names, device and host names, info values and the keys of a loaded JSON or XML file are
 whatever sysfs, /proc or the file says. Printed raw, an ESC or BEL starts a terminal command (clear
 the screen, set the window title), a CR overwrites the line, and a bidi override reorders what the
-reader sees. `printable` escapes them as Python does in a repr (``\\x1b``, ``\\u202e``).
+reader sees. `printable` escapes them as Python does in a repr (``\\x1b``, ``\\u202e``), and the
+characters no UTF-8 output can carry: a lone surrogate (a name that was not UTF-8, read with
+surrogateescape: byte 0xff shows as ``\\xff``) and the noncharacters U+FFFE and U+FFFF.
 """
 
 from __future__ import annotations
 
 import re
 
-# C0 controls, DEL, C1 controls (U+0080-U+009F), the line and paragraph separators, and the
-# bidirectional marks, embeddings, overrides and isolates.
-_OTHERS = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+# C0 controls, DEL, C1 controls (U+0080-U+009F), the line and paragraph separators, the
+# bidirectional marks, embeddings, overrides and isolates, surrogates and the two noncharacters.
+_OTHERS = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff"
 _UNSAFE = re.compile(f"[\x00-\x1f{_OTHERS}]")
 _UNSAFE_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f{_OTHERS}]")
 
 
 def _escape(match: re.Match) -> str:
     code = ord(match.group())
+    if 0xdc80 <= code <= 0xdcff:  # a byte surrogateescape kept
+        code -= 0xdc00
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 

@@ -23,7 +23,7 @@ from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo.model import Device, Topology
 from topo.probes.devices import ACCELERATOR_KINDS
-from topo.probes.sysfs import bus_key
+from topo.probes.pci import bus_key
 
 _INDEX = re.compile(r"\A[+-]?[0-9]+\Z")  # ASCII digits only: int() would also read "١" as 1
 

@@ -18,6 +18,7 @@ from topo.text import printable
 # name -> "module:attribute" in this package; one line per command.
 COMMANDS: dict[str, str] = {
     "show": "topo.cli.show:show",
+    "calc": "topo.cli.calc:calc",
     "capture": "topo.cli.capture:capture",
     "plan": "topo.cli.plan:plan",
     "validate": "topo.cli.plan:validate",

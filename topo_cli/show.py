@@ -1,4 +1,5 @@
-"""`topo show`: the machine as lstopo prints it, in topo's long form, as JSON, or drawn."""
+"""`topo show`: the machine as lstopo prints it (with lstopo's options), in topo's long form, as
+JSON, as hwloc XML, or drawn."""
 
 from __future__ import annotations
 
@@ -10,29 +11,48 @@ import click
 from topo.errors import UsageError
 
 from topo.cli import CONTEXT
-from topo.cli.machine import STDOUT_NAMES, check_output, machine_options, write_text
+from topo.cli.machine import STDOUT_NAMES, MachineSource, check_output, machine_options, write_text
 
 # --of FORMAT -> the file name endings that mean it (lstopo: the output format from the extension)
 FORMATS = {"console": (".txt",), "json": (".json",), "svg": (".svg",), "html": (".html", ".htm"),
-           "xml": (".xml",)}
+           "xml": (".xml",), "ascii": ()}
 FORMAT_ALIASES = {"txt": "console"}
+_CACHES = ("L1Cache", "L2Cache", "L3Cache", "L4Cache", "L5Cache", "L1iCache", "L2iCache", "L3iCache")
+_NORMAL = ("Package", "Die", "Group", "Core", "MemCache", *_CACHES)
+_GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _CACHES[5:], "io": ("io",)}
 
 
 @click.command(context_settings=CONTEXT)
 @machine_options
 @click.argument("file", required=False, metavar="[FILE]")
+@click.option("-i", "--input", "input_path", metavar="PATH", help="As lstopo -i: a directory or archive (as --root), "
+              "a file (as --from) or a synthetic description (\"pack:2 core:4 pu:2\").")
 @click.option("-o", "--output", default=None, metavar="FILE",
               help="Write to FILE (as the positional FILE) instead of stdout; '-' is stdout.")
 @click.option("--of", "output_format", default=None, metavar="FORMAT",
               type=click.Choice([*FORMATS, *FORMAT_ALIASES], case_sensitive=False),
-              help="Output format, as lstopo's --of: console (or txt), json, svg, html, xml (hwloc v2 "
-                   "XML, which lstopo -i FILE reads). "
+              help="Output format, as lstopo's --of: console (or txt), ascii (the tree drawn in text), json, "
+                   "svg, html, xml (hwloc v2 XML, which lstopo -i FILE reads). "
                    "Default: from FILE's extension, else console.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists (else refused, as lstopo).")
 @click.option("-p", "--physical", "index", flag_value="physical",
               help="Show physical (OS) indexes P#, as lstopo -p.")
 @click.option("-l", "--logical", "index", flag_value="logical",
               help="Show logical indexes L# only, as lstopo -l.")
+@click.option("-v", "--verbose", count=True, help="Each object with its attributes, then the summary (lstopo -v).")
+@click.option("-s", "--silent", count=True, help="Only the summary of levels (lstopo -s).")
+@click.option("--only", metavar="TYPE", help="Only objects of TYPE (core, pu, numa, l3, pci, ...).")
+@click.option("-c", "--cpuset", "cpuset", flag_value=1, default=0, help="Show each object's cpuset too.")
+@click.option("-C", "--cpuset-only", "cpuset", flag_value=2, help="Show each object's cpuset only.")
+@click.option("--taskset", is_flag=True, help="Cpusets in taskset's format (implies -c).")
+@click.option("--no-caches", is_flag=True, help="No cache.")
+@click.option("--no-icaches", is_flag=True, help="No instruction cache.")
+@click.option("--no-smt", is_flag=True, help="No PU: one line per core.")
+@click.option("--merge", is_flag=True, help="Leave out levels that bring no structure.")
+@click.option("--filter", "filters", multiple=True, metavar="TYPE:KIND", help="TYPE (or all, cache, icache, io) "
+              "kept by KIND: all, none, structure, important (lstopo --filter).")
+@click.option("--restrict", metavar="CPUSET", help="Only CPUSET (0x000000ff) or 'binding' (this process's CPUs).")
+@click.option("--distances", is_flag=True, help="Only the NUMA distance matrix.")
 @click.option("--long", "long_form", is_flag=True,
               help="topo's long form: every object on its own line with its P# and L#, the package "
                    "model, devices under their NUMA node, the device link matrix, a summary line and "
@@ -48,18 +68,20 @@ FORMAT_ALIASES = {"txt": "console"}
               help="Also show CPUs and NUMA nodes the cgroup cpuset / affinity does not allow.")
 @click.option("--probes", default=None, metavar="LIST",
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
-def show(machine, file, output, output_format, force, index, long_form, io, no_bridges, as_json, include_disallowed,
-         probes):
+def show(machine, file, input_path, output, output_format, force, index, verbose, silent, only, cpuset, taskset,
+         no_caches, no_icaches, no_smt, merge, filters, restrict, distances, long_form, io, no_bridges, as_json,
+         include_disallowed, probes):
     """Show the topology: packages, NUMA nodes, caches, cores, PUs, as lstopo prints them.
 
     \b
     Examples:
       topo show                          # this machine, like lstopo-no-graphics
       topo show -p                       # physical (OS) indexes, like lstopo -p
+      topo show --only core -c           # one line per core with its cpuset
       topo show --long                   # every object, devices, link matrix, summary
       topo show --json > machine.json    # save it; plan on it elsewhere with --topology
-      topo show --root /tmp/captured     # a sysfs/procfs captured below a directory
-      topo show --from machine.xml       # an hwloc XML export (lstopo --of xml)
+      topo show -i /tmp/captured         # a sysfs/procfs captured below a directory (--root)
+      topo show -i machine.xml           # an hwloc XML export (lstopo --of xml), or --from
       topo show machine.svg              # a drawing (.html: with the summary and link matrix)
       topo show exported.xml             # hwloc v2 XML, for lstopo -i, hwloc-calc, hwloc-bind
     """
@@ -69,19 +91,25 @@ def show(machine, file, output, output_format, force, index, long_form, io, no_b
     if path in STDOUT_NAMES:
         path = None
     fmt = _format(path, output_format, as_json)
-    shaping = "--long" if long_form else f"-{index[0]}" if index else None
-    if fmt != "console" and shaping:
-        raise UsageError(f"{shaping} shapes the console form, not {fmt}: leave it out or write the console "
+    shaping = [name for name, given in (("--long", long_form), (f"-{(index or 'x')[0]}", index), ("-v", verbose),
+                                        ("-s", silent), ("--only", only), ("-c", cpuset), ("--taskset", taskset),
+                                        ("--distances", distances), ("--no-smt", no_smt)) if given]
+    if fmt != "console" and shaping and not (fmt == "ascii" and shaping == [f"-{(index or 'x')[0]}"]):
+        raise UsageError(f"{shaping[0]} shapes the console form, not {fmt}: leave it out or write the console "
                          "form (--of console)")
-    if long_form and index:
-        raise UsageError(f"--long shows both P# and L#: leave out -{index[0]}")
+    if long_form and len(shaping) > 1:
+        raise UsageError(f"--long is topo's own form: leave out {shaping[1]}")
     if path is not None:
         check_output(path, force)  # a file that may not be written fails before the machine is read
-    wanted = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
-    topology = machine.load(include_disallowed=include_disallowed, probes=wanted)
+    options, io, no_bridges = _filters(filters, io, no_bridges, merge=merge, no_caches=no_caches,
+                                       no_icaches=no_icaches, no_smt=no_smt)
+    options.update(index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset, taskset=taskset,
+                   distances=distances, only=_type(only, "--only") if only else None)
+    topology = load(machine, input_path, include_disallowed=include_disallowed, probes=probes)
     # the I/O objects lstopo shows with the same flags, in every format
     topology = topology.io_view(io or "important", bridges=not no_bridges)
-    text = _render(topology, fmt, index or "default", long_form)
+    options["restrict"] = _restriction(restrict, topology) if restrict else None
+    text = _render(topology, fmt, options, long_form)
     if path is not None:
         write_text(path, text, force)
     else:
@@ -89,6 +117,87 @@ def show(machine, file, output, output_format, force, index, long_form, io, no_b
         # syscall when stdout is unbuffered (PYTHONUNBUFFERED=1, as under many job launchers).
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def load(machine: MachineSource, input_path: str | None, **kwargs):
+    """The machine of --root/--from, or of lstopo's -i PATH: a directory or an archive is a root, a
+    file starting as JSON or XML is a saved topology, a path that does not exist a synthetic
+    description."""
+    probes = kwargs.pop("probes", None)
+    kwargs["probes"] = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
+    if input_path is None:
+        return machine.load(**kwargs)
+    if machine.root is not None or machine.file is not None:
+        raise UsageError(f"-i {input_path} and --root/--from both name a machine: give one of them")
+    if not os.path.lexists(input_path) and ":" in input_path:
+        from topo.synthetic import synthetic
+
+        return synthetic(input_path)
+    head = b""
+    if os.path.isfile(input_path):
+        with open(input_path, "rb") as f:
+            head = f.read(64).lstrip()[:1]
+    source = MachineSource(None, input_path) if head in (b"{", b"<") else MachineSource(input_path, None)
+    return source.load(**kwargs)
+
+
+def _type(text: str, option: str) -> tuple:
+    from topo.tree import parse_type
+
+    wanted = parse_type(text)
+    if wanted is None:
+        raise UsageError(f"{option} {text}: not a type; name one such as machine, package, die, group, l3, l2, "
+                         "l1d, core, pu, numa, memcache, bridge, pci, os")
+    return wanted
+
+
+def _filters(filters, io, no_bridges, *, merge, no_caches, no_icaches, no_smt):
+    """lstopo's type filters as the console form's options (drop, structure, no_smt) and the I/O
+    view: --merge, --no-caches and --no-icaches first, then each --filter in order."""
+    drop = set(_GROUPS["cache"]) if no_caches else set(_GROUPS["icache"]) if no_icaches else set()
+    structure = set(_NORMAL) - drop if merge else set()
+    for given in filters:
+        name, _, kind = given.partition(":")
+        kind = kind.lower() or "all"
+        targets = _GROUPS.get(name.lower()) or (_type(name, "--filter")[0],)
+        if kind not in ("all", "none", "structure", "important"):
+            raise UsageError(f"--filter {given}: KIND must be all, none, structure or important")
+        for target in targets:
+            if target in ("io", "Bridge", "PCIDev", "OSDev") and kind != "structure":
+                if target == "Bridge":
+                    no_bridges = kind == "none"
+                else:
+                    io = {"none": "none", "all": "whole", "important": "important"}[kind]
+            elif target == "PU":
+                no_smt = no_smt or kind == "none"
+            elif target in _NORMAL:  # Machine and NUMA nodes are always kept, as hwloc keeps them
+                drop.discard(target), structure.discard(target)
+                if kind == "none":
+                    drop.add(target)
+                elif kind == "structure" or target == "Group":  # a Group is never kept for itself
+                    structure.add(target)
+    return dict(drop=frozenset(drop), structure=frozenset(structure), no_smt=no_smt), io, no_bridges
+
+
+def _restriction(text: str, topology):
+    """--restrict's CPUs: an hwloc bitmap, or `binding` (this process's CPUs)."""
+    from topo.cpuset import CpuSet
+    from topo.errors import ParseError
+    from topo.probes.hwloc_xml import parse_bitmap
+
+    if text == "binding":
+        cpus = CpuSet(os.sched_getaffinity(0))
+    else:
+        try:
+            cpus = parse_bitmap(text)
+        except ParseError:
+            cpus = None
+        if cpus is None or text.startswith("nodeset="):
+            raise UsageError(f"--restrict {text}: not a cpuset; give an hwloc bitmap such as 0x000000ff, or binding")
+    if not cpus & topology.allowed_pus:
+        raise UsageError(f"--restrict {text}: none of these CPUs is in the machine's allowed CPUs "
+                         f"{topology.allowed_pus.to_list()}")
+    return cpus
 
 
 def _format(path: str | None, output_format: str | None, as_json: bool) -> str:
@@ -113,7 +222,7 @@ def _format(path: str | None, output_format: str | None, as_json: bool) -> str:
                      f"or give --of {'|'.join(FORMATS)}")
 
 
-def _render(topology, fmt: str, index: str, long_form: bool) -> str:
+def _render(topology, fmt: str, options, long_form: bool) -> str:
     if fmt == "json":
         import json
 
@@ -127,9 +236,14 @@ def _render(topology, fmt: str, index: str, long_form: bool) -> str:
 
         return draw_html(topology)
     if fmt == "xml":
-        from topo.hwloc_export import to_xml
+        from topo.views.hwloc_xml import to_xml
 
         return to_xml(topology)
-    from topo.render import render_console, render_text
+    if fmt == "ascii":
+        from topo.views.ascii import draw_ascii
 
-    return (render_text(topology) if long_form else render_console(topology, index)) + "\n"
+        return draw_ascii(topology, options["index"]) + "\n"
+    from topo.views.console import Options, render_console, render_text
+
+    text = render_text(topology) if long_form else render_console(topology, Options(**options))
+    return text + "\n" if text else ""

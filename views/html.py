@@ -4,11 +4,9 @@ and the device link matrix shaded as nvidia-smi topo -m reads.
 
 from __future__ import annotations
 
-from html import escape
-
 from topo.model import Topology
 from topo.views.palette import Overlay
-from topo.views.svg import draw_svg
+from topo.views.svg import draw_svg, escape
 
 _PAGE_CSS = (
     "body{font:14px 'DejaVu Sans','Liberation Sans',Arial,sans-serif;margin:16px;color:#111}"

@@ -1,7 +1,7 @@
 """Where each box of a machine's picture goes, in lstopo's spirit.
 
-The drawing nests boxes as `topo.render` nests the tree (Machine > Package > ... > Core > PU),
-with three changes that keep a 2,048-PU machine readable:
+The drawing nests boxes as `topo.tree` nests the objects (Machine > Package > ... > Core > PU,
+no instruction cache, memory-side cache or I/O object), with three changes that keep a 2,048-PU machine readable:
 
 - a cache whose CPUs are exactly one core's (a private L1/L2) is not drawn as a box: it is named
   in the core's tooltip and, when every core has the same ones, once in its package's header;
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from topo.cpuset import EMPTY, CpuSet
 from topo.model import Device, Topology
-from topo.render import TreeNode, build_tree, format_size
+from topo.tree import Obj, build, type_name
+from topo.views.console import format_size, long_detail
 from topo.views.palette import Paint
 
 FONT = 11.0  # px, every text
@@ -46,7 +47,7 @@ class Box:
     header: str = ""
     os_index: int | None = None  # PU number for PUs
     children: list["Box"] = field(default_factory=list)
-    memory: list[tuple[TreeNode, list[Device]]] = field(default_factory=list)
+    memory: list[tuple[Obj, list[Device]]] = field(default_factory=list)
     x: float = 0.0
     y: float = 0.0
     w: float = 0.0
@@ -57,58 +58,67 @@ class Box:
     private: list[str] = field(default_factory=list)  # caches private to this core
 
 
-def node_label(node: TreeNode) -> str:
-    """'Package P#0 "EPYC"', 'L3 (16MiB)': the tree label without the logical index."""
-    kind = node.kind
-    return f"{kind} {node.detail}".strip() if node.detail else kind
+def _kind(obj: Obj) -> str:
+    if obj.type == "Group":
+        return obj.subtype or "Group"
+    return "Cache" if _is_cache(obj) else type_name(obj)
 
 
-def _short(node: TreeNode) -> str:
+def node_label(obj: Obj, t: Topology) -> str:
+    """'Package P#0 "EPYC"', 'L3 (16MiB)': the long form's label without the logical index."""
+    if obj.type == "Devices":
+        return "Devices not local to a NUMA node"
+    return f"{type_name(obj) if _is_cache(obj) else _kind(obj)} {long_detail(obj, t)}".strip()
+
+
+def _short(obj: Obj, t: Topology) -> str:
     """A header's part: 'Package P#0', 'L3 16MiB' (the model name and other details stay in the
     tooltip)."""
-    if _is_cache(node):
-        return f"{node.kind} {node.detail.strip('()')}"
-    if node.os_index is not None or node.detail.startswith("(P#"):
-        inner = node.detail.strip("()").split(" ", 1)[0]
-        return f"{node.kind} {inner}"
-    return node.kind
+    detail = long_detail(obj, t).strip("()")
+    if obj.type == "Machine":
+        return "Machine"
+    if _is_cache(obj):
+        return f"{type_name(obj)} {detail}"
+    if obj.os_index is not None:
+        return f"{_kind(obj)} {detail.split(' ', 1)[0]}"
+    return _kind(obj)
 
 
-def _is_cache(node: TreeNode) -> bool:
-    return node.kind[:1] == "L" and node.kind[1:2].isdigit()
+def _is_cache(obj: Obj) -> bool:
+    return obj.type.endswith("Cache") and obj.type != "MemCache"
 
 
-def _convert(node: TreeNode, devices_by_node: dict[int, list[Device]]) -> Box:
-    """The render tree as boxes: same-cpuset chains merged into one box, caches private to a core
-    folded into it, and the objects of each NUMA node gathered in a box of their own when the tree
-    has none (NPS4 EPYC nodes split a package without a die or cache to match)."""
+def _convert(node: Obj, t: Topology, devices_by_node: dict[int, list[Device]]) -> Box:
+    """The tree as boxes: same-cpuset chains merged into one box, caches private to a core folded
+    into it; a NUMA node's Group (NPS4 EPYC nodes split a package without a die or cache to
+    match) is titled by its node."""
     chain = [node]
-    while node.kind not in ("Core", "PU") and len(node.children) == 1 \
+    while node.type not in ("Core", "PU") and len(node.children) == 1 \
             and node.children[0].cpuset == node.cpuset:
         node = node.children[0]
         chain.append(node)
     memory = [m for n in chain for m in n.memory]
-    if node.kind == "Core" and all(_is_cache(n) for n in chain[:-1]):
-        private = [node_label(n).replace("(", "").replace(")", "") for n in chain[:-1]]
+    if node.type == "Core" and all(_is_cache(n) for n in chain[:-1]):
+        private = [node_label(n, t).replace("(", "").replace(")", "") for n in chain[:-1]]
         chain = [node]
     else:
         private = []
-        if node.kind == "Core" and len(chain) > 1:
+        if node.type == "Core" and len(chain) > 1:
             chain.pop()
             node = chain[-1]
-    kind = "PU" if node.kind == "PU" else ("Cache" if _is_cache(node) else node.kind)
-    box = Box(kind, " · ".join(node_label(n) for n in chain), node.cpuset,
-               " · ".join(s for s in (_short(n) for n in chain) if s != "Group"))
+    kind = _kind(node)
+    box = Box(kind, " · ".join(node_label(n, t) for n in chain), node.cpuset,
+              " · ".join(s for s in (_short(n, t) for n in chain) if s != "Group"))
     box.private = private
+    if kind == "Group" and len(memory) == 1:  # a NUMA node's Group: the node names it
+        box.title = node_label(memory[0], t)
     if kind == "PU":
         box.os_index = node.cpuset.first()
         box.title = f"PU P#{box.os_index}"
     if private:
         box.title += " · " + " · ".join(private)
     box.memory = [(m, devices_by_node.get(m.os_index, [])) for m in memory]
-    box.children = [_convert(c, devices_by_node) for c in node.children]
-    if len(box.memory) > 1:
-        _gather_by_node(box)
+    box.children = [_convert(c, t, devices_by_node) for c in node.children]
     if len({c.kind == "Core" for c in box.children}) > 1:
         _gather_cores(box)
     return box
@@ -127,21 +137,6 @@ def _gather_cores(box: Box) -> None:
         else:
             children.append(c)
     box.children = children
-
-
-def _gather_by_node(box: Box) -> None:
-    kept, children = [], list(box.children)
-    for node, devices in box.memory:
-        members = [c for c in children if node.cpuset and c.cpuset <= node.cpuset]
-        if not members or node.cpuset == box.cpuset:
-            kept.append((node, devices))
-            continue
-        group = Box("Group", node_label(node), node.cpuset, "", memory=[(node, devices)], children=members)
-        first = next(i for i, c in enumerate(children) if c is members[0])
-        taken = {id(c) for c in members}
-        children = [c for c in children if id(c) not in taken]
-        children.insert(first, group)
-    box.memory, box.children = kept, children
 
 
 def _note_private_caches(box: Box) -> None:
@@ -173,12 +168,12 @@ def pu_label(pu: int, paint: Paint) -> str:
     return f"P#{pu} " + (tags if len(owners) == 1 or len(tags) <= 5 else f"×{len(owners)}")
 
 
-def _measure(box: Box, pu_w: float) -> None:
+def _measure(box: Box, t: Topology, pu_w: float) -> None:
     if box.kind == "PU":
         box.w, box.h = pu_w, PU_H
         return
     for c in box.children:
-        _measure(c, pu_w)
+        _measure(c, t, pu_w)
     if box.kind == "Core":
         # threads stacked in one column: a core is a narrow tower, easy to fold into rows
         y = 2.0
@@ -192,7 +187,7 @@ def _measure(box: Box, pu_w: float) -> None:
     # memory bars and device chips, one block per NUMA node, side by side
     blocks = []
     for node, devices in box.memory:
-        bar_w = text_w(bar_text(node)) + 40  # room for the memory tags of an overlay
+        bar_w = text_w(bar_text(node, t)) + 40  # room for the memory tags of an overlay
         chips = [text_w(chip_label(d)) for d in devices]
         blocks.append((bar_w, chips))
     cells = [(c.w, c.h) for c in box.children]
@@ -239,8 +234,8 @@ def _measure(box: Box, pu_w: float) -> None:
     box.h = top + mem_h + grid_h + PAD
 
 
-def bar_text(node: TreeNode) -> str:
-    return node_label(node).replace("(", "").replace(")", "").replace("local=", "")
+def bar_text(node: Obj, t: Topology) -> str:
+    return node_label(node, t).replace("(", "").replace(")", "").replace("local=", "")
 
 
 def _grid(cells: list[tuple[float, float]], cols: int) -> tuple[float, float, list[tuple[float, float]]]:
@@ -294,18 +289,18 @@ def lay_out(topology: Topology, paint: Paint) -> Box:
             devices_by_node.setdefault(d.numa_node, []).append(d)
         else:
             loose.append(d)
-    tree = build_tree(topology)
-    root = _convert(tree, devices_by_node)
+    tree = build(topology, ("L1iCache", "L2iCache", "L3iCache", "MemCache", "Bridge", "PCIDev", "OSDev"))
+    root = _convert(tree, topology, devices_by_node)
     root.kind = "Machine"
     total = sum(n.local_memory for n in topology.numa_nodes)
-    machine = "Machine" + (f" ({format_size(total)} total)" if total else "") + \
-        (f" {tree.detail}" if tree.detail else "")
+    detail = long_detail(tree, topology).strip("()")
+    machine = "Machine" + (f" ({format_size(total)} total)" if total else "") + (f" {detail}" if detail else "")
     root.header = machine + root.header.removeprefix("Machine")
-    root.title = machine + root.title.removeprefix(node_label(tree))
+    root.title = machine + root.title.removeprefix(node_label(tree, topology))
     _note_private_caches(root)
     if loose:
-        root.memory.append((TreeNode("Devices", "not local to a NUMA node", EMPTY, 0), loose))
-    _measure(root, _pu_width(topology, paint))
+        root.memory.append((Obj("Devices", EMPTY), loose))
+    _measure(root, topology, _pu_width(topology, paint))
     _place(root, 8, 8)
     return root
 

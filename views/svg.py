@@ -5,12 +5,19 @@ core, and a key (and legend) drawn below the machine.
 
 from __future__ import annotations
 
-from html import escape
+from html import escape as _html_escape
 
 from topo.model import Topology
+from topo.text import printable
 from topo.views.layout import (BAR_H, CHAR, CHIP_H, FONT, HEAD, PAD, Box, bar_text, chip_centres, chip_label,
                           lay_out, node_label, pu_label, text_w, walk)
 from topo.views.palette import Overlay, Paint, ink_on
+
+
+def escape(text: str) -> str:
+    """Text from the machine or a file for SVG/HTML: controls escaped as the text forms escape them."""
+    return _html_escape(printable(text))
+
 
 _STYLE = {  # lstopo's colours
     "Machine": "#ffffff", "Package": "#dedede", "Die": "#e6e6e6", "Group": "#ececec",
@@ -112,8 +119,8 @@ def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, p
         labels.append(_plate(x, y, header, box.x + box.w - 1, [(box.x, box.x + box.w, fill)]) + _text(x, y, header))
     for (node, devices), (mx, my, mw, chips) in zip(box.memory, box.mem_pos):
         x, y = box.x + mx, box.y + my
-        if node.kind == "NUMANode":
-            out.append(f"<g><title>{escape(node_label(node))}</title>{_rect(x, y, mw, BAR_H, 'bar')}</g>")
+        if node.type == "NUMANode":
+            out.append(f"<g><title>{escape(node_label(node, topology))}</title>{_rect(x, y, mw, BAR_H, 'bar')}</g>")
             tags = paint.memory_of.get(node.os_index, [])
             tx = x + mw - 3
             for i in reversed(tags):
@@ -124,10 +131,10 @@ def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, p
                               f"{_rect(tx, y + 2, tw, BAR_H - 4, fill=o.colour)}"
                               f"{_text(tx + 2, y + 11.5, o.tag, 'n', ink_on(o.colour))}</g>")
                 tx -= 2
-            text = bar_text(node)
+            text = bar_text(node, topology)
             labels.append(_plate(x + 3, y + 12, text, tx + 1, [(x, x + mw, BAR_FILL)]) + _text(x + 3, y + 12, text))
         else:
-            text = bar_text(node)
+            text = bar_text(node, topology)
             labels.append(_plate(x + 3, y + 12, text, box.x + box.w - 1, [(box.x, box.x + box.w, fill)])
                           + _text(x + 3, y + 12, text))
         for d, (cx, cy, cw) in zip(devices, chips):

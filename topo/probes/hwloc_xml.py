@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet
 from topo.errors import ParseError, ProbeError
-from topo.hwloc_export import CACHE_TYPE, GROUP_KIND_IO
 from topo.model import (Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
                         PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
-from topo.probes.sysfs import bus_key
+from topo.probes.pci import bus_key
+from topo.tree import CACHE_TYPE, GROUP_KINDS
 
 _BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 
@@ -119,7 +119,7 @@ def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str 
         w.dies.append(Die(_int(el, "os_index", len(w.dies)), package or 0, cpuset))
     elif t == "Group" and (el.get("subtype") or "").lower() == "cluster":
         w.clusters.append(Cluster(_int(el, "os_index", len(w.clusters)), package or 0, cpuset))
-    elif t == "Group" and el.get("kind") != str(GROUP_KIND_IO):  # I/O locality groups are no level
+    elif t == "Group" and el.get("kind") != str(GROUP_KINDS["io"][0]):  # I/O locality groups are no level
         w.groups.append((el, cpuset))
     elif t == "Core":
         w.cores.append(Core(_int(el, "os_index"), package, cpuset))
@@ -130,6 +130,8 @@ def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str 
         kind = _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
         if t in _V2_CACHES and "i" in t[2:]:
             kind = "instruction"
+        if not 1 <= level <= (3 if kind == "instruction" else 5):  # hwloc's cache types: L1-L5, L1i-L3i
+            raise ParseError(f"hwloc XML: a cache of level {level}; hwloc knows levels 1-5")
         size = _int(el, "cache_size", 0)
         if size:  # hwloc keeps zero-sized caches out of lstopo's view; so do we
             w.caches.append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
@@ -198,6 +200,18 @@ def _pci_device(el, locality: CpuSet, parent: str | None, nodes_at: dict[CpuSet,
     return PciDevice(busid, class_id, vendor, device, node, locality, infos.get("topoDriver"), names, rdma, parent)
 
 
+def _group_reason(el, cpuset: CpuSet) -> str:
+    """The model's reason for a Group element: by hwloc's kind, else its subtype (topo wrote the
+    reason there before it wrote kinds)."""
+    kind, subkind, subtype = el.get("kind"), el.get("subkind", "0"), el.get("subtype")
+    if kind == str(GROUP_KINDS["numa"][0]):
+        return "numa" if cpuset else "cpu-less"
+    for reason, (k, sub, _) in GROUP_KINDS.items():
+        if kind == str(k) and subkind == str(sub) and reason not in ("numa", "cpu-less"):
+            return reason
+    return subtype or "hwloc"
+
+
 def _infos(el) -> dict[str, str]:
     return {i.get("name"): i.get("value", "") for i in el.findall("info") if i.get("name")}
 
@@ -247,11 +261,13 @@ def _distances_v1(root, node_order: list[int]) -> dict[int, dict[int, int]]:
         if n != len(node_order):
             continue
         base = _real(d.get("latency_base") or "1", "distances latency_base")
-        values = [_real(lat.get("value"), "<latency/> value") for lat in d.findall("latency")]
+        values = [_real(lat.get("value"), "<latency/> value") * base for lat in d.findall("latency")]
+        if min(values, default=0) < 0:
+            raise ParseError("hwloc XML: a negative <latency/> value")
         if len(values) != n * n:
             continue
         for a, i in enumerate(node_order):
-            out[i] = {j: round(values[a * n + b] * base) for b, j in enumerate(node_order)}
+            out[i] = {j: round(values[a * n + b]) for b, j in enumerate(node_order)}
     return out
 
 
@@ -318,12 +334,14 @@ def _build(root, machine, version: int, source: str) -> Topology:
     else:
         complete_localities = []
         for i, (el, cpuset, _) in zip(node_ids, w.nodes):
-            # a v2 memory child's cpuset is its locality; topo marks a node it knows none for
-            localities[i] = EMPTY if _infos(el).get("topoLocality") == "none" else cpuset
+            # a v2 memory child's cpuset is its locality, unless topo wrote another one
+            written = _infos(el).get("topoLocality")
+            localities[i] = cpuset if written is None else EMPTY if written == "none" else CpuSet.parse(written)
             # topo writes whether a node owns CPUs; for others, a subtype says it owns none
             flag = _infos(el).get("topoMemoryOnly")
             memory_only = el.get("subtype") if flag is None else (flag == "1")
-            complete_localities.append((i, parse_bitmap(el.get("complete_cpuset")) | cpuset, memory_only))
+            held = parse_bitmap(el.get("complete_cpuset")) | cpuset if written is None else localities[i]
+            complete_localities.append((i, held, memory_only))
         complete_own = _own_cpus(complete_localities)
     gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
@@ -347,7 +365,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
             members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
         else:  # topo's Group of the nodes without locality
             members = tuple(n.os_index for n in nodes if not n.locality)
-        groups.append(Group(cpuset, members, el.get("subtype") or "hwloc"))
+        groups.append(Group(cpuset, members, _group_reason(el, cpuset)))
     nodes_at: dict[CpuSet, list[int]] = {}  # locality -> nodes: one lookup per PCI device
     for n in nodes:
         nodes_at.setdefault(n.locality, []).append(n.os_index)

@@ -15,7 +15,7 @@ from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import SYSFS_INT_MAX, FsRoot
 from topo.model import Cache, Cluster, Core, Die, MemorySideCache, NumaNode, Package
-from topo.probes.pci import PCI, bus_key  # noqa: F401  (bus_key: hwloc_xml and hwloc_export import it from here)
+from topo.probes.pci import PCI
 
 CPU = "/sys/devices/system/cpu"
 NODE = "/sys/devices/system/node"

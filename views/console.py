@@ -1,0 +1,310 @@
+"""`topo show` as text: lstopo's console form (`render_console`, with lstopo's options) and topo's
+long form (`render_text`: every object with its P# and L#, devices, the link matrix, a summary).
+Both walk the one tree of `topo.tree`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topo.cpuset import CpuSet
+from topo.model import Topology
+from topo.text import printable
+from topo.tree import IO_TYPES, TYPES, Obj, bitmap, build, levels, merge_levels, restrict, type_name, walk
+
+INDEX_MODES = ("default", "physical", "logical")
+# hwloc_pci_class_string: a class's name by its 16 bits, else by its base class
+_PCI_CLASSES = dict(x.split("=") for x in (
+    "0001=VGA 0100=SCSI 0101=IDE 0102=Floppy 0103=IPI 0104=RAID 0105=ATA 0106=SATA 0107=SAS 0108=NVMExp "
+    "0200=Ethernet 0201=TokenRing 0202=FDDI 0203=ATM 0204=ISDN 0205=WorldFip 0206=PICMG 0207=InfiniBand "
+    "0208=Fabric 0300=VGA 0301=XGA 0302=3D 0400=MultimediaVideo 0401=MultimediaAudio 0402=Telephony "
+    "0403=AudioDevice 0500=RAM 0501=Flash 0502=CXLMem 0600=HostBridge 0601=ISABridge 0602=EISABridge "
+    "0603=MicroChannelBridge 0604=PCIBridge 0605=PCMCIABridge 0606=NubusBridge 0607=CardBusBridge "
+    "0608=RACEwayBridge 0609=SemiTransparentPCIBridge 060a=InfiniBandPCIHostBridge 0700=Serial "
+    "0701=Parallel 0702=MultiportSerial 0703=Model 0704=GPIB 0705=SmartCard 0800=PIC 0801=DMA 0802=Timer "
+    "0803=RTC 0804=PCIHotPlug 0805=SDHost 0806=IOMMU 0900=Keyboard 0901=DigitizerPen 0902=Mouse "
+    "0903=Scanern 0904=Gameport 0b00=386 0b01=486 0b02=Pentium 0b10=Alpha 0b20=PowerPC 0b30=MIPS "
+    "0b40=Co-Processor 0c00=FireWire 0c01=ACCESS 0c02=SSA 0c03=USB 0c04=FibreChannel 0c05=SMBus "
+    "0c06=InfiniBand 0c07=IPMI-SMIC 0c08=SERCOS 0c09=CANBUS 0d00=IRDA 0d01=ConsumerIR 0d10=RF "
+    "0d11=Bluetooth 0d12=Broadband 0d20=802.1a 0d21=802.1b 0e00=I2O 00=Other 01=Storage 02=Network "
+    "03=Display 04=Multimedia 05=Memory 06=Bridge 07=Communication 08=SystemPeripheral 09=Input "
+    "0a=DockingStation 0b=Processor 0c=SerialBus 0d=Wireless 0e=Intelligent 0f=Satellite 10=Encryption "
+    "11=SignalProcessing 12=ProcessingAccelerator 13=Instrumentation 40=Co-Processor").split())
+# topo's info keys that hwloc has under another name (lstopo -v prints them on the Machine)
+_INFO_NAMES = {"architecture": "Architecture", "hostname": "HostName", "linux_cgroup": "LinuxCgroup"}
+
+
+def pci_class_name(class_id: str) -> str:
+    """A PCI class ("0108") as lstopo names it ("NVMExp")."""
+    class_id = class_id.lower()
+    return _PCI_CLASSES.get(class_id) or _PCI_CLASSES.get(class_id[:2], "Other")
+
+
+def hwloc_size(n: int, verbose: bool = False) -> str:
+    """A size as lstopo 2.x prints it: rounded, 1024-based, KB below 10 MiB, MB below 10 GiB, GB
+    below 10 TiB, else TB; always KB in verbose mode."""
+    for limit, shift, unit in ((10 << 20, 10, "KB"), (10 << 30, 20, "MB"), (10 << 40, 30, "GB")):
+        if n < limit or verbose:
+            return f"{((n >> (shift - 1)) + 1) >> 1}{unit}"
+    return f"{((n >> 39) + 1) >> 1}TB"
+
+
+@dataclass(frozen=True)
+class Options:
+    """lstopo's console options, by its option names."""
+
+    index: str = "default"  # -p: "physical", -l: "logical"
+    verbose: int = 1  # lstopo's verbose mode: -s lowers it to 0 (the summary), -v raises it
+    only: tuple | None = None  # --only TYPE, as topo.tree.parse_type reads it
+    cpuset: int = 0  # -c: 1, -C: 2
+    taskset: bool = False
+    no_smt: bool = False
+    drop: frozenset = frozenset()  # types lstopo's filters leave out (--no-caches, --filter T:none)
+    structure: frozenset = frozenset()  # types kept only where they bring structure (--merge)
+    restrict: CpuSet | None = None
+    distances: bool = False  # --distances: the matrices only
+
+
+def render_console(t: Topology, options: Options = Options()) -> str:
+    """The machine as `lstopo-no-graphics` prints it with `options`: in the tree an object whose
+    parent has it as only child, with the same CPUs and no memory or I/O child, is printed on its
+    parent's line after " + " (not with -v, -c or -C). The I/O objects shown are those of `t`:
+    `t.io_view()` picks them as lstopo's flags do."""
+    if options.index not in INDEX_MODES:
+        raise ValueError(f"index must be one of {INDEX_MODES}, not {options.index!r}")
+    machine = build(t, options.drop)
+    if options.restrict is not None:
+        restrict(machine, options.restrict)
+    if options.structure:
+        merge_levels(machine, options.structure)
+    lines: list[str] = []
+    if options.distances:
+        return "\n".join(printable(x) for x in _distances(t, machine, options.index))
+    verbose, domains = options.verbose, pci_domains(t)
+    if options.only is not None:
+        if verbose > 1:
+            lines.append(f"Only showing {options.only[0]} objects")
+        lines += [_line(o, t, options, domains) for o in walk(machine) if o.type == options.only[0]]
+    elif verbose >= 1:
+        _tree_lines(lines, machine, None, 0, t, options, domains)
+    if options.only is None and verbose != 1:
+        lines += _summary(machine)
+    if options.only is None and verbose > 1:
+        lines += _distances(t, machine, options.index)
+        for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
+                           (t.pus - t.allowed_pus, "represented but not allowed")):
+            if cpus:
+                lines.append(f"{cpus.weight()} processors {what}: {bitmap(cpus)}")
+        if not t.is_this_system:
+            lines.append("Topology not from this system")
+    return "\n".join(printable(x) for x in lines)
+
+
+def _tree_lines(lines: list[str], obj: Obj, parent: Obj | None, depth: int, t: Topology, options: Options,
+                domains: bool) -> None:
+    if (parent is not None and options.verbose <= 1 and not options.cpuset and len(parent.children) == 1
+            and not parent.memory and not parent.io and obj.type not in IO_TYPES and obj.cpuset == parent.cpuset):
+        lines[-1] += " + " + _line(obj, t, options, domains)
+    else:
+        lines.append("  " * depth + _line(obj, t, options, domains))
+        depth += 1
+    for child in (*obj.memory, *obj.children, *obj.io):
+        if child.type != "PU" or not options.no_smt:
+            _tree_lines(lines, child, obj, depth, t, options, domains)
+
+
+def _line(obj: Obj, t: Topology, options: Options, domains: bool) -> str:
+    """One object as lstopo's output_console_obj prints it."""
+    index, verbose = options.index, options.verbose > 1
+    text = "" if options.cpuset == 2 else label(obj, t, index, verbose, domains)
+    if options.cpuset and obj.type not in IO_TYPES:
+        text += (" cpuset=" if options.cpuset == 1 else "") + (
+            f"0x{obj.cpuset.mask:x}" if options.taskset else bitmap(obj.cpuset))
+    if verbose and obj.type in ("PU", "NUMANode"):
+        allowed = t.allowed_pus if obj.type == "PU" else t.allowed_numa_nodes
+        text += "" if obj.os_index in allowed else " (disallowed)"
+    return text
+
+
+def pci_domains(t: Topology) -> bool:
+    """Whether PCI bus ids are printed with their domain: when one is not 0000, as lstopo does."""
+    return any(d.busid[:4] != "0000" for d in t.pci_devices) or any(
+        b.id[:4] != "0000" for b in t.pci_bridges if not b.is_host)
+
+
+def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, domains: bool = False) -> str:
+    """An object's text: type, index and attributes (hwloc_obj_attr_snprintf)."""
+    m = obj.model
+    text = type_name(obj, verbose) + (f"({obj.subtype})" if obj.subtype else "")
+    if obj.type != "Machine" and (verbose or obj.type not in IO_TYPES):
+        if index != "physical":
+            text += f" L#{obj.logical}"
+        elif obj.os_index is not None:
+            text += f" P#{obj.os_index}"
+    phys = f"P#{obj.os_index}" if (index == "default" and obj.os_index is not None
+                                   and (verbose or obj.type in ("PU", "NUMANode"))) else ""
+    attrs = []
+    if obj.type == "PCIDev" and not verbose:
+        text += f" {m.busid if domains else m.busid[5:]} ({pci_class_name(m.class_id)})"
+    if verbose and obj.type in ("PCIDev", "Bridge"):
+        if obj.type == "PCIDev" or not m.is_host:
+            busid, cls = (m.busid, m.class_id) if obj.type == "PCIDev" else (m.id, m.class_id or "0604")
+            attrs.append(f"busid={busid} id={m.vendor_id or '0000'}:{m.device_id or '0000'} "
+                         f"class={cls}({pci_class_name(cls)})")
+        if obj.type == "Bridge":
+            attrs.append(f"buses={m.domain:04x}:[{m.secondary_bus:02x}-{m.subordinate_bus:02x}]")
+    elif verbose:
+        total = _total_memory(obj)
+        if obj.type == "NUMANode" and m.local_memory:
+            attrs.append(f"local={hwloc_size(m.local_memory, True)} total={hwloc_size(total, True)}")
+        elif total:
+            attrs.append(f"total={hwloc_size(total, True)}")
+    elif obj.type == "NUMANode" and m.local_memory:
+        attrs.append(hwloc_size(m.local_memory))
+    if obj.type.endswith("Cache"):
+        size = hwloc_size(m.size, verbose)
+        attrs.append(f"size={size} linesize={getattr(m, 'line_size', 0) or 0}"
+                     + (f" ways={m.ways}" if getattr(m, "ways", None) else "") if verbose else size)
+    if verbose:
+        attrs += [f"{k}={_quoted(v)}" for k, v in _infos(obj, t)]
+    inside = " ".join(x for x in (phys, *attrs) if x)
+    if inside:
+        text += f" ({inside})"
+    if not verbose and obj.type == "Machine":
+        total = sum(n.local_memory for n in t.numa_nodes)
+        text += f" ({hwloc_size(total)} total)" if total else ""
+    if obj.type == "OSDev":
+        text += f' "{m.name}"'
+    return text
+
+
+def _infos(obj: Obj, t: Topology) -> list[tuple[str, str]]:
+    if obj.type == "Machine":
+        return [(_INFO_NAMES[k], v) for k, v in t.info.items() if k in _INFO_NAMES and v and v != "/"]
+    if obj.type == "Package" and obj.model.model:
+        return [("CPUModel", obj.model.model)]
+    return []
+
+
+def _quoted(value: str) -> str:
+    return f'"{value}"' if " " in value else value
+
+
+def _total_memory(obj: Obj) -> int:
+    return sum(o.model.local_memory for o in walk(obj) if o.type == "NUMANode")
+
+
+def _summary(machine: Obj) -> list[str]:
+    """lstopo's depth table (hwloc_lstopo_show_summary)."""
+    normal = levels(machine)
+    width = max(len(normal) - 1 + len("depth xyz:  "), len("Special depth -x:  "))
+    out = []
+    for depth, level in enumerate(normal):
+        head = f"{' ' * depth}depth {depth}:"
+        out.append(f"{head:<{width}}{len(level)} {type_name(level[0], True)} (type #{TYPES[level[0].type][1]})")
+    special = [o for o in walk(machine) if o.type in ("NUMANode", "MemCache", *IO_TYPES)]
+    for depth, kind in ((-3, "NUMANode"), (-8, "MemCache"), (-4, "Bridge"), (-5, "PCIDev"), (-6, "OSDev")):
+        count = sum(o.type == kind for o in special)
+        if count:
+            out.append(f"{f'Special depth {depth}:':<{width}}{count} {kind} (type #{TYPES[kind][1]})")
+    return out
+
+
+def _distances(t: Topology, machine: Obj, index: str) -> list[str]:
+    """The NUMA latency matrix as lstopo prints it (hwloc_utils_print_distance_matrix), nodes in
+    OS index order, over the nodes with a distance to each other one."""
+    objs = sorted((o for o in walk(machine) if o.type == "NUMANode" and o.model.distances), key=lambda o: o.os_index)
+    if len(objs) < 2 or not all(all(p.os_index in o.model.distances for p in objs) for o in objs):
+        return []
+    physical = index == "physical"
+    names = [str(o.os_index if physical else o.logical) for o in objs]
+    rows = [[str(o.model.distances[p.os_index]) for p in objs] for o in objs]
+    width = max(5, *(len(x) for x in names), *(len(x) for row in rows for x in row))
+    out = [f"Relative latency matrix (name NUMALatency kind 5) between {len(objs)} NUMANodes (depth -3) "
+           f"by {'physical' if physical else 'logical'} indexes:",
+           " " + "index".rjust(width) + "".join(" " + x.rjust(width) for x in names)]
+    out += [" " + name.rjust(width) + "".join(" " + x.rjust(width) for x in row) for name, row in zip(names, rows)]
+    return out
+
+
+# ---- topo's long form --------------------------------------------------------------------------
+
+
+def format_size(n: int) -> str:
+    """Bytes as the long form shows them: 512B, 48KiB, 1.5MiB, 768GiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            text = f"{value:.0f}" if value >= 100 else f"{value:.1f}".removesuffix(".0")
+            return text + unit
+    return f"{n}B"
+
+
+def long_detail(obj: Obj, t: Topology) -> str:
+    """What the long form and the pictures say of an object after its type: '(P#0 "EPYC")',
+    '(32MiB)', '(P#1 local=16GiB memory-only)'; for the Machine its architecture, host and cgroup."""
+    m = obj.model
+    if obj.type == "Machine":
+        details = [t.info.get("architecture", ""), t.info.get("hostname", ""),
+                   f"cgroup={t.info['linux_cgroup']}" if t.info.get("linux_cgroup", "/") != "/" else ""]
+    else:
+        details = [f"P#{obj.os_index}" if obj.os_index is not None else ""]
+    if obj.type == "Package" and m.model:
+        details.append(f'"{m.model}"')
+    elif obj.type.endswith("Cache"):
+        details.append(format_size(m.size))
+    elif obj.type == "NUMANode":
+        details += [f"local={format_size(m.local_memory)}" if m.local_memory else "",
+                    "memory-only" if m.memory_only else "", m.subtype or ""]
+    inside = " ".join(x for x in details if x)
+    return f"({inside})" if inside else ""
+
+
+def long_label(obj: Obj, t: Topology) -> str:
+    """An object as the long form prints it: 'Package L#0 (P#0 "EPYC")', 'L3 L#0 (32MiB)'."""
+    name = type_name(obj) + (f"({obj.subtype})" if obj.subtype and obj.type == "Group" else "")
+    return " ".join(x for x in (name, "" if obj.type == "Machine" else f"L#{obj.logical}", long_detail(obj, t)) if x)
+
+
+def render_text(t: Topology) -> str:
+    """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it,
+    the device link matrix, the summary and how each probe fared."""
+    machine = build(t, ("Bridge", "PCIDev", "OSDev"))
+    lines: list[str] = []
+    devices: dict[int | None, list[str]] = {}
+    for dev in t.devices:
+        details = " ".join(x for x in (dev.name, dev.busid) if x)
+        devices.setdefault(dev.numa_node, []).append(f"{dev.kind.upper()} {dev.index}" + (f" ({details})" if details else ""))
+    shown = {o.os_index for o in walk(machine) if o.type == "NUMANode"}
+
+    def emit(obj: Obj, depth: int) -> None:
+        lines.append("  " * depth + long_label(obj, t))
+        if obj.type == "NUMANode":
+            lines.extend("  " * (depth + 1) + d for d in devices.get(obj.os_index, ()))
+        for child in obj.memory:
+            emit(child, depth + 1)
+        if obj.type == "Machine":
+            lines.extend("  " + d for n, ds in devices.items() if n not in shown for d in ds)
+        for child in obj.children:
+            emit(child, depth + 1)
+
+    emit(machine, 0)
+    if t.links:
+        lines.append("")
+        lines.extend(render_links(t))
+    lines.append("")
+    lines.append(t.summary())
+    if t.probes:
+        lines.append("probes: " + ", ".join(f"{k}: {v}" for k, v in t.probes.items()))
+    return "\n".join(printable(line) for line in lines)
+
+
+def render_links(t: Topology) -> list[str]:
+    """The device link matrix, as `nvidia-smi topo -m` prints it."""
+    names = list(t.links)
+    width = max([len(n) for n in names] + [4]) + 1
+    out = [" " * width + "".join(f"{n:<{width}}" for n in names)]
+    for a in names:
+        row = f"{a:<{width}}" + "".join(f"{t.links[a].get(b, 'X' if a == b else '-'):<{width}}" for b in names)
+        out.append(row.rstrip())
+    return out
