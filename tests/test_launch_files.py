@@ -20,13 +20,14 @@ from topo.launcher.stop import check_not_running
 from topo.launcher.supervisor import SCHEMA
 from topo.launcher.job import check_log_dir
 from topo.launcher.procgroup import has_pdeathsig
+from livehost import path_with_python
 from processes import wait_for
 from topo.errors import UsageError
 
 SCRIPTS = Path(__file__).parent / "scripts"
 JOB = str(SCRIPTS / "job.py")
 ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "OMP_NUM_THREADS")}
-ENV["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", os.defpath)
+ENV["PATH"] = path_with_python()  # `python` on PATH is this interpreter, as the workers run it
 needs_two_cpus = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
 
 
