@@ -91,6 +91,8 @@ def test_a_record_naming_a_live_process_of_its_job_blocks_the_dir(tmp_path):
     job_id = "0123456789abcdef"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env={**os.environ, "TOPO_JOB_ID": job_id})
+    # Popen returns at the exec, a moment before the kernel shows the new environment in /proc
+    assert wait_for(lambda: Path(f"/proc/{child.pid}/environ").read_bytes())
     try:
         (tmp_path / "launch.json").write_text(json.dumps({"schema": SCHEMA, "job_id": job_id, "processes": [{"pid": child.pid}]}))
         with pytest.raises(UsageError, match=f"pid {child.pid}.*topo stop logs"):
