@@ -1,10 +1,10 @@
 """What the tests that run on this machine expect of it, derived from the machine itself.
 
-Such a test pins the view it checks instead of assuming the CI box's shape (2 CPUs, no GPU): it
-hides the GPUs (`NO_GPUS`), so that a host with none, one or eight plans a job's processes alike,
-on the CPUs they may use, and it takes what each process gets from topo's own plan for this
-machine in that view. It names the interpreter its processes run: `python` on PATH
-(`path_with_python`) is the one running the tests.
+Such a test assumes no number of CPUs, nodes or GPUs. It pins the view it checks: it hides the
+GPUs (`NO_GPUS`), so that a host with none, one or eight plans a job's processes alike, on the CPUs
+they may use, and it takes what each process gets from topo's own plan for this machine in that
+view. It names the interpreter its processes run: `python` on PATH (`path_with_python`) is the one
+running the tests.
 """
 
 from __future__ import annotations
