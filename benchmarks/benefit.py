@@ -19,6 +19,10 @@ Configurations:
   defaults (OMP_NUM_THREADS = the CPUs each rank is bound to);
 - grid: binding none or each MODE x OMP_NUM_THREADS 1, 2, 4, ... up to the CPUs per rank.
 
+The workload is CPU-only: every job runs with the GPUs hidden (CUDA_VISIBLE_DEVICES="",
+ROCR_VISIBLE_DEVICES=""), so that torchrun and topo plan its ranks on the CPUs of a GPU host as of
+any other, whatever its number of GPUs. The first line names the host the figures come from.
+
 The summary names the grid's best and how far each topo default is from it. `--quick` is a
 smoke run (small sizes, 1 repeat, two modes). Uses this checkout's topo (PYTHONPATH) and the torch
 installed for this interpreter.
@@ -38,6 +42,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ["node", "socket", "exclusive", "core-complex", "unique-contiguous"]
+NO_GPUS = {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}  # CUDA and ROCm read "" as no GPU
+
+
+def host() -> str:
+    """The machine the figures come from: its name and CPU model, what topo finds on it (GPUs
+    included, which the workload does not use), the CPUs this run may use, kernel, Python, torch."""
+    import importlib.metadata
+    import platform
+
+    from topo import discover
+
+    t = discover("/")
+    gpus = [d for d in t.devices if d.kind == "gpu"]
+    names = "".join(f"{name}, " for name in sorted({d.name for d in gpus if d.name}))
+    hidden = f" ({names}hidden from the workload)" if gpus else ""
+    return (f"host {t.info.get('hostname') or platform.node()}: {t.info.get('cpu_model') or platform.processor()}, "
+            f"{t.summary()}{hidden}; {t.allowed_pus.weight()} CPUs allowed; "
+            f"Linux {platform.release()}, Python {platform.python_version()}, "
+            f"torch {importlib.metadata.version('torch')}")
 
 
 def node_cpus() -> dict[int, set[int]]:
@@ -136,6 +159,7 @@ def configurations(args: argparse.Namespace, cpus_per_rank: int) -> list[dict]:
 def run_once(config: dict, args: argparse.Namespace) -> dict:
     out = tempfile.mkdtemp(prefix="benefit-")
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env.update(NO_GPUS)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     if config["omp"] is not None:
         env["OMP_NUM_THREADS"] = str(config["omp"])
@@ -184,6 +208,7 @@ def main() -> None:
         args.nproc = max(2, len([n for n, c in nodes.items() if c & allowed]))
     cpus_per_rank = max(1, len(allowed) // args.nproc)
     configs = configurations(args, cpus_per_rank)
+    print(host(), flush=True)
     print(f"{len(allowed)} CPUs, {len(nodes)} NUMA node(s), {args.nproc} ranks, {cpus_per_rank} CPU(s) per rank; "
           f"MLP hidden {args.hidden}, batch {args.batch}, {args.steps} timed steps, {args.repeats} repeat(s)", flush=True)
     results: dict[str, list[dict]] = {c["name"]: [] for c in configs}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 SAMPLES = Path(__file__).parent / "fixtures" / "probe-samples"
 _MARKER = "# ---- verbatim output"
+_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # a terminal's escape sequence, e.g. ESC[4m (underline)
 
 
 def sample(relpath: str) -> str:
@@ -19,8 +20,10 @@ def parse_topo_m(text: str) -> dict:
     """`nvidia-smi topo -m` -> {"matrix": {row: {col: level}}, "cpus": {gpu: cpulist}, "numa": {gpu: int}}.
 
     NICn columns are renamed to their mlx5 names from the NIC Legend (new format), so old and new
-    captures compare alike. Written for tests, independently of topo's own code.
+    captures compare alike. Escape sequences are dropped: driver 580 underlines the header with them
+    even when its output is not a terminal. Written for tests, independently of topo's own code.
     """
+    text = _ESCAPE.sub("", text)
     lines = text.splitlines()
     header = lines[0].split("\t")[1:]
     legend = dict(re.findall(r"^\s+(NIC\d+): (\S+)", text, re.M))

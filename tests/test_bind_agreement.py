@@ -159,7 +159,7 @@ def test_cli_refuses_with_one_line_and_the_same_problem(name, tmp_path):
     (tmp_path / "net.py").write_text("pass\n")
     v = topo("validate", str(path))
     launch_ = topo("launch", "--dry-run", "--worker_num=1", "--local_worker_num=1", f"--bind_numa={path}",
-                   "net.py", cwd=tmp_path)
+                   f"--python={sys.executable}", "net.py", cwd=tmp_path)
     bind_ = topo("bind", "--bind-file", str(path), "--local-rank", "0", "--", "true")
     if name == "unknown-module-list":  # a warning, not an error: accepted by all three
         assert (v.returncode, launch_.returncode, bind_.returncode) == (0, 0, 0), (v.stdout, launch_.stderr,

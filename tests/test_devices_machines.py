@@ -99,6 +99,12 @@ TOPO_M = {
 }
 
 
+def test_topo_m_underlined_by_driver_580_reads_as_plain():
+    """Driver 580 wraps the header in ESC[4m ... ESC[0m even when piped; tests/gpu compares every cell."""
+    topo_m = parse_topo_m(sample("nvidia/topo-m_h200-1gpu_driver580-escape-codes.txt"))
+    assert topo_m == {"matrix": {"GPU0": {"GPU0": "X"}}, "cpus": {"GPU0": "0-15"}, "numa": {"GPU0": 0}}
+
+
 @pytest.mark.parametrize("name", sorted(TOPO_M))
 def test_gpu_server_matches_its_topo_m(machine_root, replay, name):
     path, links, model = TOPO_M[name]

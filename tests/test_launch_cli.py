@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
+from livehost import path_with_python
 from topo.cli import main
 from topo.cli.launch import bind, launch
 from topo.cli.stop import stop
 
+ENV = {"PATH": path_with_python()}  # `python` on PATH, which --dry-run checks too, is this interpreter
+
 
 def dry_run(*args):
-    return CliRunner().invoke(main, ["launch", "--dry-run", "--python", "python", *args])
+    return CliRunner().invoke(main, ["launch", "--dry-run", "--python", "python", *args], env=ENV)
 
 
 def test_underscore_and_dash_spellings_mean_the_same(tmp_path):
@@ -52,7 +55,7 @@ def test_grace_period_takes_ascii_decimal_seconds_only(tmp_path):
     for odd in ("\u0661", "1_0", "1e3", "inf", "nan", "-1", "\u00b2", "604801", "9" * 5000):
         for command in (["launch", "--dry-run", "--python", "python"], ["stop"]):
             r = CliRunner().invoke(main, [*command, f"--grace-period={odd}", str(script if command[0] == "launch"
-                                                                                    else tmp_path)])
+                                                                                    else tmp_path)], env=ENV)
             assert r.exit_code == 2, r.output
             assert "--grace-period" in r.output and "is not a number of seconds (ASCII digits, optionally a point " \
                 "and decimals, at most 604800)" in r.output, r.output
@@ -72,7 +75,7 @@ def test_the_interpreter_is_python_from_path_as_msrun(tmp_path):
     script = tmp_path / "net.py"
     script.write_text("")
     r = CliRunner().invoke(main, ["launch", "--dry-run", "--worker_num=1", "--local_worker_num=1", "--no-scheduler",
-                                  str(script)])
+                                  str(script)], env=ENV)
     assert r.exit_code == 0, r.output
     assert r.output.splitlines()[0] == f"rank 0, DEVICE_ID=0: python {script}"
     r = CliRunner().invoke(main, ["launch", "--dry-run", "--python", "/no/such/python", str(script)])

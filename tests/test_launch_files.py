@@ -20,13 +20,14 @@ from topo.launcher.files import check_not_running
 from topo.launcher.files import SCHEMA
 from topo.launcher.job import check_log_dir
 from topo.launcher.procgroup import has_pdeathsig
+from livehost import path_with_python
 from processes import wait_for
 from topo.errors import UsageError
 
 SCRIPTS = Path(__file__).parent / "scripts"
 JOB = str(SCRIPTS / "job.py")
 ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "OMP_NUM_THREADS")}
-ENV["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", os.defpath)
+ENV["PATH"] = path_with_python()  # `python` on PATH is this interpreter, as the workers run it
 needs_two_cpus = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
 
 
@@ -90,6 +91,8 @@ def test_a_record_naming_a_live_process_of_its_job_blocks_the_dir(tmp_path):
     job_id = "0123456789abcdef"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env={**os.environ, "TOPO_JOB_ID": job_id})
+    # Popen returns at the exec, a moment before the kernel shows the new environment in /proc
+    assert wait_for(lambda: Path(f"/proc/{child.pid}/environ").read_bytes())
     try:
         (tmp_path / "launch.json").write_text(json.dumps({"schema": SCHEMA, "job_id": job_id, "processes": [{"pid": child.pid}]}))
         with pytest.raises(UsageError, match=f"pid {child.pid}.*topo stop logs"):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from livehost import path_with_python
 from processes import alive, wait_for
 from topo.cpuset import CpuSet
 
@@ -31,7 +32,7 @@ needs_numa_maps = pytest.mark.skipif(not os.path.exists("/proc/self/numa_maps"),
 
 # `python` on PATH is this interpreter, as the workers run it
 ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "OMP_NUM_THREADS")}
-ENV["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", os.defpath)
+ENV["PATH"] = path_with_python()
 
 
 def topo(*args, cwd, env=None, timeout=60):

@@ -1,5 +1,5 @@
 """topo launch with real processes: msrun's environment contract, verified bindings, failures,
-signals and orphans. This machine: CPUs 0-1, NUMA node 0, numactl and taskset installed."""
+signals and orphans. The bind tables name CPUs 0 and 1 of NUMA node 0; numactl and taskset installed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from livehost import bind_core_cpus, cpus_text, hide_gpus, path_with_python
 from processes import alive, wait_for
+from topo import discover
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ENVDUMP = str(SCRIPTS / "envdump.py")
@@ -26,9 +28,9 @@ needs_numactl = pytest.mark.skipif(shutil.which("numactl") is None, reason="numa
 
 
 # The environment the launcher is started with; `added` compares the children's with it. The
-# workers run `python` from PATH, as msrun does: this interpreter's directory comes first.
+# workers run `python` from PATH, as msrun does: this interpreter comes first.
 BASE_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-BASE_ENV["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", os.defpath)
+BASE_ENV["PATH"] = path_with_python()
 
 
 def topo_launch(args, *, cwd, timeout=60, input=None, env=None):
@@ -161,13 +163,16 @@ def test_unified_json_bindings_are_verified(dirs):
 @needs_two_cpus
 def test_bind_core_true_splits_cpus(dirs):
     cwd, out, logs = dirs
+    # no GPU visible: the workers split the allowed CPUs, as msrun-auto plans a job without devices
     r = topo_launch(["--worker_num=2", "--local_worker_num=2", "--join=True", "--no-scheduler",
-                     f"--log_dir={logs}", "--bind_core=True", ENVDUMP, str(out), "--linger"], cwd=cwd)
+                     f"--log_dir={logs}", "--bind_core=True", ENVDUMP, str(out), "--linger"], cwd=cwd,
+                    env=hide_gpus(BASE_ENV))
     assert r.returncode == 0, r.stderr
     d = dumps(out)
-    assert [d[f"worker_{i}"]["affinity"] for i in (0, 1)] == [[0], [1]]
-    assert [d[f"worker_{i}"]["env"]["MSRUN_CPU_LIST"] for i in (0, 1)] == ["[0]", "[1]"]
-    assert "rank 1: CPUs 1, memory not bound (verified" in r.stderr  # by taskset, or directly without it
+    cpus = bind_core_cpus(2)
+    assert [d[f"worker_{i}"]["affinity"] for i in (0, 1)] == cpus
+    assert [d[f"worker_{i}"]["env"]["MSRUN_CPU_LIST"] for i in (0, 1)] == [str(c) for c in cpus]
+    assert f"rank 1: CPUs {cpus_text(cpus[1])}, memory not bound (verified" in r.stderr  # by taskset, or directly
 
 
 @needs_numactl
@@ -179,7 +184,7 @@ def test_refused_memory_binding_is_reported_with_the_fix(dirs, tmp_path):
     fake.mkdir()
     (fake / "numactl").write_text("#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
     (fake / "numactl").chmod(0o755)
-    env = {**BASE_ENV, "PATH": f"{fake}:{os.environ['PATH']}"}
+    env = {**BASE_ENV, "PATH": f"{fake}:{BASE_ENV['PATH']}"}
     args = ["--worker_num=1", "--local_worker_num=1", "--join=True", "--no-scheduler", f"--log_dir={logs}",
             '--bind_numa={"device0": ["0"]}', ENVDUMP, str(out), "--linger"]
     r = topo_launch(args, cwd=cwd, env=env)
@@ -193,7 +198,8 @@ def test_refused_memory_binding_is_reported_with_the_fix(dirs, tmp_path):
     # started again with the same binding set by system calls, down the ladder (bind, preferred, CPUs
     # alone) where the kernel refuses; here it accepts bind (only the stand-in numactl refused)
     assert "starting it again with the policy ladder" in r.stderr and "rerun with --bind-fallback" not in r.stderr
-    assert "rank 0: CPUs 0-1, memory bound to node 0 (verified, applied directly: numactl was refused)" in r.stderr
+    node0 = cpus_text(set(discover("/").numa_node(0).cpuset) & os.sched_getaffinity(0))
+    assert f"rank 0: CPUs {node0}, memory bound to node 0 (verified, applied directly: numactl was refused)" in r.stderr
     assert dumps(out)["worker_0"]["memory_policy"] == "bind:0"
 
 
@@ -397,14 +403,15 @@ def test_library_api_without_the_cli(dirs):
     console, messages = io.StringIO(), io.StringIO()
     config = LaunchConfig.from_flags(JOB, (str(out), "print=from the API@0", "ready@0", "sleep=60@0", "waitfor=ready_0@1",
                                 "exit=4@1"), worker_num=2, local_worker_num=2,
-                          join=True, scheduler=False, log_dir=str(logs), grace_period=GRACE)
+                          join=True, scheduler=False, log_dir=str(logs), grace_period=GRACE, python=sys.executable)
     result = launch(config, out=console, err=messages)
     assert result.exit_code == 4 and result.failed == "rank 1 exited with exit code 4"
     assert [p.spec.name for p in result.processes] == ["rank 0", "rank 1"]
     assert "[rank 0] from the API\n" in console.getvalue()
     assert "rank 1 failed with exit code 4" in messages.getvalue()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers put back
-    dry = launch(LaunchConfig.from_flags(JOB, (str(out),), worker_num=1, local_worker_num=1, dry_run=True), out=console)
+    dry = launch(LaunchConfig.from_flags(JOB, (str(out),), worker_num=1, local_worker_num=1, dry_run=True,
+                                         python=sys.executable), out=console)
     assert dry.exit_code == 0 and dry.processes == () and len(dry.plan.processes) == 2
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from livehost import NO_GPUS
+
 VENV = Path(os.environ.get("TOPO_TEST_MINDSPORE_VENV") or Path.home() / ".cache" / "topo-ci" / "ms-venv")
 VENV_PYTHON = VENV / "bin" / "python"
 SCRIPT = Path(__file__).parent / "scripts" / "mindspore_allreduce.py"
@@ -52,6 +54,7 @@ def _free_port() -> int:
 def test_mindspore_allreduce_under_topo_launch_from_a_separate_install(mindspore_venv, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env["PATH"] = f"{mindspore_venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    env.update(NO_GPUS)  # a CPU job on any host: --bind_core=True splits the allowed CPUs between the workers
     # the situation the launcher must handle: the job's python has no topo, topo's python no MindSpore
     no_topo = subprocess.run(["python", "-c", "import topo"], env=env, cwd=tmp_path, capture_output=True,
                              timeout=120)

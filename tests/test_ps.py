@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from topo.launcher import ps as psmod
+from livehost import path_with_python
 from processes import wait_for
 from topo.synthetic import synthetic
 
@@ -222,8 +223,9 @@ def test_a_real_process_that_touched_memory(toucher):
     assert p["memory_policy"] == "default" and p["devices"] == [] and 0 <= p["remote_fraction"] <= 1
     assert all(t["cpu"] == cpu for t in p["threads"])
     r = topo_ps("--threads", str(proc.pid))
-    assert r.returncode == 0 and f"pid {proc.pid} python" in r.stdout and f"CPUs allowed {cpu} (1)" in r.stdout
-    assert f"thread {proc.pid} python: S on CPU {cpu}" in r.stdout
+    name = os.path.basename(sys.executable)[:15]  # the kernel's comm: the file exec'd, 15 characters at most
+    assert r.returncode == 0 and f"pid {proc.pid} {name}" in r.stdout and f"CPUs allowed {cpu} (1)" in r.stdout
+    assert f"thread {proc.pid} {name}: S on CPU {cpu}" in r.stdout
 
 
 def test_pids_that_do_not_exist_and_bad_arguments():
@@ -285,7 +287,7 @@ def test_job_of_a_real_detached_launch(tmp_path):
     started (found by the job id it carries), in the record's order; then topo stop."""
     out, logs = tmp_path / "out", tmp_path / "logs"
     out.mkdir()
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    env = {**os.environ, "PATH": path_with_python()}  # `python` is this interpreter
     script = str(Path(__file__).parent / "scripts" / "job.py")
     r = subprocess.run([sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2",
                         f"--log_dir={logs}", "--grace-period=1", script, str(out), "daemon@0", "ready", "sleep=60"],

@@ -160,7 +160,9 @@ def test_a_sigkilled_run_leaves_no_worker_and_topo_stop_stops_its_daemons(tmp_pa
     daemon_files = [tmp_path / f"daemon{rank}.pid" for rank in (0, 1)]
     workers, daemons = [], []
     try:
-        assert wait_for(lambda: len(records(tmp_path)) == 2 and all(f.exists() for f in daemon_files), 30)
+        # a pid file exists before its pid is written in it
+        assert wait_for(lambda: len(records(tmp_path)) == 2 and all(f.exists() and f.read_text() for f in daemon_files),
+                        30)
         workers = [r["pid"] for r in records(tmp_path).values()]
         daemons = [int(f.read_text()) for f in daemon_files]
         proc.kill()

@@ -16,14 +16,24 @@ from topo.launcher import affinity
 from topo.launcher.affinity import AffinityError
 from topo.cpuset import CpuSet
 
+from livehost import NO_GPUS, cpus_text, hide_gpus, path_with_python, planned, planned_cpus
+
 ALLOWED = sorted(os.sched_getaffinity(0))
 TWO_CPUS = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two allowed CPUs")
 
 
+@pytest.fixture(autouse=True)
+def no_gpus(monkeypatch):
+    """The view these tests pin, in this process and the ones it starts: no GPU visible, so that
+    the processes of a job share the allowed CPUs on any host (livehost)."""
+    for name, value in NO_GPUS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+
+
 def run(code: str, **env) -> dict:
-    """Run `code` in a fresh interpreter; it prints one JSON object as its last line."""
-    full_env = {k: v for k, v in os.environ.items()
-                if k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "TOPO_ROOT")}
+    """Run `code` in a fresh interpreter, no GPU visible; it prints one JSON object as its last line."""
+    full_env = hide_gpus({k: v for k, v in os.environ.items() if k != "TOPO_ROOT"})
     full_env.update(env)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=full_env, timeout=120)
@@ -42,7 +52,7 @@ def test_two_ranks_get_disjoint_cpus_that_cover_the_allowed_ones():
     for r in ranks:
         assert r["returned"] == r["now"] and r["now"]
     assert not set(ranks[0]["now"]) & set(ranks[1]["now"])
-    # this machine has no accelerator: the ranks split the allowed CPUs, lower rank first
+    # no GPU is visible: the ranks split the allowed CPUs, lower rank first
     assert sorted(ranks[0]["now"] + ranks[1]["now"]) == ALLOWED
     assert ranks[0]["now"][0] == ALLOWED[0]
 
@@ -84,7 +94,7 @@ def test_threads_started_before_move_and_threads_with_their_own_affinity_stay():
 POLICY_CODE = """
     import json, topo
     from topo import syscalls
-    topo.set_affinity(0, 1, mode="node", memory={memory!r})
+    topo.set_affinity(0, {nproc}, mode="node", memory={memory!r})
     policy, nodes = syscalls.get_mempolicy()
     with open("/proc/thread-self/numa_maps") as f:
         maps = f.readline().split()[1]
@@ -98,15 +108,18 @@ POLICY_CODE = """
     ("local", "local", "local"),
 ])
 def test_memory_policy_as_the_kernel_reports_it(memory, policy, numa_maps):
-    node = topo.discover("/").cpu_nodes()[0].os_index
-    result = run(POLICY_CODE.format(memory=memory))
+    # rank 0 of one process per NUMA node: one node's CPUs and memory
+    nproc = len(topo.discover("/").cpu_nodes())
+    node = planned(0, nproc, mode="node", memory="bind").memory_nodes
+    assert node.weight() == 1
+    result = run(POLICY_CODE.format(memory=memory, nproc=nproc))
     assert result["policy"] == policy
     assert result["nodes"] == ("" if memory == "local" else str(node))
     assert result["numa_maps"] == numa_maps.format(node=node)
 
 
 def test_memory_none_leaves_the_policy_alone():
-    result = run(POLICY_CODE.format(memory=None))
+    result = run(POLICY_CODE.format(memory=None, nproc=1))
     assert result == {"policy": "default", "nodes": "", "numa_maps": "default"}
 
 
@@ -150,7 +163,6 @@ def untouched(monkeypatch):
     ({"device_id": 1.0}, "device_id must be a local index, a GPU-/MIG- UUID"),
     ({"device_id": ""}, "device_id '' is not a device: give a local index, a GPU-/MIG- UUID"),
     ({"device_id": "3b:00.0"}, "device '3b:00.0': no accelerator at PCI bus id 0000:3b:00.0"),
-    ({"device_id": "GPU-zz"}, "device 'GPU-zz' names 'GPU-zz' but the topology has no GPU UUIDs"),
     ({"device_id": "rank0"}, "device 'rank0' is not a device name: give a local index, a GPU-/MIG- UUID"),
     ({"device_id": 0, "nproc_per_node": 0}, "nproc_per_node must be a positive number of processes; got 0"),
     # bounded before anything is allocated (a MemoryError and an OverflowError once)
@@ -174,6 +186,15 @@ def test_errors_say_what_and_apply_nothing(untouched, kwargs, message):
     assert message in str(err.value)
     assert "\n" not in str(err.value)
     assert isinstance(err.value, topo.TopoError)
+
+
+def test_a_uuid_prefix_no_gpu_has_is_refused(untouched):
+    # the GPUs have UUIDs where NVML runs (topo show --json lists them)
+    uuids = [d.uuid for d in topo.discover("/").devices if d.kind == "gpu" and d.uuid]
+    with pytest.raises(AffinityError) as err:
+        topo.set_affinity("GPU-zz")
+    why = "no GPU UUID starts with 'GPU-zz'" if uuids else "names 'GPU-zz' but the topology has no GPU UUIDs"
+    assert str(err.value).startswith("device 'GPU-zz'") and why in str(err.value) and "\n" not in str(err.value)
 
 
 def test_error_names_the_parameter_not_the_command_line_flag(untouched):
@@ -219,14 +240,17 @@ def test_shared_cpus_come_with_advice_on_omp_num_threads(monkeypatch):
     monkeypatch.setattr(os, "sched_setaffinity", lambda *a: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("TOPO_BINDING", raising=False)
-    n = len(ALLOWED) // 2
-    with pytest.warns(UserWarning, match=rf"^set_affinity: CPUs {ALLOWED[0]}-{ALLOWED[-1]} are shared by 2 of the "
+    nproc = 2 * len(topo.discover("/").cpu_nodes())  # two processes per NUMA node
+    cpus = planned_cpus(1, nproc, mode="node")
+    share = sum(1 for r in range(nproc) if set(planned_cpus(r, nproc, mode="node")) & set(cpus))
+    n = max(1, len(cpus) // share)
+    with pytest.warns(UserWarning, match=rf"^set_affinity: CPUs {cpus_text(cpus)} are shared by {share} of the "
                                          rf"job's processes: set OMP_NUM_THREADS={n} \(or torch.set_num_threads"
                                          rf"\({n}\)\) so that they do not run more threads than CPUs$"):
-        assert bind_process(1, 2, mode="node").omp_threads == n
-    assert bind_process(0, 2).omp_threads is None  # unique CPUs: nothing to divide
+        assert bind_process(1, nproc, mode="node").omp_threads == n
+    assert bind_process(0, nproc).omp_threads is None  # unique CPUs: nothing to divide
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert bind_process(1, 2, mode="node").omp_threads is None  # the user's choice stands
+    assert bind_process(1, nproc, mode="node").omp_threads is None  # the user's choice stands
 
 
 def test_numbers_too_long_to_print_are_refused_in_one_line(untouched):
@@ -272,8 +296,8 @@ def test_refused_cpus_restore_the_memory_policy(monkeypatch):
     monkeypatch.setattr(os, "sched_setaffinity", refuse)
     with pytest.raises(AffinityError, match=r"sched_setaffinity to CPUs .*: Invalid argument: the kernel refused"):
         topo.set_affinity(0, 1, mode="node", memory="bind")
-    node = topo.discover("/").cpu_nodes()[0].os_index
-    assert calls == [("bind", CpuSet([node])), ("default", CpuSet())]
+    nodes = planned(0, 1, mode="node", memory="bind").memory_nodes
+    assert calls == [("bind", nodes), ("default", CpuSet())]
 
 
 def test_preferred_on_several_nodes_uses_preferred_many_or_the_first_node(monkeypatch):
@@ -312,8 +336,8 @@ def test_workers_of_topo_launch_bind_themselves(tmp_path):
         with open(os.path.join(sys.argv[1], f"rank_{rank}.json"), "w") as fh:
             json.dump(sorted(cpus), fh)
     """))
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE")}
-    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"  # `python` = this one
+    env = hide_gpus(os.environ)
+    env["PATH"] = path_with_python()  # `python` = this one
     result = subprocess.run([sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2",
                              "--join=True", "--no-scheduler", f"--log_dir={tmp_path / 'logs'}", str(script),
                              str(tmp_path)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)

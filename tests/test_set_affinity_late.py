@@ -20,9 +20,11 @@ from topo.launcher import affinity
 from topo.launcher.affinity import AffinityError, bind_process, pages_by_node
 from topo import syscalls
 from topo.cpuset import CpuSet
+from topo import discover
 from topo.synthetic import synthetic
 
 import seccomp
+from livehost import bind_core_cpus, cpus_text, hide_gpus, path_with_python, planned, planned_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = sorted(os.sched_getaffinity(0))
@@ -31,10 +33,9 @@ TASKSET = pytest.mark.skipif(shutil.which("taskset") is None, reason="needs task
 
 
 def run(code: str, *prefix: str, **env) -> dict:
-    """Run `code` in a fresh interpreter (after `prefix`, e.g. taskset); it prints one JSON object
-    as its last line, which is returned with the warnings it wrote to stderr."""
-    full_env = {k: v for k, v in os.environ.items()
-                if k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "TOPO_ROOT", "TOPO_BINDING")}
+    """Run `code` in a fresh interpreter (after `prefix`, e.g. taskset), no GPU visible; it prints
+    one JSON object as its last line, which is returned with the warnings it wrote to stderr."""
+    full_env = hide_gpus({k: v for k, v in os.environ.items() if k not in ("TOPO_ROOT", "TOPO_BINDING")})
     full_env.update(env, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     proc = subprocess.run([*prefix, sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=full_env, timeout=120)
@@ -117,9 +118,10 @@ def test_threads_all_moves_threads_with_their_own_cpus_too():
     """
     shared = run(code, THREADS="shared")
     every = run(code, THREADS="all")
-    assert shared["main"] == every["main"] == [ALLOWED[0]]
+    first = planned_cpus(0, 2, mode="single_unique")
+    assert shared["main"] == every["main"] == first
     assert (shared["pinned"], shared["moved"]) == ([ALLOWED[1]], 0)
-    assert (every["pinned"], every["moved"]) == ([ALLOWED[0]], 1)
+    assert (every["pinned"], every["moved"]) == (first, 1)
 
 
 # ---- a launcher's binding is kept --------------------------------------------------------------
@@ -153,9 +155,10 @@ def test_a_process_a_launcher_bound_keeps_its_binding():
 @TWO_CPUS
 @TASKSET
 def test_a_binding_changed_since_the_launcher_is_planned_again():
-    # the variable says CPU 1 but the process runs on both: it rebound itself, set_affinity plans
-    got = run(KEEP, TOPO_BINDING=f"cpus={ALLOWED[1]}")
-    assert got["cpus"] == [ALLOWED[1]] and not got["kept"] and got["warnings"] == []
+    # the variable says rank 1's CPUs but the process runs on all: it rebound itself, set_affinity plans
+    second = planned_cpus(1, 2, mode="single_unique")
+    got = run(KEEP, TOPO_BINDING=f"cpus={cpus_text(second)}")
+    assert got["cpus"] == second and not got["kept"] and got["warnings"] == []
     # the CPUs match but the memory policy the variable names is not the process's any more
     got = run(KEEP.replace('bind_process(1, 2, mode="single_unique")', "bind_process(0, 1)"),
               "taskset", "-c", str(ALLOWED[0]), TOPO_BINDING=f"cpus={ALLOWED[0]} memory=bind:0")
@@ -217,23 +220,26 @@ def test_bind_fallback_under_a_refused_mpol_bind():
         from topo import syscalls
         seccomp.refuse_set_mempolicy({2: 1})  # MPOL_BIND: EPERM
         out = {}
+        nproc = int(os.environ["NPROC"])  # rank 0 of one process per NUMA node: one node
         try:
-            bind_process(0, 1, memory="bind")
+            bind_process(0, nproc, memory="bind")
         except AffinityError as exc:
             out["error"] = str(exc)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = bind_process(0, 1, memory="bind", bind_fallback=True)
+            result = bind_process(0, nproc, memory="bind", bind_fallback=True)
         out.update(rung=result.memory, policy=result.binding.memory_policy, kernel=syscalls.get_mempolicy()[0],
                    warnings=[str(w.message) for w in caught])
         print(json.dumps(out))
     """
-    got = run(code)
-    assert got["error"].startswith("memory='bind': set_mempolicy: Operation not permitted (bind 0)")
+    nproc = len(discover("/").cpu_nodes())
+    got = run(code, NPROC=str(nproc))
+    nodes = planned(0, nproc, memory="bind").memory_nodes
+    assert got["error"].startswith(f"memory='bind': set_mempolicy: Operation not permitted (bind {nodes})")
     assert "bind_fallback=True tries 'preferred', then binds CPUs alone" in got["error"]
     assert (got["rung"], got["policy"], got["kernel"]) == ("preferred", "preferred", "preferred")
     assert got["warnings"] == ["set_affinity: memory='bind' was refused by the kernel; bind_fallback: memory "
-                               "preferred on node(s) 0"]
+                               f"preferred on node(s) {nodes}"]
 
 
 @TWO_CPUS
@@ -252,16 +258,16 @@ def test_workers_topo_launch_bound_keep_their_binding(tmp_path):
             json.dump({"cpus": sorted(result.cpus), "kept": result.kept, "binding": os.environ["TOPO_BINDING"],
                        "warnings": [str(w.message) for w in caught]}, fh)
     """))
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "TOPO_BINDING")}
-    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"  # `python` = this one
+    env = hide_gpus({k: v for k, v in os.environ.items() if k != "TOPO_BINDING"})
+    env["PATH"] = path_with_python()  # `python` = this one
     env["PYTHONPATH"] = str(ROOT)
     result = subprocess.run([sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2",
                              "--join=True", "--no-scheduler", "--bind_core=True", f"--log_dir={tmp_path / 'logs'}",
                              str(script), str(tmp_path)], env=env, cwd=tmp_path, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
-    for rank in range(2):
+    for rank, cpus in enumerate(bind_core_cpus(2)):
         got = json.loads((tmp_path / f"rank_{rank}.json").read_text())
-        assert got["kept"] and got["cpus"] == [ALLOWED[rank]] and got["binding"].startswith(f"cpus={ALLOWED[rank]}")
+        assert got["kept"] and got["cpus"] == cpus and got["binding"].startswith(f"cpus={cpus_text(cpus)}")
         assert got["warnings"] == [f"set_affinity: keeping the binding the launcher applied "
                                    f"(TOPO_BINDING={got['binding']!r}); unset TOPO_BINDING to plan again"]

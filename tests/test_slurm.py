@@ -385,14 +385,14 @@ def test_topo_launch_takes_missing_counts_from_slurm(tmp_path):
     script.write_text("")
     env = {"SLURM_JOB_ID": "9", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "localhost,n2",
            "SLURM_NTASKS_PER_NODE": "2"}
-    r = CliRunner().invoke(main, ["launch", "--dry-run", "--no-scheduler", "--python", "python",
+    r = CliRunner().invoke(main, ["launch", "--dry-run", "--no-scheduler", f"--python={sys.executable}",
                                   f"--log_dir={tmp_path}", str(script)], env=env)
     assert r.exit_code == 0, r.output
     assert r.output.startswith("topo launch: from Slurm job 9: --local_worker_num=2 (SLURM_NTASKS_PER_NODE), "
                                "--worker_num=4 (SLURM_NNODES=2 x local_worker_num), --node_rank=1 (SLURM_NODEID), "
                                "--master_addr=localhost (SLURM_JOB_NODELIST)\n")
     assert "rank 2, DEVICE_ID=0" in r.output and "rank 3, DEVICE_ID=1" in r.output
-    mine = CliRunner().invoke(main, ["launch", "--dry-run", "--no-scheduler", "--python", "python",
+    mine = CliRunner().invoke(main, ["launch", "--dry-run", "--no-scheduler", f"--python={sys.executable}",
                                      "--worker_num=1", "--local_worker_num=1", f"--log_dir={tmp_path}", str(script)],
                               env={**env, "SLURM_NNODES": "1"})
     assert mine.exit_code == 0, mine.output

@@ -18,10 +18,19 @@ from topo import syscalls
 from topo.cpuset import CpuSet
 
 import seccomp
+from livehost import NO_GPUS, cpus_text, planned_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two allowed CPUs")
+
+
+@pytest.fixture(autouse=True)
+def no_gpus(monkeypatch):
+    """Two processes on any host: with no GPU visible they share the allowed CPUs, and each gets
+    set_affinity's plan for them (planned_cpus)."""
+    for name, value in NO_GPUS.items():
+        monkeypatch.setenv(name, value)
 
 
 def where_am_i() -> dict:
@@ -58,31 +67,36 @@ def test_bound_argv_starts_the_command_bound():
     proc = run(argv)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    assert got["cpus"] == str(ALLOWED[1])
+    cpus = cpus_text(planned_cpus(1, 2))
+    assert got["cpus"] == cpus
     assert got["policy"].startswith("bind:")
-    assert got["binding"] == f"cpus={ALLOWED[1]} memory={got['policy']}"
+    assert got["binding"] == f"cpus={cpus} memory={got['policy']}"
 
 
 def test_bound_argv_cpus_only_leaves_memory_alone(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     proc = run(bound_argv(CHILD, 0, 2))
     got = json.loads(proc.stdout)
-    assert (got["cpus"], got["policy"], got["binding"]) == (str(ALLOWED[0]), "default", f"cpus={ALLOWED[0]}")
-    assert got["omp"] == "1"  # its one CPU, as topo launch sets it
+    cpus = planned_cpus(0, 2)
+    assert (got["cpus"], got["policy"], got["binding"]) == (cpus_text(cpus), "default", f"cpus={cpus_text(cpus)}")
+    assert got["omp"] == str(len(cpus))  # its CPUs, as topo launch sets it
 
 
 def test_bound_argv_divides_shared_cpus_among_the_processes(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    argv = bound_argv(CHILD, 1, 2, mode="node")  # both ranks on every CPU
-    assert f"--env=OMP_NUM_THREADS={len(ALLOWED) // 2}" in argv
+    argv = bound_argv(CHILD, 1, 2, mode="node")  # both ranks on every CPU of a one-node machine
+    cpus = planned_cpus(1, 2, mode="node")
+    threads = max(1, len(cpus) // sum(1 for r in range(2) if set(planned_cpus(r, 2, mode="node")) & set(cpus)))
+    assert f"--env=OMP_NUM_THREADS={threads}" in argv
     got = json.loads(run(argv).stdout)
-    assert got["cpus"] == f"{ALLOWED[0]}-{ALLOWED[-1]}" and got["omp"] == str(len(ALLOWED) // 2)
+    assert got["cpus"] == cpus_text(cpus) and got["omp"] == str(threads)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the user's choice wins
     assert not any(a.startswith("--env=") for a in bound_argv(CHILD, 1, 2, mode="node"))
 
 
 @pytest.mark.skipif(not seccomp.supported(), reason="seccomp filter written for x86_64 and aarch64")
 def test_bound_argv_where_the_kernel_refuses_mpol_bind():
+    first = cpus_text(planned_cpus(0, 2))
     refused = run(bound_argv(CHILD, 0, 2, memory="bind"), refuse={2: 1})
     assert refused.returncode == 1 and refused.stdout == ""
     assert refused.stderr.startswith("topo: error: set_mempolicy: Operation not permitted (bind ")
@@ -90,16 +104,16 @@ def test_bound_argv_where_the_kernel_refuses_mpol_bind():
     relaxed = run(bound_argv(CHILD, 0, 2, memory="bind", bind_fallback=True), refuse={2: 1})
     assert relaxed.returncode == 0, relaxed.stderr
     got = json.loads(relaxed.stdout)
-    assert got["policy"].startswith("prefer:") and got["cpus"] == str(ALLOWED[0])
-    assert got["binding"] == f"cpus={ALLOWED[0]} memory=preferred:{got['policy'].split(':')[1]}"
+    assert got["policy"].startswith("prefer:") and got["cpus"] == first
+    assert got["binding"] == f"cpus={first} memory=preferred:{got['policy'].split(':')[1]}"
     node = got["policy"].split(":")[1]
-    assert relaxed.stderr == (f"topo: the kernel refused the memory policy of CPUs {ALLOWED[0]}, memory bound to "
-                              f"node {node}; --bind-fallback: CPUs {ALLOWED[0]}, memory preferred on node {node}\n")
+    assert relaxed.stderr == (f"topo: the kernel refused the memory policy of CPUs {first}, memory bound to "
+                              f"node {node}; --bind-fallback: CPUs {first}, memory preferred on node {node}\n")
     alone = run(bound_argv(CHILD, 0, 2, memory="bind", bind_fallback=True), refuse=None)
     assert json.loads(alone.stdout)["policy"].startswith("bind:")
     cpus_only = run(bound_argv(CHILD, 0, 2, memory="preferred", bind_fallback=True), refuse={1: 1, 5: 1})
     got = json.loads(cpus_only.stdout)
-    assert (got["policy"], got["binding"]) == ("default", f"cpus={ALLOWED[0]}")
+    assert (got["policy"], got["binding"]) == ("default", f"cpus={first}")
 
 
 def test_the_prefix_exits_as_a_shell_does():
@@ -145,10 +159,11 @@ def test_start_bound_binds_each_child(method, monkeypatch):
     for child in children:
         child.join(60)
         assert child.exitcode == 0
-    assert [g["cpus"] for g in got] == [str(c) for c in ALLOWED[:2]]
-    assert [b.cpus for b in bindings] == [CpuSet([ALLOWED[0]]), CpuSet([ALLOWED[1]])]
-    for g, b in zip(got, bindings):
-        assert g["binding"] == b.env_value() and g["omp"] == "1"
+    planned = [planned_cpus(r, 2) for r in range(2)]
+    assert [g["cpus"] for g in got] == sorted(cpus_text(c) for c in planned)
+    assert [b.cpus for b in bindings] == [CpuSet(c) for c in planned]
+    for g, b in zip(got, sorted(bindings, key=lambda b: str(b.cpus))):
+        assert g["binding"] == b.env_value() and g["omp"] == str(len(b.cpus))
         assert g["policy"] == f"bind:{b.memory_nodes}"
     # the parent's thread has its own binding back
     assert (os.sched_getaffinity(0), syscalls.get_mempolicy(), os.environ.get("TOPO_BINDING"),
