@@ -121,7 +121,10 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
         env = bind_file_env(bind_numa.path, bind_numa.sha256)
     else:
-        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings, path)
+        from topo.visible import visible_devices
+
+        cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
+        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings, path, cpu_only)
         env = {}
     return JobBindings(scheduler, tuple(workers), tuple(warnings), env, tuple(cpu_lists))
 
@@ -142,7 +145,8 @@ def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: li
         raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {one_line(errors)}")
 
 
-def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str], path: str):
+def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str], path: str,
+                 cpu_only: bool):
     """msrun's --bind_core / --bind_numa tables or True: per process a CPU entry C and a NUMA entry
     N, combined into one entry (C's main CPUs with N's memory, or N alone)."""
     from topo.planners.binding import node_cpus
@@ -157,12 +161,12 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
         _check_ids(bind_core.plan, topology.allowed_pus, "--bind_core", "CPU")
         sched_core, core = _by_position(bind_core.plan, physical, "--bind_core", warnings)
     elif bind_core is True:
-        core = _auto(topology, physical, "core", warnings)
+        core = _auto(topology, physical, "core", warnings, cpu_only)
     if getattr(bind_numa, "table", False):
         _check_ids(bind_numa.plan, CpuSet(x.os_index for x in topology.cpu_nodes()), "--bind_numa", "NUMA")
         sched_numa, numa = _by_position(bind_numa.plan, physical, "--bind_numa", warnings)
     elif bind_numa is True:
-        numa = _auto(topology, physical, "numa", warnings)
+        numa = _auto(topology, physical, "numa", warnings, cpu_only)
         if bind_core is not True:  # msrun exports the CPUs of the first node for set_cpu_affinity
             cpu_lists = [node_cpus(topology, CpuSet([e.cpu_node_set.first()])) if e is not None and e.cpu_node_set
                          else None for e in numa]
@@ -214,14 +218,16 @@ def _check_ids(plan: BindPlan, allowed: CpuSet, flag: str, label: str) -> None:
             raise UsageError(f"{flag}: {which} not available: {what}")
 
 
-def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str]) -> list[ProcessBinding | None]:
+def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str],
+          cpu_only: bool) -> list[ProcessBinding | None]:
     """The `msrun-auto` plan's entries by local rank: main CPUs per process (`kind="core"`) or one
     NUMA node for CPUs and memory (`kind="numa"`); planners/msrun.py says where it differs from msrun."""
     from topo import planners
     from topo.planners.core import Job, accelerators
 
-    # a CPU-only machine has no devices to be next to: the planner splits the allowed CPUs, keyed by local rank
-    devices = tuple(physical) if accelerators(topology) else (None,) * len(physical)
+    # a job without devices (none here, or none visible) has nothing to be next to: the planner
+    # splits the allowed CPUs, keyed by local rank
+    devices = (None,) * len(physical) if cpu_only or not accelerators(topology) else tuple(physical)
     plan = planners.plan(topology, "msrun-auto", job=Job(devices), msrun_bind=kind,
                          memory="numa" if kind == "numa" else "none")
     warnings.extend(plan.warnings)

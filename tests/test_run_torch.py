@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from livehost import NO_GPUS
 from topo.launcher.procgroup import JOB_ID_VAR
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -85,7 +86,7 @@ def test_gloo_allreduce_on_exclusive_bindings(tmp_path):
     out.mkdir()
     logs = tmp_path / "logs"
     r = topo_run("--standalone", "--nproc-per-node=2", "--numa-binding=exclusive", f"--log-dir={logs}",
-                 ALLREDUCE, str(out))
+                 ALLREDUCE, str(out), env={**os.environ, **NO_GPUS})  # a CPU job on any host
     assert r.returncode == 0, r.stdout + r.stderr
     got = results(out)
     assert sorted(got) == [0, 1]
