@@ -17,6 +17,8 @@ import sys
 import tempfile
 import warnings
 
+import pytest
+
 from processes import cpulist
 
 # CUDA and ROCm read an empty list as "no GPU" (HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES
@@ -82,3 +84,20 @@ def cpus_text(cpus) -> str:
     from topo.cpuset import CpuSet
 
     return str(CpuSet(cpus))
+
+
+def _gloo_blocker() -> str | None:
+    """Why gloo (torch's CPU collectives) cannot start here, or None: creating its group reads the
+    `class` of every PCI function in sysfs and aborts where one has none (a faked or damaged /sys)."""
+    base = "/sys/bus/pci/devices"
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return None
+    for name in names:
+        if not os.path.exists(os.path.join(base, name, "class")):
+            return f"gloo aborts on this machine: it reads every PCI function's class and {base}/{name}/class is missing"
+    return None
+
+
+needs_gloo = pytest.mark.skipif(_gloo_blocker() is not None, reason=str(_gloo_blocker()))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from livehost import needs_gloo
+
 from topo.launcher.localrank import local_rank_and_size
 from topo.errors import UsageError
 
@@ -132,6 +134,7 @@ def local_processes() -> int:
     return min(2, len(devices)) if devices else 2
 
 
+@needs_gloo
 def test_torchrun_no_python_topo_bind_mode(tmp_path):
     pytest.importorskip("torch", reason="torch is not importable")
     n = local_processes()
@@ -142,6 +145,7 @@ def test_torchrun_no_python_topo_bind_mode(tmp_path):
     check_job(tmp_path, n)
 
 
+@needs_gloo
 def test_mpirun_topo_bind_mode(tmp_path):
     pytest.importorskip("torch", reason="torch is not importable")
     mpirun = shutil.which("mpirun")

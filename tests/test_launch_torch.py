@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from livehost import bind_core_cpus, cpus_text, hide_gpus, path_with_python
+from livehost import bind_core_cpus, cpus_text, hide_gpus, needs_gloo, path_with_python
 
 torch = pytest.importorskip("torch", reason="torch is not importable (the test extra installs it)")
 
@@ -25,6 +25,7 @@ def free_port() -> int:
 
 
 @pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
+@needs_gloo
 def test_gloo_allreduce_with_bound_workers(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from livehost import needs_gloo
+
 pytest.importorskip("torch", reason="torch is not importable: topo run refuses these forms without it")
 
 ALLREDUCE = str(Path(__file__).parent / "scripts" / "torch_allreduce.py")
@@ -90,6 +92,7 @@ def check(out: Path, stderrs: list[str], world: int, plan: dict[int, str], attem
                 "memory not bound (verified)") in report, report
 
 
+@needs_gloo
 def test_two_launchers_form_one_c10d_job_without_node_ranks_one_late(tmp_path):
     """--nnodes=2 and no --node-rank: torch's c10d rendezvous orders the nodes; the second starts
     4 s after the first, which waits for it."""
@@ -104,11 +107,13 @@ def test_two_launchers_form_one_c10d_job_without_node_ranks_one_late(tmp_path):
     check(tmp_path, stderrs, 2 * nproc(), planned(flags))
 
 
+@needs_gloo
 def test_elastic_one_to_two_nodes_runs_with_one(tmp_path):
     flags = c10d(free_port(), "--nnodes=1:2", "--rdzv-conf=last_call_timeout=1")
     check(tmp_path, finish(start(flags, tmp_path)), nproc(), planned(flags))
 
 
+@needs_gloo
 def test_a_worker_killed_mid_run_restarts_the_group(tmp_path):
     flags = c10d(free_port(), "--nnodes=1", "--rdzv-conf=join_timeout=60", "--max-restarts=1")
     stderrs = finish(start(flags, tmp_path, "kill-once"))

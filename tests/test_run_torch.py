@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from livehost import NO_GPUS
+from livehost import NO_GPUS, needs_gloo
 from topo.launcher.procgroup import JOB_ID_VAR
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -80,6 +80,7 @@ def results(out: Path) -> dict[int, dict]:
     return {int(f.stem.split("_")[1]): json.loads(f.read_text()) for f in out.glob("rank_*.json")}
 
 
+@needs_gloo
 def test_gloo_allreduce_on_exclusive_bindings(tmp_path):
     needs_torch()
     out = tmp_path / "out"
@@ -111,6 +112,7 @@ def _cpulist(cpus: list[int]) -> str:
     return str(CpuSet(cpus))
 
 
+@needs_gloo
 def test_two_topo_runs_form_one_four_rank_job(tmp_path):
     needs_torch()
     out = tmp_path / "out"
