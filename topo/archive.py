@@ -173,7 +173,7 @@ class _Reader:
         self.buffer, self.pos = b"", 0
         self.read_so_far = self.members = 0
         self.tree = _Tree(root_fd, self.count)
-        self.links: list[tuple[bytes, bytes]] = []  # (a link's name, the directories its target passes)
+        self.links: list[tuple[str, bytes]] = []  # (a link's name, the directories its target passes)
 
     def error(self, what: str) -> ProbeError:
         return ProbeError(f"{self.shown}: {what}; a topo capture is made by `topo capture FILE.tar.gz`")
@@ -256,7 +256,8 @@ class _Reader:
 
     def check_links(self) -> None:
         """No link names a path through another link (so each resolves as its name reads, inside):
-        each target is walked down the directories made, as far as they go, a few dict look-ups."""
+        each target's directories are walked once down the record of those made, to the first that
+        is not one (at most MAX_DEPTH + 1 look-ups), which must not be a link."""
         for shown, passes in self.links:
             parts = passes.split(b"/") if passes else []
             node, depth = self.tree.made(parts)
