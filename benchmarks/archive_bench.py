@@ -12,7 +12,7 @@ machine). Legal cases stop just under a bound; refused ones go over it and must 
   dirs.gz     99,000 directory members, two 49-deep directories named in turn
   files.gz    MAX_MEMBERS - 200 files in two 48-deep directories in turn
   chains.gz   20,000 files, each in a new chain of 48 directories (refused past MAX_MEMBERS of them)
-  streams.gz  MAX_STREAMS empty gzip members, then the archive; then bzip2 and xz streams
+  streams.gz  MAX_STREAMS - 1 empty gzip members, then the archive (MAX_STREAMS in all); bzip2, xz
   blocks.xz   a 66 MB xz stream of one-byte blocks (2.5 MB of tar), as many as MAX_ARCHIVE holds
   bomb.xz     a GNU long name of 1 GiB (refused at its header)
   empty.gz    3.3 million empty gzip members in 66 MB (refused past MAX_STREAMS); then bzip2, xz
