@@ -4,6 +4,8 @@ or built here, and must now give one line, exit 2, and leave nothing behind or o
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
 import lzma
 import os
@@ -217,6 +219,7 @@ def test_links_that_stay_inside_are_kept(tmp_path, tmpdir_):
 
 @pytest.mark.parametrize("bound, value, blocks, words", [
     ("MAX_MEMBERS", 10, [header(b"d%d" % n, b"5") for n in range(11)], "more than 10 members"),
+    ("MAX_MEMBERS", 4, [regular(b"a/b/c/d/f")], "more than 4 members"),  # a header and 4 directories made
     ("MAX_MEMBERS", 10, [header(b"././@PaxHeader", b"x", 60) + hostile.data(b"".join(b"6 a=b\n" for _ in range(10))),
                          regular(b"f")], "more than 10 members"),
     ("MAX_UNPACKED", 4096, [regular(b"f%d" % n, b"x" * 1000) for n in range(4)], "more than 0 MiB unpacked"),
@@ -260,6 +263,98 @@ def test_damaged_archives_give_one_line(tmp_path, tmpdir_, content, words):
     with pytest.raises(ProbeError, match=words) as caught:
         open_archive(str(path))
     assert len(str(caught.value).splitlines()) == 1
+    assert list(tmpdir_.iterdir()) == []
+
+
+# ---- cost: linear in the archive, whatever it repeats -----------------------------------------
+# Each archive here once cost seconds with nothing unpacked; the work it causes is counted, not timed.
+
+
+def counting(monkeypatch, *names: str) -> dict[str, int]:
+    """Counts the calls of os.NAME for each name, from now to the test's end."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        def count(*args, _name=name, _real=getattr(os, name), **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(os, name, count)
+    return calls
+
+
+def test_link_check_walks_each_target_once_no_deeper_than_a_member(tmp_path, tmpdir_, monkeypatch):
+    # 49,000 links whose 512-part targets run through 49 nested directories took 22 s: every prefix
+    # of every target was looked up among all links. Each target is walked down the directories
+    # made, once, and no further than a member can lie.
+    links = 300
+    path = tmp_path / "links.tar.xz"
+    path.write_bytes(hostile.long_links(links, parts=512))
+    walked: list[int] = []
+    made = archive._Tree.made
+    monkeypatch.setattr(archive._Tree, "made", lambda tree, parts: walked.append(len(parts)) or made(tree, parts))
+    copy, root = open_archive(str(path))
+    copy.cleanup()
+    assert walked.count(archive.MAX_DEPTH + 1) >= links  # each target checked ...
+    assert sum(walked) <= (links + 3) * (archive.MAX_DEPTH + 1)  # ... at no more than a member's depth
+
+
+def test_repeated_deep_directories_cost_no_system_call(tmp_path, tmpdir_, monkeypatch):
+    # 99,000 directory members naming two 49-deep directories in turn took 12 s: each one closed
+    # and opened a descriptor per level. Each chain is made once; a repetition costs no system call.
+    path = tmp_path / "dirs.tar.gz"
+    path.write_bytes(hostile.repeated_dirs(2000))
+    calls = counting(monkeypatch, "open", "mkdir", "stat", "close")
+    copy, root = open_archive(str(path))
+    assert sum(calls.values()) <= 2 * 49 * 3 + 20, calls  # mkdir, open and close of each directory
+    assert Path(root, *["0"] + ["a"] * 48).is_dir() and Path(root, *["1"] + ["a"] * 48).is_dir()
+    copy.cleanup()
+
+
+def test_files_in_deep_directories_in_turn_cost_a_few_system_calls_each(tmp_path, tmpdir_, monkeypatch):
+    # The same descriptors per level for files in two 48-deep directories named in turn (22 s for
+    # 99,800); a directory is opened by its whole path (every part a directory made, none a link).
+    files = 600
+    path = tmp_path / "files.tar.gz"
+    path.write_bytes(hostile.repeated_dirs(files, dirs=48, files=True))
+    calls = counting(monkeypatch, "open", "mkdir", "close")
+    copy, root = open_archive(str(path))
+    assert calls["open"] + calls["mkdir"] <= 2 * files + 2 * 48 * 2 + 20, calls
+    copy.cleanup()
+
+
+def test_directories_made_for_names_count_as_members(tmp_path, tmpdir_, monkeypatch):
+    # Files each in a new chain of 48 directories: 20,000 of them made 960,000 directories that no
+    # bound counted; each directory made now counts as a member, before it is made.
+    monkeypatch.setattr(archive, "MAX_MEMBERS", 200)
+    path = tmp_path / "chains.tar.gz"
+    path.write_bytes(hostile.repeated_dirs(10, dirs=48, files=True, chains=10))
+    calls = counting(monkeypatch, "mkdir")
+    with pytest.raises(ProbeError, match="more than 200 members"):
+        open_archive(str(path))
+    assert calls["mkdir"] <= 200
+    assert list(tmpdir_.iterdir()) == []
+
+
+def test_empty_gzip_members_are_refused_past_the_bound(tmp_path, tmpdir_):
+    # 3.3 million empty gzip members (66 MB, nothing unpacked) took 8.8 s.
+    path = tmp_path / "empty.tar.gz"
+    path.write_bytes(hostile.empty_streams(archive.MAX_STREAMS))
+    refused(topo_show(path, tmpdir_), tmpdir_, f"more than {archive.MAX_STREAMS} compressed streams")
+
+
+@pytest.mark.parametrize("compress", [lambda raw: gzip.compress(raw, mtime=0), bz2.compress, lzma.compress],
+                         ids=["gzip", "bzip2", "xz"])
+def test_compressed_streams_are_bounded(tmp_path, tmpdir_, monkeypatch, compress):
+    # Each format allows streams one after another, each empty one costs microseconds and unpacks
+    # nothing: at most MAX_STREAMS are read.
+    monkeypatch.setattr(archive, "MAX_STREAMS", 20)
+    path = tmp_path / "streams.tar"
+    path.write_bytes(hostile.empty_streams(19, compress))  # and the archive's own: 20
+    copy, root = open_archive(str(path))
+    assert Path(root, "f").is_file()
+    copy.cleanup()
+    path.write_bytes(hostile.empty_streams(20, compress))
+    with pytest.raises(ProbeError, match="more than 20 compressed streams"):
+        open_archive(str(path))
     assert list(tmpdir_.iterdir()) == []
 
 
@@ -312,11 +407,15 @@ def test_hwloc_tarballs_unpack_as_tar_does(tarball, tmpdir_):
         copy.cleanup()
 
 
-def test_xz_multi_stream_and_plain_end_without_zero_blocks(tmp_path, tmpdir_):
-    path = tmp_path / "two-streams.tar.xz"
-    path.write_bytes(lzma.compress(header(b"a", b"5")) + lzma.compress(regular(b"a/f")))
+@pytest.mark.parametrize("compress", [hostile.gz, bz2.compress, lzma.compress], ids=["gzip", "bzip2", "xz"])
+def test_several_streams_and_plain_end_without_zero_blocks(tmp_path, tmpdir_, compress):
+    # As bgzip, pbzip2 or `cat` write them: a member split between streams, and zero bytes between
+    # them (gzip's and xz's padding).
+    raw = header(b"a", b"5") + regular(b"a/f", b"x" * 700)
+    path = tmp_path / "streams.tar"
+    path.write_bytes(compress(raw[:600]) + bytes(8) + compress(raw[600:]))
     copy, root = open_archive(str(path))
-    assert Path(root, "a/f").read_text() == "1\n"
+    assert Path(root, "a/f").read_text() == "x" * 700
     copy.cleanup()
 
 
@@ -326,11 +425,11 @@ def test_bounds_hold_what_topo_reads():
     assert archive.MAX_FILE >= max(PROCFS_LIMIT, SYSFS_LIMIT, TOOL_OUTPUT_LIMIT)
     assert archive.MAX_UNPACKED >= 2 * archive.MAX_FILE and archive.MAX_ARCHIVE <= archive.MAX_UNPACKED
     readme = (REPO / "README.md").read_text()
-    for value in ("64 MiB", "128 MiB", "32 MiB", "100,000", "4 KiB", "1,024 bytes, parts of 255", "| 48 |"):
+    for value in ("64 MiB", "128 MiB", "32 MiB", "100,000", "| 4,096 |", "4 KiB", "1,024 bytes, parts of 255", "| 48 |"):
         assert value in readme, value
-    assert (archive.MAX_ARCHIVE, archive.MAX_UNPACKED, archive.MAX_FILE, archive.MAX_MEMBERS, archive.MAX_EXTENDED,
-            archive.MAX_NAME, archive.NAME_MAX, archive.MAX_DEPTH) == (
-        64 << 20, 128 << 20, 32 << 20, 100_000, 4096, 1024, 255, 48)
+    assert (archive.MAX_ARCHIVE, archive.MAX_UNPACKED, archive.MAX_FILE, archive.MAX_MEMBERS, archive.MAX_STREAMS,
+            archive.MAX_EXTENDED, archive.MAX_NAME, archive.NAME_MAX, archive.MAX_DEPTH) == (
+        64 << 20, 128 << 20, 32 << 20, 100_000, 4096, 4096, 1024, 255, 48)
 
 
 @pytest.mark.parametrize("name", sorted(hostile.STORED))

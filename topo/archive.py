@@ -1,15 +1,16 @@
 """Reading a `topo capture` archive (or an hwloc test tarball) for `--root FILE`, and the names
 under which a capture stores tool outputs.
 
-The archive is hostile until read: its tar headers are read here block by block through the
-standard library's decompressors (gzip, xz, bzip2, or none), and every bound below is checked
-before the work it limits. Members are written below a private temporary directory through
-directory descriptors opened with O_NOFOLLOW, files created with O_EXCL|O_NOFOLLOW, so no member
-is written through a link, whatever an earlier member planted. Only files, directories and
-symlinks are taken; a symlink's target must be relative, climb (with leading `..`) no higher than
-the unpack directory, have no `..` after its first name and pass through no other link. Every
-link then resolves as its name reads, inside the copy: from its own directory, a real one (no
-member lies below a link), through real directories.
+The archive is hostile until read: its tar headers are read here block by block, decompressed
+stream by stream (gzip, xz, bzip2, or none), every bound below checked before the work it limits,
+and no member costs more than a few dict look-ups and system calls, whatever the archive repeats.
+Members are written below a private temporary directory through directories topo made and opened
+with O_NOFOLLOW, files created with O_EXCL|O_NOFOLLOW, so no member is written through a link,
+whatever an earlier member planted. Only files, directories and symlinks are taken; a symlink's
+target must be relative, climb (with leading `..`) no higher than the unpack directory, have no
+`..` after its first name and pass through no other link. Every link then resolves as its name
+reads, inside the copy: from its own directory, a real one (no member lies below a link), through
+real directories.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import stat
 import struct
 import threading
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from topo.errors import ProbeError
 
@@ -43,17 +44,20 @@ TOOLS = {
 MAX_ARCHIVE = 64 << 20  # the archive file itself
 MAX_UNPACKED = 128 << 20  # everything decompressed: headers, names and file data together
 MAX_FILE = 32 << 20  # one file: the most topo reads of any (fsroot.PROCFS_LIMIT, /proc/cpuinfo)
-MAX_MEMBERS = 100_000  # tar headers and pax records together
+MAX_MEMBERS = 100_000  # tar headers, pax records and directories made for members' names together
 MAX_EXTENDED = 4096  # one pax header's or GNU long name's data
 MAX_NAME = 1024  # a member's path or a symlink's target, bytes
 MAX_DEPTH = 48  # directories above a member (sysfs PCI paths behind switches: about 20)
 NAME_MAX = 255  # one path component, as every Linux filesystem
+MAX_STREAMS = 4096  # gzip members, bzip2 or xz streams one after another (pbzip2 writes one per 900 KB)
 
 BLOCK = 512
+CHUNK = 1 << 16  # read from the archive, decompressed, written to a file at a time
 _ZERO = bytes(BLOCK)
 _FILE_TYPES = (b"0", b"\0", b"7")  # regular, old regular, contiguous (read as regular by every tar)
 _NOT_TAR = "not a topo capture archive (not a tar archive, compressed or not)"
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_ERRORS = (OSError, EOFError, zlib.error)  # what the decompressors raise on bad data (and lzma.LZMAError)
 
 
 class _Stopped(BaseException):
@@ -91,9 +95,7 @@ class _StopSignals:
     raised again. Main thread only (Python's rule); an ignored signal stays ignored."""
 
     def __init__(self, shown: str) -> None:
-        self.shown = shown
-        self.signum: int | None = None
-        self.saved: dict[int, object] = {}
+        self.shown, self.signum, self.saved = shown, 0, {}
 
     def __enter__(self) -> _StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -103,26 +105,22 @@ class _StopSignals:
         return self
 
     def _note(self, signum: int, frame) -> None:
-        if self.signum is None:
-            self.signum = signum
+        self.signum = self.signum or signum
 
     def check(self) -> None:
-        if self.signum is not None:
+        if self.signum:
             raise _Stopped
 
     def release(self) -> None:
         """The previous handlers back; _Stopped if a signal came."""
-        self._restore()
+        while self.saved:
+            signal.signal(*self.saved.popitem())
         self.check()
 
-    def _restore(self) -> None:
-        for sig, handler in self.saved.items():
-            signal.signal(sig, handler)
-        self.saved = {}
-
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._restore()
-        if self.signum is not None:
+        while self.saved:
+            signal.signal(*self.saved.popitem())
+        if self.signum:
             signal.raise_signal(self.signum)  # SIG_DFL ends the process here; SIGINT's raises KeyboardInterrupt
             raise ProbeError(f"{self.shown}: unpacking stopped by {signal.Signals(self.signum).name}")
 
@@ -137,86 +135,109 @@ def _unpack_file(path: str, dest: str, stop: _StopSignals) -> None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ARCHIVE:
             raise ProbeError(f"{path}: not a topo capture archive (a file of at most {MAX_ARCHIVE >> 20} MiB); "
                              "make one with `topo capture FILE.tar.gz`")
-        stream, errors = _decompressed(f)
-        root_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        tree = _Tree(root_fd)
+        new, errors = _decompressor(f.read(6))
+        f.seek(0)
+        reader = _Reader(f, new, path, os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
         try:
-            _Reader(stream, path).unpack(tree, stop)
+            reader.unpack(stop)
         except errors as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise ProbeError(f"{path}: cannot unpack ({reason.splitlines()[0][:100]}); "
                              "make a new one with `topo capture FILE.tar.gz`") from None
         finally:
-            tree.close()
+            reader.tree.close()
 
 
-def _decompressed(f) -> tuple[object, tuple[type[BaseException], ...]]:
-    """The file's tar stream (gzip, bzip2, xz or none, told by the first bytes) and the errors its
-    decompressor raises on bad data. Each decompressor is imported when an archive needs it."""
-    magic = f.read(6)
-    f.seek(0)
-    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
+def _decompressor(magic: bytes) -> tuple[Callable | None, tuple[type[BaseException], ...]]:
+    """A maker of decompressors for the format the first bytes tell (gzip, bzip2, xz; None: a plain
+    tar, or no archive) and the errors they raise on bad data; bz2 and lzma imported only here."""
     if magic[:2] == b"\x1f\x8b":
-        import gzip
-
-        return gzip.GzipFile(fileobj=f, mode="rb"), errors
+        return lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), _ERRORS  # one gzip member
     if magic[:3] == b"BZh":
         import bz2
 
-        return bz2.BZ2File(f), errors
+        return bz2.BZ2Decompressor, _ERRORS
     if magic == b"\xfd7zXZ\x00":
         import lzma
 
-        return lzma.LZMAFile(f), (*errors, lzma.LZMAError)
-    return f, errors  # a plain tar, or not an archive: the first header's checksum tells
+        return lzma.LZMADecompressor, (*_ERRORS, lzma.LZMAError)
+    return None, _ERRORS
 
 
 class _Reader:
     """A tar stream read block by block, each header checked before its data is read."""
 
-    def __init__(self, stream, shown: str) -> None:
-        self.stream, self.shown = stream, shown
-        self.read_so_far = 0
-        self.members = 0
-        self.links: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}  # link -> the path it names
+    def __init__(self, f, new: Callable | None, shown: str, root_fd: int) -> None:
+        self.shown = shown
+        self.chunks = self.decompressed(f, new) if new else iter(lambda: f.read(CHUNK), b"")
+        self.buffer, self.pos = b"", 0
+        self.read_so_far = self.members = 0
+        self.tree = _Tree(root_fd, self.count)
+        self.links: list[tuple[str, bytes]] = []  # (a link's name, the directories its target passes)
 
     def error(self, what: str) -> ProbeError:
         return ProbeError(f"{self.shown}: {what}; a topo capture is made by `topo capture FILE.tar.gz`")
 
-    def read(self, size: int) -> bytes:
-        """Exactly `size` bytes, counted against MAX_UNPACKED before they are read."""
+    def decompressed(self, f, new: Callable) -> Iterator[bytes]:
+        """The data of the compressed streams in `f`, one after another (gzip, bzip2 and xz allow
+        several, and zero bytes between them), in pieces of at most CHUNK bytes. An empty stream
+        costs microseconds and no unpacked byte, hence MAX_STREAMS."""
+        data = f.read(CHUNK)
+        for _ in range(MAX_STREAMS):
+            decompressor, hungry = new(), False
+            while not decompressor.eof:
+                if hungry and not (data := f.read(CHUNK)):
+                    raise EOFError("the compressed data ends early")
+                out = decompressor.decompress(data, CHUNK)
+                # zlib gives back the input it has not used; bz2 and lzma keep it and say when they need more
+                data = getattr(decompressor, "unconsumed_tail", b"")
+                hungry = getattr(decompressor, "needs_input", not data and len(out) < CHUNK)
+                if out:
+                    yield out
+            data = decompressor.unused_data.lstrip(b"\0")
+            while not data and (more := f.read(CHUNK)):
+                data = more.lstrip(b"\0")
+            if not data:
+                return
+        raise self.error(f"more than {MAX_STREAMS} compressed streams, more than any capture")
+
+    def read(self, size: int, exact: bool = True) -> bytes:
+        """The next `size` bytes, counted against MAX_UNPACKED before they are read; fewer only at
+        the end, an error where `exact`."""
         self.read_so_far += size
         if self.read_so_far > MAX_UNPACKED:
             raise self.error(f"more than {MAX_UNPACKED >> 20} MiB unpacked, more than any capture")
-        data = self.stream.read(size)
-        if len(data) != size:
+        while len(self.buffer) - self.pos < size and (chunk := next(self.chunks, b"")):
+            self.buffer, self.pos = self.buffer[self.pos:] + chunk, 0
+        data = self.buffer[self.pos:self.pos + size]
+        self.pos += len(data)
+        if exact and len(data) != size:
             raise self.error("the archive ends in the middle of a member (truncated?)")
         return data
 
-    def count(self, n: int = 1) -> None:
-        self.members += n
+    def count(self) -> None:
+        self.members += 1
         if self.members > MAX_MEMBERS:
             raise self.error(f"more than {MAX_MEMBERS} members, more than any capture")
 
-    def unpack(self, tree: _Tree, stop: _StopSignals) -> None:
+    def unpack(self, stop: _StopSignals) -> None:
         pax: dict[bytes, bytes] = {}
         long_name = long_link = None
         while True:
             stop.check()
-            block = self.stream.read(BLOCK)
+            block = self.read(BLOCK, exact=False)
             if len(block) != BLOCK:
                 if not block and self.members:
                     return self.check_links()  # the end without the two zero blocks, as tar accepts
                 raise self.error(_NOT_TAR if not self.members else "the archive ends in a header (truncated?)")
             if block == _ZERO:
                 return self.check_links()  # the end: nothing after it is read
-            self.read_so_far += BLOCK
             self.count()
             kind, size, name, link = self.header(block)
             if kind in (b"x", b"g", b"L", b"K"):
                 if size > MAX_EXTENDED:
                     raise self.error(f"an extended header of {size} bytes (at most {MAX_EXTENDED})")
-                data = self.read(_padded(size))[:size]
+                data = self.read(size + -size % BLOCK)[:size]
                 if kind == b"x":
                     pax = self.pax_records(data)
                 elif kind == b"L":
@@ -231,16 +252,18 @@ class _Reader:
                 if size is None:
                     raise self.error(f"pax size {pax[b'size'][:40]!r} is not a number")
             pax, long_name, long_link = {}, None, None
-            self.member(tree, kind, name, link, size)
+            self.member(kind, name, link, size)
 
     def check_links(self) -> None:
-        """No link names a path through another link (so each resolves as its name reads, inside)."""
-        for link, target in self.links.items():
-            for end in range(1, len(target)):
-                if target[:end] in self.links:
-                    shown = b"/".join(link)[:80].decode("utf-8", "replace")
-                    through = b"/".join(target[:end])[:80].decode("utf-8", "replace")
-                    raise self.error(f"member {shown!r} is a link through the link {through!r}")
+        """No link names a path through another link (so each resolves as its name reads, inside):
+        each target's directories are walked once down the record of those made, to the first that
+        is not one (at most MAX_DEPTH + 1 look-ups), which must not be a link."""
+        for shown, passes in self.links:
+            parts = passes.split(b"/") if passes else []
+            node, depth = self.tree.made(parts)
+            if depth < len(parts) and parts[depth] in node:  # not a directory made, but there: a link
+                through = b"/".join(parts[:depth + 1])[:80].decode("utf-8", "replace")
+                raise self.error(f"member {shown!r} is a link through the link {through!r}")
 
     def header(self, block: bytes) -> tuple[bytes, int, bytes, bytes]:
         """(type, size, name, link target) of a header block whose checksum is right."""
@@ -253,10 +276,9 @@ class _Reader:
         if size is None:
             raise self.error("a member size that is not a number")
         name = block[:100].split(b"\0", 1)[0]
-        if block[257:263] == b"ustar\0":  # POSIX ustar: the prefix field continues the name
-            prefix = block[345:500].split(b"\0", 1)[0]
-            if prefix:
-                name = prefix + b"/" + name
+        # POSIX ustar: the prefix field continues the name
+        if block[257:263] == b"ustar\0" and (prefix := block[345:500].split(b"\0", 1)[0]):
+            name = prefix + b"/" + name
         return block[156:157], size, name, block[157:257].split(b"\0", 1)[0]
 
     def pax_records(self, data: bytes) -> dict[bytes, bytes]:
@@ -266,17 +288,15 @@ class _Reader:
             space = data.find(b" ", pos, pos + 6)
             length = _decimal(data[pos:space]) if space > pos else None
             end = pos + length if length is not None else 0
-            if end <= space + 2 or end > len(data) or data[end - 1] != 0x0A:
-                raise self.error("a malformed pax header")
             key, eq, value = data[space + 1:end - 1].partition(b"=")
-            if not eq:
+            if end <= space + 2 or end > len(data) or data[end - 1] != 0x0A or not eq:
                 raise self.error("a malformed pax header")
             self.count()
             records[key] = value
             pos = end
         return records
 
-    def member(self, tree: _Tree, kind: bytes, name: bytes, link: bytes, size: int) -> None:
+    def member(self, kind: bytes, name: bytes, link: bytes, size: int) -> None:
         shown = name[:80].decode("utf-8", "replace")
         parts = [p for p in name.split(b"/") if p not in (b"", b".")]
         if len(name) > MAX_NAME or len(link) > MAX_NAME or b"\0" in name or any(len(p) > NAME_MAX for p in parts):
@@ -288,11 +308,10 @@ class _Reader:
             raise self.error(f"member {shown!r} lies more than {MAX_DEPTH} directories deep")
         if kind not in (*_FILE_TYPES, b"5", b"2"):
             raise self.error(f"member {shown!r} is not a file, directory or symlink")
-        if kind in _FILE_TYPES:
-            if size > MAX_FILE:
-                raise self.error(f"member {shown!r} is {size} bytes, more than a kernel writes in any "
-                                 f"file topo reads ({MAX_FILE >> 20} MiB)")
-        elif size:
+        if kind in _FILE_TYPES and size > MAX_FILE:
+            raise self.error(f"member {shown!r} is {size} bytes, more than a kernel writes in any "
+                             f"file topo reads ({MAX_FILE >> 20} MiB)")
+        if kind not in _FILE_TYPES and size:
             raise self.error(f"member {shown!r}, a directory or link, has data")
         if not parts:
             if kind == b"5":
@@ -303,88 +322,102 @@ class _Reader:
             if target is None:
                 raise self.error(f"member {shown!r} is a link to {link[:80].decode('utf-8', 'replace')!r}, "
                                  "which is absolute, empty or climbs out of the archive")
-            self.links[tuple(parts)] = target
+            # the directories the target passes, as deep as any can be
+            self.links.append((shown, b"/".join(target[:-1][:MAX_DEPTH + 1])))
+        if kind == b"5" and self.tree.made(parts)[1] == len(parts):
+            return  # a directory made already (a directory may repeat): no system call
+        leaf = parts[-1]
         try:
-            parent = tree.parent(parts[:-1])
-            leaf = parts[-1]
+            parent, node = self.tree.parent(parts[:-1])
             if kind == b"5":
-                tree.mkdir(parent, leaf)
+                os.close(self.tree.mkdir(parent, leaf))
+                node[leaf] = {}
             elif kind == b"2":
                 os.symlink(link, leaf, dir_fd=parent)
+                node[leaf] = None
             else:
                 fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                              dir_fd=parent)
                 try:
                     left = size
                     while left:
-                        chunk = memoryview(self.read(min(left, 1 << 16)))
+                        chunk = memoryview(self.read(min(left, CHUNK)))
                         left -= len(chunk)
                         while chunk:
                             chunk = chunk[os.write(fd, chunk):]
                 finally:
                     os.close(fd)
-                if size % BLOCK:
-                    self.read(BLOCK - size % BLOCK)
+                self.read(-size % BLOCK)
         except FileExistsError:
             raise self.error(f"member {shown!r} is there already (the same member twice, or a link of its "
                              "name)") from None
-        except (NotADirectoryError, _BelowLink):
+        except NotADirectoryError:
             raise self.error(f"member {shown!r} lies below a link or a file") from None
 
 
-class _BelowLink(Exception):
-    pass
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _Tree:
-    """The unpack directory, reached through directory descriptors opened with O_NOFOLLOW: the
-    descriptors of the last member's directories are kept, so a member is one system call or two."""
+    """The unpack directory. Each directory in it is made by topo, opened with O_NOFOLLOW and
+    recorded in `dirs` (names -> a directory's own dict, or None for a link). Nothing is removed or
+    renamed while unpacking, so no part of a recorded path is a link: a recorded directory is
+    opened by its whole path, one system call at any depth. Each directory made for a member's
+    name counts as a member (`count`): one name could otherwise make 48."""
 
-    def __init__(self, root_fd: int) -> None:
-        self.fds = [root_fd]
-        self.names: list[bytes] = []
+    def __init__(self, root_fd: int, count: Callable[[], None]) -> None:
+        self.root_fd, self.count = root_fd, count
+        self.dirs: dict[bytes, dict | None] = {}
+        self.last: tuple[list[bytes], int, dict] = ([], os.dup(root_fd), self.dirs)  # the last directory opened
 
-    def parent(self, dirs: list[bytes]) -> int:
-        """The descriptor of the directory `dirs` below the root, made where missing."""
-        keep = 0
-        while keep < len(dirs) and keep < len(self.names) and dirs[keep] == self.names[keep]:
-            keep += 1
-        for fd in self.fds[keep + 1:]:
-            os.close(fd)
-        del self.fds[keep + 1:], self.names[keep:]
-        for name in dirs[keep:]:
-            try:
-                fd = self.open_dir(name)
-            except FileNotFoundError:
-                self.mkdir(self.fds[-1], name)
-                fd = self.open_dir(name)
-            self.fds.append(fd)
-            self.names.append(name)
-        return self.fds[-1]
+    def made(self, parts: list[bytes]) -> tuple[dict, int]:
+        """The record of the deepest directory made along `parts`, and how many parts lead to it."""
+        node = self.dirs
+        for depth, name in enumerate(parts):
+            below = node.get(name)
+            if below is None:
+                return node, depth
+            node = below
+        return node, len(parts)
 
-    def open_dir(self, name: bytes) -> int:
+    def parent(self, dirs: list[bytes]) -> tuple[int, dict]:
+        """The descriptor and record of the directory `dirs` below the root, made where missing."""
+        if dirs == self.last[0]:
+            return self.last[1:]
+        node, depth = self.made(dirs)
+        fd = os.open(b"/".join(dirs[:depth]) or b".", _DIR, dir_fd=self.root_fd)
         try:
-            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fds[-1])
-        except FileNotFoundError:
+            for name in dirs[depth:]:
+                self.count()
+                below = self.mkdir(fd, name)
+                os.close(fd)
+                fd, node = below, node.setdefault(name, {})
+        except BaseException:
+            os.close(fd)
             raise
-        except OSError as exc:
-            raise _BelowLink from exc  # ELOOP: a link; ENOTDIR: a file
+        os.close(self.last[1])
+        self.last = (dirs, fd, node)
+        return fd, node
 
     @staticmethod
-    def mkdir(parent: int, name: bytes) -> None:
+    def mkdir(parent: int, name: bytes) -> int:
+        """The descriptor of the directory `name` in `parent`, made if missing; a link or a file of
+        that name is refused."""
         try:
             os.mkdir(name, 0o700, dir_fd=parent)
         except FileExistsError:
-            if not stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
-                raise _BelowLink from None  # a link or a file took the directory's name
+            pass
+        try:
+            return os.open(name, _DIR, dir_fd=parent)
+        except OSError as exc:
+            raise NotADirectoryError from exc  # ELOOP: a link; ENOTDIR: a file
 
     def close(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds, self.names = [], []
+        os.close(self.last[1])
+        os.close(self.root_fd)
 
 
-def _link_target(directory: list[bytes], target: bytes) -> tuple[bytes, ...] | None:
+def _link_target(directory: list[bytes], target: bytes) -> list[bytes] | None:
     """The path below the unpack directory that a link in `directory` to `target` names, or None
     when it names none: absolute, empty, a `..` after a name, or more leading `..` than `directory`
     has parts."""
@@ -394,20 +427,12 @@ def _link_target(directory: list[bytes], target: bytes) -> tuple[bytes, ...] | N
         ups += 1
     if not target or target.startswith(b"/") or b"\0" in target or ups > len(directory) or b".." in parts[ups:]:
         return None
-    return (*directory[:len(directory) - ups], *parts[ups:])
-
-
-def _padded(size: int) -> int:
-    return -(-size // BLOCK) * BLOCK
+    return directory[:len(directory) - ups] + parts[ups:]
 
 
 def _octal(field: bytes) -> int | None:
     text = field.split(b"\0", 1)[0].strip(b" ")
-    if not text:
-        return 0
-    if text.translate(None, b"01234567"):
-        return None
-    return int(text, 8)
+    return None if text.translate(None, b"01234567") else int(text or b"0", 8)
 
 
 def _size(field: bytes) -> int | None:
