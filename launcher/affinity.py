@@ -22,11 +22,13 @@ What is applied, and to whom:
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
+import uuid
 import warnings
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Mapping, Union
 
 from topo import planners, syscalls
 from topo.binding import BINDING_VAR, MAX_PROCESSES, MEMORY_POLICIES, Binding, observe
@@ -47,8 +49,38 @@ class AffinityError(TopoError):
     """set_affinity cannot plan or apply the binding; the message says why and what to change."""
 
 
-def plan_affinity(topology: Topology, device_id, nproc_per_node: int | None = None, *,
-                  mode="unique_contiguous", scope="node", multithreading="all_logical", balanced: bool = True,
+# gpu_affinity's names, so that code written for it runs after `import topo as gpu_affinity`: every
+# error set_affinity raises is an AffinityError, which `except gpu_affinity.GPUAffinityError` catches.
+GPUAffinityError = AffinityError
+
+
+class Mode(enum.StrEnum):
+    """gpu_affinity's modes; `mode` also takes every mode of `topo plan --list-modes` by name."""
+
+    ALL = "all"
+    SINGLE = "single"
+    SINGLE_UNIQUE = "single_unique"
+    UNIQUE_INTERLEAVED = "unique_interleaved"
+    UNIQUE_CONTIGUOUS = "unique_contiguous"
+
+
+class Scope(enum.StrEnum):
+    NODE = "node"
+    SOCKET = "socket"
+
+
+class Multithreading(enum.StrEnum):
+    ALL_LOGICAL = "all_logical"
+    SINGLE_LOGICAL = "single_logical"
+
+
+# a local index, a GPU-/MIG- UUID or PCI bus id as text, or a UUID object
+DeviceId = Union[int, str, uuid.UUID]
+
+
+def plan_affinity(topology: Topology, device_id: DeviceId, nproc_per_node: int | None = None, *,
+                  mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
+                  multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
                   min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
                   env: Mapping[str, str] | None = None) -> Binding:
     """The binding `set_affinity` applies for `device_id` (see set_affinity) of `nproc_per_node`
@@ -218,7 +250,10 @@ def _paren(text: str) -> str:
 def this_machine() -> Topology:
     """This machine's topology, discovered on first use and kept for the life of the process
     (allowed CPUs as they were then, so a second call plans the same set, not within the first)."""
-    return discover("/")
+    try:
+        return discover("/")
+    except TopoError as exc:  # an AffinityError, as every error of set_affinity (GPUAffinityError)
+        raise AffinityError(f"cannot read this machine's topology: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -235,10 +270,11 @@ class AffinityResult:
     omp_threads: int | None = None  # the OMP_NUM_THREADS advised when the CPUs are shared and it is not set
 
 
-def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
-                 multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
-                 max_physical_cores: int | None = None, memory: str | None = None, bind_fallback: bool = False,
-                 migrate: bool = False, threads: str = "shared") -> set[int]:
+def set_affinity(device_id: DeviceId, nproc_per_node: int | None = None, *,
+                 mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
+                 multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
+                 min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
+                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared") -> set[int]:
     """Bind this process to the CPUs (and optionally the memory) of its device; return
     `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did.
 
@@ -257,7 +293,7 @@ def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_c
     `migrate=True` moves the pages already touched; `threads` "shared" or "all" (module doc).
     Where the CPUs are shared and OMP_NUM_THREADS is not set, a warning advises the value topo's
     launchers set. Call it first in main(), before CUDA/ACL initialise and worker threads start.
-    Raises AffinityError (a TopoError) with one line saying what is wrong.
+    Raises AffinityError (a TopoError, also named GPUAffinityError) with one line saying what is wrong.
     """
     return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                             balanced=balanced, min_physical_cores=min_physical_cores,
@@ -265,10 +301,12 @@ def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_c
                             migrate=migrate, threads=threads, _stacklevel=3).cpus)
 
 
-def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
-                 multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
-                 max_physical_cores: int | None = None, memory: str | None = None, bind_fallback: bool = False,
-                 migrate: bool = False, threads: str = "shared", _stacklevel: int = 2) -> AffinityResult:
+def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
+                 mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
+                 multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
+                 min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
+                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared",
+                 _stacklevel: int = 2) -> AffinityResult:
     """set_affinity, returning an AffinityResult: the CPUs, the memory policy that held, the pages
     `migrate=True` moved and the threads moved."""
     # arguments that are wrong on any machine fail before this one is read
