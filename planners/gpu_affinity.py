@@ -114,11 +114,17 @@ class _Affinity:
     def check_and_cap(self, cores: list[int], rank: int, lo: int, hi: int | None) -> list[int]:
         if len(cores) < lo:
             d = self.job.devices[rank]
-            have = self.resources.union_of_cores(cores)
+            have = self.resources.union_of_cores(cores) or "none"
+            if d is None:  # gpu_affinity's words would speak of a GPU the machine does not have
+                raise UsageError(
+                    f"local rank {rank} gets {len(cores)} physical cores ({have}), fewer than min_physical_cores="
+                    f"{lo}: without accelerators the allowed cores are split among the job's {self.job.nproc} "
+                    f"process{'es' if self.job.nproc != 1 else ''}; start fewer processes, use a mode that shares "
+                    "cores (node, single) or lower min_physical_cores")
             raise UsageError(
-                f"Number of available physical cores for GPU {d if d is not None else f'rank {rank}'} is less "
-                f"the predefinied minimum, min_physical_cores={lo}, available physical cores: {have} "
-                f"(count={len(cores)}); lower min_physical_cores or use fewer processes")
+                f"Number of available physical cores for GPU {d} is less the predefinied minimum, "
+                f"min_physical_cores={lo}, available physical cores: {have} (count={len(cores)}); lower "
+                "min_physical_cores or use fewer processes")
         return cores if hi is None else cores[:hi]
 
     def finish(self, per_rank: list[list[int]], options: Options) -> BindPlan:

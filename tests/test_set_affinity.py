@@ -177,7 +177,8 @@ def untouched(monkeypatch):
     ({"device_id": 0, "multithreading": "half"}, "multithreading must be one of all-logical, single-logical"),
     ({"device_id": 0, "memory": "interleave"}, "memory must be None, 'local', 'bind', 'preferred'; got 'interleave'"),
     ({"device_id": 0, "nproc_per_node": 1, "min_physical_cores": 4096},
-     "Number of available physical cores for GPU rank 0 is less the predefinied minimum, min_physical_cores=4096"),
+     "fewer than min_physical_cores=4096: without accelerators the allowed cores are split among the job's 1 "
+     "process; start fewer processes"),
     ({"device_id": 0, "nproc_per_node": 4096, "mode": "single-unique"}, "single-unique needs one physical core"),
 ])
 def test_errors_say_what_and_apply_nothing(untouched, kwargs, message):

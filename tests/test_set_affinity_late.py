@@ -192,6 +192,18 @@ def test_a_restriction_that_leaves_nothing_is_named():
     assert str(affinity.plan_affinity(t, 3, mode="single", env=pci).cpus) == "0"
 
 
+def test_more_processes_than_cores_without_accelerators_is_said_so():
+    # set_affinity(1, 3) on two cores and no GPU: gpu_affinity's words spoke of "GPU rank 0" and
+    # listed no cores
+    t = synthetic("pack:1 numa:1 l3:1 core:2 pu:1")
+    with pytest.raises(AffinityError) as err:
+        affinity.plan_affinity(t, 1, 3)
+    assert str(err.value) == (
+        "local rank 0 gets 0 physical cores (none), fewer than min_physical_cores=1: without accelerators the "
+        "allowed cores are split among the job's 3 processes; start fewer processes, use a mode that shares "
+        "cores (node, single) or lower min_physical_cores")
+
+
 @TWO_CPUS
 @TASKSET
 def test_under_taskset_the_plan_stays_within_the_allowed_cpus():
