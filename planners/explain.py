@@ -1,6 +1,7 @@
 """`topo plan --explain`: one row per process (rank, key, device, the device's node, ``2>0`` when
-planned on the nearest node with CPUs, CPUs, cores, L3 groups, memory node, whether the CPUs are
-local to the device) and the warnings a reader should see.
+planned on the nearest node with CPUs and ``?>0`` when sysfs gives the device no node, each said in
+a note below, CPUs, cores, L3 groups, memory node, whether the CPUs are local to the device) and
+the warnings a reader should see.
 """
 
 from __future__ import annotations
@@ -105,7 +106,27 @@ def explain(topology: Topology, plan: BindPlan) -> str:
     lines = [head, "  ".join(t.ljust(widths[k]) for k, t in COLUMNS).rstrip()]
     for r in rows:
         lines.append("  ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS).rstrip())
-    if warnings:
+    notes = _node_notes(rows)
+    if warnings or notes:
         lines.append("")
-        lines.extend(f"warning: {w}" for w in warnings)
+    lines.extend(f"note: {n}" for n in notes)
+    lines.extend(f"warning: {w}" for w in warnings)
     return "\n".join(lines)
+
+
+def _node_notes(rows: list[dict]) -> list[str]:
+    """What each `A>B` of the NODE column means: the device's node A, and B, where it was planned."""
+    notes = {}
+    for r in rows:
+        node, device = r["node"], r["device"]
+        known, sep, home = node.partition(">")
+        if not sep or node in notes:
+            continue
+        if known == "?":
+            notes[node] = (f"NODE {node}: sysfs gives device {device} no NUMA node (numa_node -1, as on "
+                           f"one-node machines and most VMs); planned on node {home}, that of its local CPUs "
+                           "(the first node when they are unknown)")
+        else:
+            notes[node] = (f"NODE {node}: device {device}'s node {known} has no allowed CPUs (memory-only, or "
+                           f"outside the cgroup); planned on the nearest node with them, {home}")
+    return list(notes.values())

@@ -3,6 +3,8 @@ reference tool breaks and we give the sensible result or a clear error (README "
 
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 from pathlib import Path
 
@@ -255,7 +257,19 @@ def test_device_on_memory_only_node_planned_on_nearest_cpu_node():
     numa = planners.plan(t, "msrun-auto", msrun_bind="numa").to_json()
     assert numa["bind_cpu"] == {"device0": 0, "device1": 1, "device2": 2, "device3": 3}
     text = explain(t, plan)
-    assert "4>0" in text  # device node 4 (HBM) planned on node 0
+    assert "4>0" in text  # device node 4 (HBM) planned on node 0, and a note says so
+    assert ("note: NODE 4>0: device 0's node 4 has no allowed CPUs (memory-only, or outside the cgroup); "
+            "planned on the nearest node with them, 0") in text.splitlines()
+
+
+def test_explain_says_what_a_device_without_a_node_means():
+    # the captured H200 VM: one node, the GPU's sysfs numa_node -1
+    t = from_nodes(["0-15"], gpu_nodes=[0])
+    t = dataclasses.replace(t, devices=tuple(dataclasses.replace(d, numa_node=None) for d in t.devices))
+    lines = explain(t, planners.plan(t, "node")).splitlines()
+    assert lines[2].split()[3] == "?>0"
+    assert ("note: NODE ?>0: sysfs gives device 0 no NUMA node (numa_node -1, as on one-node machines and most "
+            "VMs); planned on node 0, that of its local CPUs (the first node when they are unknown)") in lines
 
 
 def test_only_allowed_cpus_and_nodes():
