@@ -244,8 +244,11 @@ class Supervisor:
         if failure is not None:
             proc, code = failure
             log = failure_log(proc.spec)
-            lines = read_log(log, tail=True).splitlines()[-10:] if log else []
-            where = f"; last lines of {log}:" if log else ""
+            if proc.spec.tail and log in (proc.spec.log_path, proc.spec.stderr_path):
+                lines, where = [], f"; its output is above and in {log}"  # tailed already: said once
+            else:
+                lines = read_log(log, tail=True).splitlines()[-10:] if log else []
+                where = f"; last lines of {log}:" if log else ""
             self.say(f"{proc.name} failed with {describe_code(code)}{where}" + "".join(f"\n    {line}" for line in lines))
             if proc.spec.role == self.scheduler_role:
                 self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "

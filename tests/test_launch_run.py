@@ -293,7 +293,11 @@ def test_worker_failure_stops_the_job(dirs):
     assert r.returncode == 3, r.stderr
     assert elapsed < 0.3 + GRACE + 2, elapsed  # the sleepers die on SIGTERM, no waiting for them
     assert "rank 1 (pid" in r.stderr and "exited with exit code 3" in r.stderr
-    assert "last lines of" in r.stderr and "last words of rank 1" in r.stderr
+    # --join tails the logs: the failed rank's output is shown once, and the report points to it
+    shown = [line for line in (r.stdout + r.stderr).splitlines() if line.endswith("] last words of rank 1")
+             or line.strip() == "last words of rank 1"]
+    assert shown == ["[rank 1] last words of rank 1"]
+    assert f"rank 1 failed with exit code 3; its output is above and in {logs}/worker_1.log" in r.stderr
     assert not any(alive(pid) for pid in job_pids(logs, out))
 
 
