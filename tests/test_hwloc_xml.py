@@ -349,3 +349,21 @@ def test_show_output_xml_writes_hwloc_v2(tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_text().startswith('<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE topology SYSTEM "hwloc2.dtd">')
     assert _same_fields(topo.load_topology(xml), topo.load_topology(out)) == []
+
+
+def test_hwloc_bind_binds_on_topo_xml_as_the_readme_says(tmp_path):
+    """hwloc 2.9's hwloc-bind has no --input: it reads HWLOC_XMLFILE, and binds on a topology loaded
+    from XML only with HWLOC_THISSYSTEM=1 (else it runs the command unbound)."""
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    assert "hwloc-bind --input" not in readme and "HWLOC_XMLFILE=FILE.xml HWLOC_THISSYSTEM=1 hwloc-bind" in readme
+    hwloc_bind = os.path.join(os.path.dirname(LSTOPO), "hwloc-bind") if LSTOPO else None
+    if not hwloc_bind or not os.access(hwloc_bind, os.X_OK):
+        pytest.skip("hwloc-bind is not installed (apt install hwloc)")
+    xml = tmp_path / "this.xml"
+    xml.write_text(to_xml(topo.discover()))
+    last = max(os.sched_getaffinity(0))
+    env = {**os.environ, "HWLOC_XMLFILE": str(xml), "HWLOC_THISSYSTEM": "1"}
+    out = subprocess.run([hwloc_bind, "--physical", f"pu:{last}", "--", "grep", "Cpus_allowed_list",
+                          "/proc/self/status"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["Cpus_allowed_list:", str(last)]
