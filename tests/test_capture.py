@@ -184,16 +184,80 @@ def test_a_failed_capture_leaves_no_temporary_file(tmp_path):
 
 def test_fake_numa_machine_replays_the_same(tmp_path):
     # numa=fake= is read from /proc/cmdline; a capture without it replayed overlapping nodes as
-    # "ignored". The kernel's command line is stored, and the replay is the same machine.
+    # "ignored". The kernel's numa= options are stored, nothing else of its command line (on a
+    # cloud host: orchestration addresses, ports and flags), and the replay is the same machine.
     import topo
 
     nodes = [Node("0-1,4-5"), Node("0-1,4-5"), Node("2-3,6-7"), Node("2-3,6-7")]
     root = build(tmp_path, Machine(packages=2, cores=2, threads=2, caches=False, nodes=nodes,
-                                   cmdline="ro numa=fake=2U"))
+                                   cmdline="ro ip=10.1.2.3::10.1.2.1 numa=fake=2U agent.token=s3cret"))
     path = tmp_path / "fake.tar.gz"
     capture(path, root=root)
     with tarfile.open(path) as tar:
-        assert tar.extractfile("proc/cmdline").read() == b"ro numa=fake=2U\n"
+        assert tar.extractfile("proc/cmdline").read() == b"numa=fake=2U\n"
     want, got = topo.discover(root), topo.discover(path)
     assert got.numa_nodes == want.numa_nodes and len(got.numa_nodes) == 4
     assert "ignored" not in got.probes["sysfs"]
+
+
+def test_a_gpu_host_replays_with_nvmls_devices_and_fields(tmp_path, monkeypatch):
+    """NVML's facts (name, UUID, memory, NUMA and CPU affinity, links, MIG devices) are stored in the
+    capture and read back: the replay has the live machine's devices and link matrix, NVML unasked."""
+    import machines
+    from test_set_affinity_names import described, fake_pynvml  # tests/fakes joins sys.path there
+    from topo.discovery import discover
+
+    m = machines.dgx_h100()
+    root = machines.build(m, tmp_path / "root")
+    nvml = described(m)  # UUIDs, and two MIG devices on the last GPU
+    for gpu in nvml["gpus"]:
+        gpu["memory"] = 150 << 30
+    nvml["gpus"][0]["nvlinks"] = [[nvml["gpus"][1]["busid"], 18]]
+    nvml["gpus"][1]["nvlinks"] = [[nvml["gpus"][0]["busid"], 18]]
+    nvml["pcie"] = {"2,3": 20, "3,2": 20}
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml)
+    fake_pynvml.load(nvml)
+    live = discover(root, live_probes=True)
+    path = tmp_path / "gpu.tar.gz"
+    capture(path, root=root, live_probes=True)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the replay asks no NVML: importing it fails
+    again = discover(path)
+    assert again.devices == live.devices and again.links == live.links
+    assert again.probes["nvml"] == live.probes["nvml"] + ", as stored by topo capture"
+    gpus = [d for d in again.devices if d.kind == "gpu"]
+    assert len(gpus) == 8 and all(d.source == "nvml" and d.uuid and d.name and d.memory for d in gpus)
+    assert [d.uuid for d in again.devices if d.kind == "mig"] == nvml["gpus"][-1]["mig"]
+    assert again.links["GPU0"]["GPU1"] == "NV18" and again.links["GPU2"]["GPU3"] == "PXB"
+    with tarfile.open(path) as tar:
+        assert "nvml.json: what NVML said" in tar.extractfile(f"{TOOLS_DIR}/README.txt").read().decode()
+
+
+@pytest.mark.parametrize("stored", ['{"gpus": [{"index": true}]}', "[" * 100_000, '{"gpus": []}'])
+def test_a_malformed_stored_nvml_report_is_a_status_not_a_crash(tmp_path, stored):
+    from topo.discovery import discover
+
+    root = build(tmp_path, Machine(packages=1, cores=2, threads=1))
+    (root / TOOLS_DIR).mkdir()
+    (root / TOOLS_DIR / "nvml.json").write_text(stored)
+    status = discover(root).probes["nvml"]
+    assert status.startswith(f"error: {root}/{TOOLS_DIR}/nvml.json: ") and "\n" not in status, status
+
+
+def test_stored_npu_smi_outputs_are_read_back(tmp_path):
+    """A capture of an Ascend host replays npu-smi's chips from the outputs it stored."""
+    import machines
+    from samples import sample
+    from test_devices_machines import _chip_map
+    from topo.discovery import discover
+
+    root = machines.build(machines.kunpeng_ascend(machines.ATLAS800_910B3_BUSIDS, "x"), tmp_path / "root")
+    assert discover(root).probes["npu-smi"] == "off: not this system"
+    (root / TOOLS_DIR).mkdir()
+    (root / TOOLS_DIR / "npu-smi-info.txt").write_text(sample("ascend/npu-smi-info_atlas800tA2-8x910B3_kunpeng.txt"))
+    (root / TOOLS_DIR / "npu-smi-info-m.txt").write_text(_chip_map(8))
+    t = discover(root)
+    assert t.probes["npu-smi"] == "ok (8 NPUs); 'info -t topo': 'npu-smi info -t topo': not in the capture"
+    npus = [d for d in t.devices if d.kind == "npu"]
+    assert [(d.index, d.busid, d.source) for d in npus][:2] == [(0, "0000:c1:00.0", "npu-smi"),
+                                                                (1, "0000:c2:00.0", "npu-smi")]
+    assert len(npus) == 8 and all(d.name == "Ascend 910B3" for d in npus)

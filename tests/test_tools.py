@@ -58,3 +58,15 @@ def test_a_tool_that_never_ends_times_out(tmp_path):
     tool = fake_tool(tmp_path, "lscpu", "import time\ntime.sleep(600)")
     with pytest.raises(ProbeError, match=r"'.*lscpu' timed out after 0.5s"):
         run_tool([str(tool)], timeout=0.5)
+
+
+def test_terminal_escapes_are_dropped_from_tool_output(tmp_path):
+    # driver 580's nvidia-smi underlines the header of `topo -m` (ESC[4m ... ESC[0m) even when piped
+    from samples import sample
+
+    captured = sample("nvidia/topo-m_h200-1gpu_driver580-escape-codes.txt")
+    assert "\x1b[4m" in captured
+    tool = fake_tool(tmp_path, "nvidia-smi", f"sys.stdout.write({captured!r} + '\\x1b]0;title\\x07\\x1b(B')")
+    text = run_tool([str(tool), "topo", "-m"])
+    assert "\x1b" not in text
+    assert text.splitlines()[:2] == ["\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID", "GPU0\t X \t0-15\t0\t\tN/A"]

@@ -2,9 +2,11 @@
 
 Discovery runs over a recording root (once as the process sees the machine, once with everything
 disallowed) and every file it read, directory it listed and symlink on the way is stored at its
-path, with /proc/cmdline, cpuinfo, meminfo, mounts and self/status for a bug report, and tool
-outputs under `topo-capture/` (topo.archive.TOOLS). Nothing private: no process environment or
-command line, nothing under /etc, no file longer than a kernel writes (fsroot.limit_for).
+path, with cpuinfo, meminfo, mounts and self/status for a bug report; under `topo-capture/`, tool
+outputs (topo.archive.TOOLS) and what NVML said (nvml.json), which a replay reads back as the
+live machine's. Nothing private: no process environment or command line, of the kernel's command
+line only its numa= options, nothing under /etc, no file longer than a kernel writes
+(fsroot.limit_for).
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from topo.archive import TOOLS, TOOLS_DIR
 from topo.discovery import discover
 from topo.errors import ProbeError, TopoError
 from topo.fsroot import FsRoot
+from topo.probes import nvml
+from topo.probes.devices import vendor_absent
 from topo.probes.tools import run_tool
 
 EXTRA_FILES = ("/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/status")
 # Never stored, whatever discovery reads: path components naming a process's environment, command
-# line, memory or open files, and the trees holding host keys and users' files. The kernel's own
-# command line (/proc/cmdline) is stored: discovery reads it for numa=fake=.
+# line, memory or open files, and the trees holding host keys and users' files. Of the kernel's own
+# command line (/proc/cmdline) the numa= options discovery reads are stored, nothing else (the
+# rest can name hosts, ports and tokens).
 _PRIVATE_NAMES = frozenset({"environ", "cmdline", "mem", "maps", "smaps", "fd", "keys", "auxv"})
 _PRIVATE_TREES = ("/etc/", "/root/", "/home/", "/var/")
 
@@ -60,15 +65,17 @@ class _Recorder(FsRoot):
         return super().readlink(path)
 
 
-def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools: bool = True) -> list[str]:
+def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools: bool = True,
+            live_probes: bool = False) -> list[str]:
     """Write the archive `dest` (.tar.gz) of the machine below `root` (this one by default);
     returns the notes on what could not be stored. The archive is written to a new temporary file
     beside `dest` (O_EXCL|O_NOFOLLOW, a name unique to this writer) and renamed onto `dest`: a
-    link planted at either name is replaced, never followed."""
+    link planted at either name is replaced, never followed. With `run_tools`, NVML is asked
+    on this machine, or with `live_probes` below any root (a built root with a stand-in NVML)."""
     recorder = _Recorder(root)
     if recorder.root != "/" and not os.path.isdir(recorder.root):
         raise ProbeError(f"{root}: capture a directory, not an archive")
-    discover(recorder, probes=())
+    topology = discover(recorder, probes=())
     discover(recorder, include_disallowed=True, probes=())
     dest = os.fspath(dest)
     notes: list[str] = []
@@ -88,7 +95,10 @@ def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools
             tools = _tool_outputs(notes) if run_tools and recorder.is_this_system else {}
             for name, text in tools.items():
                 writer.add_bytes(f"{TOOLS_DIR}/{name}", text.encode())
-            writer.add_bytes(f"{TOOLS_DIR}/README.txt", _readme(tools, notes).encode())
+            asked = run_tools and (recorder.is_this_system or live_probes) and not vendor_absent(topology, "nvidia")
+            if asked:
+                writer.add_bytes(nvml.STORED.lstrip("/"), nvml.report_json(nvml.probe_for(topology)).encode())
+            writer.add_bytes(f"{TOOLS_DIR}/README.txt", _readme(tools, notes, asked).encode())
         os.replace(tmp, dest)
         tmp = None
     except OSError as exc:
@@ -200,6 +210,8 @@ class _Writer:
         except TopoError as exc:
             self.notes.append(str(exc))
             return
+        if data is not None and path == "/proc/cmdline":
+            data = b" ".join(t for t in data.split() if t.startswith(b"numa=")) + b"\n"
         if data is not None:
             self.add_bytes(path.lstrip("/"), data)
 
@@ -235,7 +247,7 @@ def _tool_outputs(notes: list[str]) -> dict[str, str]:
     return out
 
 
-def _readme(tools: dict[str, str], notes: list[str]) -> str:
+def _readme(tools: dict[str, str], notes: list[str], nvml_asked: bool) -> str:
     lines = [
         f"A topo capture (topo {__version__}, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}).",
         "sys/ and proc/ hold the files topo's discovery reads, at their paths; read it back with",
@@ -243,6 +255,8 @@ def _readme(tools: dict[str, str], notes: list[str]) -> str:
         "Tool outputs in this folder:",
         *(f"  {name}: {' '.join(TOOLS[name])}" for name in sorted(tools)),
     ]
+    if nvml_asked:
+        lines.append("  nvml.json: what NVML said: GPUs, their CPU and NUMA affinity, links, MIG devices")
     if not tools:
         lines.append("  (none of lscpu, nvidia-smi, npu-smi was on PATH)")
     if notes:

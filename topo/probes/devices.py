@@ -2,7 +2,7 @@
 
 As hwloc's PCI and IO phases: sysfs classifies every PCI function and numbers each kind in bus
 order (what runtimes fall back to); then, on the live machine, NVML and npu-smi give the index the
-runtime really uses, UUIDs, names and links. A runtime's device is matched to sysfs by bus id (one
+runtime really uses, UUIDs, names and links (on a capture, what they said when it was taken). A runtime's device is matched to sysfs by bus id (one
 with no match is kept: a container may hide /sys/bus/pci), and the sysfs devices of a kind a
 runtime answered for that it did not list are dropped. The link matrix (`nvidia-smi topo -m`'s)
 comes from the sysfs PCI tree, overlaid with what the runtimes say (NV#, HCCS).
@@ -10,7 +10,6 @@ comes from the sysfs PCI tree, overlaid with what the runtimes say (NV#, HCCS).
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import replace
 
@@ -245,14 +244,12 @@ def _is_rdma(device: Device) -> bool:
 # ---- runtime probes ----------------------------------------------------------------------------
 
 
-def _nvml(topology: Topology):
+def _nvml(topology: Topology, stored: FsRoot | None):
     from topo.probes import nvml
 
-    # Enough affinity words for every CPU id; gpu_affinity sizes them by os.cpu_count().
-    cpu_count = topology.complete_pus.last() + 1
-    if topology.is_this_system:
-        cpu_count = max(cpu_count, os.cpu_count() or 1)
-    report = nvml.probe_nvml(cpu_count)
+    report = nvml.probe_for(topology) if stored is None else nvml.stored_report(stored)
+    if report is None:
+        return "off: not this system", [], {}, {}
     pus = topology.pus
     gpus = []
     for g in report.gpus:
@@ -274,10 +271,14 @@ def _nvml(topology: Topology):
     return report.status, gpus, overlay, migs
 
 
-def _npusmi(topology: Topology):
+def _npusmi(topology: Topology, stored: FsRoot | None):
     from topo.probes import npusmi
+    from topo.probes.tools import stored_runner
 
-    report = npusmi.probe_npusmi()
+    runner = None if stored is None else stored_runner(stored, "npu-smi")
+    if stored is not None and runner is None:
+        return "off: not this system", [], {}, {}
+    report = npusmi.probe_npusmi(runner=runner or npusmi.run)
     pus = topology.pus
     npus = [
         Device("npu", "huawei", c.logical_id, c.busid, None, c.cpus & pus if c.cpus else EMPTY,
@@ -292,7 +293,7 @@ def _npusmi(topology: Topology):
 RUNTIME_PROBES = {"nvml": ("gpu", "nvidia", _nvml), "npu-smi": ("npu", "huawei", _npusmi)}
 
 
-def _vendor_absent(topology: Topology, vendor: str) -> bool:
+def vendor_absent(topology: Topology, vendor: str) -> bool:
     ids = {v for v, name in VENDORS.items() if name == vendor}
     return bool(topology.pci_devices) and not any(d.vendor_id in ids for d in topology.pci_devices)
 
@@ -308,15 +309,13 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
         if probes is not None and name not in probes:
             status[name] = "off: not requested"
             continue
-        if not live:
-            status[name] = "off: not this system"
-            continue
-        if name == "nvml" and probes is None and _vendor_absent(topology, vendor):
+        if name == "nvml" and live and probes is None and vendor_absent(topology, vendor):
             # Loading libnvidia-ml to learn there is no GPU costs more than all of sysfs; where
             # sysfs shows no PCI function at all (hidden in a container) NVML is still asked.
             status[name] = "unavailable: no NVIDIA PCI function in sysfs (--probes nvml asks NVML anyway)"
             continue
-        state, found, links, mig = run(topology)
+        # a captured root answers from the runtime's facts the capture stored, if any
+        state, found, links, mig = run(topology, None if live else fs)
         devices, dropped = merge_runtime(devices, found, kind, vendor)
         if dropped:
             state += f"; not listed by {name}, dropped: {', '.join(dropped)}"

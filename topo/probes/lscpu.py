@@ -12,14 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from topo.archive import TOOLS, TOOLS_DIR
 from topo.cpuset import MAX_ID, CpuSet, excerpt
 from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
 from topo.model import Cache, Core, NumaNode, Package
 from topo.probes.sysfs import RawCpus, RawNodes
-from topo.probes.tools import run_tool
+from topo.probes.tools import run_tool, stored_runner
 
 PARSABLE_ARGS = ["lscpu", "-p=CPU,CORE,SOCKET,NODE,CACHE"]
 # ASCII digits only ("١" would be 1 to int(), "²" a ValueError); sizes bounded so float() stays finite
@@ -259,7 +258,7 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
     if not (need_nodes or need_cpus):
         return cpus, nodes, None
     if not live:
-        runner = _captured(fs)
+        runner = stored_runner(fs, "lscpu")
         if runner is None:
             return cpus, nodes, "off: not this system"
     try:
@@ -287,17 +286,3 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
         else:
             return cpus, nodes, f"ignored: lscpu's NUMA nodes miss CPUs {online - covered}"
     return cpus, nodes, "ok (" + ", ".join(used) + ")" if used else "ok (nothing new)"
-
-
-def _captured(fs: FsRoot):
-    """A runner answering from the lscpu outputs a capture stored below `fs`, or None."""
-    stored = {tuple(argv): f"/{TOOLS_DIR}/{name}" for name, argv in TOOLS.items() if argv[0] == "lscpu"}
-    if not fs.exists(stored[tuple(PARSABLE_ARGS)]):
-        return None
-
-    def runner(argv):
-        text = fs.read(stored[tuple(argv)])
-        if text is None:
-            raise ProbeError(f"{fs.shown(stored[tuple(argv)])}: not in the capture")
-        return text
-    return runner

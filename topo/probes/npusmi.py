@@ -206,11 +206,13 @@ def run(args: list[str]) -> str:
     return run_tool(args, TIMEOUT)
 
 
-def probe_npusmi(command: str = "npu-smi") -> NpuReport:
+def probe_npusmi(command: str = "npu-smi", runner=run) -> NpuReport:
+    """npu-smi's chips, links and CPU affinity; `runner(argv)` gives a command's output (default:
+    run it here)."""
     notes = []
     table: list[NpuChip] = []
     try:
-        table = parse_info_table(run([command, "info"]))
+        table = parse_info_table(runner([command, "info"]))
     except ToolNotFound as exc:
         return NpuReport(f"unavailable: {exc}")
     except ProbeError as exc:
@@ -219,7 +221,7 @@ def probe_npusmi(command: str = "npu-smi") -> NpuReport:
         notes.append(f"cannot read 'npu-smi info': {exc}")
 
     try:
-        chips = parse_chip_map(run([command, "info", "-m"]))
+        chips = parse_chip_map(runner([command, "info", "-m"]))
     except (ProbeError, ParseError) as exc:
         notes.append(f"'info -m': {exc}")
         chips = [c for c in table if c.logical_id >= 0]
@@ -232,7 +234,7 @@ def probe_npusmi(command: str = "npu-smi") -> NpuReport:
         busid = chip.busid or by_chip.get((chip.npu_id, chip.chip_id))
         if busid is None:
             try:
-                busid = parse_board_busid(run([command, "info", "-t", "board", "-i", str(chip.npu_id),
+                busid = parse_board_busid(runner([command, "info", "-t", "board", "-i", str(chip.npu_id),
                                                "-c", str(chip.chip_id)]))
             except (ProbeError, ParseError) as exc:
                 notes.append(f"NPU {chip.logical_id} bus id: {exc}")
@@ -240,7 +242,7 @@ def probe_npusmi(command: str = "npu-smi") -> NpuReport:
 
     links: dict[tuple[int, int], str] = {}
     try:
-        affinity, links = parse_topo(run([command, "info", "-t", "topo"]))
+        affinity, links = parse_topo(runner([command, "info", "-t", "topo"]))
         merged = [NpuChip(c.logical_id, c.npu_id, c.chip_id, c.name, c.busid, affinity.get(c.logical_id))
                   for c in merged]
     except (ProbeError, ParseError) as exc:

@@ -12,9 +12,20 @@ machines), and the link level and NVLink counts `nvidia-smi topo -m` shows.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
+from topo.archive import TOOLS_DIR
 from topo.cpuset import CpuSet
+from topo.errors import ParseError
+from topo.fsroot import FsRoot
+
+if TYPE_CHECKING:
+    from topo.model import Topology
+
+STORED = f"/{TOOLS_DIR}/nvml.json"  # what NVML said on the machine `topo capture` ran on
 
 # nvmlGpuTopologyLevel_t -> nvidia-smi topo -m's legend. INTERNAL (two GPUs on one board, K80 /
 # M60) goes through the board's own PCIe switch, which nvidia-smi shows as PIX.
@@ -86,6 +97,15 @@ def nvlink_label(a: NvmlGpu, b: NvmlGpu, gpu_busids: set[str]) -> str | None:
     if a_switch and b_switch:
         return f"NV{min(a_switch, b_switch)}"
     return None
+
+
+def probe_for(topology: Topology) -> NvmlReport:
+    """probe_nvml with enough affinity words for every CPU id of `topology` (gpu_affinity sizes
+    them by os.cpu_count())."""
+    cpu_count = topology.complete_pus.last() + 1
+    if topology.is_this_system:
+        cpu_count = max(cpu_count, os.cpu_count() or 1)
+    return probe_nvml(cpu_count)
 
 
 def probe_nvml(cpu_count: int, module: str = "pynvml") -> NvmlReport:
@@ -221,3 +241,62 @@ def _text(value) -> str | None:
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip()
     return text or type(exc).__name__
+
+
+# ---- a report stored in a capture, read back on replay ---------------------------------------
+
+
+def report_json(report: NvmlReport) -> str:
+    """The report as JSON, CPU sets as cpulists and the link levels as [a, b, level] rows."""
+    gpus = [{**asdict(g), "node_cpus": _cpulist(g.node_cpus), "socket_cpus": _cpulist(g.socket_cpus)}
+            for g in report.gpus]
+    levels = [[a, b, label] for (a, b), label in sorted(report.pcie_levels.items())]
+    return json.dumps({"status": report.status, "gpus": gpus, "pcie_levels": levels}, indent=1) + "\n"
+
+
+def stored_report(fs: FsRoot) -> NvmlReport | None:
+    """The report a capture stored below `fs` (None when it stored none), its status saying so;
+    a malformed one is an "error:" status naming the file, with no GPUs."""
+    text = fs.read(STORED)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        gpus = tuple(_stored_gpu(g) for g in _checked(data["gpus"], list))
+        levels = {}
+        for row in _checked(data["pcie_levels"], list):
+            a, b, label = _checked(row, list)
+            levels[(_checked(a, int), _checked(b, int))] = _checked(label, str)
+        status = _checked(data["status"], str)
+    except (ValueError, TypeError, KeyError, ParseError, RecursionError) as exc:
+        return NvmlReport(f"error: {fs.shown(STORED)}: {exc or type(exc).__name__}"[:300])
+    return NvmlReport(f"{status}, as stored by topo capture", gpus, levels)
+
+
+def _stored_gpu(g: dict) -> NvmlGpu:
+    def cpus(key):
+        text = _checked(g[key], str, optional=True)
+        return None if text is None else CpuSet.parse(text)
+
+    return NvmlGpu(
+        index=_checked(g["index"], int), busid=normalize_busid(_checked(g["busid"], str)),
+        uuid=_checked(g["uuid"], str, optional=True), name=_checked(g["name"], str, optional=True),
+        memory=_checked(g["memory"], int, optional=True), numa_node=_checked(g["numa_node"], int, optional=True),
+        node_cpus=cpus("node_cpus"), socket_cpus=cpus("socket_cpus"),
+        nvlinks=tuple((normalize_busid(_checked(r, str)), _checked(n, int))
+                      for r, n in map(tuple, _checked(g["nvlinks"], list))),
+        mig_uuids=tuple(_checked(u, str) for u in _checked(g["mig_uuids"], list)))
+
+
+def _checked(value, kind: type, optional: bool = False):
+    """`value` when it is a `kind` (an int from 0 to 2**64, a string of at most 256 characters)."""
+    if value is None and optional:
+        return value
+    if (not isinstance(value, kind) or isinstance(value, bool) or kind is int and not 0 <= value < 1 << 64
+            or kind is str and len(value) > 256):
+        raise ValueError(f"{str(value)[:40]!r} is not {kind.__name__}")
+    return value
+
+
+def _cpulist(cpus: CpuSet | None) -> str | None:
+    return None if cpus is None else cpus.to_list()

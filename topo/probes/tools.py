@@ -1,14 +1,18 @@
 """Running the command-line tools some probes read (`lscpu`, `npu-smi`, `nvidia-smi`): one wrapper,
-so each gets the same timeout, locale, output bound and one-line failure."""
+so each gets the same timeout, locale, output bound and one-line failure; and the same answers
+from the outputs a `topo capture` stored."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
+from typing import Callable
 
+from topo.archive import TOOLS, TOOLS_DIR
 from topo.errors import ProbeError
-from topo.fsroot import TOOL_OUTPUT_LIMIT
+from topo.fsroot import TOOL_OUTPUT_LIMIT, FsRoot
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command gives npu-smi
 
@@ -83,5 +87,27 @@ def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
     return _newlines(out), _newlines(err)
 
 
+# Terminal escape sequences (CSI such as ESC[4m, OSC, ESC ( B and the like): driver 580's nvidia-smi
+# underlines the header of `topo -m` with them even when stdout is not a terminal.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
+
+
 def _newlines(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    """A tool's output as its parsers read it: "\\n" line ends, no terminal escape sequences."""
+    return _ESCAPES.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def stored_runner(fs: FsRoot, tool: str) -> Callable[[list[str]], str] | None:
+    """A stand-in for run_tool answering `tool`'s commands from the outputs a capture stored below
+    `fs` (topo.archive.TOOLS); None when it stored none of them. A command it did not store fails
+    as a missing tool would."""
+    stored = {tuple(argv): f"/{TOOLS_DIR}/{name}" for name, argv in TOOLS.items() if argv[0] == tool}
+    if not any(fs.exists(path) for path in stored.values()):
+        return None
+
+    def runner(argv: list[str], timeout: float | None = None) -> str:
+        text = fs.read(stored[tuple(argv)]) if tuple(argv) in stored else None
+        if text is None:
+            raise ToolNotFound(f"'{' '.join(argv)}': not in the capture")
+        return _newlines(text)
+    return runner
