@@ -25,29 +25,32 @@ import os
 import sys
 import threading
 import warnings
+from typing import Sequence
 
 from topo import syscalls
 from topo.binding import BINDING_VAR, Binding
 from topo.cpuset import CpuSet
 from topo.errors import TopoError
 from topo.launcher import bindexec
-from topo.launcher.affinity import AffinityError, apply_binding, home_nodes, migrate_to, plan_here, this_machine
+from topo.launcher.affinity import (AffinityError, DeviceId, Mode, Multithreading, Scope, apply_binding, home_nodes,
+                                    migrate_to, plan_here, this_machine)
 from topo.launcher.environ import thread_env
 
 _WINDOW = threading.Lock()  # one child's binding on the calling thread at a time (os.environ is shared)
 
 
-def plan_child(device_id, nproc_per_node: int | None = None, *, memory: str | None = None,
-               **options) -> tuple[Binding, dict[str, str]]:
+def plan_child(device_id: DeviceId, nproc_per_node: int | None = None, *, memory: str | None = None,
+               **options: object) -> tuple[Binding, dict[str, str]]:
     """The binding a child for `device_id` gets (set_affinity's plan on this machine), and the
     environment it adds: OMP_NUM_THREADS as topo's launchers set it, unless it is set."""
     binding, share = plan_here(device_id, nproc_per_node, memory=memory, **options)
     return binding, thread_env(os.environ, binding, share, share)
 
 
-def bound_argv(argv, device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
-               multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
-               max_physical_cores: int | None = None, memory: str | None = None,
+def bound_argv(argv: Sequence[str | os.PathLike[str]], device_id: DeviceId, nproc_per_node: int | None = None, *,
+               mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
+               multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
+               min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
                bind_fallback: bool = False) -> list[str]:
     """`argv` prefixed so that the command starts bound as set_affinity(device_id, ...) would bind
     it: `[sys.executable, "-m", "topo.launcher.bindexec", "cpus=0-3", "memory=bind:0", "--", *argv]`.
@@ -64,8 +67,9 @@ def bound_argv(argv, device_id, nproc_per_node: int | None = None, *, mode="uniq
     return [sys.executable, "-m", bindexec.__name__, *flags, *binding.env_value().split(), "--", *argv]
 
 
-def start_bound(process: multiprocessing.process.BaseProcess, device_id, nproc_per_node: int | None = None, *,
-                mode="unique_contiguous", scope="node", multithreading="all_logical", balanced: bool = True,
+def start_bound(process: multiprocessing.process.BaseProcess, device_id: DeviceId, nproc_per_node: int | None = None,
+                *, mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
+                multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
                 min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
                 bind_fallback: bool = False) -> Binding:
     """Start `process` (a spawn or forkserver multiprocessing.Process, not yet started) bound as

@@ -136,6 +136,8 @@ topo.set_affinity([0], 1)
 topo.set_affinity(0, mode=3)
 topo.set_affinity(0, multithreading=topo.Multithreading.FASTEST)
 cpus: list[int] = topo.set_affinity(0)
+from topo.launcher import spawn
+spawn.bound_argv(["python3", "w.py"], 0, scope=2)
 """
 
 
@@ -167,5 +169,6 @@ def test_mypy_strict_passes_on_a_users_calls_and_catches_wrong_ones(tmp_path):
     for line, words in ((3, 'Argument 1 to "set_affinity" has incompatible type "list[int]"'),
                         (4, 'Argument "mode" to "set_affinity" has incompatible type "int"; expected "Mode | str"'),
                         (5, '"type[Multithreading]" has no attribute "FASTEST"'),
-                        (6, 'Incompatible types in assignment (expression has type "set[int]"')):
+                        (6, 'Incompatible types in assignment (expression has type "set[int]"'),
+                        (8, 'Argument "scope" to "bound_argv" has incompatible type "int"; expected "Scope | str"')):
         assert f"wrong.py:{line}: error: {words}" in wrong, wrong
