@@ -17,7 +17,7 @@ import pytest
 import topo
 from topo.errors import TopoError
 
-from livehost import hide_gpus
+from livehost import NO_GPUS, hide_gpus
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -45,8 +45,11 @@ def test_gpu_affinity_enums_have_its_members_and_values(enum_name):
         assert str(member) == member.value and enum(member.value) is member  # argparse's type= and default
 
 
-def test_a_gpu_affinity_handler_catches_set_affinitys_errors():
+def test_a_gpu_affinity_handler_catches_set_affinitys_errors(monkeypatch):
     import topo as gpu_affinity
+
+    for name, value in NO_GPUS.items():  # the view this test pins: the processes share the CPUs
+        monkeypatch.setenv(name, value)
 
     assert gpu_affinity.GPUAffinityError is topo.AffinityError and issubclass(gpu_affinity.GPUAffinityError,
                                                                                TopoError)
