@@ -57,6 +57,24 @@ def test_a_gpu_affinity_handler_catches_set_affinitys_errors(monkeypatch):
         gpu_affinity.set_affinity(5, 2)
 
 
+def test_a_machine_that_cannot_be_read_is_a_gpu_affinity_error_too(monkeypatch):
+    from topo.errors import ProbeError
+    from topo.launcher import affinity
+
+    def unreadable(root):
+        raise ProbeError("/sys/devices/system/cpu/online: Permission denied")
+
+    monkeypatch.delenv("TOPO_BINDING", raising=False)
+    monkeypatch.setattr(affinity, "discover", unreadable)
+    affinity.this_machine.cache_clear()
+    try:
+        with pytest.raises(topo.GPUAffinityError, match=r"^cannot read this machine's topology: "
+                                                        r"/sys/devices/system/cpu/online: Permission denied$"):
+            topo.set_affinity(0, 1)
+    finally:
+        affinity.this_machine.cache_clear()
+
+
 def test_gpu_affinity_sample_code_runs_after_one_import():
     # gpu_affinity's examples/sample/sample.py in outline: enums as argparse types, choices and
     # defaults, every keyword passed through; one process on the machine.
