@@ -13,11 +13,10 @@ Stable API (typed: the package ships py.typed):
 - topo.launcher: `launch`, `LaunchConfig`, `LaunchResult`, `LaunchError`.
 """
 
-from typing import TYPE_CHECKING
-
 from topo.errors import ParseError, ProbeError, TopoError, UsageError
 from topo.lazy import lazy_exports
 
+TYPE_CHECKING = False  # type checkers take it as True; `import topo` need not import typing
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from topo.cpuset import CpuSet
     from topo.discovery import discover
