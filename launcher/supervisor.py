@@ -148,8 +148,7 @@ class Supervisor:
             proc.observed = observe(proc.pid, numa_maps=False)
             proc.status = "not bound"
             return None
-        reached = verify.wait_for_exec(proc.pid, (proc.shim, proc.argv[:len(proc.argv) - len(spec.command)]),
-                                       EXEC_TIMEOUT)
+        reached = verify.wait_for_exec(proc.pid, (proc.argv[:len(proc.argv) - len(spec.command)],), EXEC_TIMEOUT)
         proc.observed = observe(proc.pid)  # a zombie still shows its last affinity
         how = f"verified, applied directly: {binding.note}" if binding.direct else "verified"
         if not reached:

@@ -1,12 +1,11 @@
 """What the launcher writes and where (issue 17): no link followed, no second job in a running
 job's log directory, a log directory on tmpfs, bounds checked before work, a worker that moves
-itself, Ctrl-C; and how setpriv's --pdeathsig is detected."""
+itself, Ctrl-C."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from topo.launcher.files import open_log, write_record
 from topo.launcher.files import check_not_running
 from topo.launcher.files import SCHEMA
 from topo.launcher.job import check_log_dir
-from topo.launcher.procgroup import has_pdeathsig
 from livehost import path_with_python
 from processes import wait_for
 from topo.errors import UsageError
@@ -154,18 +152,3 @@ def test_ctrl_c_returns_promptly_as_msrun(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "received SIGINT; forwarding it to every process (SIGKILL after 1 s)" in err
-
-
-# ------------------------------------------------------------------ setpriv
-@pytest.mark.parametrize("help_text, has", [("Options:\n --pdeathsig keep|clear|<signame>\n", True),
-                                            ("Options:\n --reuid <user>\n", False)])
-def test_setpriv_pdeathsig_is_found_in_its_help(tmp_path, help_text, has):
-    fake = tmp_path / f"setpriv-{has}"
-    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{help_text}EOF\n")
-    fake.chmod(0o755)
-    assert has_pdeathsig(str(fake)) is has
-
-
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed")
-def test_this_machines_setpriv_has_pdeathsig():
-    assert has_pdeathsig(shutil.which("setpriv"))
