@@ -119,20 +119,22 @@ def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) ->
            "a job id topo writes (8 to 128 letters, digits, '.', '-' or '_')", required=True)
     if len(data["processes"]) > MAX_PROCESSES:
         raise _bad(path, f"it lists {len(data['processes'])} processes, more than {MAX_PROCESSES}")
-    processes = []
+    processes: dict[int, RecordedProcess] = {}
     for entry in data["processes"]:
         if not isinstance(entry, dict):
             raise _bad(path, f"a process entry is {excerpt(repr(entry))}, not an object")
         name = entry.get("name", "?")
         if not (isinstance(name, str) and 0 < len(name) <= 100 and name.isprintable()):
             raise _bad(path, f"process name {excerpt(repr(name))} is not printable text of 1 to 100 characters")
-        processes.append(RecordedProcess(name, _pid(path, entry, "pid", required=True),
-                                         _time(path, entry, "create_time")))
+        pid = _pid(path, entry, "pid", required=True)
+        if pid in processes:  # each is proven once: topo records a pid once
+            raise _bad(path, f"pid {pid} is listed twice")
+        processes[pid] = RecordedProcess(name, pid, _time(path, entry, "create_time"))
     join = _check(path, data, "join", lambda v: isinstance(v, bool), "true or false")
     grace_period = _check(path, data, "grace_period", lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS,
                           f"a number of seconds from 0 to {MAX_SECONDS}", "give topo stop --grace-period SECONDS") \
         if grace else None
-    return JobRecord(path, data["job_id"], tuple(processes), _pid(path, data, "launcher_pid"),
+    return JobRecord(path, data["job_id"], tuple(processes.values()), _pid(path, data, "launcher_pid"),
                      _time(path, data, "launcher_create_time"), bool(join),
                      None if grace_period is None else float(grace_period))
 

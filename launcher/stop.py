@@ -138,12 +138,11 @@ def find_members(record: JobRecord, *, scan: bool = True,
                  known: dict[int, Member] | None = None) -> tuple[dict[int, Member], list[str], list[str]]:
     """The job's live processes by pid (recorded ones and, with `scan`, every other process that
     carries its id), with the recorded ones that have exited and those not provably the job's.
-    Processes in `known` still running are kept as they are. The caller closes the pidfds."""
+    Given the processes `known` from an earlier call, those still running are kept as they are and
+    the recorded ones are not proven again. The caller closes the pidfds."""
     members: dict[int, Member] = {pid: m for pid, m in (known or {}).items() if _running(m)}
     gone, unproven = [], []
-    for entry in record.processes:
-        if entry.pid in members:
-            continue
+    for entry in record.processes if known is None else ():
         verdict, member = prove(entry.pid, record.job_id, entry.create_time, name=entry.name)
         if member is not None:
             members[member.pid] = member

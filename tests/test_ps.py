@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from topo.cpuset import CpuSet
 from topo.launcher import ps as psmod
 from livehost import path_with_python
 from processes import wait_for
@@ -94,6 +95,24 @@ def test_threads_outside_allowed_cpus_shared_cpus_and_too_many_runnable(root):
         "2 threads ready to run on 1 allowed CPU(s)",
     )
     assert views[100].running == 2 and str(views[100].last_cpus) == "0,3"
+
+
+def test_overlaps_are_one_line_per_process_naming_the_others(root):
+    """1,000 processes sharing CPUs give one overlap line each (not one per pair): the pids
+    they share with, the first 8 and how many more."""
+    views = [psmod.ProcessView(pid, cpus_allowed=CpuSet.parse("0-3" if pid < 1990 else "3-5"),
+                               threads=(psmod.Thread(pid, "t", "R", pid % 2),)) for pid in range(1000, 2000)]
+    views.append(psmod.ProcessView(5000, cpus_allowed=CpuSet.parse("6-7"), threads=(psmod.Thread(5000, "t", "R", 6),)))
+    judged = {v.pid: v for v in psmod.judge(views, psmod.node_cpus(TOPOLOGY))}
+    assert judged[1000].problems == (
+        "its running threads share CPU(s) 0 with running threads of pids 1002, 1004, 1006, 1008, 1010, 1012, "
+        "1014, 1016 and 491 more",
+        "its allowed CPUs overlap those of pids 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008 and 991 more on "
+        "CPU(s) 0-3")
+    assert judged[1995].problems[-1] == ("its allowed CPUs overlap those of pids 1000, 1001, 1002, 1003, 1004, "
+                                         "1005, 1006, 1007 and 991 more on CPU(s) 3-5")
+    assert judged[5000].problems == ()
+    assert len(psmod.as_text(list(judged.values())).splitlines()) < 10 * len(judged)
 
 
 def test_huge_pages_count_as_the_base_pages_they_hold(root):
