@@ -243,10 +243,11 @@ def check_log_file(path: str, log_dir: str) -> None:
 def _worker_log_base(template: str, master_ip: str) -> str:
     if not template:
         return "worker"
-    # msrun substitutes with re.sub: {ip} = this node's address towards the master
-    name = re.sub(r"\{hostname\}", socket.gethostname(), template)
+    # as msrun substitutes, but literally (its re.sub reads a backslash in the host name as a
+    # group reference): {ip} = this node's address towards the master
+    name = template.replace("{hostname}", socket.gethostname())
     if "{ip}" in name:
-        name = re.sub(r"\{ip\}", network.local_ip(master_ip), name)
+        name = name.replace("{ip}", network.local_ip(master_ip))
     return name
 
 
