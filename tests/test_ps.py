@@ -11,7 +11,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 
+from topo.cli import main
 from topo.cpuset import CpuSet
 from topo.launcher import ps as psmod
 from livehost import path_with_python
@@ -287,6 +289,32 @@ def test_job_lists_the_processes_proven_the_jobs(tmp_path):
         for p in (member, bystander):
             p.kill()
             p.wait()
+
+
+def test_job_of_another_user_says_it_cannot_read_the_environment(tmp_path, monkeypatch):
+    """As another user, the job's environment is unreadable, not missing: said so, and not "not running"."""
+    member = subprocess.Popen(["sleep", "60"], env={**os.environ, "TOPO_JOB_ID": "0123456789abcdef"})
+    try:
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        (logs / "launch.json").write_text(json.dumps({
+            "schema": "topo.launch/2", "job_id": "0123456789abcdef", "join": False,
+            "processes": [{"name": "rank 0", "pid": member.pid, "create_time": psutil.Process(member.pid).create_time()},
+                          {"name": "rank 1", "pid": member.pid + 1_000_000, "create_time": None}]}))
+
+        def denied(self):
+            raise psutil.AccessDenied(self.pid)
+
+        monkeypatch.setattr(psutil.Process, "environ", denied)
+        r = CliRunner().invoke(main, ["ps", "--job", str(logs), "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["notes"] == [
+            f"rank 1 (pid {member.pid + 1_000_000}) has exited",
+            f"rank 0 (pid {member.pid}) still runs, but its environment cannot be read (another user's process): "
+            "not shown; run topo ps as the job's user or as root"]
+    finally:
+        member.kill()
+        member.wait()
 
 
 def test_alone_it_finds_no_accelerator_process_on_a_machine_without_one():

@@ -67,7 +67,7 @@ def test_a_forged_record_naming_a_real_process_with_its_start_time_signals_nothi
     s = topo_stop(logs)
     assert s.returncode == 1, s.stderr
     assert s.stderr == (f"topo stop: rank 0 (pid {bystander.pid}) started when the job's process did but does not "
-                        f"carry TOPO_JOB_ID={JOB_ID} in its environment (or it cannot be read): left alone, it is "
+                        f"carry TOPO_JOB_ID={JOB_ID} in its environment: left alone, it is "
                         "not provably the job's\n")
     assert bystander.poll() is None
 
@@ -146,6 +146,23 @@ def test_each_recorded_pid_is_proven_once_while_the_job_stops(tmp_path, spawn, m
     assert report.exit_code == 1 and len(report.unproven) == 3  # the bystanders, left alone
     assert sorted(proven.count(p.pid) for p in others) == [1, 1, 1], proven
     assert carrier.wait(10) == -signal.SIGKILL and all(p.poll() is None for p in others)
+
+
+def test_a_process_whose_environment_cannot_be_read_is_named_so_and_left_alone(tmp_path, spawn, monkeypatch):
+    member = spawn(["sleep", "60"], env={**os.environ, "TOPO_JOB_ID": JOB_ID})
+    logs = tmp_path / "logs"
+    write_record(logs, [entry(member)])
+
+    def denied(self):
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "environ", denied)
+    said = []
+    report = stopmod.stop_job(str(logs), say=said.append)
+    assert report.exit_code == 1 and said == [
+        f"rank 0 (pid {member.pid}) still runs, but its environment cannot be read (another user's process): "
+        "left alone; run topo stop as the job's user or as root"]
+    assert member.poll() is None
 
 
 # ------------------------------------------------------------------ hostile record files
