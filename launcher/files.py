@@ -37,17 +37,55 @@ class LogFileError(OSError):
     """A log could not be opened as a file topo may write."""
 
 
-def open_log(path: str, mode: str = "w"):
-    """A log file opened for writing ("w" truncates, "a" appends) without following a symbolic
-    link at its name. OSError (ELOOP for a link) when it cannot be."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+def open_log(path: str, mode: str = "x"):
+    """A log file opened for writing: "x" creates it (O_EXCL: never a file, FIFO or link that is
+    already there), "a" appends to one topo created (a process started again), refused unless it
+    is a regular file of this user. Neither follows a link at its name nor blocks on a FIFO.
+    OSError (ELOOP for a link) when it cannot be."""
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags |= os.O_CREAT | os.O_EXCL if mode == "x" else os.O_APPEND
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LogFileError(errno.ELOOP, "is a symbolic link; topo does not write through one", path) from None
         raise
-    return os.fdopen(fd, mode)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise LogFileError(errno.EEXIST, "is not a log topo created; topo does not write into it", path)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "w" if mode == "x" else "a")
+
+
+def replaceable(path: str, logs: frozenset[str]) -> bool:
+    """Whether the entry at `path` (in a log directory) is one topo may remove and create again: a
+    regular file of this user with no other link, listed in `logs` (its previous record's, see
+    previous_logs); launch.json need not be listed."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    return (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1
+            and (os.path.basename(path) == LAUNCH_JSON or os.path.abspath(path) in logs))
+
+
+def previous_logs(log_dir: str) -> frozenset[str]:
+    """The log files the record in `log_dir` lists ("logs", and each process's "log"), when that
+    record is a regular file of this user: the files a rerun into the directory may replace."""
+    path = os.path.join(log_dir, LAUNCH_JSON)
+    try:
+        if os.lstat(path).st_uid != os.geteuid():
+            return frozenset()
+        data = _load(log_dir, path)
+    except (OSError, UsageError):
+        return frozenset()
+    if not isinstance(data, dict):
+        return frozenset()
+    logs = data.get("logs") if isinstance(data.get("logs"), list) else []
+    processes = data.get("processes") if isinstance(data.get("processes"), list) else []
+    logs = logs + [p.get("log") for p in processes if isinstance(p, dict)]
+    return frozenset(os.path.abspath(p) for p in logs if isinstance(p, str) and "\0" not in p)
 
 
 def write_record(path: str, text: str) -> None:

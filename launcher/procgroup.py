@@ -129,7 +129,7 @@ class ProcessGroup:
             self.stop(signal.SIGTERM, 1.0)
             raise
 
-    def start_one(self, spec: ProcessSpec, binding: Binding | None = None, log_mode: str = "w") -> Process:
+    def start_one(self, spec: ProcessSpec, binding: Binding | None = None, log_mode: str = "x") -> Process:
         """Start one process, bound as `binding` (default: its spec's; a restart binds less)."""
         binding = spec.binding if binding is None else binding
         argv = exec_argv(spec, binding)
@@ -140,9 +140,9 @@ class ProcessGroup:
         log = err = None
         log_start = 0
         try:
-            log = open_log(spec.log_path, log_mode) if spec.log_path else None
+            log = _open_log(spec.log_path, log_mode) if spec.log_path else None
             log_start = log.tell() if log is not None else 0
-            err = open_log(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
+            err = _open_log(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
         except OSError as exc:
             if log is not None:
                 log.close()
@@ -168,6 +168,11 @@ class ProcessGroup:
         self.processes[index] = proc
 
     # ---------------------------------------------------------------- state
+    def log_files(self) -> list[str]:
+        """Every file the group's processes write (created by topo as each starts)."""
+        paths = (path for spec in self.specs for path in (spec.log_path, spec.stderr_path))
+        return [path for path in paths if path not in (None, INHERIT, os.devnull)]
+
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
 
@@ -293,6 +298,12 @@ class ProcessGroup:
                 os.waitpid(info.si_pid, os.WNOHANG)
             except ChildProcessError:
                 return
+
+
+def _open_log(path: str, mode: str):
+    """A process's log (launcher.files.open_log), or /dev/null as it is (a rank whose output is
+    not kept)."""
+    return open(os.devnull, "w") if path == os.devnull else open_log(path, mode)
 
 
 def _children() -> list[int]:

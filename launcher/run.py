@@ -16,7 +16,7 @@ from typing import Callable, Sequence, TextIO
 
 from topo.launcher.config import LaunchConfig
 from topo.launcher.environ import describe_threads
-from topo.launcher.files import LAUNCH_JSON, check_not_running, open_log
+from topo.launcher.files import LAUNCH_JSON, check_not_running
 from topo.launcher.job import SCHEDULER, check_program, describe_plan, plan_job
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
@@ -158,8 +158,9 @@ def _started(proc: Process) -> str:
 
 
 def _create_logs(plan: Plan) -> Plan:
-    """The log directory (private, 0700, as msrun makes it) and every log file, before any
-    process starts: a failure here leaves nothing running."""
+    """The log directory (private, 0700, as msrun makes it) and its subdirectories, and the logs of
+    a previous job there removed (plan_job vetted each as one topo created): each process's log is
+    created anew (O_EXCL) as it starts. A failure here leaves nothing running."""
     try:
         if not os.path.isdir(plan.log_dir):
             old = os.umask(0o077)
@@ -169,7 +170,8 @@ def _create_logs(plan: Plan) -> Plan:
                 os.umask(old)
         for p in plan.processes:  # --worker_log_name=sub/w: msrun crashes half-way, we create sub/
             os.makedirs(os.path.dirname(p.log_path), exist_ok=True)
-            open_log(p.log_path).close()
+            if os.path.lexists(p.log_path):
+                os.unlink(p.log_path)
     except OSError as exc:
         raise LaunchError(f"cannot create the logs, {exc.filename}: {exc.strerror}; "
                           "give a writable --log_dir") from None
