@@ -124,3 +124,13 @@ def test_a_log_directory_reached_through_another_users_link_is_refused(tmp_path)
         plan(tmp_path, link / "sub")  # a link on the way, not only at the end
     assert sorted(p.name for p in target.iterdir()) == ["precious"]
     assert stat.S_ISLNK(os.lstat(link).st_mode)
+
+
+def test_topo_run_refuses_a_log_dir_others_may_write_without_the_sticky_bit(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    r = subprocess.run([sys.executable, "-m", "topo", "run", "--dry-run", f"--log-dir={shared / 'logs'}",
+                        "--no-python", "true"], capture_output=True, text=True, timeout=60, env=ENV)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"no sticky bit), {shared} in --log-dir=" in r.stderr, r.stderr
