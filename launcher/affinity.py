@@ -336,12 +336,22 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
         warnings.warn(f"set_affinity: CPUs {planned.cpus} are shared by {share} of the job's processes: set "
                       f"OMP_NUM_THREADS={omp} (or torch.set_num_threads({omp})) so that they do not run "
                       "more threads than CPUs", stacklevel=_stacklevel)
-    others = syscalls.other_threads(os.sched_getaffinity(0) if threads == "shared" else None)
+    before = os.sched_getaffinity(0) if threads == "shared" else None
+    others = syscalls.other_threads(before)
     held = apply_binding(_with_memory(planned, policy), bind_fallback, "set_affinity", threads=others,
                          stacklevel=_stacklevel + 1)
+    # a thread that one not yet moved started meanwhile has the old CPUs: passes until one finds no
+    # new thread, at most 100 (a process that starts threads without end)
+    moved = set(others)
+    for _ in range(100):
+        late = [tid for tid in syscalls.other_threads(before) if tid not in moved]
+        if not late:
+            break
+        syscalls.apply(Binding(held.cpus), threads=late)
+        moved.update(late)
     pages = migrate_to(home_nodes(this_machine(), planned)) if migrate else None
     return AffinityResult(replace(held, applied_by="system calls"), frozenset(os.sched_getaffinity(0)),
-                          (held.memory_policy or "none") if policy else None, pages, len(others), omp_threads=omp)
+                          (held.memory_policy or "none") if policy else None, pages, len(moved), omp_threads=omp)
 
 
 # ---- a binding a launcher applied ------------------------------------------------------------

@@ -37,17 +37,55 @@ class LogFileError(OSError):
     """A log could not be opened as a file topo may write."""
 
 
-def open_log(path: str, mode: str = "w"):
-    """A log file opened for writing ("w" truncates, "a" appends) without following a symbolic
-    link at its name. OSError (ELOOP for a link) when it cannot be."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+def open_log(path: str, mode: str = "x"):
+    """A log file opened for writing: "x" creates it (O_EXCL: never a file, FIFO or link that is
+    already there), "a" appends to one topo created (a process started again), refused unless it
+    is a regular file of this user. Neither follows a link at its name nor blocks on a FIFO.
+    OSError (ELOOP for a link) when it cannot be."""
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags |= os.O_CREAT | os.O_EXCL if mode == "x" else os.O_APPEND
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LogFileError(errno.ELOOP, "is a symbolic link; topo does not write through one", path) from None
         raise
-    return os.fdopen(fd, mode)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise LogFileError(errno.EEXIST, "is not a log topo created; topo does not write into it", path)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "w" if mode == "x" else "a")
+
+
+def replaceable(path: str, logs: frozenset[str]) -> bool:
+    """Whether the entry at `path` (in a log directory) is one topo may remove and create again: a
+    regular file of this user with no other link, listed in `logs` (its previous record's, see
+    previous_logs); launch.json need not be listed."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    return (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1
+            and (os.path.basename(path) == LAUNCH_JSON or os.path.abspath(path) in logs))
+
+
+def previous_logs(log_dir: str) -> frozenset[str]:
+    """The log files the record in `log_dir` lists ("logs", and each process's "log"), when that
+    record is a regular file of this user: the files a rerun into the directory may replace."""
+    path = os.path.join(log_dir, LAUNCH_JSON)
+    try:
+        if os.lstat(path).st_uid != os.geteuid():
+            return frozenset()
+        data = _load(log_dir, path)
+    except (OSError, UsageError):
+        return frozenset()
+    if not isinstance(data, dict):
+        return frozenset()
+    logs = data.get("logs") if isinstance(data.get("logs"), list) else []
+    processes = data.get("processes") if isinstance(data.get("processes"), list) else []
+    logs = logs + [p.get("log") for p in processes if isinstance(p, dict)]
+    return frozenset(os.path.abspath(p) for p in logs if isinstance(p, str) and "\0" not in p)
 
 
 def write_record(path: str, text: str) -> None:
@@ -119,20 +157,22 @@ def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) ->
            "a job id topo writes (8 to 128 letters, digits, '.', '-' or '_')", required=True)
     if len(data["processes"]) > MAX_PROCESSES:
         raise _bad(path, f"it lists {len(data['processes'])} processes, more than {MAX_PROCESSES}")
-    processes = []
+    processes: dict[int, RecordedProcess] = {}
     for entry in data["processes"]:
         if not isinstance(entry, dict):
             raise _bad(path, f"a process entry is {excerpt(repr(entry))}, not an object")
         name = entry.get("name", "?")
         if not (isinstance(name, str) and 0 < len(name) <= 100 and name.isprintable()):
             raise _bad(path, f"process name {excerpt(repr(name))} is not printable text of 1 to 100 characters")
-        processes.append(RecordedProcess(name, _pid(path, entry, "pid", required=True),
-                                         _time(path, entry, "create_time")))
+        pid = _pid(path, entry, "pid", required=True)
+        if pid in processes:  # each is proven once: topo records a pid once
+            raise _bad(path, f"pid {pid} is listed twice")
+        processes[pid] = RecordedProcess(name, pid, _time(path, entry, "create_time"))
     join = _check(path, data, "join", lambda v: isinstance(v, bool), "true or false")
     grace_period = _check(path, data, "grace_period", lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS,
                           f"a number of seconds from 0 to {MAX_SECONDS}", "give topo stop --grace-period SECONDS") \
         if grace else None
-    return JobRecord(path, data["job_id"], tuple(processes), _pid(path, data, "launcher_pid"),
+    return JobRecord(path, data["job_id"], tuple(processes.values()), _pid(path, data, "launcher_pid"),
                      _time(path, data, "launcher_create_time"), bool(join),
                      None if grace_period is None else float(grace_period))
 

@@ -10,12 +10,14 @@ import re
 import shlex
 import shutil
 import socket
+import stat
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from topo.launcher import environ as envs
 from topo.launcher import network
 from topo.launcher.binding import UNBOUND, JobBindings, resolve_bindings
 from topo.launcher.environ import MANAGED_VARS
+from topo.launcher.files import LAUNCH_JSON, previous_logs, replaceable
 from topo.launcher.options import parse_bind_numa
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import ProcessSpec
@@ -131,8 +133,9 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         if missing:
             warnings.append(f"--tail_worker_log: rank(s) {', '.join(map(str, missing))} do not run on this node; "
                             "their logs are not shown")
-    for p in processes:
-        check_log_file(p.log_path, log_dir)
+    logs = previous_logs(log_dir)
+    for path in [*(p.log_path for p in processes), os.path.join(log_dir, LAUNCH_JSON)]:
+        check_log_file(path, log_dir, logs)
     return Plan(tuple(processes), envs.base_env(environ), log_dir, tuple(warnings))
 
 
@@ -184,8 +187,10 @@ def _check_script(config: LaunchConfig) -> None:
 
 
 def check_log_dir(log_dir: str, what: str) -> None:
-    """UsageError unless `log_dir` exists as a writable directory or can be created as one.
-    Creates nothing."""
+    """UsageError unless `log_dir` exists as a writable directory or can be created as one, reached
+    through no link of another user and no directory others may write without the sticky bit (as
+    ssh refuses loose permissions). Creates nothing."""
+    _check_trusted(log_dir, what)
     real = os.path.realpath(log_dir)
     if _on_pseudo_fs(real):
         raise UsageError(f"log directory on a kernel pseudo-filesystem, {what}={log_dir}: "
@@ -201,6 +206,38 @@ def check_log_dir(log_dir: str, what: str) -> None:
         why = "on a read-only filesystem" if read_only else "not writable (permissions or an immutable directory)"
         where = f"{what}={log_dir}" if existing == real else f"{existing} in {what}={log_dir}"
         raise UsageError(f"log directory {why}, {where}: give a writable directory")
+
+
+def _check_trusted(log_dir: str, what: str) -> None:
+    """Walk `log_dir` as the kernel resolves it (links followed, at most 40): UsageError at a
+    link owned by another user (not root) or a directory writable by others without the sticky
+    bit, where another user could put their own file, link or directory in topo's place."""
+    pending = [part for part in os.path.abspath(log_dir).split("/") if part]
+    current, links = "/", 0
+    while pending:
+        name = pending.pop(0)
+        if name in (".", ".."):
+            current = current if name == "." else os.path.dirname(current)
+            continue
+        path = os.path.join(current, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return  # the rest is created by topo, as the user
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if info.st_uid not in (0, os.geteuid()) or links > 40:
+                why = "owned by another user" if links <= 40 else "one of more than 40 links"
+                raise UsageError(f"log directory reached through a symbolic link {why}, {path} in {what}={log_dir}: "
+                                 "give the directory it names, or another directory")
+            target = os.readlink(path)
+            pending[:0] = [part for part in target.split("/") if part]
+            current = "/" if target.startswith("/") else current
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+            raise UsageError(f"log directory in a directory others may write (mode {stat.S_IMODE(info.st_mode):o}, "
+                             f"no sticky bit), {path} in {what}={log_dir}: chmod o-w it or give another directory")
+        current = path
 
 
 def _on_pseudo_fs(real: str) -> bool:
@@ -224,16 +261,18 @@ def _on_pseudo_fs(real: str) -> bool:
     return best_type in PSEUDO_FS_TYPES
 
 
-def check_log_file(path: str, log_dir: str) -> None:
-    """UsageError when the log file cannot be written: a directory in its place, an unwritable
-    file, or a subdirectory of --log_dir that cannot be made."""
+def check_log_file(path: str, log_dir: str, logs: frozenset[str]) -> None:
+    """UsageError when topo cannot create the log file or record `path`: something it did not
+    create in its place (a file not in `logs`, the previous record's, another user's, a directory,
+    FIFO or link), or a subdirectory of --log_dir that cannot be made."""
     if not os.path.abspath(path).startswith(log_dir.rstrip("/") + "/"):
         raise UsageError(f"log file leaves the log directory, {path}: give --worker_log_name relative to --log_dir")
-    if os.path.isdir(path):
-        raise UsageError(f"log file is a directory, {path}: remove it or choose another --worker_log_name")
+    if not replaceable(path, logs):
+        kind = ("a directory" if os.path.isdir(path) and not os.path.islink(path) else "a symbolic link"
+                if os.path.islink(path) else "not a file topo created")
+        raise UsageError(f"log file is {kind}, {path}: topo writes only files it creates (or its previous "
+                         "launch.json lists); remove it or choose another --log_dir")
     if os.path.lexists(path):
-        if not os.access(path, os.W_OK):
-            raise UsageError(f"log file is not writable, {path}: remove it or choose another --log_dir")
         return
     parent = os.path.dirname(path)
     if parent != log_dir:
@@ -243,10 +282,11 @@ def check_log_file(path: str, log_dir: str) -> None:
 def _worker_log_base(template: str, master_ip: str) -> str:
     if not template:
         return "worker"
-    # msrun substitutes with re.sub: {ip} = this node's address towards the master
-    name = re.sub(r"\{hostname\}", socket.gethostname(), template)
+    # as msrun substitutes, but literally (its re.sub reads a backslash in the host name as a
+    # group reference): {ip} = this node's address towards the master
+    name = template.replace("{hostname}", socket.gethostname())
     if "{ip}" in name:
-        name = re.sub(r"\{ip\}", network.local_ip(master_ip), name)
+        name = name.replace("{ip}", network.local_ip(master_ip))
     return name
 
 

@@ -3,7 +3,8 @@ reap, and nothing left behind. How each process is contained:
 
 - it starts its own session, so it and whatever it forks are found by the session id;
 - with `die_with_launcher`, the child gets SIGKILL when the launcher's thread dies
-  (PR_SET_PDEATHSIG, kept across exec): one long-lived thread must start and keep the group;
+  (PR_SET_PDEATHSIG, set between fork and exec and kept across exec), and exits at once when the
+  launcher died before that: one long-lived thread must start and keep the group;
 - with `adopt_orphans`, the launcher is a child subreaper: a grandchild that daemonises out of its
   session is re-parented to the launcher and stopped with the rest;
 - every child carries JOB_ID_VAR, which its children inherit: `topo stop` finds a detached job's
@@ -20,7 +21,6 @@ import ctypes
 import functools
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import time
@@ -81,8 +81,7 @@ class Process:
     spec: ProcessSpec
     popen: subprocess.Popen
     binding: Binding  # what this start applies: the spec's, or less of it after --bind-fallback
-    argv: tuple[str, ...]  # what was exec'd, after the shim
-    shim: tuple[str, ...] = ()  # setpriv --pdeathsig KILL --, exec'd first
+    argv: tuple[str, ...]  # what was exec'd
     log_start: int = 0  # where this start's output begins in the log (a restart appends)
     create_time: float | None = None  # psutil's, for telling a reused pid apart
     observed: Observed | None = None  # once read
@@ -109,16 +108,19 @@ class ProcessGroup:
     adopt_orphans: bool = False
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
-    _shim: tuple[str, ...] | None = None
     _children_before: frozenset[int] = frozenset()
 
     # ---------------------------------------------------------------- start
-    def start(self, on_start: Callable[[Process], None] | None = None) -> None:
-        """Start every spec in order. On any failure, stop what was started and raise."""
+    def start(self, on_start: Callable[[Process], None] | None = None,
+              stopping: Callable[[], bool] = lambda: False) -> None:
+        """Start every spec in order, none more once `stopping()` (a stop signal came). On any
+        failure, stop what was started and raise."""
         if self.adopt_orphans:
             self._become_subreaper()
         try:
             for spec in self.specs:
+                if stopping():
+                    return
                 proc = self.start_one(spec)
                 self.processes.append(proc)
                 if on_start is not None:
@@ -127,22 +129,22 @@ class ProcessGroup:
             self.stop(signal.SIGTERM, 1.0)
             raise
 
-    def start_one(self, spec: ProcessSpec, binding: Binding | None = None, log_mode: str = "w") -> Process:
+    def start_one(self, spec: ProcessSpec, binding: Binding | None = None, log_mode: str = "x") -> Process:
         """Start one process, bound as `binding` (default: its spec's; a restart binds less)."""
         binding = spec.binding if binding is None else binding
         argv = exec_argv(spec, binding)
         env = {**self.base_env, **spec.env, JOB_ID_VAR: self.job_id}
         if binding.is_bound:
             env[BINDING_VAR] = binding.env_value()  # what holds once it runs: set_affinity keeps it
-        shim = self._death_shim() if self.die_with_launcher and not binding.direct else ()
-        setup = _child_setup(os.getpid() if self.die_with_launcher and not shim else None,
-                             binding if binding.direct else None)
+        # a preexec function makes the spawn a full fork of the launcher, not a vfork (8 spawns on a
+        # loaded 2-CPU VM: ~40 ms, not ~11): the price of a death signal armed and checked before exec
+        setup = _child_setup(os.getpid() if self.die_with_launcher else None, binding if binding.direct else None)
         log = err = None
         log_start = 0
         try:
-            log = open_log(spec.log_path, log_mode) if spec.log_path else None
+            log = _open_log(spec.log_path, log_mode) if spec.log_path else None
             log_start = log.tell() if log is not None else 0
-            err = open_log(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
+            err = _open_log(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
         except OSError as exc:
             if log is not None:
                 log.close()
@@ -151,7 +153,7 @@ class ProcessGroup:
         stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
         try:
             popen = subprocess.Popen(
-                (*shim, *argv), env=env, stdout=log, stderr=stderr,
+                argv, env=env, stdout=log, stderr=stderr,
                 stdin=None if self.inherit_stdin else subprocess.DEVNULL,
                 start_new_session=True, close_fds=True, preexec_fn=setup,
             )
@@ -162,21 +164,17 @@ class ProcessGroup:
             for fh in (log, err):
                 if fh is not None:
                     fh.close()
-        return Process(spec, popen, binding, argv, shim, log_start)
-
-    def _death_shim(self) -> tuple[str, ...]:
-        """`setpriv --pdeathsig KILL --` when this system's setpriv has the option, else (): the
-        child is then spawned with vfork, where a preexec function makes each spawn a full fork of
-        the launcher (benchmarks/launch_bench.py, N=8 on a loaded 2-CPU VM: ~15 ms of a launch)."""
-        if self._shim is None:
-            setpriv = shutil.which("setpriv", path=self.base_env.get("PATH", os.defpath))
-            self._shim = (setpriv, "--pdeathsig", "KILL", "--") if setpriv and has_pdeathsig(setpriv) else ()
-        return self._shim
+        return Process(spec, popen, binding, argv, log_start)
 
     def replace(self, index: int, proc: Process) -> None:
         self.processes[index] = proc
 
     # ---------------------------------------------------------------- state
+    def log_files(self) -> list[str]:
+        """Every file the group's processes write (created by topo as each starts)."""
+        paths = (path for spec in self.specs for path in (spec.log_path, spec.stderr_path))
+        return [path for path in paths if path not in (None, INHERIT, os.devnull)]
+
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
 
@@ -304,6 +302,12 @@ class ProcessGroup:
                 return
 
 
+def _open_log(path: str, mode: str):
+    """A process's log (launcher.files.open_log), or /dev/null as it is (a rank whose output is
+    not kept)."""
+    return open(os.devnull, "w") if path == os.devnull else open_log(path, mode)
+
+
 def _children() -> list[int]:
     """This process's children (a host program's own, when launch() is a library call); asking
     the kernel whether there are any at all spares importing psutil in the usual case."""
@@ -314,18 +318,6 @@ def _children() -> list[int]:
     import psutil
 
     return [child.pid for child in psutil.Process().children()]
-
-
-@functools.cache
-def has_pdeathsig(setpriv: str) -> bool:
-    """Whether this `setpriv` has --pdeathsig (util-linux 2.33 and later), as its --help lists its
-    options; asked once per launcher."""
-    try:
-        shown = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10,
-                               stdin=subprocess.DEVNULL).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--pdeathsig" in shown
 
 
 def raise_open_file_limit() -> int:

@@ -298,6 +298,15 @@ def node_cpus(topology) -> dict[int, CpuSet]:
 def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessView]:
     """Each readable view with its local nodes, remote fraction and problems."""
     readable = [v for v in views if v.error is None]
+    # who runs on each CPU and who may run on each CPU set, so each verdict names the others in one
+    # line (output linear in the processes, not one line per pair)
+    running_on: dict[int, list[int]] = {}
+    by_cpus: dict[CpuSet, list[int]] = {}
+    for view in readable:
+        for cpu in {t.cpu for t in view.threads if t.state == "R"}:
+            running_on.setdefault(cpu, []).append(view.pid)
+        by_cpus.setdefault(view.cpus_allowed, []).append(view.pid)
+    overlaps = {cpus: _overlap(cpus, by_cpus) for cpus in by_cpus}
     out = []
     for view in views:
         if view.error is not None:
@@ -321,22 +330,42 @@ def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessVie
         if outside:
             problems.append(f"{len(outside)} thread(s) last ran outside its allowed CPUs {view.cpus_allowed}: "
                             + ", ".join(f"{t.tid} on CPU {t.cpu}" for t in outside[:8]))
-        busy = CpuSet(t.cpu for t in view.threads if t.state == "R")
-        for other in readable:
-            if other.pid == view.pid:
-                continue
-            shared = busy & CpuSet(t.cpu for t in other.threads if t.state == "R")
-            if shared:
-                problems.append(f"its running threads share CPU(s) {shared} with running threads of pid {other.pid}")
-            overlap = view.cpus_allowed & other.cpus_allowed
-            if overlap:
-                problems.append(f"its allowed CPUs overlap those of pid {other.pid} on CPU(s) {overlap}")
+        busy = {t.cpu for t in view.threads if t.state == "R"}
+        shared = CpuSet(cpu for cpu in busy if len(running_on[cpu]) > 1)
+        if shared:
+            sharers = {pid for cpu in shared for pid in running_on[cpu]} - {view.pid}
+            problems.append(f"its running threads share CPU(s) {shared} with running threads of {_pids(sharers)}")
+        overlap, others = overlaps[view.cpus_allowed]
+        others = others - {view.pid}
+        if others:
+            problems.append(f"its allowed CPUs overlap those of {_pids(others)} on CPU(s) {overlap}")
         width = view.cpus_allowed.weight()
         if view.running > width:
             problems.append(f"{view.running} threads ready to run on {width} allowed CPU(s)")
         out.append(replace(view, local_nodes=local, local_from=source, remote_fraction=fraction,
                            problems=tuple(problems)))
     return out
+
+
+def _overlap(cpus: CpuSet, by_cpus: dict[CpuSet, list[int]]) -> tuple[CpuSet, set[int]]:
+    """The CPUs of `cpus` that processes with other sets (or more than one with this set) may
+    use too, and every pid whose set meets `cpus` (the caller's own included)."""
+    overlap, pids = CpuSet(), set()
+    for other, owners in by_cpus.items():
+        common = cpus & other
+        if common and (other != cpus or len(owners) > 1):
+            overlap |= common
+            pids.update(owners)
+    return overlap, pids
+
+
+def _pids(pids: set[int], shown: int = 8) -> str:
+    """"pid 7", "pids 7, 9", or the first `shown` and how many more."""
+    ordered = sorted(pids)
+    if len(ordered) == 1:
+        return f"pid {ordered[0]}"
+    more = f" and {len(ordered) - shown} more" if len(ordered) > shown else ""
+    return "pids " + ", ".join(map(str, ordered[:shown])) + more
 
 
 def _size(pages: int) -> str:

@@ -16,7 +16,7 @@ from typing import Callable, Sequence, TextIO
 
 from topo.launcher.config import LaunchConfig
 from topo.launcher.environ import describe_threads
-from topo.launcher.files import LAUNCH_JSON, check_not_running, open_log
+from topo.launcher.files import LAUNCH_JSON, check_not_running
 from topo.launcher.job import SCHEDULER, check_program, describe_plan, plan_job
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
@@ -73,8 +73,8 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
     processes as one group, check their bindings, record it in its directory's launch.json, then
     (join) follow it to its end; after a failure start the plan's next attempt, up to max_restarts
     times. Not join: the first attempt is left running. `handled` signals are caught from the first
-    start to the end (join only): one received at any moment ends the run. Whatever goes wrong,
-    nothing started outlives it under join."""
+    start to the end (not join: to the last start): one received at any moment ends the run and
+    stops what it started. Whatever goes wrong, nothing started outlives it under join."""
     check_open_file_limit()
     for warning in plan.warnings:
         say(f"warning: {warning}")
@@ -83,9 +83,8 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
     if threads:
         say(threads)
     plan = prepare(plan) if prepare is not None else plan
-    signals = StopSignals()
-    if join:
-        signals.install(handled)
+    signals = StopSignals()  # not join: caught while starting, so a stop signal stops what started
+    signals.install(handled)
     restart = 0
     try:
         while True:
@@ -116,15 +115,33 @@ def _run_once(specs, base_env, record_dir, join, grace_period, bind_fallback, ou
         write_launch_json(os.path.join(record_dir, LAUNCH_JSON), group, join=join, log_dir=record_dir,
                           grace_period=grace_period, start_times=start_times)
 
+    def started(proc: Process) -> None:
+        # rewritten after 1, 2, 4, ... starts (linear in all); one started since is found by topo
+        # stop through the job id the record already holds
+        count = len(group.processes)
+        if count & (count - 1) == 0:
+            record(start_times=False)
+        if on_start is not None:
+            on_start(proc)
+
     # a --join job's start times are recorded once it has run a second; a detached job's at once
     supervisor = Supervisor(group, grace_period=grace_period, bind_fallback=bind_fallback, out=out, err=err,
                             say=say, scheduler_role=scheduler_role, after_a_second=lambda: record(True),
                             signals=signals, interrupt_grace=interrupt_grace)
     try:
-        group.start(on_start=on_start)
-        supervisor.verify_all()
+        record(start_times=False)  # the job id is on record before the first process starts
+        group.start(on_start=started, stopping=lambda: signals.received is not None)
+        if signals.received is None:
+            supervisor.verify_all()
         record(start_times=not join)
-        return supervisor.join() if join else Outcome(0, tuple(group.processes), running=True)
+        if join:
+            return supervisor.join()
+        if signals.received is not None:
+            name = signal.Signals(signals.received).name
+            say(f"received {name} while starting; stopping the {len(group.processes)} started process(es)")
+            group.stop(signals.received, grace_period, say=say)
+            return Outcome(128 + signals.received, tuple(group.processes), f"received {name}")
+        return Outcome(0, tuple(group.processes), running=True)
     except BaseException:
         # whatever went wrong in here (a refused binding, a broken console, an interrupt in a
         # host program), nothing we started may outlive it
@@ -141,8 +158,9 @@ def _started(proc: Process) -> str:
 
 
 def _create_logs(plan: Plan) -> Plan:
-    """The log directory (private, 0700, as msrun makes it) and every log file, before any
-    process starts: a failure here leaves nothing running."""
+    """The log directory (private, 0700, as msrun makes it) and its subdirectories, and the logs of
+    a previous job there removed (plan_job vetted each as one topo created): each process's log is
+    created anew (O_EXCL) as it starts. A failure here leaves nothing running."""
     try:
         if not os.path.isdir(plan.log_dir):
             old = os.umask(0o077)
@@ -152,7 +170,8 @@ def _create_logs(plan: Plan) -> Plan:
                 os.umask(old)
         for p in plan.processes:  # --worker_log_name=sub/w: msrun crashes half-way, we create sub/
             os.makedirs(os.path.dirname(p.log_path), exist_ok=True)
-            open_log(p.log_path).close()
+            if os.path.lexists(p.log_path):
+                os.unlink(p.log_path)
     except OSError as exc:
         raise LaunchError(f"cannot create the logs, {exc.filename}: {exc.strerror}; "
                           "give a writable --log_dir") from None

@@ -39,11 +39,12 @@ class StopReport:
     stopped: list[str] = field(default_factory=list)  # "rank 0 (pid 12): SIGTERM"
     gone: list[str] = field(default_factory=list)  # recorded processes that had exited
     unproven: list[str] = field(default_factory=list)  # recorded, running, not provably the job's
+    unreadable: list[str] = field(default_factory=list)  # recorded, running, environment unreadable
     survivors: list[int] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.survivors or self.unproven else 0
+        return 1 if self.survivors or self.unproven or self.unreadable else 0
 
 
 # -------------------------------------------------------------------- proving a process the job's
@@ -74,7 +75,8 @@ def prove(pid: int, job_id: str, recorded: float | None, *, name: str) -> tuple[
     """("job", Member) when the process at `pid` carries JOB_ID_VAR=`job_id` and, when `recorded`
     is a start time, started then. Otherwise (verdict, None): "gone" (exited, a zombie, or the pid
     names a process started at another time), "unproven" (started at the recorded time, but its
-    environment does not carry the id or cannot be read)."""
+    environment does not carry the id), "unreadable" (its environment cannot be read: another
+    user's)."""
     fd = _pidfd(pid)
     if fd is None:
         return "gone", None
@@ -93,8 +95,10 @@ def prove(pid: int, job_id: str, recorded: float | None, *, name: str) -> tuple[
         return "job", member
     except psutil.NoSuchProcess:  # a zombie too
         return "gone", None
-    except psutil.Error:  # cannot be read: another user's
-        return ("unproven" if recorded is not None else "gone"), None
+    except psutil.AccessDenied:  # another user's: whether it carries the id is unknown, not "no"
+        return "unreadable", None
+    except psutil.Error:
+        return "gone", None
     finally:
         if fd is not None and fd >= 0:
             os.close(fd)
@@ -134,21 +138,21 @@ def _close(members) -> None:
             member.pidfd = None
 
 
-def find_members(record: JobRecord, *, scan: bool = True,
-                 known: dict[int, Member] | None = None) -> tuple[dict[int, Member], list[str], list[str]]:
+def find_members(record: JobRecord, *, scan: bool = True, known: dict[int, Member] | None = None
+                 ) -> tuple[dict[int, Member], list[str], list[str], list[str]]:
     """The job's live processes by pid (recorded ones and, with `scan`, every other process that
-    carries its id), with the recorded ones that have exited and those not provably the job's.
-    Processes in `known` still running are kept as they are. The caller closes the pidfds."""
+    carries its id), with the recorded ones that have exited, those not provably the job's and
+    those whose environment cannot be read.
+    Given the processes `known` from an earlier call, those still running are kept as they are and
+    the recorded ones are not proven again. The caller closes the pidfds."""
     members: dict[int, Member] = {pid: m for pid, m in (known or {}).items() if _running(m)}
-    gone, unproven = [], []
-    for entry in record.processes:
-        if entry.pid in members:
-            continue
+    gone, unproven, unreadable = [], [], []
+    for entry in record.processes if known is None else ():
         verdict, member = prove(entry.pid, record.job_id, entry.create_time, name=entry.name)
         if member is not None:
             members[member.pid] = member
-        elif verdict == "unproven":
-            unproven.append(f"{entry.name} (pid {entry.pid})")
+        elif verdict != "gone":
+            (unproven if verdict == "unproven" else unreadable).append(f"{entry.name} (pid {entry.pid})")
         else:
             gone.append(f"{entry.name} (pid {entry.pid})")
     for process in psutil.process_iter(["environ"]) if scan else ():
@@ -158,17 +162,18 @@ def find_members(record: JobRecord, *, scan: bool = True,
             _, member = prove(process.pid, record.job_id, None, name="a process the job started")
             if member is not None:
                 members[process.pid] = member
-    return members, gone, unproven
+    return members, gone, unproven, unreadable
 
 
-def running(record: JobRecord) -> tuple[dict[int, str], list[str], list[str]]:
+def running(record: JobRecord) -> tuple[dict[int, str], list[str], list[str], list[str]]:
     """The job's live processes (pid -> name, recorded ones first), with the recorded ones that
-    have exited and those not provably the job's: find_members without holding pidfds."""
-    members, gone, unproven = find_members(record)
+    have exited, those not provably the job's and those unreadable: find_members without holding
+    pidfds."""
+    members, gone, unproven, unreadable = find_members(record)
     _close(members.values())
     order = [p.pid for p in record.processes if p.pid in members] + sorted(
         set(members) - {p.pid for p in record.processes})
-    return {pid: members[pid].name for pid in order}, gone, unproven
+    return {pid: members[pid].name for pid in order}, gone, unproven, unreadable
 
 
 def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
@@ -229,14 +234,17 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
     grace = float(grace_period) if grace_period is not None else 5.0 if record.grace_period is None \
         else record.grace_period
     report = StopReport()
-    members, report.gone, report.unproven = find_members(record)
+    members, report.gone, report.unproven, report.unreadable = find_members(record)
     everyone: dict[int, Member] = dict(members)  # every pidfd opened, closed at the end
     try:
         for text in report.unproven:
             say(f"{text} started when the job's process did but does not carry {JOB_ID_VAR}={record.job_id} "
-                "in its environment (or it cannot be read): left alone, it is not provably the job's")
+                "in its environment: left alone, it is not provably the job's")
+        for text in report.unreadable:
+            say(f"{text} still runs, but its environment cannot be read (another user's process): left alone; "
+                "run topo stop as the job's user or as root")
         if not members:
-            if not report.unproven:
+            if not report.unproven and not report.unreadable:
                 recorded = len(record.processes)
                 exited = f"its {recorded} recorded process(es) have exited" if recorded else "it records no process"
                 say(f"the job recorded in {path} is not running: {exited} and no process carries its id; "
@@ -270,7 +278,7 @@ def _ask_launcher(record: JobRecord, launcher: Member, members: dict[int, Member
         say("the launcher stopped the job and exited (its report is on its own console)")
     else:
         say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
-    members, _, _ = find_members(record, known=members)
+    members, *_ = find_members(record, known=members)
     _keep(everyone, members)
     return members
 
@@ -287,7 +295,7 @@ def _terminate(record: JobRecord, members: dict[int, Member], everyone: dict[int
                 _send(member, signal.SIGTERM)
                 signaled[pid] = "SIGTERM"
         time.sleep(POLL_INTERVAL)
-        members, _, _ = find_members(record, known=members)
+        members, *_ = find_members(record, known=members)
         _keep(everyone, members)
     if members:
         say(f"{len(members)} process(es) still running after {grace:g} s; sending SIGKILL")

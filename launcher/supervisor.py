@@ -148,8 +148,7 @@ class Supervisor:
             proc.observed = observe(proc.pid, numa_maps=False)
             proc.status = "not bound"
             return None
-        reached = verify.wait_for_exec(proc.pid, (proc.shim, proc.argv[:len(proc.argv) - len(spec.command)]),
-                                       EXEC_TIMEOUT)
+        reached = verify.wait_for_exec(proc.pid, (proc.argv[:len(proc.argv) - len(spec.command)],), EXEC_TIMEOUT)
         proc.observed = observe(proc.pid)  # a zombie still shows its last affinity
         how = f"verified, applied directly: {binding.note}" if binding.direct else "verified"
         if not reached:
@@ -283,7 +282,8 @@ def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: st
         proc.create_time = _create_time(proc.pid)
     data = {"schema": SCHEMA, "job_id": group.job_id, "launcher_pid": os.getpid(),
             "launcher_create_time": _create_time(os.getpid()) if start_times else None, "join": join,
-            "grace_period": grace_period, "log_dir": log_dir, "processes": [process_record(p) for p in group.processes]}
+            "grace_period": grace_period, "log_dir": log_dir, "logs": group.log_files(),
+            "processes": [process_record(p) for p in group.processes]}
     write_record(path, json.dumps(data, indent=2) + "\n")  # `topo stop` never reads half a file
 
 

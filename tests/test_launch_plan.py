@@ -268,6 +268,13 @@ def test_worker_log_name(script, tmp_path):
     assert os.path.dirname(p.processes[0].log_path) == str(tmp_path / "logs")
 
 
+def test_worker_log_name_takes_the_host_name_literally(script, tmp_path, monkeypatch):
+    monkeypatch.setattr(socket, "gethostname", lambda: "node\\1\\g<0>")  # re.sub's group references
+    p = plan(script, worker_num=1, local_worker_num=1, scheduler=False, log_dir=str(tmp_path),
+             worker_log_name="{hostname}_w")
+    assert os.path.basename(p.processes[0].log_path) == "node\\1\\g<0>_w_0.log"
+
+
 def test_tail_worker_log_picks_ranks(script):
     p = plan(script, worker_num=2, local_worker_num=2, join=True, tail_worker_log="1,5")
     assert [x.tail for x in p.processes] == [False, False, True]

@@ -73,18 +73,14 @@ def bin_without(tmp_path: Path, *hidden: str) -> str:
 
 # ------------------------------------------------------------------ no orphans, even when SIGKILLed
 @needs_two_cpus
-@pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "preexec"])
-def test_sigkilled_launcher_takes_every_process_with_it(dirs, tmp_path, setpriv):
-    """PR_SET_PDEATHSIG is set in each child before exec (by util-linux's setpriv when installed,
-    else by the launcher between fork and exec), so it holds through taskset's exec too."""
+def test_sigkilled_launcher_takes_every_process_with_it(dirs):
+    """PR_SET_PDEATHSIG is set in each child between fork and exec, so it holds through taskset's
+    exec too."""
     cwd, out, logs = dirs
-    if setpriv and shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not installed")
-    env = ENV if setpriv else {**ENV, "PATH": bin_without(tmp_path, "setpriv")}
     launcher = subprocess.Popen(
         [sys.executable, "-m", "topo", "launch", "--worker_num=2", "--local_worker_num=2", "--join=True",
          f"--log_dir={logs}", '--bind_core={"device0": ["0"], "device1": ["1"]}', JOB, str(out), "ready",
-         "sleep=60"], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "sleep=60"], cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_for(lambda: len(list(out.glob("ready_*"))) == 3 and (logs / "launch.json").exists())
         pids = recorded_pids(logs)

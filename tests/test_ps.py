@@ -11,7 +11,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 
+from topo.cli import main
+from topo.cpuset import CpuSet
 from topo.launcher import ps as psmod
 from livehost import path_with_python
 from processes import wait_for
@@ -94,6 +97,24 @@ def test_threads_outside_allowed_cpus_shared_cpus_and_too_many_runnable(root):
         "2 threads ready to run on 1 allowed CPU(s)",
     )
     assert views[100].running == 2 and str(views[100].last_cpus) == "0,3"
+
+
+def test_overlaps_are_one_line_per_process_naming_the_others(root):
+    """1,000 processes sharing CPUs give one overlap line each (not one per pair): the pids
+    they share with, the first 8 and how many more."""
+    views = [psmod.ProcessView(pid, cpus_allowed=CpuSet.parse("0-3" if pid < 1990 else "3-5"),
+                               threads=(psmod.Thread(pid, "t", "R", pid % 2),)) for pid in range(1000, 2000)]
+    views.append(psmod.ProcessView(5000, cpus_allowed=CpuSet.parse("6-7"), threads=(psmod.Thread(5000, "t", "R", 6),)))
+    judged = {v.pid: v for v in psmod.judge(views, psmod.node_cpus(TOPOLOGY))}
+    assert judged[1000].problems == (
+        "its running threads share CPU(s) 0 with running threads of pids 1002, 1004, 1006, 1008, 1010, 1012, "
+        "1014, 1016 and 491 more",
+        "its allowed CPUs overlap those of pids 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008 and 991 more on "
+        "CPU(s) 0-3")
+    assert judged[1995].problems[-1] == ("its allowed CPUs overlap those of pids 1000, 1001, 1002, 1003, 1004, "
+                                         "1005, 1006, 1007 and 991 more on CPU(s) 3-5")
+    assert judged[5000].problems == ()
+    assert len(psmod.as_text(list(judged.values())).splitlines()) < 10 * len(judged)
 
 
 def test_huge_pages_count_as_the_base_pages_they_hold(root):
@@ -268,6 +289,32 @@ def test_job_lists_the_processes_proven_the_jobs(tmp_path):
         for p in (member, bystander):
             p.kill()
             p.wait()
+
+
+def test_job_of_another_user_says_it_cannot_read_the_environment(tmp_path, monkeypatch):
+    """As another user, the job's environment is unreadable, not missing: said so, and not "not running"."""
+    member = subprocess.Popen(["sleep", "60"], env={**os.environ, "TOPO_JOB_ID": "0123456789abcdef"})
+    try:
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        (logs / "launch.json").write_text(json.dumps({
+            "schema": "topo.launch/2", "job_id": "0123456789abcdef", "join": False,
+            "processes": [{"name": "rank 0", "pid": member.pid, "create_time": psutil.Process(member.pid).create_time()},
+                          {"name": "rank 1", "pid": member.pid + 1_000_000, "create_time": None}]}))
+
+        def denied(self):
+            raise psutil.AccessDenied(self.pid)
+
+        monkeypatch.setattr(psutil.Process, "environ", denied)
+        r = CliRunner().invoke(main, ["ps", "--job", str(logs), "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["notes"] == [
+            f"rank 1 (pid {member.pid + 1_000_000}) has exited",
+            f"rank 0 (pid {member.pid}) still runs, but its environment cannot be read (another user's process): "
+            "not shown; run topo ps as the job's user or as root"]
+    finally:
+        member.kill()
+        member.wait()
 
 
 def test_alone_it_finds_no_accelerator_process_on_a_machine_without_one():

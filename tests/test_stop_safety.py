@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from topo.launcher import stop as stopmod
+from topo.errors import UsageError
 from topo.launcher.files import RECORD_LIMIT
 from processes import alive, wait_for
 
@@ -66,7 +67,7 @@ def test_a_forged_record_naming_a_real_process_with_its_start_time_signals_nothi
     s = topo_stop(logs)
     assert s.returncode == 1, s.stderr
     assert s.stderr == (f"topo stop: rank 0 (pid {bystander.pid}) started when the job's process did but does not "
-                        f"carry TOPO_JOB_ID={JOB_ID} in its environment (or it cannot be read): left alone, it is "
+                        f"carry TOPO_JOB_ID={JOB_ID} in its environment: left alone, it is "
                         "not provably the job's\n")
     assert bystander.poll() is None
 
@@ -119,6 +120,49 @@ def test_a_finished_job_is_said_to_be_not_running_and_nothing_is_signalled(tmp_p
     assert s.stderr == (f"topo stop: the job recorded in {path} is not running: its 2 recorded process(es) have "
                         "exited and no process carries its id; nothing signalled\n")
     assert bystander.poll() is None
+
+
+def test_a_record_listing_one_live_pid_many_times_is_refused_before_any_proof(tmp_path, spawn, monkeypatch):
+    bystander = spawn(["sleep", "60"])
+    logs = tmp_path / "logs"
+    path = write_record(logs, [{"name": "rank 0", "pid": bystander.pid, "create_time": None}] * 65_536)
+    proofs = []
+    monkeypatch.setattr(stopmod, "prove", lambda *a, **k: proofs.append(a) or ("gone", None))
+    with pytest.raises(UsageError, match=f"bad job record, {path}: pid {bystander.pid} is listed twice"):
+        stopmod.stop_job(str(logs))
+    assert proofs == [] and bystander.poll() is None
+
+
+def test_each_recorded_pid_is_proven_once_while_the_job_stops(tmp_path, spawn, monkeypatch):
+    """The recorded processes are proven once; the wait for the job's end only rescans for new ones."""
+    carrier = spawn(["sh", "-c", "trap '' TERM; sleep 60"], env={**os.environ, "TOPO_JOB_ID": JOB_ID})
+    others = [spawn(["sleep", "60"]) for _ in range(3)]
+    logs = tmp_path / "logs"
+    write_record(logs, [entry(p, f"rank {i}") for i, p in enumerate(others)], grace_period=0.3)
+    proven = []
+    real = stopmod.prove
+    monkeypatch.setattr(stopmod, "prove", lambda pid, *a, **k: proven.append(pid) or real(pid, *a, **k))
+    report = stopmod.stop_job(str(logs))
+    assert report.exit_code == 1 and len(report.unproven) == 3  # the bystanders, left alone
+    assert sorted(proven.count(p.pid) for p in others) == [1, 1, 1], proven
+    assert carrier.wait(10) == -signal.SIGKILL and all(p.poll() is None for p in others)
+
+
+def test_a_process_whose_environment_cannot_be_read_is_named_so_and_left_alone(tmp_path, spawn, monkeypatch):
+    member = spawn(["sleep", "60"], env={**os.environ, "TOPO_JOB_ID": JOB_ID})
+    logs = tmp_path / "logs"
+    write_record(logs, [entry(member)])
+
+    def denied(self):
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "environ", denied)
+    said = []
+    report = stopmod.stop_job(str(logs), say=said.append)
+    assert report.exit_code == 1 and said == [
+        f"rank 0 (pid {member.pid}) still runs, but its environment cannot be read (another user's process): "
+        "left alone; run topo stop as the job's user or as root"]
+    assert member.poll() is None
 
 
 # ------------------------------------------------------------------ hostile record files
