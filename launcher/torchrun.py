@@ -44,7 +44,6 @@ from topo.binding import Binding
 from topo.errors import UsageError
 
 
-
 # ------------------------------------------------------------------ planning
 def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
              topology: Callable | object | None = None) -> Plan:
@@ -52,16 +51,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     binding and log layout, and the restart policy (each attempt under `<run dir>/attempt_<n>/`,
     the run dir given as the plan's log_dir). Raises UsageError before anything is created or
     started."""
-
-    environ = dict(os.environ if environ is None else environ)
-    command = _command(config)
-    _check_command(config, command, environ)
-    if config.log_dir:
-        check_log_dir(config.log_dir, "--log-dir")
-    warnings: list[str] = []
-    bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
-    if config.numa_binding:
-        bindings = _bindings(config, environ, topology, warnings)
+    environ, command, bindings, warnings = _prepare(config, environ, topology)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or str(uuid.uuid4())
     shared = sharers(bindings)
@@ -135,6 +125,21 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
                 config.max_restarts, attempt)
 
 
+def _prepare(config: RunConfig, environ: Mapping[str, str] | None, topology):
+    """What both ways of running a job check and plan first: (the environment, the workers' argv,
+    their bindings, the warnings). UsageError before anything is created or started."""
+    environ = dict(os.environ if environ is None else environ)
+    command = _command(config)
+    _check_command(config, command, environ)
+    if config.log_dir:
+        check_log_dir(config.log_dir, "--log-dir")
+    warnings: list[str] = []
+    bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
+    if config.numa_binding:
+        bindings = _bindings(config, environ, topology, warnings)
+    return environ, command, bindings, warnings
+
+
 def _virtual_device(environ: Mapping[str, str], local_rank: int, variable: str) -> str:
     visible = environ.get(variable)
     if visible is None:
@@ -150,17 +155,13 @@ def _command(config: RunConfig) -> tuple[str, ...]:
     """torchrun's argv: `python -u [-m] SCRIPT ARGS`, or the program itself with --no-python.
     --run-path (torchrun: runpy.run_path in its own interpreter) runs the script the same way
     `python -u SCRIPT` does: as __main__, with sys.argv = [SCRIPT, ARGS...]."""
-    if config.run_path:
-        return (config.python, "-u", config.script, *config.script_args)
-    if config.no_python:
+    if config.no_python and not config.run_path:
         return (config.script, *config.script_args)
-    if config.module:
-        return (config.python, "-u", "-m", config.script, *config.script_args)
-    return (config.python, "-u", config.script, *config.script_args)
+    module = ("-m",) if config.module and not config.run_path else ()
+    return (config.python, "-u", *module, config.script, *config.script_args)
 
 
 def _check_command(config: RunConfig, command: tuple[str, ...], environ: Mapping[str, str]) -> None:
-
     program = command[0]
     path = environ.get("PATH", os.defpath)
     if "/" in program:
@@ -226,7 +227,6 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     runs under torch's agent instead (launcher.elastic). `out` gets the dry-run text and tee'd output, `err` the
     launcher's messages and the failure report. Must run on a thread that lives as long as the
     job (the workers die with it)."""
-
     out, err = out or sys.stdout, err or sys.stderr
     if config.torch_agent:
         return _run_on_torch_agent(config, environ, topology, out, err)
@@ -284,15 +284,7 @@ def _run_on_torch_agent(config: RunConfig, environ: Mapping[str, str] | None, to
     """The static plan's checks and bindings, then torch's agent runs the job (launcher.elastic)."""
     from topo.launcher.elastic import run_agent  # imports torch: only for the forms only it runs
 
-    environ = dict(os.environ if environ is None else environ)
-    command = _command(config)
-    _check_command(config, command, environ)
-    if config.log_dir:
-        check_log_dir(config.log_dir, "--log-dir")
-    warnings: list[str] = []
-    bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
-    if config.numa_binding:
-        bindings = _bindings(config, environ, topology, warnings)
+    environ, command, bindings, warnings = _prepare(config, environ, topology)
     code, restarts, failure, run_dir = run_agent(config, command, bindings, warnings, environ=environ, out=out,
                                                  err=err)
     return RunResult(code, None, restarts, failure, run_dir)
@@ -316,7 +308,6 @@ def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir:
 def _streams(config: RunConfig, local_rank: int, rank_dir: str) -> tuple[str | None, str, bool]:
     """(stdout file, stderr file, copy them to the console) for one worker. None: the console;
     a rank outside --local-ranks-filter writes what is not redirected to /dev/null, as torchrun."""
-
     to_files, to_console = config.streams(local_rank)
     shown = config.local_ranks_filter is None or local_rank in config.local_ranks_filter
     hidden = None if shown else os.devnull
@@ -328,7 +319,6 @@ def _streams(config: RunConfig, local_rank: int, rank_dir: str) -> tuple[str | N
 def _make_run_dir(config: RunConfig, run_id: str) -> str:
     """`<log dir>/<run id>_<random>`, torchrun's layout; without --log-dir the base is a new
     `torchelastic_<random>` directory under the temporary directory."""
-
     try:
         if config.log_dir:
             os.makedirs(config.log_dir, exist_ok=True)
