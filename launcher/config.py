@@ -125,14 +125,8 @@ def config_from_flags(script: str, script_args, flags: dict, given, *,
     (launcher.slurm, the one place Slurm's values are resolved, for `topo run` too); also the line
     saying which values came from Slurm, or None."""
     environ = os.environ if environ is None else environ
-    flags = dict(flags)
-    note = None
-    if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):  # launcher.slurm.slurm_node's test
-        taken = slurm.launch_defaults(environ, {name: flags[name] for name in given if name in flags})
-        flags.update(taken.values)
-        if taken.values:
-            note = taken.note(lambda name: f"--{name}")
-    return LaunchConfig.from_flags(script, script_args, **flags), note
+    taken = slurm.launch_defaults(environ, {name: flags[name] for name in given if name in flags})
+    return LaunchConfig.from_flags(script, script_args, **{**flags, **taken.values}), taken.note(lambda name: f"--{name}")
 
 
 def _is_bind_file(value) -> bool:
