@@ -62,7 +62,7 @@ def _msrun_option(name: str, **kwargs):
 @click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
               help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "
                    "(and run a process whose binding does not take as placed) instead of failing.")
-@click.option("--python", "python", default=None, metavar="PATH",
+@click.option("--python", "python", default=LaunchConfig.python, metavar="PATH",
               help="Interpreter put before SCRIPT [default: `python` from PATH, as msrun].")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -85,8 +85,6 @@ def launch(script, script_args, **flags):
     from topo.launcher.config import config_from_flags
     from topo.launcher.run import launch as run_launch
 
-    if flags["python"] is None:
-        del flags["python"]
     ctx = click.get_current_context()
     given = {name for name in flags if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT}
     config, from_slurm = config_from_flags(script, script_args, flags, given)
@@ -135,8 +133,5 @@ def bind(mode, scope, memory, bind_file, local_rank, nproc_per_node, bind_fallba
     """
     from topo.launcher.bindcmd import bind_and_exec
 
-    if mode is None:
-        bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback)
-    else:
-        bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback, mode=mode,
-                      scope=scope, memory=memory, nproc_per_node=nproc_per_node)
+    bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback, mode=mode,
+                  scope=scope, memory=memory, nproc_per_node=nproc_per_node)  # the last three serve --mode
