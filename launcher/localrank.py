@@ -86,6 +86,3 @@ def _count(environ: Mapping[str, str], var: str, *, least: int) -> int:
         raise UsageError(f"{var}={excerpt(text, 20)!r} is not a number from {least} to {MAX_LOCAL}: fix it or "
                          f"{OVERRIDE}")
     return n
-
-
-__all__ = ["LAUNCHERS", "local_rank_and_size"]

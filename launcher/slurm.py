@@ -280,7 +280,3 @@ def _tasks_on_node(environ: Mapping[str, str]) -> int | None:
             return ascii_number(m.group(1))
         index -= repeat
     return None
-
-
-__all__ = ["expand_hostlist", "first_host", "SlurmNode", "slurm_node", "FromSlurm", "run_defaults", "launch_defaults",
-           "default_master_port", "task_env"]

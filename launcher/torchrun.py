@@ -343,6 +343,3 @@ def describe_run(plan: Plan, config: RunConfig) -> str:
         lines.append(f"  binding: {spec.binding.describe()}")
         lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())))
     return "\n".join(lines)
-
-
-__all__ = ["RunResult", "describe_run", "plan_run", "run"]

@@ -434,8 +434,3 @@ def _discover():
     from topo.discovery import discover  # the probes: only when something needs this machine's topology
 
     return discover()
-
-
-__all__ = ["RunConfig", "config_from_flags", "TORCHRUN_DEFAULTS", "TORCHRUN_RELEASES", "TorchrunRelease",
-           "DEFAULT_SHUTDOWN_TIMEOUT", "installed_torch", "torchrun_defaults", "torchrun_release", "parse_nnodes",
-           "parse_std", "parse_endpoint", "parse_signals", "parse_ranks_filter", "nproc_from_text", "STD_OUT", "STD_ERR"]
