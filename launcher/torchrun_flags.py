@@ -325,15 +325,14 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     nodes_given = parse_nnodes(str(flags["nnodes"])) if "nnodes" in flags else None
     user = {k: (nodes_given[1] if k == "nnodes" else v) for k, v in flags.items()}
     from_slurm = slurm.run_defaults(environ, user)
-    slurm_values = from_slurm.values
-    values = {**torchrun_defaults(release), **slurm_values, **user}
+    values = {**torchrun_defaults(release), **from_slurm.values, **user}
 
     nnodes = values["nnodes"] if isinstance(values["nnodes"], int) else parse_nnodes(str(values["nnodes"]))[1]
     min_nodes = nodes_given[0] if nodes_given else nnodes
     nproc = values["nproc_per_node"]
     nproc = nproc if isinstance(nproc, int) else nproc_from_text(str(nproc), environ, topology, release)
     backend = str(values["rdzv_backend"]).strip()
-    node_rank_known = "node_rank" in user or "node_rank" in slurm_values
+    node_rank_known = "node_rank" in user or "node_rank" in from_slurm.values
     agent = _torch_agent_form(values, min_nodes, nnodes, backend, node_rank_known, version is not None)
     if agent and version is None:
         also = (" or give each node --node-rank=N for a static job" if backend == "c10d" and min_nodes == nnodes
@@ -415,18 +414,14 @@ def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
     text = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "").strip()
     if not text:
         return DEFAULT_SHUTDOWN_TIMEOUT
-    seconds = ascii_seconds(text)
-    if seconds is None:
-        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={excerpt(text, 40)!r} is not {SECONDS_FORM}: fix it or "
-                         "give --shutdown-timeout")
-    return seconds
+    return _seconds(text, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", ": fix it or give --shutdown-timeout")
 
 
-def _seconds(value, flag: str) -> float:
-    """A duration flag's value: a number (click's SECONDS read it), or text read by ascii_seconds."""
+def _seconds(value, name: str, fix: str = "") -> float:
+    """A duration's value: a number (click's SECONDS read it), or text read by ascii_seconds."""
     seconds = ascii_seconds(value.strip()) if isinstance(value, str) else float(value)
     if seconds is None:
-        raise UsageError(f"{flag}={excerpt(value, 40)!r} is not {SECONDS_FORM}")
+        raise UsageError(f"{name}={excerpt(value, 40)!r} is not {SECONDS_FORM}{fix}")
     return seconds
 
 
