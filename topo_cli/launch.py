@@ -6,16 +6,9 @@ import sys
 
 import click
 
-from topo.cli import CONTEXT
+from topo.cli import SCRIPT_CONTEXT
 from topo.cli.numbers import SECONDS, WHOLE, WholeRange
 from topo.launcher.config import LaunchConfig
-
-_SCRIPT_CONTEXT = {
-    # SCRIPT and everything after it belong to the script, options included (msrun's REMAINDER)
-    "allow_interspersed_args": False,
-    **CONTEXT,
-}
-
 
 def _msrun_option(name: str, **kwargs):
     """An msrun flag under its own spelling (--worker_num) and the dashed one (--worker-num)."""
@@ -25,7 +18,7 @@ def _msrun_option(name: str, **kwargs):
     return click.option(*names, name, **kwargs)
 
 
-@click.command(context_settings=_SCRIPT_CONTEXT)
+@click.command(context_settings=SCRIPT_CONTEXT)
 @_msrun_option("worker_num", type=WHOLE, default=LaunchConfig.worker_num, help="Workers in the whole job.")
 @_msrun_option("local_worker_num", type=WHOLE, default=LaunchConfig.local_worker_num,
                help="Workers started on this node.")
@@ -94,7 +87,7 @@ def launch(script, script_args, **flags):
     sys.exit(result.exit_code)
 
 
-@click.command(context_settings=_SCRIPT_CONTEXT)
+@click.command(context_settings=SCRIPT_CONTEXT)
 @click.option("--mode", "mode", default=None, metavar="MODE",
               help="Plan this node here, with a mode of set_affinity / `topo plan --list-modes` (exclusive, "
                    "unique_contiguous, node, ...), for the launcher's local rank and process count; no bind JSON.")
