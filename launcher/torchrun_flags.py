@@ -215,7 +215,7 @@ class RunConfig:
     nnodes: int = _DEFAULT_NNODES  # the most nodes; min_nodes the fewest an elastic job starts with
     nproc_per_node: int = _DEFAULT_NPROC
     node_rank: int = TORCHRUN_DEFAULTS["node_rank"]
-    master_addr: str = TORCHRUN_DEFAULTS["master_addr"]
+    master_addr: str = TORCHRUN_DEFAULTS["master_addr"]  # where rank 0's TCPStore listens
     master_port: int | None = DEFAULT_MASTER_PORT  # None: a free port at launch (torchrun's local rendezvous)
     run_id: str = TORCHRUN_DEFAULTS["rdzv_id"]  # TORCHELASTIC_RUN_ID; "": a fresh UUID at launch
     min_nodes: int | None = None  # None: nnodes
@@ -225,24 +225,24 @@ class RunConfig:
     rdzv_endpoint: str = TORCHRUN_DEFAULTS["rdzv_endpoint"]
     rdzv_conf: str = TORCHRUN_DEFAULTS["rdzv_conf"]
     local_addr: str | None = TORCHRUN_DEFAULTS["local_addr"]
-    max_restarts: int = TORCHRUN_DEFAULTS["max_restarts"]
+    max_restarts: int = TORCHRUN_DEFAULTS["max_restarts"]  # of the whole local worker group
     monitor_interval: float = TORCHRUN_DEFAULTS["monitor_interval"]  # torch's agent's; topo polls every 5-100 ms
     role: str = TORCHRUN_DEFAULTS["role"]
     module: bool = TORCHRUN_DEFAULTS["module"]
     no_python: bool = TORCHRUN_DEFAULTS["no_python"]
     run_path: bool = TORCHRUN_DEFAULTS["run_path"]
     log_dir: str | None = TORCHRUN_DEFAULTS["log_dir"]  # None: a temporary one, removed after a success
-    redirects: str = TORCHRUN_DEFAULTS["redirects"]
-    tee: str = TORCHRUN_DEFAULTS["tee"]
+    redirects: str = TORCHRUN_DEFAULTS["redirects"]  # per local rank, the Std streams that go to files
+    tee: str = TORCHRUN_DEFAULTS["tee"]  # per local rank, the Std streams that go to files and the console
     local_ranks_filter: frozenset[int] | None = None  # the local ranks shown on the console; None: all
-    line_prefix: str = DEFAULT_LINE_PREFIX
+    line_prefix: str = DEFAULT_LINE_PREFIX  # a tee'd line's: ${role_name}, ${rank}, ${local_rank}, ${hostname}
     numa_binding: str | None = TORCHRUN_DEFAULTS["numa_binding"]
     memory: str = "none"  # the memory policy of the numa_binding mode
-    bind_fallback: bool = False
-    dry_run: bool = False
+    bind_fallback: bool = False  # as topo launch's: a refused memory policy dropped, the CPUs kept
+    dry_run: bool = False  # print every worker's argv, binding and environment; start nothing
     grace_period: float = DEFAULT_SHUTDOWN_TIMEOUT  # seconds from SIGTERM to SIGKILL
-    signals_to_handle: str = TORCHRUN_DEFAULTS["signals_to_handle"]
-    virtual_local_rank: bool = TORCHRUN_DEFAULTS["virtual_local_rank"]
+    signals_to_handle: str = TORCHRUN_DEFAULTS["signals_to_handle"]  # forwarded to stop the workers
+    virtual_local_rank: bool = TORCHRUN_DEFAULTS["virtual_local_rank"]  # LOCAL_RANK=0, each worker its own GPU
     torch_extras: Mapping[str, object] = field(default_factory=dict)  # TORCH_AGENT_OPTIONS, as given
     torchrun: TorchrunRelease = TORCHRUN_RELEASES[-1]  # the release followed: the installed torch's
     python: str = field(default_factory=lambda: sys.executable or "python3")  # $PYTHON_EXEC, else this one
