@@ -222,8 +222,7 @@ def launch_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> 
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
     if "local_worker_num" not in given:
-        values["local_worker_num"] = node.nproc_per_node
-        sources["local_worker_num"] = node.nproc_source or "default 1"
+        values["local_worker_num"], sources["local_worker_num"] = node.nproc_per_node, node.nproc_source or "default 1"
     nnodes = node.nnodes or 1
     if "worker_num" not in given:
         per_node = given.get("local_worker_num", values.get("local_worker_num"))
