@@ -357,8 +357,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     network.check_host(master_addr.strip("[]"), f"--master-addr={excerpt(master_addr)!r}")
     prefix = str(values["log_line_prefix_template"] or environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
                  or DEFAULT_LINE_PREFIX)
-
-    config = RunConfig(
+    return RunConfig(
         script=script, script_args=tuple(script_args), nnodes=nnodes, nproc_per_node=nproc,
         node_rank=int(values["node_rank"]), master_addr=master_addr,
         master_port=None if master_port is None else int(master_port), run_id=run_id,
@@ -376,8 +375,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         signals_to_handle=str(values["signals_to_handle"]), virtual_local_rank=bool(values["virtual_local_rank"]),
         torch_extras={k: values[k] for k in TORCH_AGENT_OPTIONS}, torchrun=release,
         python=environ.get("PYTHON_EXEC") or sys.executable or "python3",
-    )
-    return config, from_slurm.note()
+    ), from_slurm.note()
 
 
 # Options only torch's agent acts on; topo's static plan accepts the first two, and the others
