@@ -39,7 +39,7 @@ from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec
 from topo.launcher.run import execute
 from topo.launcher.supervisor import describe_code, read_log
 from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
-from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, parse_signals
+from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, discover_here, parse_signals
 from topo.binding import Binding
 from topo.errors import UsageError
 
@@ -182,12 +182,8 @@ def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings:
     next to the r-th visible device (torchrun's rule), or on its share of the CPUs without devices."""
     from topo import planners  # ~60 ms to import: only for --numa-binding
 
-    if topology is None:
-        from topo.discovery import discover  # the probes: only for --numa-binding
-
-        topology = discover()
-    elif callable(topology):
-        topology = topology()
+    if topology is None or callable(topology):
+        topology = (topology or discover_here)()
     if not topology.is_this_system:
         raise UsageError(f"refusing to bind from a topology read below {topology.root!r}: it is not this machine")
     plan = planners.plan(topology, config.numa_binding, nproc=config.nproc_per_node, memory=config.memory)

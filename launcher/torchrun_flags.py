@@ -310,7 +310,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     --nproc-per-node=gpu|auto.
     """
     environ = os.environ if environ is None else environ
-    topology = topology or _discover
+    topology = topology or discover_here
     version = installed_torch() if torch_version is _INSTALLED else torch_version
     release = torchrun_release(version)
     flags = dict(given)
@@ -423,7 +423,7 @@ def _seconds(value, name: str, fix: str = "") -> float:
     return seconds
 
 
-def _discover():
+def discover_here():
     from topo.discovery import discover  # the probes: only when something needs this machine's topology
 
     return discover()
