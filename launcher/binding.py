@@ -233,7 +233,3 @@ def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str
     warnings.extend(plan.warnings)
     entries = [plan.get(f"device{d}") for d in physical]
     return [e if e is not None and (e.main or e.cpu_node_set) else None for e in entries]
-
-
-__all__ = ["Binding", "UNBOUND", "JobBindings", "bind_prefix", "binding_of", "check_loaded", "device_ids",
-           "resolve_bindings"]

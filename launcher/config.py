@@ -79,10 +79,8 @@ class LaunchConfig:
             raise UsageError(f"--local_worker_num={self.local_worker_num} is more than {MAX_PROCESSES} "
                              "processes on one node: start fewer")
         if self.local_worker_num > self.worker_num:
-            raise UsageError(
-                f"--local_worker_num={self.local_worker_num} exceeds --worker_num={self.worker_num}: "
-                "a node cannot start more workers than the whole job has"
-            )
+            raise UsageError(f"--local_worker_num={self.local_worker_num} exceeds --worker_num={self.worker_num}: "
+                             "a node cannot start more workers than the whole job has")
         if not 1 <= self.master_port <= 65535:
             raise UsageError(f"--master_port={self.master_port} is outside 1-65535")
         if self.node_rank < -1:
@@ -90,10 +88,9 @@ class LaunchConfig:
         if self.multi_node and self.node_rank >= 0:
             last = (self.node_rank + 1) * self.local_worker_num - 1
             if last >= self.worker_num:
-                raise UsageError(
-                    f"--node_rank={self.node_rank} with --local_worker_num={self.local_worker_num} gives ranks up to "
-                    f"{last}, beyond --worker_num={self.worker_num}; lower --node_rank or raise --worker_num"
-                )
+                raise UsageError(f"--node_rank={self.node_rank} with --local_worker_num={self.local_worker_num} gives "
+                                 f"ranks up to {last}, beyond --worker_num={self.worker_num}; lower --node_rank or "
+                                 "raise --worker_num")
         if self.sim_level not in (-1, 0, 1, 2, 3):
             raise UsageError(f"--sim_level={self.sim_level}: choose from 0, 1, 2, 3")
         if not 0 <= self.grace_period <= MAX_SECONDS:  # nan fails both
@@ -125,14 +122,9 @@ def config_from_flags(script: str, script_args, flags: dict, given, *,
     (launcher.slurm, the one place Slurm's values are resolved, for `topo run` too); also the line
     saying which values came from Slurm, or None."""
     environ = os.environ if environ is None else environ
-    flags = dict(flags)
-    note = None
-    if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):  # launcher.slurm.slurm_node's test
-        taken = slurm.launch_defaults(environ, {name: flags[name] for name in given if name in flags})
-        flags.update(taken.values)
-        if taken.values:
-            note = taken.note(lambda name: f"--{name}")
-    return LaunchConfig.from_flags(script, script_args, **flags), note
+    taken = slurm.launch_defaults(environ, {name: flags[name] for name in given if name in flags})
+    config = LaunchConfig.from_flags(script, script_args, **{**flags, **taken.values})
+    return config, taken.note(lambda name: f"--{name}")
 
 
 def _is_bind_file(value) -> bool:

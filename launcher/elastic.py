@@ -250,6 +250,3 @@ class WorkerCheck(threading.Thread):
                      "itself or another tool); the job goes on")
         else:
             self.say(f"{name}: {held.describe()} (verified)")
-
-
-__all__ = ["WorkerCheck", "describe_agent_run", "launch_config", "run_agent", "worker_argv"]

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from topo.binding import MAX_PROCESSES
 from topo.launcher.slurm import _tasks_on_node
 from topo.numbers import ascii_number
 from topo.cpuset import excerpt
 from topo.errors import UsageError
-
-MAX_LOCAL = 65536  # the most processes planned on one node (launcher.affinity.MAX_PROCESSES)
 
 # (launcher, its local-rank variable, the variables that may hold its node's process count)
 LAUNCHERS = (
@@ -70,7 +69,7 @@ def _size(environ: Mapping[str, str], name: str, rank_var: str, sizes: tuple[str
         if var.startswith("SLURM_"):  # "2(x3),1": this node's entry is at SLURM_NODEID (any, for NTASKS)
             node = environ.get("SLURM_NODEID", "0") if var != "SLURM_NTASKS_PER_NODE" else "0"
             count = _tasks_on_node({"SLURM_TASKS_PER_NODE": text, "SLURM_NODEID": node})
-            if not count or count > MAX_LOCAL:
+            if not count or count > MAX_PROCESSES:
                 raise UsageError(f"{var}={excerpt(text, 40)!r} gives no task count for node SLURM_NODEID="
                                  f"{excerpt(environ.get('SLURM_NODEID', '0'), 20)!r}: fix it or {OVERRIDE}")
             return count, var
@@ -82,10 +81,7 @@ def _size(environ: Mapping[str, str], name: str, rank_var: str, sizes: tuple[str
 def _count(environ: Mapping[str, str], var: str, *, least: int) -> int:
     text = environ[var].strip()
     n = ascii_number(text[:12])
-    if n is None or len(text) > 12 or not least <= n <= MAX_LOCAL:
-        raise UsageError(f"{var}={excerpt(text, 20)!r} is not a number from {least} to {MAX_LOCAL}: fix it or "
+    if n is None or len(text) > 12 or not least <= n <= MAX_PROCESSES:
+        raise UsageError(f"{var}={excerpt(text, 20)!r} is not a number from {least} to {MAX_PROCESSES}: fix it or "
                          f"{OVERRIDE}")
     return n
-
-
-__all__ = ["LAUNCHERS", "local_rank_and_size"]

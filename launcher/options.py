@@ -40,9 +40,8 @@ def parse_tail_worker_log(text: str | int) -> tuple[int, ...] | None:
     for part in str(text).split(","):
         part = part.strip()
         if not _RANK.fullmatch(part):  # ASCII digits only: int() would also read "١" as 1
-            raise UsageError(
-                f"--tail_worker_log={str(text)[:100]!r}: {part[:20]!r} is not a rank; give a comma list like 0,3 "
-                "or -1 for all")
+            raise UsageError(f"--tail_worker_log={str(text)[:100]!r}: {part[:20]!r} is not a rank; give a comma "
+                             "list like 0,3 or -1 for all")
         ranks.append(int(part))
     if -1 in ranks:
         return None

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import itertools
+import math
 import re
 from typing import Mapping
 
@@ -43,14 +45,9 @@ def expand_hostlist(text: str) -> list[str]:
     """
     hosts: list[str] = []
     for name in _parse_hostlist(text):
-        names = [""]
-        for segment in name:
-            if isinstance(segment, str):
-                names = [n + segment for n in names]
-            else:
-                suffixes = [str(i).zfill(width) for low, high, width in segment for i in range(low, high + 1)]
-                names = [n + s for n in names for s in suffixes]
-        hosts.extend(names)
+        choices = [[s] if isinstance(s, str) else [str(i).zfill(width) for low, high, width in s
+                                                   for i in range(low, high + 1)] for s in name]
+        hosts.extend("".join(parts) for parts in itertools.product(*choices))
     return hosts
 
 
@@ -62,53 +59,25 @@ def first_host(text: str) -> str:
 
 def _parse_hostlist(text: str) -> list[_Name]:
     """Every name of a hostlist as segments, checked, and the hosts they make counted (not listed)."""
+    if re.search(r"\[[^\]]*\[", text):
+        raise UsageError(f"hostlist {text!r}: brackets cannot nest")
     parsed: list[_Name] = []
     count = 0
-    for entry in _split_outside_brackets(text):
+    for entry in re.split(r",(?![^\[]*\])", text):  # the commas outside brackets
+        entry = entry.strip()
         if not entry:
             raise UsageError(f"hostlist {text!r} has an empty entry; write names separated by single commas")
-        name: _Name = []
-        hosts = 1
-        rest = entry
-        while rest:
-            open_at = rest.find("[")
-            if open_at < 0:
-                name.append(rest)
-                break
-            close_at = rest.find("]", open_at)
-            if close_at < 0:
-                raise UsageError(f"hostlist {text!r}: '[' without ']' in {entry!r}")
-            prefix, body, rest = rest[:open_at], rest[open_at + 1:close_at], rest[close_at + 1:]
-            if "]" in prefix:
-                raise UsageError(f"hostlist {text!r}: ']' without '[' in {entry!r}")
-            ranges = _ranges(body, text)
-            hosts *= sum(high - low + 1 for low, high, _ in ranges)
-            if count + hosts > MAX_HOSTS:
-                raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
-            name += [prefix, ranges] if prefix else [ranges]
-        if "]" in rest:
-            raise UsageError(f"hostlist {text!r}: ']' without '[' in {entry!r}")
-        count += hosts
+        pieces = re.split(r"\[([^\[\]]*)\]", entry)  # literal text, with bracket bodies at odd indexes
+        for literal in pieces[::2]:
+            if "[" in literal or "]" in literal:
+                which = "'[' without ']'" if "[" in literal else "']' without '['"
+                raise UsageError(f"hostlist {text!r}: {which} in {entry!r}")
+        name: _Name = [_ranges(piece, text) if i % 2 else piece for i, piece in enumerate(pieces)]
+        count += math.prod(sum(high - low + 1 for low, high, _ in s) for s in name if not isinstance(s, str))
         if count > MAX_HOSTS:
             raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
         parsed.append(name)
     return parsed
-
-
-def _split_outside_brackets(text: str) -> list[str]:
-    entries, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-            if depth > 1:
-                raise UsageError(f"hostlist {text!r}: brackets cannot nest")
-        elif ch == "]":
-            depth = max(depth - 1, 0)
-        elif ch == "," and depth == 0:
-            entries.append(text[start:i].strip())
-            start = i + 1
-    entries.append(text[start:].strip())
-    return entries
 
 
 def _ranges(body: str, text: str) -> list[tuple[int, int, int]]:
@@ -139,6 +108,8 @@ class SlurmNode:
     nodelist: str  # Slurm's node list as it gave it (`gpu[01-04]`), checked; "" when it gave none
     nproc_per_node: int  # GPUs on this node, else tasks per node, else 1
     nproc_source: str  # the variable nproc_per_node came from ("" for the default 1)
+    nnodes_source: str = _NODE_COUNT_VARS[-1]  # the variable nnodes came from
+    nodelist_source: str = _NODE_LIST_VARS[-1]  # the variable nodelist came from
 
     @property
     def master_addr(self) -> str | None:
@@ -152,38 +123,32 @@ class SlurmNode:
                    "for topo run; MASTER_ADDR for topo bind)")
         return host
 
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        """Every node, in Slurm's order (expanded on each call)."""
-        return tuple(expand_hostlist(self.nodelist)) if self.nodelist else ()
-
 
 def slurm_node(environ: Mapping[str, str]) -> SlurmNode | None:
     """The allocation this process runs in, or None outside Slurm (no SLURM_JOB_ID)."""
     job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job_id:
         return None
-    nnodes = _first_int(environ, _NODE_COUNT_VARS)
-    node_rank = _first_int(environ, ("SLURM_NODEID",))
-    nodelist = ""
-    for var in _NODE_LIST_VARS:
-        if environ.get(var):
-            nodelist = environ[var]
-            try:
-                first_host(nodelist)  # checked here, so the error names the variable
-            except UsageError as exc:
-                raise UsageError(f"{var}: {exc}") from None
-            break
+    nnodes, count_var = _first_int(environ, _NODE_COUNT_VARS)
+    node_rank, _ = _first_int(environ, ("SLURM_NODEID",))
+    list_var = next((var for var in _NODE_LIST_VARS if environ.get(var)), _NODE_LIST_VARS[-1])
+    nodelist = environ.get(list_var, "")
+    if nodelist:
+        try:
+            first_host(nodelist)  # checked here, so the error names the variable
+        except UsageError as exc:
+            raise UsageError(f"{list_var}: {exc}") from None
     nproc, source = 1, ""
     for var in ("SLURM_GPUS_ON_NODE", "SLURM_NTASKS_PER_NODE"):
-        value = _first_int(environ, (var,))
+        value, _ = _first_int(environ, (var,))
         if value:
             nproc, source = value, var
             break
-    return SlurmNode(job_id, nnodes, node_rank, nodelist, nproc, source)
+    return SlurmNode(job_id, nnodes, node_rank, nodelist, nproc, source, count_var, list_var)
 
 
-def _first_int(environ: Mapping[str, str], names) -> int | None:
+def _first_int(environ: Mapping[str, str], names) -> tuple[int | None, str]:
+    """The first of `names` that is set, as a count, and its name (the last name when none is)."""
     for name in names:
         text = environ.get(name, "").strip()
         if not text:
@@ -192,8 +157,8 @@ def _first_int(environ: Mapping[str, str], names) -> int | None:
         number = ascii_number(text.split("(", 1)[0])
         if number is None:
             raise UsageError(f"{name}={text!r} is not a count; unset it or give the value as a flag")
-        return number
-    return None
+        return number, name
+    return None, names[-1]
 
 
 @dataclass(frozen=True)
@@ -212,12 +177,12 @@ class FromSlurm:
         return f"from Slurm job {self.job_id}: " + ", ".join(parts)
 
 
-def _node_count_var(environ: Mapping[str, str]) -> str:
-    return next((v for v in _NODE_COUNT_VARS if environ.get(v, "").strip()), _NODE_COUNT_VARS[-1])
-
-
-def _node_list_var(environ: Mapping[str, str]) -> str:
-    return next((v for v in _NODE_LIST_VARS if environ.get(v)), _NODE_LIST_VARS[-1])
+def _multi_node(node: SlurmNode, given: Mapping[str, object], values: dict, sources: dict, *addr_flags: str) -> None:
+    """A multi-node job's node rank and master address from Slurm, where no flag in `given` set them."""
+    if "node_rank" not in given and node.node_rank is not None:
+        values["node_rank"], sources["node_rank"] = node.node_rank, "SLURM_NODEID"
+    if not set(addr_flags) & set(given) and node.master_addr:
+        values["master_addr"], sources["master_addr"] = node.master_addr, node.nodelist_source
 
 
 def run_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> FromSlurm:
@@ -238,13 +203,10 @@ def run_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> Fro
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
     if "nnodes" not in given and node.nnodes is not None:
-        values["nnodes"], sources["nnodes"] = node.nnodes, _node_count_var(environ)
+        values["nnodes"], sources["nnodes"] = node.nnodes, node.nnodes_source
     nnodes = given.get("nnodes", values.get("nnodes", 1))
     if isinstance(nnodes, int) and nnodes > 1:
-        if "node_rank" not in given and node.node_rank is not None:
-            values["node_rank"], sources["node_rank"] = node.node_rank, "SLURM_NODEID"
-        if not {"master_addr", "rdzv_endpoint"} & set(given) and node.master_addr:
-            values["master_addr"], sources["master_addr"] = node.master_addr, _node_list_var(environ)
+        _multi_node(node, given, values, sources, "master_addr", "rdzv_endpoint")
     if "nproc_per_node" not in given and node.nproc_source:
         values["nproc_per_node"], sources["nproc_per_node"] = node.nproc_per_node, node.nproc_source
     return FromSlurm(values, sources, node.job_id)
@@ -260,18 +222,14 @@ def launch_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> 
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
     if "local_worker_num" not in given:
-        values["local_worker_num"] = node.nproc_per_node
-        sources["local_worker_num"] = node.nproc_source or "default 1"
+        values["local_worker_num"], sources["local_worker_num"] = node.nproc_per_node, node.nproc_source or "default 1"
     nnodes = node.nnodes or 1
     if "worker_num" not in given:
         per_node = given.get("local_worker_num", values.get("local_worker_num"))
         values["worker_num"] = int(per_node) * nnodes
-        sources["worker_num"] = f"{_node_count_var(environ)}={nnodes} x local_worker_num"
+        sources["worker_num"] = f"{node.nnodes_source}={nnodes} x local_worker_num"
     if nnodes > 1:
-        if "node_rank" not in given and node.node_rank is not None:
-            values["node_rank"], sources["node_rank"] = node.node_rank, "SLURM_NODEID"
-        if "master_addr" not in given and node.master_addr:
-            values["master_addr"], sources["master_addr"] = node.master_addr, _node_list_var(environ)
+        _multi_node(node, given, values, sources, "master_addr")
     return FromSlurm(values, sources, node.job_id)
 
 
@@ -287,9 +245,9 @@ def task_env(environ: Mapping[str, str]) -> dict[str, str]:
     WORLD_SIZE (SLURM_NTASKS), LOCAL_RANK (SLURM_LOCALID), LOCAL_WORLD_SIZE (tasks on this node),
     MASTER_ADDR (the step's first host), MASTER_PORT (from the job id). A variable already set is
     kept; outside a Slurm task (no SLURM_PROCID) nothing is added."""
-    if not environ.get("SLURM_PROCID") or not (environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")):
+    node = slurm_node(environ)
+    if node is None or not environ.get("SLURM_PROCID"):
         return {}
-    job_id = environ.get("SLURM_JOB_ID") or environ["SLURM_JOBID"]
     derived: dict[str, str] = {"RANK": environ["SLURM_PROCID"]}
     ntasks = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS")
     if ntasks:
@@ -299,10 +257,9 @@ def task_env(environ: Mapping[str, str]) -> dict[str, str]:
     local = _tasks_on_node(environ)
     if local is not None:
         derived["LOCAL_WORLD_SIZE"] = str(local)
-    node = slurm_node(environ)
-    if node is not None and not environ.get("MASTER_ADDR") and node.master_addr:
+    if not environ.get("MASTER_ADDR") and node.master_addr:
         derived["MASTER_ADDR"] = node.master_addr
-    derived["MASTER_PORT"] = str(default_master_port(job_id))
+    derived["MASTER_PORT"] = str(default_master_port(node.job_id))
     return {k: v for k, v in derived.items() if not environ.get(k)}
 
 
@@ -322,7 +279,3 @@ def _tasks_on_node(environ: Mapping[str, str]) -> int | None:
             return ascii_number(m.group(1))
         index -= repeat
     return None
-
-
-__all__ = ["expand_hostlist", "first_host", "SlurmNode", "slurm_node", "FromSlurm", "run_defaults", "launch_defaults",
-           "default_master_port", "task_env"]

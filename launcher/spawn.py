@@ -19,6 +19,7 @@ topo's launchers set it. How each starts bound:
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -87,8 +88,8 @@ def start_bound(process: multiprocessing.process.BaseProcess, device_id: DeviceI
                                 "run without a hook: call set_affinity(..., migrate=True, threads='all') first "
                                 "thing in run(), or use the spawn start method")
         multiprocessing.forkserver.ensure_running()  # started here, unbound, if it was not yet
-        process._target = BindFirst(binding, bind_fallback, home_nodes(this_machine(), binding), env,
-                                    process._target)
+        process._target = functools.partial(_bind_first, binding, bind_fallback,
+                                            home_nodes(this_machine(), binding), env, process._target)
         process.start()
     else:
         raise AffinityError(f"start_bound: start method {method!r} copies this process, pages and all; use spawn "
@@ -122,17 +123,10 @@ def _spawn_bound(process, binding: Binding, fallback: bool, env: dict[str, str])
                     os.environ[name] = value
 
 
-class BindFirst:
+def _bind_first(binding: Binding, fallback: bool, home: CpuSet, env: dict[str, str], target, *args, **kwargs):
     """A forkserver child's target: bind the whole child (every thread, memory policy, the pages
     touched so far), set TOPO_BINDING, then run the original target."""
-
-    def __init__(self, binding: Binding, fallback: bool, home: CpuSet, env: dict[str, str], target):
-        self.binding, self.fallback, self.home, self.env, self.target = binding, fallback, home, env, target
-
-    def __call__(self, *args, **kwargs):
-        held = apply_binding(self.binding, self.fallback, "start_bound", threads=syscalls.other_threads())
-        migrate_to(self.home)
-        os.environ.update(self.env, **{BINDING_VAR: held.env_value()})
-        if self.target is not None:
-            return self.target(*args, **kwargs)
-        return None
+    held = apply_binding(binding, fallback, "start_bound", threads=syscalls.other_threads())
+    migrate_to(home)
+    os.environ.update(env, **{BINDING_VAR: held.env_value()})
+    return None if target is None else target(*args, **kwargs)

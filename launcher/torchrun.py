@@ -39,10 +39,9 @@ from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec
 from topo.launcher.run import execute
 from topo.launcher.supervisor import describe_code, read_log
 from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
-from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, parse_signals
+from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, discover_here, parse_signals
 from topo.binding import Binding
 from topo.errors import UsageError
-
 
 
 # ------------------------------------------------------------------ planning
@@ -52,16 +51,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     binding and log layout, and the restart policy (each attempt under `<run dir>/attempt_<n>/`,
     the run dir given as the plan's log_dir). Raises UsageError before anything is created or
     started."""
-
-    environ = dict(os.environ if environ is None else environ)
-    command = _command(config)
-    _check_command(config, command, environ)
-    if config.log_dir:
-        check_log_dir(config.log_dir, "--log-dir")
-    warnings: list[str] = []
-    bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
-    if config.numa_binding:
-        bindings = _bindings(config, environ, topology, warnings)
+    environ, command, bindings, warnings = _prepare(config, environ, topology)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or str(uuid.uuid4())
     shared = sharers(bindings)
@@ -135,6 +125,21 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
                 config.max_restarts, attempt)
 
 
+def _prepare(config: RunConfig, environ: Mapping[str, str] | None, topology):
+    """What both ways of running a job check and plan first: (the environment, the workers' argv,
+    their bindings, the warnings). UsageError before anything is created or started."""
+    environ = dict(os.environ if environ is None else environ)
+    command = _command(config)
+    _check_command(config, command, environ)
+    if config.log_dir:
+        check_log_dir(config.log_dir, "--log-dir")
+    warnings: list[str] = []
+    bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
+    if config.numa_binding:
+        bindings = _bindings(config, environ, topology, warnings)
+    return environ, command, bindings, warnings
+
+
 def _virtual_device(environ: Mapping[str, str], local_rank: int, variable: str) -> str:
     visible = environ.get(variable)
     if visible is None:
@@ -150,17 +155,13 @@ def _command(config: RunConfig) -> tuple[str, ...]:
     """torchrun's argv: `python -u [-m] SCRIPT ARGS`, or the program itself with --no-python.
     --run-path (torchrun: runpy.run_path in its own interpreter) runs the script the same way
     `python -u SCRIPT` does: as __main__, with sys.argv = [SCRIPT, ARGS...]."""
-    if config.run_path:
-        return (config.python, "-u", config.script, *config.script_args)
-    if config.no_python:
+    if config.no_python and not config.run_path:
         return (config.script, *config.script_args)
-    if config.module:
-        return (config.python, "-u", "-m", config.script, *config.script_args)
-    return (config.python, "-u", config.script, *config.script_args)
+    module = ("-m",) if config.module and not config.run_path else ()
+    return (config.python, "-u", *module, config.script, *config.script_args)
 
 
 def _check_command(config: RunConfig, command: tuple[str, ...], environ: Mapping[str, str]) -> None:
-
     program = command[0]
     path = environ.get("PATH", os.defpath)
     if "/" in program:
@@ -181,12 +182,8 @@ def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings:
     next to the r-th visible device (torchrun's rule), or on its share of the CPUs without devices."""
     from topo import planners  # ~60 ms to import: only for --numa-binding
 
-    if topology is None:
-        from topo.discovery import discover  # the probes: only for --numa-binding
-
-        topology = discover()
-    elif callable(topology):
-        topology = topology()
+    if topology is None or callable(topology):
+        topology = (topology or discover_here)()
     if not topology.is_this_system:
         raise UsageError(f"refusing to bind from a topology read below {topology.root!r}: it is not this machine")
     plan = planners.plan(topology, config.numa_binding, nproc=config.nproc_per_node, memory=config.memory)
@@ -226,7 +223,6 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     runs under torch's agent instead (launcher.elastic). `out` gets the dry-run text and tee'd output, `err` the
     launcher's messages and the failure report. Must run on a thread that lives as long as the
     job (the workers die with it)."""
-
     out, err = out or sys.stdout, err or sys.stderr
     if config.torch_agent:
         return _run_on_torch_agent(config, environ, topology, out, err)
@@ -284,15 +280,7 @@ def _run_on_torch_agent(config: RunConfig, environ: Mapping[str, str] | None, to
     """The static plan's checks and bindings, then torch's agent runs the job (launcher.elastic)."""
     from topo.launcher.elastic import run_agent  # imports torch: only for the forms only it runs
 
-    environ = dict(os.environ if environ is None else environ)
-    command = _command(config)
-    _check_command(config, command, environ)
-    if config.log_dir:
-        check_log_dir(config.log_dir, "--log-dir")
-    warnings: list[str] = []
-    bindings: tuple[Binding, ...] = (UNBOUND,) * config.nproc_per_node
-    if config.numa_binding:
-        bindings = _bindings(config, environ, topology, warnings)
+    environ, command, bindings, warnings = _prepare(config, environ, topology)
     code, restarts, failure, run_dir = run_agent(config, command, bindings, warnings, environ=environ, out=out,
                                                  err=err)
     return RunResult(code, None, restarts, failure, run_dir)
@@ -316,7 +304,6 @@ def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir:
 def _streams(config: RunConfig, local_rank: int, rank_dir: str) -> tuple[str | None, str, bool]:
     """(stdout file, stderr file, copy them to the console) for one worker. None: the console;
     a rank outside --local-ranks-filter writes what is not redirected to /dev/null, as torchrun."""
-
     to_files, to_console = config.streams(local_rank)
     shown = config.local_ranks_filter is None or local_rank in config.local_ranks_filter
     hidden = None if shown else os.devnull
@@ -328,7 +315,6 @@ def _streams(config: RunConfig, local_rank: int, rank_dir: str) -> tuple[str | N
 def _make_run_dir(config: RunConfig, run_id: str) -> str:
     """`<log dir>/<run id>_<random>`, torchrun's layout; without --log-dir the base is a new
     `torchelastic_<random>` directory under the temporary directory."""
-
     try:
         if config.log_dir:
             os.makedirs(config.log_dir, exist_ok=True)
@@ -353,6 +339,3 @@ def describe_run(plan: Plan, config: RunConfig) -> str:
         lines.append(f"  binding: {spec.binding.describe()}")
         lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())))
     return "\n".join(lines)
-
-
-__all__ = ["RunResult", "describe_run", "plan_run", "run"]

@@ -95,6 +95,3 @@ def format_failures(title: str, root: Failure, others: Sequence[Failure]) -> str
     return "\n".join([
         "=" * width, title, "-" * width, "Failures:", "\n".join(blocks) or "  <NO_OTHER_FAILURES>", "-" * width,
         "Root Cause (first observed failure):", block(0, root), "=" * width])
-
-
-__all__ = ["Failure", "NO_ERROR_FILE", "format_failures", "read_failure"]

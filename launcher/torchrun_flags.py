@@ -55,10 +55,6 @@ class TorchrunRelease:
     cpu_word_allowed: bool  # --nproc-per-node=cpu counts the CPUs this process may use, else all online
     hip_virtual_devices: bool  # --virtual-local-rank maps HIP_VISIBLE_DEVICES when it is set
 
-    @property
-    def name(self) -> str:
-        return "%d.%d" % self.release
-
 
 TORCHRUN_RELEASES = (  # oldest first; 2.9 is the first with --numa-binding
     TorchrunRelease((2, 9), DEFAULT_MASTER_PORT, signals_variable=False, cpu_word_allowed=False,
@@ -176,11 +172,6 @@ def parse_signals(text: str) -> tuple[str, ...]:
     return names
 
 
-def _check_port(port: int, flag: str) -> None:
-    if not 1 <= port <= 65535:
-        raise UsageError(f"{flag}: port {port} is outside 1-65535")
-
-
 def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable,
                     release: TorchrunRelease = TORCHRUN_RELEASES[-1]) -> int:
     """--nproc-per-node: a number, or torchrun's words: `gpu` (the visible GPUs), `cpu` (the CPUs this
@@ -189,12 +180,7 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable,
     value = str(text).strip()
     n = ascii_number(value, most=1 << 63)
     if n is not None:
-        if n < 1:
-            raise UsageError(f"--nproc-per-node={text}: start at least 1 worker")
-        if n > MAX_PROCESSES:
-            raise UsageError(f"--nproc-per-node={n} is more than {MAX_PROCESSES} processes on one node: "
-                             "start fewer")
-        return n
+        return n  # RunConfig checks the count
     cpus = len(os.sched_getaffinity(0)) if release.cpu_word_allowed else (os.cpu_count() or 1)
     if value == "cpu":
         return cpus
@@ -222,78 +208,44 @@ _DEFAULT_NPROC = int(str(TORCHRUN_DEFAULTS["nproc_per_node"]))
 @dataclass(frozen=True)
 class RunConfig:
     """One `topo run` invocation, resolved: torchrun's flags with their defaults and Slurm's values
-    applied, validated, no I/O.
-
-    Args:
-        script / script_args: the training script (a module with `module`, a program with `no_python`).
-        nnodes / nproc_per_node / node_rank: the job's shape; rank = node_rank * nproc_per_node + local rank.
-            `nnodes` is the most nodes; `min_nodes` the fewest an elastic job starts with.
-        master_addr / master_port: where rank 0's TCPStore listens; `master_port` None picks a
-            free port on this node at launch (single-node jobs, as torchrun's local rendezvous).
-        run_id: TORCHELASTIC_RUN_ID; "" means a fresh UUID at launch.
-        torch_agent: why torch.distributed.elastic's agent runs this job (the flag that needs its
-            rendezvous, as "--nnodes=1:2"); None: topo's static plan runs it (launcher.torchrun).
-        rdzv_backend / rdzv_endpoint / rdzv_conf / local_addr: the rendezvous, as given, for torch's agent.
-        max_restarts: restarts of the whole local worker group after a failure.
-        monitor_interval: torchrun's polling period; topo's static plan polls on its own schedule
-            (5 ms, backing off to 100 ms).
-        role: the workers' ROLE_NAME.
-        log_dir: base directory of `<run id>_<random>/attempt_<n>/<local rank>/`; None: a new
-            directory under the system's temporary directory, removed after a successful run.
-        redirects / tee: per local rank, which of stdout (1) and stderr (2) go to files / to files
-            and the console.
-        local_ranks_filter: the local ranks whose output reaches the console (None: all).
-        line_prefix: the template of a tee'd line's prefix (${role_name}, ${rank}, ${local_rank}, ${hostname}).
-        numa_binding / memory: a topo planner mode, and its memory policy (none, numa, preferred).
-        bind_fallback: as topo launch's: a refused memory policy is dropped and the CPUs kept, a
-            binding that does not take leaves the worker as the kernel placed it.
-        dry_run: print every worker's argv, binding and environment; start nothing.
-        grace_period: seconds between SIGTERM and SIGKILL when the workers are stopped
-            (--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30).
-        signals_to_handle: the signals forwarded to the workers to stop them; also
-            TORCHELASTIC_SIGNALS_TO_HANDLE.
-        virtual_local_rank: LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its own GPU.
-        torch_extras: torch's agent's own options, as given: start_method, event_log_handler,
-            logs_specs, duplicate_stdout_filters, duplicate_stderr_filters.
-        torchrun: the torchrun release whose behaviour is followed (the installed torch's).
-        python: the interpreter ($PYTHON_EXEC, else the one running topo).
-    """
+    applied, validated, no I/O. Rank = node_rank * nproc_per_node + local rank."""
 
     script: str
     script_args: tuple[str, ...] = ()
-    nnodes: int = _DEFAULT_NNODES
+    nnodes: int = _DEFAULT_NNODES  # the most nodes; min_nodes the fewest an elastic job starts with
     nproc_per_node: int = _DEFAULT_NPROC
     node_rank: int = TORCHRUN_DEFAULTS["node_rank"]
-    master_addr: str = TORCHRUN_DEFAULTS["master_addr"]
-    master_port: int | None = DEFAULT_MASTER_PORT
-    run_id: str = TORCHRUN_DEFAULTS["rdzv_id"]
+    master_addr: str = TORCHRUN_DEFAULTS["master_addr"]  # where rank 0's TCPStore listens
+    master_port: int | None = DEFAULT_MASTER_PORT  # None: a free port at launch (torchrun's local rendezvous)
+    run_id: str = TORCHRUN_DEFAULTS["rdzv_id"]  # TORCHELASTIC_RUN_ID; "": a fresh UUID at launch
     min_nodes: int | None = None  # None: nnodes
+    # the flag that makes torch's agent run the job ("--nnodes=1:2"); None: topo's static plan runs it
     torch_agent: str | None = None
     rdzv_backend: str = TORCHRUN_DEFAULTS["rdzv_backend"]
     rdzv_endpoint: str = TORCHRUN_DEFAULTS["rdzv_endpoint"]
     rdzv_conf: str = TORCHRUN_DEFAULTS["rdzv_conf"]
     local_addr: str | None = TORCHRUN_DEFAULTS["local_addr"]
-    max_restarts: int = TORCHRUN_DEFAULTS["max_restarts"]
-    monitor_interval: float = TORCHRUN_DEFAULTS["monitor_interval"]
+    max_restarts: int = TORCHRUN_DEFAULTS["max_restarts"]  # of the whole local worker group
+    monitor_interval: float = TORCHRUN_DEFAULTS["monitor_interval"]  # torch's agent's; topo polls every 5-100 ms
     role: str = TORCHRUN_DEFAULTS["role"]
     module: bool = TORCHRUN_DEFAULTS["module"]
     no_python: bool = TORCHRUN_DEFAULTS["no_python"]
     run_path: bool = TORCHRUN_DEFAULTS["run_path"]
-    log_dir: str | None = TORCHRUN_DEFAULTS["log_dir"]
-    redirects: str = TORCHRUN_DEFAULTS["redirects"]
-    tee: str = TORCHRUN_DEFAULTS["tee"]
-    local_ranks_filter: frozenset[int] | None = None
-    line_prefix: str = DEFAULT_LINE_PREFIX
+    log_dir: str | None = TORCHRUN_DEFAULTS["log_dir"]  # None: a temporary one, removed after a success
+    redirects: str = TORCHRUN_DEFAULTS["redirects"]  # per local rank, the Std streams that go to files
+    tee: str = TORCHRUN_DEFAULTS["tee"]  # per local rank, the Std streams that go to files and the console
+    local_ranks_filter: frozenset[int] | None = None  # the local ranks shown on the console; None: all
+    line_prefix: str = DEFAULT_LINE_PREFIX  # a tee'd line's: ${role_name}, ${rank}, ${local_rank}, ${hostname}
     numa_binding: str | None = TORCHRUN_DEFAULTS["numa_binding"]
-    memory: str = "none"
-    bind_fallback: bool = False
-    dry_run: bool = False
-    grace_period: float = DEFAULT_SHUTDOWN_TIMEOUT
-    signals_to_handle: str = TORCHRUN_DEFAULTS["signals_to_handle"]
-    virtual_local_rank: bool = TORCHRUN_DEFAULTS["virtual_local_rank"]
-    torch_extras: Mapping[str, object] = field(default_factory=dict)
-    torchrun: TorchrunRelease = TORCHRUN_RELEASES[-1]
-    python: str = field(default_factory=lambda: sys.executable or "python3")
+    memory: str = "none"  # the memory policy of the numa_binding mode
+    bind_fallback: bool = False  # as topo launch's: a refused memory policy dropped, the CPUs kept
+    dry_run: bool = False  # print every worker's argv, binding and environment; start nothing
+    grace_period: float = DEFAULT_SHUTDOWN_TIMEOUT  # seconds from SIGTERM to SIGKILL
+    signals_to_handle: str = TORCHRUN_DEFAULTS["signals_to_handle"]  # forwarded to stop the workers
+    virtual_local_rank: bool = TORCHRUN_DEFAULTS["virtual_local_rank"]  # LOCAL_RANK=0, each worker its own GPU
+    torch_extras: Mapping[str, object] = field(default_factory=dict)  # TORCH_AGENT_OPTIONS, as given
+    torchrun: TorchrunRelease = TORCHRUN_RELEASES[-1]  # the release followed: the installed torch's
+    python: str = field(default_factory=lambda: sys.executable or "python3")  # $PYTHON_EXEC, else this one
 
     def __post_init__(self):
         if not isinstance(self.script_args, tuple):
@@ -310,8 +262,8 @@ class RunConfig:
         if not 0 <= self.node_rank < self.nnodes:
             raise UsageError(f"--node-rank={self.node_rank} is not a node of --nnodes={self.nnodes}: "
                              f"give 0 to {self.nnodes - 1}")
-        if self.master_port is not None:
-            _check_port(self.master_port, "--master-port")
+        if self.master_port is not None and not 1 <= self.master_port <= 65535:
+            raise UsageError(f"--master-port: port {self.master_port} is outside 1-65535")
         if self.max_restarts < 0:
             raise UsageError(f"--max-restarts={self.max_restarts} must be 0 or more")
         if not 0 < self.monitor_interval <= MAX_SECONDS:  # nan fails both
@@ -358,7 +310,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     --nproc-per-node=gpu|auto.
     """
     environ = os.environ if environ is None else environ
-    topology = topology or _discover
+    topology = topology or discover_here
     version = installed_torch() if torch_version is _INSTALLED else torch_version
     release = torchrun_release(version)
     flags = dict(given)
@@ -372,19 +324,15 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         flags["nnodes"] = 1
     nodes_given = parse_nnodes(str(flags["nnodes"])) if "nnodes" in flags else None
     user = {k: (nodes_given[1] if k == "nnodes" else v) for k, v in flags.items()}
-    if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):  # launcher.slurm.slurm_node's test
-        from_slurm = slurm.run_defaults(environ, user)
-        slurm_values, slurm_note = from_slurm.values, from_slurm.note()
-    else:  # not in an allocation: nothing to take, nothing to import
-        slurm_values, slurm_note = {}, None
-    values = {**torchrun_defaults(release), **slurm_values, **user}
+    from_slurm = slurm.run_defaults(environ, user)
+    values = {**torchrun_defaults(release), **from_slurm.values, **user}
 
     nnodes = values["nnodes"] if isinstance(values["nnodes"], int) else parse_nnodes(str(values["nnodes"]))[1]
     min_nodes = nodes_given[0] if nodes_given else nnodes
     nproc = values["nproc_per_node"]
     nproc = nproc if isinstance(nproc, int) else nproc_from_text(str(nproc), environ, topology, release)
     backend = str(values["rdzv_backend"]).strip()
-    node_rank_known = "node_rank" in user or "node_rank" in slurm_values
+    node_rank_known = "node_rank" in user or "node_rank" in from_slurm.values
     agent = _torch_agent_form(values, min_nodes, nnodes, backend, node_rank_known, version is not None)
     if agent and version is None:
         also = (" or give each node --node-rank=N for a static job" if backend == "c10d" and min_nodes == nnodes
@@ -409,8 +357,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     network.check_host(master_addr.strip("[]"), f"--master-addr={excerpt(master_addr)!r}")
     prefix = str(values["log_line_prefix_template"] or environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
                  or DEFAULT_LINE_PREFIX)
-
-    config = RunConfig(
+    return RunConfig(
         script=script, script_args=tuple(script_args), nnodes=nnodes, nproc_per_node=nproc,
         node_rank=int(values["node_rank"]), master_addr=master_addr,
         master_port=None if master_port is None else int(master_port), run_id=run_id,
@@ -428,8 +375,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         signals_to_handle=str(values["signals_to_handle"]), virtual_local_rank=bool(values["virtual_local_rank"]),
         torch_extras={k: values[k] for k in TORCH_AGENT_OPTIONS}, torchrun=release,
         python=environ.get("PYTHON_EXEC") or sys.executable or "python3",
-    )
-    return config, slurm_note
+    ), from_slurm.note()
 
 
 # Options only torch's agent acts on; topo's static plan accepts the first two, and the others
@@ -466,27 +412,18 @@ def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
     text = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "").strip()
     if not text:
         return DEFAULT_SHUTDOWN_TIMEOUT
-    seconds = ascii_seconds(text)
-    if seconds is None:
-        raise UsageError(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={excerpt(text, 40)!r} is not {SECONDS_FORM}: fix it or "
-                         "give --shutdown-timeout")
-    return seconds
+    return _seconds(text, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", ": fix it or give --shutdown-timeout")
 
 
-def _seconds(value, flag: str) -> float:
-    """A duration flag's value: a number (click's SECONDS read it), or text read by ascii_seconds."""
+def _seconds(value, name: str, fix: str = "") -> float:
+    """A duration's value: a number (click's SECONDS read it), or text read by ascii_seconds."""
     seconds = ascii_seconds(value.strip()) if isinstance(value, str) else float(value)
     if seconds is None:
-        raise UsageError(f"{flag}={excerpt(value, 40)!r} is not {SECONDS_FORM}")
+        raise UsageError(f"{name}={excerpt(value, 40)!r} is not {SECONDS_FORM}{fix}")
     return seconds
 
 
-def _discover():
+def discover_here():
     from topo.discovery import discover  # the probes: only when something needs this machine's topology
 
     return discover()
-
-
-__all__ = ["RunConfig", "config_from_flags", "TORCHRUN_DEFAULTS", "TORCHRUN_RELEASES", "TorchrunRelease",
-           "DEFAULT_SHUTDOWN_TIMEOUT", "installed_torch", "torchrun_defaults", "torchrun_release", "parse_nnodes",
-           "parse_std", "parse_endpoint", "parse_signals", "parse_ranks_filter", "nproc_from_text", "STD_OUT", "STD_ERR"]

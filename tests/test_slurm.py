@@ -105,7 +105,7 @@ def test_outside_slurm_nothing_is_taken():
 def test_a_step_describes_its_own_nodes():
     node = slurm_node(STEP)
     assert (node.nnodes, node.node_rank, node.master_addr) == (2, 1, "gpu03")
-    assert node.hosts == ("gpu03", "gpu04")
+    assert expand_hostlist(node.nodelist) == ["gpu03", "gpu04"]
     assert (node.nproc_per_node, node.nproc_source) == (4, "SLURM_NTASKS_PER_NODE")
 
 

@@ -30,6 +30,9 @@ COMMANDS: dict[str, str] = {
 }
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
+# launch and run: SCRIPT and everything after it belong to the script, options included (msrun's
+# and torchrun's REMAINDER)
+SCRIPT_CONTEXT = {**CONTEXT, "allow_interspersed_args": False}
 
 
 class _Group(click.Group):

@@ -6,16 +6,9 @@ import sys
 
 import click
 
-from topo.cli import CONTEXT
+from topo.cli import SCRIPT_CONTEXT
 from topo.cli.numbers import SECONDS, WHOLE, WholeRange
 from topo.launcher.config import LaunchConfig
-
-_SCRIPT_CONTEXT = {
-    # SCRIPT and everything after it belong to the script, options included (msrun's REMAINDER)
-    "allow_interspersed_args": False,
-    **CONTEXT,
-}
-
 
 def _msrun_option(name: str, **kwargs):
     """An msrun flag under its own spelling (--worker_num) and the dashed one (--worker-num)."""
@@ -25,7 +18,7 @@ def _msrun_option(name: str, **kwargs):
     return click.option(*names, name, **kwargs)
 
 
-@click.command(context_settings=_SCRIPT_CONTEXT)
+@click.command(context_settings=SCRIPT_CONTEXT)
 @_msrun_option("worker_num", type=WHOLE, default=LaunchConfig.worker_num, help="Workers in the whole job.")
 @_msrun_option("local_worker_num", type=WHOLE, default=LaunchConfig.local_worker_num,
                help="Workers started on this node.")
@@ -62,7 +55,7 @@ def _msrun_option(name: str, **kwargs):
 @click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
               help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "
                    "(and run a process whose binding does not take as placed) instead of failing.")
-@click.option("--python", "python", default=None, metavar="PATH",
+@click.option("--python", "python", default=LaunchConfig.python, metavar="PATH",
               help="Interpreter put before SCRIPT [default: `python` from PATH, as msrun].")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -85,8 +78,6 @@ def launch(script, script_args, **flags):
     from topo.launcher.config import config_from_flags
     from topo.launcher.run import launch as run_launch
 
-    if flags["python"] is None:
-        del flags["python"]
     ctx = click.get_current_context()
     given = {name for name in flags if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT}
     config, from_slurm = config_from_flags(script, script_args, flags, given)
@@ -96,7 +87,7 @@ def launch(script, script_args, **flags):
     sys.exit(result.exit_code)
 
 
-@click.command(context_settings=_SCRIPT_CONTEXT)
+@click.command(context_settings=SCRIPT_CONTEXT)
 @click.option("--mode", "mode", default=None, metavar="MODE",
               help="Plan this node here, with a mode of set_affinity / `topo plan --list-modes` (exclusive, "
                    "unique_contiguous, node, ...), for the launcher's local rank and process count; no bind JSON.")
@@ -135,8 +126,5 @@ def bind(mode, scope, memory, bind_file, local_rank, nproc_per_node, bind_fallba
     """
     from topo.launcher.bindcmd import bind_and_exec
 
-    if mode is None:
-        bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback)
-    else:
-        bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback, mode=mode,
-                      scope=scope, memory=memory, nproc_per_node=nproc_per_node)
+    bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback, mode=mode,
+                  scope=scope, memory=memory, nproc_per_node=nproc_per_node)  # the last three serve --mode

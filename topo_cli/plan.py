@@ -31,13 +31,10 @@ class _ModeOption(click.Option):
         return super().get_help_record(ctx)
 
 
-class _ModeType(click.ParamType):
-    name = "mode"
+def _mode_name(ctx, param, value):
+    from topo import planners
 
-    def convert(self, value, param, ctx):
-        from topo import planners
-
-        return planners.get_planner(value).name  # its UsageError names the modes
+    return None if value is None else planners.get_planner(value).name  # its UsageError names the modes
 
 
 class _Choice(click.Choice):
@@ -96,7 +93,7 @@ def _list_modes() -> str:
 
 @click.command(context_settings=CONTEXT)
 @machine_options
-@click.option("--mode", metavar="MODE", type=_ModeType(), cls=_ModeOption)
+@click.option("--mode", metavar="MODE", callback=_mode_name, cls=_ModeOption)
 @click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
 @click.option("--nproc-per-node", type=WholeRange(min=1), default=None,
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")

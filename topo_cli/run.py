@@ -9,15 +9,8 @@ from click.core import ParameterSource
 
 from topo.launcher.torchrun_flags import DEFAULT_LINE_PREFIX, DEFAULT_MASTER_PORT, DEFAULT_SHUTDOWN_TIMEOUT, MEMORY_CHOICES
 from topo.launcher.torchrun_flags import TORCHRUN_DEFAULTS as D
-from topo.cli import CONTEXT
+from topo.cli import SCRIPT_CONTEXT
 from topo.cli.numbers import SECONDS, WHOLE
-
-_SCRIPT_CONTEXT = {
-    # SCRIPT and everything after it belong to the script, options included (torchrun's REMAINDER)
-    "allow_interspersed_args": False,
-    **CONTEXT,
-}
-
 
 def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
     """A torchrun flag under both its spellings (--nproc-per-node, --nproc_per_node) and, as
@@ -42,7 +35,7 @@ def _print_completion(ctx, param, shell):
     ctx.exit()
 
 
-@click.command(context_settings=_SCRIPT_CONTEXT)
+@click.command(context_settings=SCRIPT_CONTEXT)
 @_torchrun_option("nnodes", metavar="N|MIN:MAX",
                   help=f"Nodes in the job; MIN:MAX is elastic (torch's rendezvous) [default: {D['nnodes']}; Slurm's "
                        "node count].")
