@@ -6,7 +6,6 @@ decided and checked here, so `--dry-run` prints exactly what a real launch start
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import socket
