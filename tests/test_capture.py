@@ -232,7 +232,8 @@ def test_a_gpu_host_replays_with_nvmls_devices_and_fields(tmp_path, monkeypatch)
         assert "nvml.json: what NVML said" in tar.extractfile(f"{TOOLS_DIR}/README.txt").read().decode()
 
 
-@pytest.mark.parametrize("stored", ['{"gpus": [{"index": true}]}', "[" * 100_000, '{"gpus": []}'])
+@pytest.mark.parametrize("stored", ['{"gpus": [{"index": true}]}', "[" * 100_000, '{"gpus": []}',
+                                    '{"status": "ok\\u001b[2J", "gpus": [], "pcie_levels": []}'])
 def test_a_malformed_stored_nvml_report_is_a_status_not_a_crash(tmp_path, stored):
     from topo.discovery import discover
 

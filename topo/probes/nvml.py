@@ -289,11 +289,12 @@ def _stored_gpu(g: dict) -> NvmlGpu:
 
 
 def _checked(value, kind: type, optional: bool = False):
-    """`value` when it is a `kind` (an int from 0 to 2**64, a string of at most 256 characters)."""
+    """`value` when it is a `kind` (an int from 0 to 2**64, a printable string of at most 256
+    characters: it is shown on terminals)."""
     if value is None and optional:
         return value
     if (not isinstance(value, kind) or isinstance(value, bool) or kind is int and not 0 <= value < 1 << 64
-            or kind is str and len(value) > 256):
+            or kind is str and (len(value) > 256 or not value.isprintable())):
         raise ValueError(f"{str(value)[:40]!r} is not {kind.__name__}")
     return value
 
