@@ -1,22 +1,16 @@
-"""What a Slurm allocation tells a launcher (`SLURM_JOB_ID` set): node count, this node's index,
-the master host and processes per node. A step's own variables (`srun -N1` in a 4-node allocation)
-are read before the job's:
-
-    node count   SLURM_STEP_NUM_NODES, SLURM_NNODES, SLURM_JOB_NUM_NODES
-    node list    SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST
-    node index   SLURM_NODEID (the node's index in that list)
-    per node     SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1
-
-Host lists (`gpu[01-04,07],login1`) are expanded here, without `scontrol show hostnames`.
+"""What a Slurm allocation tells a launcher (`SLURM_JOB_ID` set): node count, this node's index
+(SLURM_NODEID, in the node list), the master host (the list's first) and processes per node
+(SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1). A step's own variables (`srun -N1` in a
+4-node allocation) are read before the job's. Host lists (`gpu[01-04,07],login1`) are expanded
+here, without `scontrol show hostnames`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import itertools
 import math
 import re
+from dataclasses import dataclass
 from typing import Mapping
 
 from topo.launcher.network import check_host
