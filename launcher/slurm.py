@@ -53,12 +53,9 @@ def first_host(text: str) -> str:
 
 def _parse_hostlist(text: str) -> list[_Name]:
     """Every name of a hostlist as segments, checked, and the hosts they make counted (not listed)."""
-    if re.search(r"\[[^\]]*\[", text):
-        raise UsageError(f"hostlist {text!r}: brackets cannot nest")
     parsed: list[_Name] = []
     count = 0
-    for entry in re.split(r",(?![^\[]*\])", text):  # the commas outside brackets
-        entry = entry.strip()
+    for entry in _split_outside_brackets(text):
         if not entry:
             raise UsageError(f"hostlist {text!r} has an empty entry; write names separated by single commas")
         pieces = re.split(r"\[([^\[\]]*)\]", entry)  # literal text, with bracket bodies at odd indexes
@@ -72,6 +69,22 @@ def _parse_hostlist(text: str) -> list[_Name]:
             raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
         parsed.append(name)
     return parsed
+
+
+def _split_outside_brackets(text: str) -> list[str]:
+    entries, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise UsageError(f"hostlist {text!r}: brackets cannot nest")
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            entries.append(text[start:i].strip())
+            start = i + 1
+    entries.append(text[start:].strip())
+    return entries
 
 
 def _ranges(body: str, text: str) -> list[tuple[int, int, int]]:
