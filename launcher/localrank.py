@@ -1,16 +1,8 @@
 """This process's local rank and how many processes its node runs, as the launcher that started
 it says: every rank of a node reads its own pair, so all of them plan the node alike without a
-shared file (`topo bind --mode`).
-
-The launchers, innermost first (torchrun started by srun reads torchrun's pair):
-
-    torchrun, accelerate   LOCAL_RANK, LOCAL_WORLD_SIZE
-    deepspeed              LOCAL_RANK, LOCAL_SIZE
-    Open MPI               OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
-    MPICH / Intel MPI      MPI_LOCALRANKID, MPI_LOCALNRANKS (Hydra)
-    PMIx                   PMIX_LOCAL_RANK, PMIX_LOCAL_SIZE, where the launcher exports them
-    Slurm (srun)           SLURM_LOCALID, and the step's tasks on this node: SLURM_STEP_TASKS_PER_NODE
-                           or SLURM_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID, else SLURM_NTASKS_PER_NODE
+shared file (`topo bind --mode`). The launchers are tried innermost first (LAUNCHERS: torchrun
+started by srun reads torchrun's pair); Slurm's count is this node's entry of
+SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE ("2(x3),1", at SLURM_NODEID).
 """
 
 from __future__ import annotations
@@ -23,7 +15,8 @@ from topo.numbers import ascii_number
 from topo.cpuset import excerpt
 from topo.errors import UsageError
 
-# (launcher, its local-rank variable, the variables that may hold its node's process count)
+# (launcher, its local-rank variable, the variables that may hold its node's process count);
+# MPICH's are Intel MPI's too (Hydra), PMIx's are there where the launcher exports them
 LAUNCHERS = (
     ("torchrun, accelerate, deepspeed", "LOCAL_RANK", ("LOCAL_WORLD_SIZE", "LOCAL_SIZE")),
     ("Open MPI", "OMPI_COMM_WORLD_LOCAL_RANK", ("OMPI_COMM_WORLD_LOCAL_SIZE",)),

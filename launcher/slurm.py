@@ -1,22 +1,16 @@
-"""What a Slurm allocation tells a launcher (`SLURM_JOB_ID` set): node count, this node's index,
-the master host and processes per node. A step's own variables (`srun -N1` in a 4-node allocation)
-are read before the job's:
-
-    node count   SLURM_STEP_NUM_NODES, SLURM_NNODES, SLURM_JOB_NUM_NODES
-    node list    SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST
-    node index   SLURM_NODEID (the node's index in that list)
-    per node     SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1
-
-Host lists (`gpu[01-04,07],login1`) are expanded here, without `scontrol show hostnames`.
+"""What a Slurm allocation tells a launcher (`SLURM_JOB_ID` set): node count, this node's index
+(SLURM_NODEID, in the node list), the master host (the list's first) and processes per node
+(SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1). A step's own variables (`srun -N1` in a
+4-node allocation) are read before the job's. Host lists (`gpu[01-04,07],login1`) are expanded
+here, without `scontrol show hostnames`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import itertools
 import math
 import re
+from dataclasses import dataclass
 from typing import Mapping
 
 from topo.launcher.network import check_host
@@ -59,12 +53,9 @@ def first_host(text: str) -> str:
 
 def _parse_hostlist(text: str) -> list[_Name]:
     """Every name of a hostlist as segments, checked, and the hosts they make counted (not listed)."""
-    if re.search(r"\[[^\]]*\[", text):
-        raise UsageError(f"hostlist {text!r}: brackets cannot nest")
     parsed: list[_Name] = []
     count = 0
-    for entry in re.split(r",(?![^\[]*\])", text):  # the commas outside brackets
-        entry = entry.strip()
+    for entry in _split_outside_brackets(text):
         if not entry:
             raise UsageError(f"hostlist {text!r} has an empty entry; write names separated by single commas")
         pieces = re.split(r"\[([^\[\]]*)\]", entry)  # literal text, with bracket bodies at odd indexes
@@ -78,6 +69,22 @@ def _parse_hostlist(text: str) -> list[_Name]:
             raise UsageError(f"hostlist {text!r} names more than {MAX_HOSTS} hosts")
         parsed.append(name)
     return parsed
+
+
+def _split_outside_brackets(text: str) -> list[str]:
+    entries, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise UsageError(f"hostlist {text!r}: brackets cannot nest")
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            entries.append(text[start:i].strip())
+            start = i + 1
+    entries.append(text[start:].strip())
+    return entries
 
 
 def _ranges(body: str, text: str) -> list[tuple[int, int, int]]:
