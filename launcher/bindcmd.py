@@ -18,16 +18,14 @@ from topo.binding import BINDING_VAR
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError, UsageError
 from topo.launcher.binding import binding_of, check_loaded, device_ids
+from topo.launcher import localrank
 from topo.launcher.environ import bind_file_env, sharers, thread_env
 from topo.launcher.slurm import task_env
 from topo.cpuset import excerpt
-from topo.numbers import ascii_number
 from topo.planners.binding import from_entry
 from topo.planners.bindload import load_bind
 from topo.syscalls import BindingRefused, apply
 
-# Where launchers put the local rank: torchrun, Slurm, Open MPI, MPICH / Intel MPI.
-LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 BIND_FILE_VARS = ("TOPO_BIND_FILE", "MSRUN_BIND_FILE")
 
 
@@ -37,23 +35,6 @@ class CommandNotFound(TopoError):
 
 class CommandNotExecutable(TopoError):
     exit_code = 126
-
-
-def resolve_local_rank(local_rank: int | None, environ: Mapping[str, str]) -> int:
-    if local_rank is not None:
-        if local_rank < 0:
-            raise UsageError(f"--local-rank={local_rank} must be 0 or more")
-        return local_rank
-    for var in LOCAL_RANK_VARS:
-        value = environ.get(var)
-        if value is None or value == "":
-            continue
-        rank = ascii_number(value.strip())
-        if rank is None:
-            raise UsageError(f"{var}={value!r} is not a local rank; pass --local-rank N")
-        return rank
-    raise UsageError("no local rank: pass --local-rank N, or run under a launcher that sets "
-                     + ", ".join(LOCAL_RANK_VARS))
 
 
 def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
@@ -71,7 +52,7 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
         loaded = load_bind(source)
     except ParseError as exc:
         raise UsageError(f"--bind-file: {exc}") from None
-    rank = resolve_local_rank(local_rank, environ)
+    rank = localrank.local_rank(environ, local_rank)
     if topology is None:
         topology = discover()
     check_loaded(loaded, topology, "--bind-file", [])
@@ -100,12 +81,11 @@ def plan_mode(command: Sequence[str], *, mode: str, scope: str = "node", memory:
     of its whole node (local rank and process count from the launcher's variables,
     launcher.localrank), as set_affinity plans it, so that every rank of the node plans alike."""
     from topo.launcher.affinity import AffinityError, plan_here
-    from topo.launcher.localrank import local_rank_and_size
 
     environ = os.environ if environ is None else environ
     if not command:
         raise UsageError("no command given: topo bind --mode MODE -- COMMAND [ARGS...]")
-    rank, size, source = local_rank_and_size(environ, local_rank, nproc_per_node)
+    rank, size, source = localrank.local_rank_and_size(environ, local_rank, nproc_per_node)
     _undo_default_binding(environ)
     try:
         binding, share = plan_here(rank, size, mode=mode, scope=scope, memory=MEMORY_WORDS[memory],

@@ -27,31 +27,42 @@ LAUNCHERS = (
 OVERRIDE = "pass --local-rank and --nproc-per-node"
 
 
-def local_rank_and_size(environ: Mapping[str, str], local_rank: int | None = None,
+def local_rank(environ: Mapping[str, str], given: int | None = None, *, fix: str = "pass --local-rank") -> int:
+    """This process's local rank: `given`, else the innermost launcher's variable (LAUNCHERS).
+    UsageError naming the variable and `fix` when none is set or it is malformed."""
+    if given is not None:
+        if given < 0:
+            raise UsageError(f"--local-rank={given} must be 0 or more")
+        return given
+    found = _launcher(environ)
+    if found is None:
+        raise UsageError("no launcher variable gives this process's local rank ("
+                         + ", ".join(var for _, var, _ in LAUNCHERS) + f"): run topo bind under a launcher, or {fix}")
+    return _count(environ, found[1], least=0, fix=fix)
+
+
+def local_rank_and_size(environ: Mapping[str, str], given_rank: int | None = None,
                         nproc_per_node: int | None = None) -> tuple[int, int, str]:
     """(local rank, processes on this node, where they came from: "OMPI_COMM_WORLD_LOCAL_RANK=1,
-    OMPI_COMM_WORLD_LOCAL_SIZE=2"). `local_rank` / `nproc_per_node`, when given, win over the
+    OMPI_COMM_WORLD_LOCAL_SIZE=2"). `given_rank` / `nproc_per_node`, when given, win over the
     variables. UsageError naming the variable and the fix when one is missing, malformed or the
     rank is not below the size."""
-    found = next(((name, rank_var, sizes) for name, rank_var, sizes in LAUNCHERS if environ.get(rank_var, "").strip()),
-                 None)
-    if local_rank is None and found is None:
-        raise UsageError("no launcher variable gives this process's local rank ("
-                         + ", ".join(var for _, var, _ in LAUNCHERS) + f"): run topo bind under a launcher, or {OVERRIDE}")
-    sources = []
-    if local_rank is None:
-        name, rank_var, sizes = found
-        local_rank = _count(environ, rank_var, least=0)
-        sources.append(f"{rank_var}={local_rank}")
+    found = _launcher(environ)
+    rank = local_rank(environ, given_rank, fix=OVERRIDE)
+    sources = [] if given_rank is not None else [f"{found[1]}={rank}"]
     if nproc_per_node is None:
         if found is None:
-            raise UsageError(f"--local-rank={local_rank} without a launcher's process count: pass --nproc-per-node")
+            raise UsageError(f"--local-rank={rank} without a launcher's process count: pass --nproc-per-node")
         nproc_per_node, size_var = _size(environ, *found)
         sources.append(f"{size_var}={nproc_per_node}")
-    if not 0 <= local_rank < nproc_per_node:
-        raise UsageError(f"local rank {local_rank} is not below the node's {nproc_per_node} processes ("
+    if not rank < nproc_per_node:
+        raise UsageError(f"local rank {rank} is not below the node's {nproc_per_node} processes ("
                          + (", ".join(sources) or "as given") + f"): fix the launcher's variables or {OVERRIDE}")
-    return local_rank, nproc_per_node, ", ".join(sources) or "as given"
+    return rank, nproc_per_node, ", ".join(sources) or "as given"
+
+
+def _launcher(environ: Mapping[str, str]) -> tuple[str, str, tuple[str, ...]] | None:
+    return next((entry for entry in LAUNCHERS if environ.get(entry[1], "").strip()), None)
 
 
 def _size(environ: Mapping[str, str], name: str, rank_var: str, sizes: tuple[str, ...]) -> tuple[int, str]:
@@ -71,10 +82,10 @@ def _size(environ: Mapping[str, str], name: str, rank_var: str, sizes: tuple[str
                      f"start the job with a launcher that sets both ({name}), or {OVERRIDE}")
 
 
-def _count(environ: Mapping[str, str], var: str, *, least: int) -> int:
+def _count(environ: Mapping[str, str], var: str, *, least: int, fix: str = OVERRIDE) -> int:
     text = environ[var].strip()
     n = ascii_number(text[:12])
     if n is None or len(text) > 12 or not least <= n <= MAX_PROCESSES:
         raise UsageError(f"{var}={excerpt(text, 20)!r} is not a number from {least} to {MAX_PROCESSES}: fix it or "
-                         f"{OVERRIDE}")
+                         f"{fix}")
     return n

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from topo.launcher.bindcmd import LOCAL_RANK_VARS, plan_bind, resolve_local_rank
+from topo.launcher.bindcmd import plan_bind
+from topo.launcher.localrank import LAUNCHERS, local_rank
 from topo.errors import UsageError
 from topo.synthetic import synthetic
 
@@ -35,26 +36,28 @@ def bind_file(tmp_path):
 
 
 def topo_bind(*args, env=None):
-    base = {k: v for k, v in os.environ.items() if k not in LOCAL_RANK_VARS + ("OMP_NUM_THREADS",)}
+    base = {k: v for k, v in os.environ.items() if k not in [var for _, var, _ in LAUNCHERS] + ["OMP_NUM_THREADS"]}
     return subprocess.run([sys.executable, "-m", "topo", "bind", *args], capture_output=True, text=True,
                           timeout=60, env={**base, **(env or {})})
 
 
 # ------------------------------------------------------------------ local rank
-def test_local_rank_comes_from_the_first_launcher_variable():
-    assert resolve_local_rank(None, {"SLURM_LOCALID": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "5"}) == 2
-    assert resolve_local_rank(None, {"LOCAL_RANK": "1", "SLURM_LOCALID": "2"}) == 1
-    assert resolve_local_rank(None, {"MPI_LOCALRANKID": "3"}) == 3
-    assert resolve_local_rank(4, {"LOCAL_RANK": "1"}) == 4
+def test_local_rank_comes_from_the_innermost_launcher_variable():
+    # mpirun inside an sbatch script: the batch step's SLURM_LOCALID=0 is every rank's, Open MPI's is each rank's own
+    assert local_rank({"SLURM_LOCALID": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "5"}) == 5
+    assert local_rank({"LOCAL_RANK": "1", "SLURM_LOCALID": "2"}) == 1
+    assert local_rank({"MPI_LOCALRANKID": "3"}) == 3
+    assert local_rank({"LOCAL_RANK": "1"}, 4) == 4
 
 
 def test_local_rank_errors():
-    with pytest.raises(UsageError, match="no local rank: pass --local-rank N, or run under a launcher that sets "
-                                         "LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID"):
-        resolve_local_rank(None, {})
+    with pytest.raises(UsageError, match="no launcher variable gives this process's local rank \\(LOCAL_RANK, "
+                                         "OMPI_COMM_WORLD_LOCAL_RANK, .*SLURM_LOCALID\\): run topo bind under a "
+                                         "launcher, or pass --local-rank$"):
+        local_rank({})
     for bad in ("x", "-1", "\u00b2", "\u0661", "1_0"):  # int() took the last two as 1 and 10
-        with pytest.raises(UsageError, match=f"SLURM_LOCALID='{bad}' is not a local rank"):
-            resolve_local_rank(None, {"SLURM_LOCALID": bad})
+        with pytest.raises(UsageError, match=f"SLURM_LOCALID='{bad}' is not a number from 0 to"):
+            local_rank({"SLURM_LOCALID": bad})
 
 
 # ------------------------------------------------------------------ what it will exec
@@ -152,7 +155,7 @@ def test_binds_memory_through_numactl(bind_file):
 
 def test_cli_errors(bind_file):
     r = topo_bind("--bind-file", bind_file, "--", sys.executable, "-c", "pass")
-    assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "no local rank" in r.stderr
+    assert (r.returncode, r.stderr.count("\n")) == (2, 1) and "no launcher variable gives this process's local rank" in r.stderr
     # device1 binds memory: numactl would run the command and exit 1; where numactl is not installed
     # (looked up on PATH as plan_bind does) topo applies it directly and says so first
     numactl = shutil.which("numactl", path=os.environ.get("PATH", os.defpath))
