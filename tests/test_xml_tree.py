@@ -163,6 +163,13 @@ def test_gpu_known_from_nvml_shows_hwlocs_cuda_and_nvml_os_devices(nvml_h100):
     assert render_console(back.io_view()).splitlines() == console
     assert [(d.index, d.busid, d.name, d.uuid) for d in back.devices if d.kind == "gpu"] == [
         (d.index, d.busid, d.name, d.uuid) for d in t.devices if d.kind == "gpu"]
+    # an export made without hwloc's CUDA component: no CUDA device is made up
+    tree = ET.fromstring(xml)
+    for function in tree.iter("object"):
+        for osdev in [o for o in function.findall("object") if o.get("subtype") == "CUDA"]:
+            function.remove(osdev)
+    lines = render_console(parse_hwloc_xml(ET.tostring(tree, encoding="unicode")).io_view()).splitlines()
+    assert lines == [x for x in console if "CUDA" not in x]
 
 
 def test_gpu_seen_in_sysfs_alone_has_no_cuda_or_nvml_os_device(nvml_h100):

@@ -286,12 +286,13 @@ def _gpu_os_devices(t: Topology, osdevs: dict[str | None, list[Obj]]) -> None:
         for name, kind, backend, infos in (
                 (f"cuda{gpu.index}", "coproc", "CUDA", model if gpu.name else model[:1]),
                 (f"nvml{gpu.index}", "gpu", "NVML", model + ([("NVIDIAUUID", gpu.uuid)] if gpu.uuid else []))):
-            obj = next((o for o in below if o.model.name == name), None)
-            if obj is None:  # an export read back holds them as OS devices already
+            obj = next((o for o in below if o.subtype == backend), None)  # an export read back has them
+            if obj is None and (backend == "NVML" or gpu.source == "nvml"):  # an export lists CUDA's itself
                 obj = Obj("OSDev", EMPTY, None, OsDevice(name, kind, gpu.busid, functions[gpu.busid], backend),
                           subtype=backend)
                 below.append(obj)
-            obj.infos = (("Backend", backend), *infos)
+            if obj is not None:
+                obj.infos = (("Backend", backend), *infos)
 
 
 def _bridge_depth(bridge, bridges: dict) -> int:
