@@ -134,3 +134,71 @@ def test_long_form_keeps_every_object_and_the_summary(hwloc_roots):
     for bad in (["--long", "-p"], ["--long", "--of", "json"], ["-l", "--json"], ["-p", "--of", "svg"]):
         result = CliRunner().invoke(cli, ["show", "--root", root, *bad])
         assert result.exit_code == 2 and result.output.startswith("topo: error: "), bad
+
+
+# ---- PCI functions: lstopo's collapsing of identical ones, functions without a class ----------
+
+
+def with_functions(t: topo.Topology, *functions) -> topo.Topology:
+    """`t` with one host bridge holding `functions`: (bus id, vendor:device, subsystem, net devices)."""
+    from dataclasses import replace
+
+    from topo.model import OsDevice, PciBridge, PciDevice
+
+    devices = tuple(PciDevice(busid, "0200", *ids.split(":"), None, t.pus, names=tuple(net), parent="pci0000:00",
+                              subsystem_id=sub) for busid, ids, sub, net in functions)
+    osdevs = tuple(OsDevice(n, "net", busid, t.pus) for busid, _, _, net in functions for n in net)
+    return replace(t, pci_devices=devices, pci_bridges=(PciBridge("pci0000:00", None, 0, 0, 0, t.pus),),
+                   os_devices=osdevs)
+
+
+RUNS = [("0000:00:01.0", "8086:1521", "8086:0001", ()), ("0000:00:01.1", "8086:1521", "8086:0001", ()),
+        ("0000:00:01.2", "8086:1521", "8086:0001", ()),
+        ("0000:00:02.0", "8086:1521", "8086:0002", ()),  # another subsystem: another run
+        ("0000:00:03.0", "8086:1521", "8086:0002", ("eth0",)),  # I/O children: in no run, ends none
+        ("0000:00:04.0", "8086:1521", "8086:0002", ()), ("0000:00:05.0", "15b3:101b", "15b3:0001", ())]
+
+
+def test_identical_pci_functions_are_collapsed_as_lstopo_does(hwloc_roots):
+    t = with_functions(topo.discover(hwloc_roots.root("2arm-2c.tar.bz2")), *RUNS)
+    lines = render_console(t).splitlines()
+    assert lines[lines.index("  HostBridge") + 1:] == [
+        "    3 x { PCI 00:01.0-2 (Ethernet) }", "    2 x { PCI 00:02.0-03.0 (Ethernet) }",
+        "    PCI 00:03.0 (Ethernet)", '      Net "eth0"', "    PCI 00:05.0 (Ethernet)"]
+    verbose = render_console(t, Options(verbose=2)).splitlines()
+    assert "    3 x { PCI L#0-2 (busid=00:01.0-2 id=8086:1521 class=0200(Ethernet)) }" in verbose
+    whole = render_console(t, Options(collapse=False)).splitlines()
+    assert [x.split()[1] for x in whole if x.startswith("    PCI")] == [r[0][5:] for r in RUNS]
+    result = CliRunner().invoke(cli, ["show", "--root", str(hwloc_roots.root("2arm-2c.tar.bz2")), "--no-collapse"])
+    assert result.exit_code == 0 and "x {" not in result.output
+
+
+@needs_lstopo
+def test_lstopo_collapses_topos_xml_as_topo_does(hwloc_roots, tmp_path):
+    from topo.views.hwloc_xml import to_xml
+
+    t = with_functions(topo.discover(hwloc_roots.root("2arm-2c.tar.bz2")), *RUNS)
+    path = tmp_path / "runs.xml"
+    path.write_text(to_xml(t))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+    for args, options in (([], Options()), (["--no-collapse"], Options(collapse=False))):
+        theirs = subprocess.run([LSTOPO, "-i", str(path), *args], env=env, capture_output=True, text=True,
+                                timeout=60, check=True).stdout.splitlines()
+        assert render_console(t, options).splitlines() == theirs
+
+
+def test_pci_function_without_class_or_ids_is_hwlocs_other(tmp_path):
+    """A function whose class and id files are missing (a damaged or faked sysfs) is read as hwloc
+    reads it: class 0000 ("Other", shown by default), ids 0000."""
+    import machines
+    from topo.views.hwloc_xml import to_xml
+
+    root = machines.build(machines.dgx_h100(), tmp_path / "h100")
+    function = next(root.glob("sys/devices/pci*/**/0000:18:00.0"))
+    for name in ("class", "vendor", "device"):
+        (function / name).unlink()
+    t = topo.discover(root, probes=())
+    assert [(d.class_id, d.id, d.subsystem_id) for d in t.pci_devices if d.busid == "0000:18:00.0"] == [
+        ("0000", "0000:0000", "0000:0000")]
+    assert "      PCI 18:00.0 (Other)" in render_console(t.io_view()).splitlines()
+    assert 'pci_busid="0000:18:00.0" pci_type="0000 [0000:0000] [0000:0000] 00"' in to_xml(t)

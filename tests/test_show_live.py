@@ -105,14 +105,29 @@ def _comparable(text: str) -> list[str]:
 def test_live_console_form_is_lstopos(args):
     if set(os.sched_getaffinity(0)) != set(CpuSet.parse((SYS_CPU / "online").read_text())):
         pytest.skip("this process is bound to some CPUs: topo leaves the others out, lstopo does not")
+    # The view pinned: no OS devices of GPU runtimes (topo's from NVML, lstopo's from its plugins,
+    # whichever it was built with); test_live_gpus_known_from_nvml_* checks topo's.
     env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")}
+    env["HWLOC_COMPONENTS"] = "-cuda,-nvml,-opencl,-levelzero,-rsmi,-gl"
     theirs = subprocess.run([LSTOPO, *args], capture_output=True, text=True, env=env, timeout=60)
-    ours = run_topo("show", *args)
+    ours = run_topo("show", "--probes", "sysfs", *args)
     assert ours.returncode == 0, ours.stderr
     expected = _comparable(theirs.stdout)
     if "-p" in args:  # caches have no P# in topo (the sysfs cache `id` is not read)
         expected = [re.sub(r"\b(L\d[di]?) P#\d+", r"\1", x) for x in expected]
     assert _comparable(ours.stdout) == expected
+
+
+def test_live_gpus_known_from_nvml_show_their_cuda_and_nvml_os_devices():
+    import topo
+
+    gpus = [d for d in topo.discover().devices if d.kind == "gpu" and d.source == "nvml"]
+    if not gpus:
+        pytest.skip("no GPU of this machine answers NVML")
+    lines = [x.strip() for x in run_topo("show").stdout.splitlines()]
+    for gpu in gpus:
+        at = next(i for i, x in enumerate(lines) if x.startswith("PCI ") and x.split()[1] in (gpu.busid, gpu.busid[5:]))
+        assert lines[at + 1:at + 3] == [f'CoProc(CUDA) "cuda{gpu.index}"', f'GPU(NVML) "nvml{gpu.index}"']
 
 
 def test_live_show_matches_library(live_json):

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +22,7 @@ from lstopo_oracle import LSTOPO, comparable_verbose, needs_lstopo
 from test_console_form import CONSOLE, differences
 from topo.errors import ProbeError
 from topo.probes.hwloc_xml import parse_hwloc_xml
+from topo.views.console import Options, render_console
 from topo.views.hwloc_xml import to_xml
 
 BRIDGE_FUNCTION = re.compile(r"PCI \S+ \((HostBridge|ISABridge|Bridge)\)")
@@ -115,3 +118,72 @@ def test_mutated_v1_xml_read_is_written_back_readable(edits, drop):
         return  # refused with a message: fine
     back = parse_hwloc_xml(to_xml(t), "topo.xml")
     assert back.pus == t.pus and [n.os_index for n in back.numa_nodes] == [n.os_index for n in t.numa_nodes]
+
+
+# ---- a GPU known from NVML: the OS devices of hwloc's CUDA and NVML components ----------------
+sys.path.insert(0, str(Path(__file__).parent / "fakes"))
+import fake_pynvml  # noqa: E402
+
+
+@pytest.fixture
+def nvml_h100(tmp_path, monkeypatch):
+    """The DGX H100 of tests/machines.py with its 8 GPUs reported by a fake NVML."""
+    import machines
+
+    root = machines.build(machines.dgx_h100(), tmp_path / "h100")
+    fake_pynvml.load({"gpus": [{"busid": b, "uuid": f"GPU-{i}aaa", "name": "NVIDIA H100 80GB HBM3",
+                                "node_cpus": "0-55,112-167" if i < 4 else "56-111,168-223"}
+                               for i, b in enumerate(machines.H100_BUSIDS)]})
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    return root
+
+
+def test_gpu_known_from_nvml_shows_hwlocs_cuda_and_nvml_os_devices(nvml_h100):
+    """As lstopo with hwloc's CUDA and NVML components: below the GPU's function CUDA's OS device,
+    then NVML's (CUDA's component runs first), named by NVML's index, with their infos in -v and
+    in the XML; topo reads its XML back to the same tree and the same GPUs."""
+    t = topo.discover(nvml_h100, live_probes=True)
+    console = render_console(t.io_view()).splitlines()
+    at = console.index("    HostBridge") + 1
+    assert console[at:at + 3] == ["      PCI 18:00.0 (3D)", '        CoProc(CUDA) "cuda0"', '        GPU(NVML) "nvml0"']
+    assert sum('"nvml' in x for x in console) == sum('"cuda' in x for x in console) == 8
+    verbose = render_console(t.io_view(), Options(verbose=2)).splitlines()
+    model = 'GPUVendor="NVIDIA Corporation" GPUModel="NVIDIA H100 80GB HBM3"'
+    assert f'        Co-Processor(CUDA) L#0 (Backend=CUDA {model}) "cuda0"' in verbose
+    assert f'        GPU(NVML) L#1 (Backend=NVML {model} NVIDIAUUID=GPU-0aaa) "nvml0"' in verbose
+    xml = to_xml(t.io_view())
+    nvml0 = next(o for o in ET.fromstring(xml).iter("object") if o.get("name") == "nvml0")
+    assert (nvml0.get("type"), nvml0.get("subtype"), nvml0.get("osdev_type")) == ("OSDev", "NVML", "1")
+    assert [(i.get("name"), i.get("value")) for i in nvml0.findall("info")][:4] == [
+        ("Backend", "NVML"), ("GPUVendor", "NVIDIA Corporation"), ("GPUModel", "NVIDIA H100 80GB HBM3"),
+        ("NVIDIAUUID", "GPU-0aaa")]
+    back = parse_hwloc_xml(xml, "h100.xml")
+    assert to_xml(back.io_view()) == xml
+    assert render_console(back.io_view()).splitlines() == console
+    assert [(d.index, d.busid, d.name, d.uuid) for d in back.devices if d.kind == "gpu"] == [
+        (d.index, d.busid, d.name, d.uuid) for d in t.devices if d.kind == "gpu"]
+    # an export made without hwloc's CUDA component: no CUDA device is made up
+    tree = ET.fromstring(xml)
+    for function in tree.iter("object"):
+        for osdev in [o for o in function.findall("object") if o.get("subtype") == "CUDA"]:
+            function.remove(osdev)
+    lines = render_console(parse_hwloc_xml(ET.tostring(tree, encoding="unicode")).io_view()).splitlines()
+    assert lines == [x for x in console if "CUDA" not in x]
+
+
+def test_gpu_seen_in_sysfs_alone_has_no_cuda_or_nvml_os_device(nvml_h100):
+    t = topo.discover(nvml_h100, probes=())
+    assert not [x for x in render_console(t.io_view()).splitlines() if "CUDA" in x or "NVML" in x]
+
+
+@needs_lstopo
+def test_lstopo_prints_the_gpus_os_devices_of_topo_xml_as_topo(nvml_h100, tmp_path):
+    t = topo.discover(nvml_h100, live_probes=True).io_view()
+    path = tmp_path / "h100.xml"
+    path.write_text(to_xml(t))
+    assert run_lstopo(["-i", str(path)]) == render_console(t).splitlines()
+    verbose = comparable_verbose([x for x in run_lstopo(["-i", str(path), "-v"]) if not x.startswith("assuming `")])
+    assert [x for x in verbose if "(CUDA)" in x or "(NVML)" in x] == [
+        x for x in comparable_verbose(render_console(t, Options(verbose=2)).splitlines())
+        if "(CUDA)" in x or "(NVML)" in x]

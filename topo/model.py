@@ -124,6 +124,7 @@ class PciDevice:
     names: tuple[str, ...] = ()  # OS devices under it, RDMA first: "mlx5_0", "eth0", "nvme0"
     rdma_names: tuple[str, ...] = ()  # those sysfs lists under infiniband/ (the RDMA devices)
     parent: str | None = None  # id of the PciBridge above it; None when bridges are not known
+    subsystem_id: str = "0000:0000"  # subsystem vendor:device, "10de:18be"
 
     @property
     def id(self) -> str:

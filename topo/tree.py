@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from topo.cpuset import EMPTY, CpuSet
-from topo.model import Cache, Topology
+from topo.model import Cache, OsDevice, Topology
 
 # hwloc's types: (order among objects with equal CPUs, from obj_type_order; hwloc_obj_type_t number)
 TYPES = {"Machine": (0, 0), "Group": (1, 12), "MemCache": (2, 18), "NUMANode": (3, 13), "Package": (4, 1),
@@ -55,6 +55,7 @@ class Obj:
     parent: "Obj | None" = None
     logical: int = 0
     depth: int = 0  # a Group's depth among Groups: Group0, Group1
+    infos: tuple[tuple[str, str], ...] = ()  # hwloc's infos beyond the model's fields (a GPU's OS devices)
 
     @property
     def order(self) -> int:
@@ -250,6 +251,7 @@ def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
     osdevs: dict[str | None, list[Obj]] = {}
     for d in t.os_devices:
         osdevs.setdefault(d.parent, []).append(Obj("OSDev", EMPTY, None, d, subtype=d.subtype))
+    _gpu_os_devices(t, osdevs)
     by_parent: dict[str | None, list[tuple[str, Obj, CpuSet]]] = {}
     for dev in t.pci_devices:
         obj = Obj("PCIDev", EMPTY, None, dev, io=osdevs.pop(dev.busid, []))
@@ -268,6 +270,29 @@ def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
         trees.append(((int(busid[:busid.index(":")], 16), -1, busid), obj, cpus))  # no bridge above it
     trees.sort(key=lambda entry: entry[0])
     return [(obj, cpus) for _, obj, cpus in trees] + [(o, o.model.local_cpus) for os in osdevs.values() for o in os]
+
+
+def _gpu_os_devices(t: Topology, osdevs: dict[str | None, list[Obj]]) -> None:
+    """The OS devices hwloc's CUDA and NVML components hang below an NVIDIA GPU's PCI function,
+    after the Linux ones and in their order (CUDA's priority is higher): `CoProc(CUDA) "cudaN"`,
+    `GPU(NVML) "nvmlN"`, with their infos. Only for GPUs topo knows from NVML (directly, or from an
+    export made with hwloc's NVML component); N is the NVML index, which is CUDA's in PCI bus order."""
+    functions = {d.busid: d.local_cpus for d in t.pci_devices}
+    for gpu in t.devices:
+        if gpu.kind != "gpu" or gpu.source not in ("nvml", "hwloc-nvml") or gpu.busid not in functions:
+            continue
+        model = [("GPUVendor", "NVIDIA Corporation"), ("GPUModel", gpu.name or "")]
+        below = osdevs.setdefault(gpu.busid, [])
+        for name, kind, backend, infos in (
+                (f"cuda{gpu.index}", "coproc", "CUDA", model if gpu.name else model[:1]),
+                (f"nvml{gpu.index}", "gpu", "NVML", model + ([("NVIDIAUUID", gpu.uuid)] if gpu.uuid else []))):
+            obj = next((o for o in below if o.subtype == backend), None)  # an export read back has them
+            if obj is None and (backend == "NVML" or gpu.source == "nvml"):  # an export lists CUDA's itself
+                obj = Obj("OSDev", EMPTY, None, OsDevice(name, kind, gpu.busid, functions[gpu.busid], backend),
+                          subtype=backend)
+                below.append(obj)
+            if obj is not None:
+                obj.infos = (("Backend", backend), *infos)
 
 
 def _bridge_depth(bridge, bridges: dict) -> int:

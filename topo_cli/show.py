@@ -62,6 +62,8 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
               help="Every PCI function, bridge and OS device (lstopo --whole-io); by default those lstopo "
                    "shows: storage, network, display, accelerators and the bridges to them.")
 @click.option("--no-bridges", is_flag=True, help="PCI functions without the bridges above them, as lstopo.")
+@click.option("--no-collapse", is_flag=True, help="Each PCI function on its own line: lstopo shows runs of "
+              "identical ones as one ('2 x { PCI 00:04.0-05.0 (Other) }').")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the topology as JSON (schema topo.topology/1), as --of json.")
 @click.option("--include-disallowed", "--disallowed", is_flag=True,
@@ -69,8 +71,8 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
 @click.option("--probes", default=None, metavar="LIST",
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
 def show(machine, file, input_path, output, output_format, force, index, verbose, silent, only, cpuset, taskset,
-         no_caches, no_icaches, no_smt, merge, filters, restrict, distances, long_form, io, no_bridges, as_json,
-         include_disallowed, probes):
+         no_caches, no_icaches, no_smt, merge, filters, restrict, distances, long_form, io, no_bridges, no_collapse,
+         as_json, include_disallowed, probes):
     """Show the topology: packages, NUMA nodes, caches, cores, PUs, as lstopo prints them.
 
     \b
@@ -104,7 +106,7 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
     options, io, no_bridges = _filters(filters, io, no_bridges, merge=merge, no_caches=no_caches,
                                        no_icaches=no_icaches, no_smt=no_smt)
     options.update(index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset, taskset=taskset,
-                   distances=distances, only=_type(only, "--only") if only else None)
+                   distances=distances, collapse=not no_collapse, only=_type(only, "--only") if only else None)
     topology = load(machine, input_path, include_disallowed=include_disallowed, probes=probes)
     # the I/O objects lstopo shows with the same flags, in every format
     topology = topology.io_view(io or "important", bridges=not no_bridges)

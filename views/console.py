@@ -63,6 +63,7 @@ class Options:
     structure: frozenset = frozenset()  # types kept only where they bring structure (--merge)
     restrict: CpuSet | None = None
     distances: bool = False  # --distances: the matrices only
+    collapse: bool = True  # identical PCI functions on one line; --no-collapse: False
 
 
 def render_console(t: Topology, options: Options = Options()) -> str:
@@ -86,7 +87,8 @@ def render_console(t: Topology, options: Options = Options()) -> str:
             lines.append(f"Only showing {options.only[0]} objects")
         lines += [_line(o, t, options, domains) for o in walk(machine) if o.type == options.only[0]]
     elif verbose >= 1:
-        _tree_lines(lines, machine, None, 0, t, options, domains)
+        collapsed = _collapsed(machine) if options.collapse else {}
+        _tree_lines(lines, machine, None, 0, t, options, domains, collapsed)
     if options.only is None and verbose != 1:
         lines += _summary(machine)
     if options.only is None and verbose > 1:
@@ -101,16 +103,57 @@ def render_console(t: Topology, options: Options = Options()) -> str:
 
 
 def _tree_lines(lines: list[str], obj: Obj, parent: Obj | None, depth: int, t: Topology, options: Options,
-                domains: bool) -> None:
+                domains: bool, collapsed: dict[int, tuple[int, Obj] | None]) -> None:
+    if id(obj) in collapsed and collapsed[id(obj)] is None:
+        return  # shown in the line of the first function of its run
     if (parent is not None and options.verbose <= 1 and not options.cpuset and len(parent.children) == 1
             and not parent.memory and not parent.io and obj.type not in IO_TYPES and obj.cpuset == parent.cpuset):
         lines[-1] += " + " + _line(obj, t, options, domains)
+    elif id(obj) in collapsed:
+        lines.append("  " * depth + _collapsed_line(obj, *collapsed[id(obj)], t, options, domains))
     else:
         lines.append("  " * depth + _line(obj, t, options, domains))
         depth += 1
     for child in (*obj.memory, *obj.children, *obj.io):
         if child.type != "PU" or not options.no_smt:
-            _tree_lines(lines, child, obj, depth, t, options, domains)
+            _tree_lines(lines, child, obj, depth, t, options, domains, collapsed)
+
+
+def _collapsed(machine: Obj) -> dict[int, tuple[int, Obj] | None]:
+    """lstopo's runs of identical PCI functions (lstopo_add_collapse_attributes): walking the
+    functions in logical order, one without I/O children starts a run; the next ones without I/O
+    children, with the same parent and the same vendor, device and subsystem ids join it. A run
+    of n > 1 maps its first function to (n, its n-th function from the first in logical order), the
+    others to None; a function with I/O children between them leaves the run open."""
+    functions = [o for o in walk(machine) if o.type == "PCIDev"]
+    out: dict[int, tuple[int, Obj] | None] = {}
+    first, count = 0, 0  # the run's first function (an index in functions) and its length
+    for i, obj in enumerate(functions + [None]):
+        head = functions[first] if count else None
+        if obj is not None and head is not None and not obj.io and obj.parent is head.parent and (
+                (obj.model.id, obj.model.subsystem_id) == (head.model.id, head.model.subsystem_id)):
+            out[id(obj)] = None
+            count += 1
+            continue
+        if count > 1:
+            out[id(head)] = (count, functions[first + count - 1])
+            count = 0
+        if obj is not None and not obj.io:
+            first, count = i, 1
+    return out
+
+
+def _collapsed_line(obj: Obj, count: int, last: Obj, t: Topology, options: Options, domains: bool) -> str:
+    """A run's line: `2 x { PCI 00:04.0-05.0 (Other) }`, its bus ids as a range (one device's
+    functions: `00:04.0-3`) and, verbose, its logical indexes as one (`PCI L#4-5 (busid=...`)."""
+    text = _line(obj, t, options, domains)
+    busid = obj.model.busid if domains else obj.model.busid[5:]
+    device, last_device = (f.model.busid.rsplit(":", 1)[1] for f in (obj, last))  # "04.0"
+    shown = f"{busid}-{last_device[-1] if last_device[:2] == device[:2] else last_device}"
+    if options.verbose > 1:
+        text = text.replace(f" L#{obj.logical}", f" L#{obj.logical}-{obj.logical + count - 1}", 1)
+        return f"{count} x {{ {text.replace(f'busid={obj.model.busid}', f'busid={shown}', 1)} }}"
+    return f"{count} x {{ {text.replace(f' {busid} (', f' {shown} (', 1)} }}"
 
 
 def _line(obj: Obj, t: Topology, options: Options, domains: bool) -> str:
@@ -183,7 +226,7 @@ def _infos(obj: Obj, t: Topology) -> list[tuple[str, str]]:
         return [(_INFO_NAMES[k], v) for k, v in t.info.items() if k in _INFO_NAMES and v and v != "/"]
     if obj.type == "Package" and obj.model.model:
         return [("CPUModel", obj.model.model)]
-    return []
+    return list(obj.infos)
 
 
 def _quoted(value: str) -> str:

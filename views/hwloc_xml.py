@@ -96,13 +96,13 @@ def _attrs(obj: Obj, t: Topology, nodesets: dict[int, int], bridges: int) -> tup
             attrs += [("pci_busid", m.id), ("pci_type", f"{m.class_id or '0604'} [{m.vendor_id or '0000'}:"
                                                         f"{m.device_id or '0000'}] [0000:0000] 00")]
     elif obj.type == "PCIDev":
-        attrs += [("pci_busid", m.busid), ("pci_type", f"{m.class_id} [{m.vendor_id}:{m.device_id}] [0000:0000] 00")]
+        attrs += [("pci_busid", m.busid), ("pci_type", f"{m.class_id} [{m.vendor_id}:{m.device_id}] [{m.subsystem_id}] 00")]
         infos = [("topoNUMANode", str(m.numa_node) if m.numa_node is not None else "none"),
                  *([("topoDriver", m.driver)] if m.driver else []),
                  ("topoNames", " ".join(m.names)), ("topoRDMANames", " ".join(m.rdma_names))]
     elif obj.type == "OSDev":
         attrs += [("name", m.name), ("osdev_type", OSDEV_TYPES.get(m.type, 0))]
-        infos.append(("topoType", m.type))
+        infos += [*obj.infos, ("topoType", m.type)]
     return attrs, infos
 
 

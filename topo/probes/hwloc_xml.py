@@ -30,6 +30,7 @@ from topo.probes.pci import bus_key
 from topo.tree import CACHE_TYPE, GROUP_KINDS
 
 _BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
+_SUBSYSTEM = re.compile(r"\S+ \[\S+\] \[([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\]")
 
 _HWLOC_WORDS = re.compile(r"\A(?:0x[0-9a-fA-F]{1,8})?(?:,(?:0x[0-9a-fA-F]{1,8})?)*\Z")
 _CACHE_TYPES = {str(code): kind for kind, code in CACHE_TYPE.items()}
@@ -197,7 +198,9 @@ def _pci_device(el, locality: CpuSet, parent: str | None, nodes_at: dict[CpuSet,
     child_names = tuple(o.get("name") for o in el.iter("object") if o.get("type") == "OSDev" and o.get("name"))
     names = tuple(infos["topoNames"].split()) if "topoNames" in infos else child_names
     rdma = tuple(infos.get("topoRDMANames", "").split())
-    return PciDevice(busid, class_id, vendor, device, node, locality, infos.get("topoDriver"), names, rdma, parent)
+    subsystem = _SUBSYSTEM.match(el.get("pci_type") or "")  # "0302 [10de:20b2] [10de:1463] a1"
+    return PciDevice(busid, class_id, vendor, device, node, locality, infos.get("topoDriver"), names, rdma, parent,
+                     subsystem.group(1).lower() if subsystem else "0000:0000")
 
 
 def _group_reason(el, cpuset: CpuSet) -> str:

@@ -82,8 +82,7 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
 
     devices = []
     for f in functions:
-        vendor = (fs.read(f"{f.dir}/vendor") or "0x0000").lower().removeprefix("0x")
-        device = (fs.read(f"{f.dir}/device") or "0x0000").lower().removeprefix("0x")
+        vendor, device, subvendor, subdevice = (_hex_id(fs, f"{f.dir}/{name}") for name in _ID_FILES)
         if f.buses is not None:
             bridges.append(PciBridge(f.busid, f.parent, f.key[0], f.buses[0], f.buses[1], locality_of[f.busid],
                                      f.class_id, vendor, device))
@@ -95,9 +94,17 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
         driver = fs.link_name(f"{f.dir}/driver")
         devices.append(
             PciDevice(f.busid, f.class_id, vendor, device, node if node is not None and node >= 0 else None,
-                      locality_of[f.busid], driver, names, rdma, f.parent)
+                      locality_of[f.busid], driver, names, rdma, f.parent, f"{subvendor}:{subdevice}")
         )
     return RawPci(devices, bridges, [])
+
+
+_ID_FILES = ("vendor", "device", "subsystem_vendor", "subsystem_device")
+
+
+def _hex_id(fs: FsRoot, path: str) -> str:
+    """A 16-bit id file ("0x10de") as four hex digits; "0000" where it is missing, as hwloc reads it."""
+    return (fs.read(path) or "0x0000").lower().removeprefix("0x")
 
 
 # The classes lstopo reads OS devices from, in its order, with the type each gives.
@@ -183,12 +190,10 @@ def _pci_functions(fs: FsRoot) -> list[_Function]:
             continue  # not a bus id
         d = f"{PCI}/{busid}"
         cls = fs.read(f"{d}/class")
-        if not cls:
-            continue
-        m = _PCI_CLASS.match(cls)
+        m = _PCI_CLASS.match(cls or "0")
         if not m:
             raise ProbeError(f"{fs.shown(d + '/class')}: expected a hex class, found {cls[:20]!r}")
-        class_id = f"{int(m.group(1), 16) >> 8:04x}"
+        class_id = f"{int(m.group(1), 16) >> 8:04x}"  # hwloc's 0000 ("Other") where the file is missing
         buses = None
         if class_id == "0604":
             config = fs.read_bytes(f"{d}/config", 64)  # the standard header, what a user may read
