@@ -30,10 +30,11 @@ from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs
 from topo.probes.pci import bus_key
 from topo.tree import CACHE_TYPE, GROUP_KINDS
 
-# An export holds some ten objects and infos per PU (PU, Core, caches, their infos) and a few per
-# PCI function; sixteen per PU of the most topo takes is more than any machine's. Each element costs
-# some 100 bytes of tree, so the bound also bounds memory whatever a file repeats.
-MAX_ELEMENTS = 16 * MAX_PUS
+# An export holds four or five elements per PU (PU, Core, caches) and a few per PCI function, each
+# over 100 bytes of XML: four per PU of MAX_PUS is more than fits in a file topo reads. An element
+# costs 80 to 450 bytes of tree, so this also bounds what tiny elements repeated can cost.
+MAX_ELEMENTS = 4 * MAX_PUS
+MAX_ATTRIBUTES = 8 * MAX_ELEMENTS  # an object has up to a dozen, an info two; each costs some 100 bytes
 # hwloc nests CPU-side objects a dozen deep and PCI bridges behind switches some twenty more.
 MAX_DEPTH = 128
 # Names of elements and attributes told apart: hwloc's formats (v1 to v3) use some seventy.
@@ -328,20 +329,24 @@ def _element_tree(text: str) -> ET.Element:
     """The document's elements as a tree, streamed through expat and refused (ParseError) at the
     first sign it is no hwloc export: a DOCTYPE with declarations of its own (the only place
     entities can be declared: hwloc writes none, and one entity repeated can cost a hundred times
-    the file), more than MAX_ELEMENTS elements, nesting deeper than MAX_DEPTH, more than MAX_NAMES
-    names (each is kept, once), or one tag (or comment) longer than MAX_TAG, which expat holds whole. Nothing is expanded and nothing is
-    built past a bound, so memory stays in proportion to the file, as a real export's does."""
+    the file), more than MAX_ELEMENTS elements or MAX_ATTRIBUTES attributes, nesting deeper than
+    MAX_DEPTH, more than MAX_NAMES names (each is kept, once), or one tag (or comment) longer than
+    MAX_TAG, which expat holds whole. Nothing is expanded and nothing is built past a bound, so
+    memory stays in proportion to the file, as a real export's does."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate("utf-8")
     parser.buffer_text = True
-    count = depth = 0
+    count = depth = attribute_count = 0
 
     def start(tag: str, attributes: dict) -> None:
-        nonlocal count, depth
+        nonlocal count, depth, attribute_count
         count += 1
         depth += 1
+        attribute_count += len(attributes)
         if count > MAX_ELEMENTS:
             raise ParseError(f"more than {MAX_ELEMENTS} elements")
+        if attribute_count > MAX_ATTRIBUTES:
+            raise ParseError(f"more than {MAX_ATTRIBUTES} attributes")
         if depth > MAX_DEPTH:
             raise ParseError(f"elements nested more than {MAX_DEPTH} deep")
         if len(parser.intern) > MAX_NAMES:
