@@ -69,15 +69,15 @@ def empty_lists_json(path: Path, size: int, head: str = '{"schema": "topo.topolo
 def unique_keys_json(path: Path, size: int) -> Path:
     """One object with distinct keys filling `size`: the costliest JSON without containers
     found (a key string, a memo entry and a dict entry each)."""
-    head = '{"schema": "topo.topology/1", "info": {'
+    head, tail = '{"schema": "topo.topology/1", "info": {', '"end":0}}'
     with open(path, "w", encoding="utf-8") as f:
         f.write(head)
-        written, key = len(head), 0
-        while written < size - 64:
-            batch = ",".join(f'"{k:x}":0' for k in range(key, key + _BATCH)) + ","
+        written, key = len(head) + len(tail), 0
+        while written + 20 * 4096 < size:
+            batch = "".join(f'"{k:x}":0,' for k in range(key, key + 4096))
             f.write(batch)
-            written, key = written + len(batch), key + _BATCH
-        f.write('"end":0}}')
+            written, key = written + len(batch), key + 4096
+        f.write("".join(f'"{k:x}":0,' for k in range(key, key + (size - written) // 12)) + tail)
     return path
 
 
