@@ -126,7 +126,7 @@ def _real(text: str | None, what: str) -> float:
 
 def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
     t = el.get("type")
-    cpuset = parse_bitmap(el.get("cpuset"))
+    cpuset = parse_bitmap(el.get("cpuset")) & parent_set  # within its parent's, as hwloc's fixup_sets makes it
     if t in ("Package", "Socket"):
         package = _int(el, "os_index", len(w.packages))
         model = next((i.get("value") for i in el.findall("info") if i.get("name") == "CPUModel"), None)
@@ -426,7 +426,12 @@ def _build(root, machine, version: int, source: str) -> Topology:
         allowed_nodes = CpuSet([0])
 
     groups = []
-    for el, cpuset in w.groups:
+    taken = {o.cpuset for o in (*w.packages, *w.dies, *w.cores, *w.caches)} | {pus}
+    for el, written in w.groups:
+        cpuset = written & pus  # a CPU without a PU element is none
+        if written and (not cpuset or cpuset in taken or cpuset.weight() == 1):
+            continue  # hwloc merges a Group into an object with its CPUs (hwloc__insert_try_merge_group)
+        taken.add(cpuset)
         if cpuset:
             members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
         else:  # topo's Group of the nodes without locality
