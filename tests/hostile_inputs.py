@@ -52,7 +52,7 @@ def empty_elements_xml(path: Path, size: int) -> Path:
 def attributes_xml(path: Path, size: int, per_element: int = 8) -> Path:
     """Info elements of `per_element` two-digit attributes each, as many as `size` and the element
     and attribute bounds allow: the costliest legal XML found (a dict entry and a string per
-    attribute), refused only after it is read, as a topology without PUs."""
+    attribute); it reads as a one-CPU machine."""
     from topo.probes.hwloc_xml import MAX_ATTRIBUTES, MAX_ELEMENTS
 
     unit = "<info " + " ".join(f'{chr(97 + i)}="{i:02}"' for i in range(per_element)) + "/>"
