@@ -11,7 +11,6 @@ or --bind_numa, which msrun reads by position: the i-th ``deviceX`` key is local
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Mapping
 
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
+from topo.loader import read_json
 
 from topo.planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding, as_written, normalize_key
 
@@ -46,8 +46,9 @@ def _object(pairs: list[tuple[str, Any]]) -> JsonObject:
 
 
 def parse_json(text: str) -> Any:
-    """``json.loads`` with duplicate keys recorded (see JsonObject). Raises ValueError."""
-    return json.loads(text, object_pairs_hook=_object)
+    """``read_json`` (bounded ``json.loads``) with duplicate keys recorded (see JsonObject). Raises
+    ValueError."""
+    return read_json(text, object_pairs_hook=_object)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def read_bind_json(value: str) -> BindSource:
     if not os.path.exists(value):
         try:
             data = parse_json(value)
-        except (ValueError, RecursionError) as exc:
+        except ValueError as exc:
             raise ParseError(f"bind file {value[:200]!r} is neither an existing file nor JSON text; "
                              "pass the path of a bind JSON (see `topo plan -o FILE`)") from exc
         if not isinstance(data, dict) or "bind_config" not in data:
@@ -85,10 +86,9 @@ def read_bind_json(value: str) -> BindSource:
         data = parse_json(raw.decode("utf-8"))
     except ParseError:
         raise
-    except (OSError, ValueError, RecursionError) as exc:
+    except (OSError, ValueError) as exc:
         # msrun's words first (scripts match them), then what is wrong and where
-        why = exc.strerror if isinstance(exc, OSError) else (
-            "nested too deeply" if isinstance(exc, RecursionError) else str(exc))
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise ParseError(f"Failed to load bind_numa json file: {value}. ({why}; fix the file or "
                          "write a new one with `topo plan -o FILE`)") from exc
     if not isinstance(data, dict):

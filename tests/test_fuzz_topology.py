@@ -241,7 +241,7 @@ REGRESSIONS = {
     "deep.json": (b'{"schema":' + b"[" * 100000 + b"]" * 100000 + b"}", "nested too deep"),
     "digits.json": (b'{"schema": ' + b"9" * 5000 + b"}", "not a topology JSON (a number thousands of digits long)"),
     "deep.xml": (b'<topology version="2.0"><object type="Machine">' + b'<object type="Group">' * 5000
-                 + b"</object>" * 5001 + b"</topology>", "nested too deep"),
+                 + b"</object>" * 5001 + b"</topology>", "nested more than 128 deep"),
 }
 
 

@@ -100,6 +100,30 @@ VALUES = st.one_of(st.text(max_size=8), st.sampled_from(
      "NUMANode", "Socket", "PU", "Core", "Misc", "-0.5", "\x00", "\x1b", "\ufffe"]))
 
 
+def _v1_without(predicate) -> str:
+    """The v1 fixture without the elements (and what they hold) `predicate` picks."""
+    root = ET.fromstring(V1)
+    for parent in list(root.iter()):
+        for child in [c for c in parent if predicate(c)]:
+            parent.remove(child)
+    return ET.tostring(root, encoding="unicode")
+
+
+def test_group_of_cpus_without_pus_or_of_an_objects_cpus_reads_back_equal():
+    """As hwloc loads an XML: a Group's CPUs are those of the PUs it holds (NUMA node 1 and its PUs
+    2-3 removed: Group 0x000000ff is 0-1,4-7), and a Group with the CPUs of another object
+    (PU 3's Socket removed: Group 0x0000000c holds PU 2 alone) merges into it
+    (hwloc__insert_try_merge_group). Either way
+    the model is what topo's XML of it reads back as."""
+    for text, groups in ((_v1_without(lambda e: e.get("os_index") == "1" and e.get("type") == "NUMANode"),
+                          {"0-1,4-7", "0-1", "4-5", "6-7"}),
+                         (_v1_without(lambda e: e.get("type") == "Socket" and e.get("cpuset") == "0x00000008"),
+                          {"0-2,4-7", "0-1", "4-5", "6-7"})):
+        t = parse_hwloc_xml(text, "mutated.xml")
+        assert {str(g.cpuset) for g in t.groups if g.cpuset <= topo.CpuSet.parse("0-7")} == groups
+        assert parse_hwloc_xml(to_xml(t), "topo.xml").groups == t.groups
+
+
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=st.lists(st.tuples(st.sampled_from(V1_ATTRIBUTES), VALUES), min_size=1, max_size=4),
        drop=st.integers(min_value=0, max_value=400))

@@ -8,15 +8,20 @@ name rather than planned on.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import replace
+from typing import Any
 
 from topo.errors import ProbeError
-from topo.model import Topology
+from topo.model import MAX_PUS, Topology
 
 # The largest export hwloc writes (8192 PUs, thousands of PCI functions) is some 20 MB of XML.
 MAX_BYTES = 64 << 20
+# A topology JSON holds an object or two per PU, cache, device and NUMA node (a bind JSON one per
+# process): sixteen per PU of MAX_PUS is more than any. An empty one costs 64 bytes for its 3.
+MAX_JSON_CONTAINERS = 16 * MAX_PUS
 _HOW = "write one with `topo show --json > FILE` or `lstopo --of xml FILE`"
 
 
@@ -47,18 +52,30 @@ def load_topology(path: str | os.PathLike) -> Topology:
     raise ProbeError(f"{path}: neither topo JSON nor hwloc XML; {_HOW}")
 
 
-def _from_json(text: str, path: str) -> Topology:
-    import json
-
+def read_json(text: str, **hooks) -> Any:
+    """`json.loads(text, **hooks)` of a file's text, its memory in proportion to the text: more than
+    MAX_JSON_CONTAINERS arrays and objects are refused before anything is decoded (brackets within
+    strings count too: a bound from above). json.JSONDecodeError for text that is not JSON,
+    ValueError saying what is refused for the rest."""
+    if text.count("[") + text.count("{") > MAX_JSON_CONTAINERS:
+        raise ValueError(f"more than {MAX_JSON_CONTAINERS} arrays and objects")
     try:
-        data = json.loads(text)
+        return json.loads(text, **hooks)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:  # arrays nested 100000 deep
+        raise ValueError("nested too deep") from None
+    except ValueError:  # a number longer than Python's int digit limit (4300)
+        raise ValueError("a number thousands of digits long") from None
+
+
+def _from_json(text: str, path: str) -> Topology:
+    try:
+        data = read_json(text)
     except json.JSONDecodeError as exc:
         raise ProbeError(f"{path}: not valid JSON ({exc}); write one with `topo show --json`") from None
-    except RecursionError:  # arrays nested 100000 deep
-        raise ProbeError(f"{path}: not a topology JSON (nested too deep); write one with `topo show --json`") from None
-    except ValueError:  # a number longer than Python's int digit limit (4300)
-        raise ProbeError(f"{path}: not a topology JSON (a number thousands of digits long); "
-                         "write one with `topo show --json`") from None
+    except ValueError as exc:
+        raise ProbeError(f"{path}: not a topology JSON ({exc}); write one with `topo show --json`") from None
     try:
         topology = Topology.from_dict(data)
         topology.check()

@@ -20,14 +20,28 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
+from xml.parsers import expat
 
-from topo.cpuset import EMPTY, MAX_ID, CpuSet
+from topo.cpuset import EMPTY, MAX_ID, CpuSet, excerpt
 from topo.errors import ParseError, ProbeError
-from topo.model import (Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
+from topo.model import (MAX_PUS, Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
                         PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
 from topo.probes.pci import bus_key
 from topo.tree import CACHE_TYPE, GROUP_KINDS
+
+# An export holds four or five elements per PU (PU, Core, caches) and a few per PCI function, each
+# over 100 bytes of XML: four per PU of MAX_PUS is more than fits in a file topo reads. An element
+# costs 80 to 450 bytes of tree, so this also bounds what tiny elements repeated can cost.
+MAX_ELEMENTS = 4 * MAX_PUS
+MAX_ATTRIBUTES = 8 * MAX_ELEMENTS  # an object has up to a dozen, an info two; each costs some 100 bytes
+# hwloc nests CPU-side objects a dozen deep and PCI bridges behind switches some twenty more.
+MAX_DEPTH = 128
+# Names of elements and attributes told apart: hwloc's formats (v1 to v3) use some seventy.
+MAX_NAMES = 256
+# The longest tag an export holds: an object's six bitmaps up to CPU MAX_ID, 360 KB each.
+MAX_TAG = 4 << 20
+_CHUNK = 1 << 20  # characters handed to expat at a time
 
 _BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 _SUBSYSTEM = re.compile(r"\S+ \[\S+\] \[([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\]")
@@ -46,6 +60,8 @@ def parse_bitmap(text: str | None) -> CpuSet:
     if not text:
         return EMPTY
     text = text.strip()
+    if text.count(",") > (MAX_ID + 1) // 32:  # more words than MAX_ID needs, an infinite set's one more
+        raise ParseError(f"hwloc bitmap {excerpt(text)!r} has bits above {MAX_ID}, the largest CPU or node id")
     if _HWLOC_WORDS.match(text):
         # What hwloc writes: one int() of the whole mask, each word padded to 32 bits (an empty
         # word between commas is an all-zero one: lstopo 2.x writes 0x00000011,,0x0).
@@ -58,7 +74,7 @@ def parse_bitmap(text: str | None) -> CpuSet:
     try:
         return CpuSet.parse_mask(",".join(words))
     except ParseError as exc:
-        raise ParseError(f"bad hwloc bitmap {text!r}: {exc}") from None
+        raise ParseError(f"bad hwloc bitmap {excerpt(text)!r}: {exc}") from None
 
 
 @dataclass
@@ -111,7 +127,7 @@ def _real(text: str | None, what: str) -> float:
 
 def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
     t = el.get("type")
-    cpuset = parse_bitmap(el.get("cpuset"))
+    cpuset = parse_bitmap(el.get("cpuset")) & parent_set  # within its parent's, as hwloc's fixup_sets makes it
     if t in ("Package", "Socket"):
         package = _int(el, "os_index", len(w.packages))
         model = next((i.get("value") for i in el.findall("info") if i.get("name") == "CPUModel"), None)
@@ -288,9 +304,12 @@ def _own_cpus(nodes: list[tuple[int, CpuSet, object]]) -> dict[int, CpuSet]:
 def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
     """The Topology an hwloc XML export describes. `source` names the file in errors and `root`."""
     try:
-        root = ET.fromstring(text)
-    except ET.ParseError as exc:
+        root = _element_tree(text)
+    except expat.ExpatError as exc:
         raise ProbeError(f"{source}: not XML ({exc}); export one with `lstopo --of xml FILE`") from None
+    except ParseError as exc:
+        raise ProbeError(f"{source}: {exc}, which no hwloc export holds; export one with "
+                         "`lstopo --of xml FILE`") from None
     if root.tag != "topology":
         raise ProbeError(f"{source}: not an hwloc topology (root element <{root.tag}>); "
                          "export one with `lstopo --of xml FILE`")
@@ -302,14 +321,61 @@ def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
         topology = _build(root, machine, version, source)
     except ParseError as exc:
         raise ProbeError(f"{source}: {exc}; export it again with `lstopo --of xml FILE`") from None
-    except RecursionError:  # hwloc nests objects a dozen levels deep, not a thousand
-        raise ProbeError(f"{source}: objects nested too deep for an hwloc export; "
-                         "export one with `lstopo --of xml FILE`") from None
     try:
         topology.check()
     except ProbeError as exc:
         raise ProbeError(f"{source}: {exc}; export it again with `lstopo --of xml FILE`") from None
     return topology
+
+
+def _element_tree(text: str) -> ET.Element:
+    """The document's elements as a tree, streamed through expat and refused (ParseError) at the
+    first sign it is no hwloc export: a DOCTYPE with declarations of its own (the only place
+    entities can be declared: hwloc writes none, and one entity repeated can cost a hundred times
+    the file), more than MAX_ELEMENTS elements or MAX_ATTRIBUTES attributes, nesting deeper than
+    MAX_DEPTH, more than MAX_NAMES names (each is kept, once), or one tag (or comment) longer than
+    MAX_TAG, which expat holds whole. Nothing is expanded and nothing is built past a bound, so
+    memory stays in proportion to the file, as a real export's does."""
+    builder = ET.TreeBuilder()
+    parser = expat.ParserCreate("utf-8")
+    parser.buffer_text = True
+    count = depth = attribute_count = 0
+
+    def start(tag: str, attributes: dict) -> None:
+        nonlocal count, depth, attribute_count
+        count += 1
+        depth += 1
+        attribute_count += len(attributes)
+        if count > MAX_ELEMENTS:
+            raise ParseError(f"more than {MAX_ELEMENTS} elements")
+        if attribute_count > MAX_ATTRIBUTES:
+            raise ParseError(f"more than {MAX_ATTRIBUTES} attributes")
+        if depth > MAX_DEPTH:
+            raise ParseError(f"elements nested more than {MAX_DEPTH} deep")
+        if len(parser.intern) > MAX_NAMES:
+            raise ParseError(f"more than {MAX_NAMES} names of elements and attributes")
+        builder.start(tag, attributes)
+
+    def end(tag: str) -> None:
+        nonlocal depth
+        depth -= 1
+        builder.end(tag)
+
+    def doctype(name: str, system: str | None, public: str | None, declarations: bool) -> None:
+        if declarations:
+            raise ParseError(f"a DOCTYPE {excerpt(name)} with declarations (entities, element types)")
+
+    parser.StartElementHandler, parser.EndElementHandler = start, end
+    parser.CharacterDataHandler, parser.StartDoctypeDeclHandler = builder.data, doctype
+    fed = 0
+    for at in range(0, len(text), _CHUNK):
+        chunk = text[at:at + _CHUNK].encode("utf-8", "surrogatepass")  # a lone surrogate: not well-formed
+        fed += len(chunk)
+        parser.Parse(chunk, False)
+        if fed - parser.CurrentByteIndex > MAX_TAG:  # what expat holds unparsed: the token it is in
+            raise ParseError(f"a tag or comment longer than {MAX_TAG >> 20} MiB")
+    parser.Parse(b"", True)
+    return builder.close()
 
 
 def _build(root, machine, version: int, source: str) -> Topology:
@@ -363,7 +429,12 @@ def _build(root, machine, version: int, source: str) -> Topology:
         allowed_nodes = CpuSet([0])
 
     groups = []
-    for el, cpuset in w.groups:
+    taken = {o.cpuset for o in (*w.packages, *w.dies, *w.cores, *w.caches)} | {pus}
+    for el, written in w.groups:
+        cpuset = written & pus  # a CPU without a PU element is none
+        if written and (not cpuset or cpuset in taken or cpuset.weight() == 1):
+            continue  # hwloc merges a Group into an object with its CPUs (hwloc__insert_try_merge_group)
+        taken.add(cpuset)
         if cpuset:
             members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
         else:  # topo's Group of the nodes without locality
