@@ -168,9 +168,7 @@ class _Reader:
                              "write true or false (JSON booleans, not strings)")
 
     def read_policy(self) -> None:
-        if MEMORY_POLICY_KEY not in self.notes:
-            return
-        policy = self.notes[MEMORY_POLICY_KEY]
+        policy = self.notes.get(MEMORY_POLICY_KEY, "bind")
         path = f"topo.{MEMORY_POLICY_KEY}"
         if policy == "bind":
             return
