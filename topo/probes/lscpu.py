@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from topo.archive import TOOLS, TOOLS_DIR
-from topo.cpuset import MAX_ID, CpuSet, excerpt
+from topo.cpuset import MAX_ID, CpuSet, excerpt, union_all
 from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
@@ -268,9 +268,7 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
     if need_nodes and found.nodes:
         kept = [replace(n, cpuset=n.cpuset & online, locality=n.locality & online)
                 for n in found.nodes if n.cpuset & online]
-        covered = CpuSet()
-        for n in kept:
-            covered |= n.cpuset
+        covered = union_all(n.cpuset for n in kept)
         if covered == online:
             nodes = RawNodes(kept, [], False)
             used.append(f"{len(kept)} NUMA node{'' if len(kept) == 1 else 's'}")
