@@ -71,10 +71,6 @@ def one_line(errors: list[Problem]) -> str:
 
 
 # --------------------------------------------------------------------------- schema
-def _type_name(value: Any) -> str:
-    return type(value).__name__
-
-
 class _Reader:
     """One pass over a bind JSON object: problems, and the entries that parsed (``entries``, None
     when the object is not readable at all)."""
@@ -86,7 +82,7 @@ class _Reader:
         self.cpu_mode = self.memory_mode = "none"
         self.fix_bind: bool | None = None
         if not isinstance(data, Mapping):
-            self.problem("", f"bind JSON should be a json object, got {_type_name(data)}.",
+            self.problem("", f"bind JSON should be a json object, got {type(data).__name__}.",
                          "write an object with bind_config / bind_cpu / bind_memory keys")
             return
         self.read(data)
@@ -172,9 +168,7 @@ class _Reader:
                              "write true or false (JSON booleans, not strings)")
 
     def read_policy(self) -> None:
-        if MEMORY_POLICY_KEY not in self.notes:
-            return
-        policy = self.notes[MEMORY_POLICY_KEY]
+        policy = self.notes.get(MEMORY_POLICY_KEY, "bind")
         path = f"topo.{MEMORY_POLICY_KEY}"
         if policy == "bind":
             return
@@ -193,7 +187,7 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, Mapping):
-            self.problem(section, f"{section} must be a json object, got {_type_name(value)}.",
+            self.problem(section, f"{section} must be a json object, got {type(value).__name__}.",
                          f'write {{"device0": ...}} under {section}')
             return None
         self.duplicates(value, section)
@@ -301,18 +295,13 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
     problems: list[Problem] = []
     present = topology.complete_pus | topology.pus
     allowed = topology.allowed_pus
-    # each module's set is tested with one AND against the CPUs both present and allowed, computed
-    # once (a set operation costs the machine's width, and there are processes x modules sets); the
-    # mask is non-negative, so the AND costs the module's width, not the machine's (an AND with a
-    # complement, a negative int, walks the whole machine)
-    usable = present.mask & allowed.mask
+    usable = present & allowed
     nodes = {n.os_index for n in topology.numa_nodes}
     allowed_nodes = topology.allowed_numa_nodes
     cpu_nodes = {n.os_index for n in topology.cpu_nodes()}
     for p in entries:
         for module, cpus in p.module_cpus:
-            mask = cpus.mask
-            if mask & usable == mask:
+            if cpus <= usable:
                 continue
             path = f"bind_cpu.{p.key}.{module}"
             written = excerpt(str(dict(p.modules)), 120)
@@ -367,15 +356,6 @@ def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[
     owners (three, then "and others"). ``owner[cpu]`` is the first process with that CPU, so the
     work grows with the CPUs listed, not with pairs of processes."""
     if allowed:
-        return []
-    entries = list(entries)
-    union = 0
-    for p in entries:  # most plans overlap nowhere: set operations alone tell
-        main = p.cpus("main").mask
-        if main & union:
-            break
-        union |= main
-    else:
         return []
     problems: list[Problem] = []
     owner: list[str | None] = []

@@ -168,21 +168,10 @@ class BindPlan:
         """How memory nodes are applied: "bind" (numactl --membind), "preferred", or None (not bound)."""
         return {"numa": "bind", "preferred": "preferred"}.get(self.memory_mode)
 
-    def keys(self) -> tuple[str, ...]:
-        return tuple(p.key for p in self.processes)
-
-    def process(self, key: str) -> ProcessBinding:
-        k = normalize_key(key)
-        for p in self.processes:
-            if p.key == k:
-                return p
-        raise KeyError(key)
-
     def get(self, key: str) -> ProcessBinding | None:
-        try:
-            return self.process(key)
-        except KeyError:
-            return None
+        """The entry of `key` (any spelling msrun reads), or None."""
+        k = normalize_key(key)
+        return next((p for p in self.processes if p.key == k), None)
 
     def workers(self) -> tuple[ProcessBinding, ...]:
         return tuple(p for p in self.processes if not p.is_scheduler)

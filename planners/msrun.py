@@ -96,13 +96,6 @@ def _available_numa(resources: AllowedResources) -> tuple[list[int], list[str]]:
     return list(resources.node_ids), warnings
 
 
-def _numa_nodes(resources: AllowedResources, devices: list[int], options: Options) -> tuple[dict[int, int], list[str]]:
-    """What ``--bind_numa=True`` gives each device: its node, or a free one when it is taken."""
-    available, warnings = _available_numa(resources)
-    mapping, more = assign_nodes(resources, devices, use_affinity=options.affinity, available=available)
-    return mapping, warnings + more
-
-
 def _bind_numa(resources: AllowedResources, job: Job, options: Options) -> BindPlan:
     available, warnings = _available_numa(resources)
     if len(available) < job.nproc:
@@ -156,7 +149,8 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
         lists = [cpus[r * n:(r + 1) * n] for r in range(job.nproc)]
         lists[-1] = cpus[(job.nproc - 1) * n:]
         sets = [_span(allowed, lst) for lst in lists]
-        return _emit(resources, job, options, lists, sets, [resources.memory_for(s) for s in sets], warnings)
+        return build_plan(job, sets, [resources.memory_for(s) for s in sets], options=options, resources=resources,
+                          warnings=warnings, orders=lists)
 
     devs = _participants(resources, job, options)
     n = len(cpus) // len(devs)
@@ -164,8 +158,9 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
         raise UsageError(f"Available CPUs is less than 1 per device: {len(cpus)} allowed CPUs for "
                          f"{len(devs)} devices; use fewer processes")
     numa = options.memory != "none" and resources.node_ids != [PSEUDO_NODE]
-    if numa or options.spread_nodes:
-        mapping, more = _numa_nodes(resources, devs, options)
+    if numa or options.spread_nodes:  # what ``--bind_numa=True`` gives each device
+        available, warnings = _available_numa(resources)
+        mapping, more = assign_nodes(resources, devs, use_affinity=options.affinity, available=available)
         warnings += more
     if not options.affinity and not options.spread_nodes:
         # msrun's "Affinity binding not applicable, fall back to average CPU distribution."
@@ -173,7 +168,8 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
         slot = {d: i for i, d in enumerate(devs)}
         lists = [cpus[slot[d] * n:(slot[d] + 1) * n] for d in job.devices]
         memory = [(mapping[d],) if numa else None for d in job.devices]
-        return _emit(resources, job, options, lists, [_span(allowed, lst) for lst in lists], memory, warnings)
+        return build_plan(job, [_span(allowed, lst) for lst in lists], memory, options=options, resources=resources,
+                          warnings=warnings, orders=lists)
 
     homes = {d: (mapping[d],) for d in devs} if options.spread_nodes else {d: resources.home_of(d) for d in devs}
     affinity_nodes = {x for h in homes.values() for x in h}
@@ -223,17 +219,12 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
     # most devices take from one node: that part is their set, not ORed into a fresh mask
     sets = [parts[0] if len(parts) == 1 else union_all(parts) for parts in map(got_sets.__getitem__, job.devices)]
     memory = [(mapping[d],) if numa else homes[d] for d in job.devices]
-    return _emit(resources, job, options, lists, sets, memory, warnings)
+    return build_plan(job, sets, memory, options=options, resources=resources, warnings=warnings, orders=lists)
 
 
 def _span(allowed: CpuSet, lst: list[int]) -> CpuSet:
     """The set of a slice of ``allowed``'s ascending list, without building it bit by bit."""
     return allowed & CpuSet.range(lst[0], lst[-1]) if lst else CpuSet()
-
-
-def _emit(resources: AllowedResources, job: Job, options: Options, lists: list[list[int]], sets: list[CpuSet], memory,
-          warnings) -> BindPlan:
-    return build_plan(job, sets, memory, options=options, resources=resources, warnings=warnings, orders=lists)
 
 
 __all__ = ["plan_msrun_auto", "assign_nodes"]

@@ -6,8 +6,8 @@ the caller names the option in messages.
 
 from __future__ import annotations
 
-from topo.cpuset import CpuSet
-from topo.errors import ParseError, UsageError
+from topo.errors import UsageError
+from topo.numbers import ascii_number
 
 from topo.planners.bindplan import MODULES
 
@@ -15,15 +15,12 @@ from topo.planners.bindplan import MODULES
 def parse_range(option: str, text: str) -> tuple[int, int]:
     """``"4-8"`` -> (4, 8), with gen_bind_json's messages for anything else."""
     lo, dash, hi = text.partition("-")
-    try:
-        start, end = (CpuSet.parse(lo), CpuSet.parse(hi)) if dash else (CpuSet(), CpuSet())
-    except ParseError:
-        start = end = CpuSet()
-    if start.weight() != 1 or end.weight() != 1:
+    start, end = (ascii_number(lo.strip()), ascii_number(hi.strip())) if dash else (None, None)
+    if start is None or end is None:
         raise UsageError(f"{option} must be in 'start-end' format, got '{text}'.")
-    if start.first() > end.first():
+    if start > end:
         raise UsageError(f"{option} start must be <= end, got '{text}'.")
-    return start.first(), end.first()
+    return start, end
 
 
 def parse_modules(text: str, option: str = "modules") -> tuple[tuple[str, int, int], ...]:

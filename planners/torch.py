@@ -34,21 +34,17 @@ def _groups(job: Job, homes) -> dict[tuple[int, ...], list[int]]:
     return out
 
 
-def plan_node(topology: Topology, job: Job, options: Options) -> BindPlan:
+def plan_node(topology: Topology, job: Job, options: Options, *, socket: bool = False) -> BindPlan:
     resources = AllowedResources(topology)
     homes = resources.homes(job)
     per_home = {h: resources.cpus_of_nodes(h) for h in set(homes)}
+    if socket:
+        per_home = {h: resources.package_cpus(cpus) or cpus for h, cpus in per_home.items()}
     return build_plan(job, [per_home[h] for h in homes], homes, options=options, resources=resources)
 
 
 def plan_socket(topology: Topology, job: Job, options: Options) -> BindPlan:
-    resources = AllowedResources(topology)
-    homes = resources.homes(job)
-    per_home = {}
-    for h in set(homes):
-        node_cpus = resources.cpus_of_nodes(h)
-        per_home[h] = resources.package_cpus(node_cpus) or node_cpus
-    return build_plan(job, [per_home[h] for h in homes], homes, options=options, resources=resources)
+    return plan_node(topology, job, options, socket=True)
 
 
 def plan_exclusive(topology: Topology, job: Job, options: Options) -> BindPlan:

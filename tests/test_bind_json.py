@@ -76,7 +76,7 @@ def test_round_trip(data):
 def test_strings_kept_as_written_spaces_removed():
     data = {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"},
             "bind_cpu": {"device_3": {"main": " 5-6, 4 "}}, "bind_memory": {"device_3": "1, 0"}}
-    p = plan_from_json(data).process("device3")
+    p = plan_from_json(data).get("device3")
     assert (p.key, p.main, p.memory) == ("device3", "5-6,4", "1,0")
     assert binding_of(p, MACHINE).prefix == ("numactl", "--membind", "1,0", "--physcpubind", "5-6,4")
     # the sets are parsed once, when the entry is read
@@ -140,7 +140,7 @@ def test_plan_is_immutable_and_hashable():
         plan.cpu_mode = "numa"
     assert hash(plan) == hash(plan_from_json(plan.to_json()))
     assert plan.to_json()["topo"] == {"mode": "node", "warnings": ["w"], "local_ranks": {"device0": 0}}
-    assert plan_from_json(plan.to_json()).process("device0").local_rank == 0
+    assert plan_from_json(plan.to_json()).get("device0").local_rank == 0
 
 
 # ---- loading, msrun's argparse-time checks ------------------------------------------------------
@@ -233,10 +233,10 @@ def test_overlap_owners_match_a_cpu_by_cpu_reference(mains):
 
 def test_table_forms_load_as_positional_plans():
     core = load_table({"device1": ["0-3", " 8"], "scheduler": ["9"], "device0": []}, "--bind_core")
-    assert core.table and core.plan.keys() == ("device1", "scheduler", "device0")
+    assert core.table and [p.key for p in core.plan.processes] == ["device1", "scheduler", "device0"]
     assert [p.main for p in core.plan.workers()] == ["0-3,8", None]
     numa = load_table({"device0": ["1,2"]}, "--bind_numa")
-    p = numa.plan.process("device0")
+    p = numa.plan.get("device0")
     assert (p.cpu_nodes, p.memory, p.cpu_node_set, p.memory_nodes) == ("1,2", "1,2", CpuSet([1, 2]), CpuSet([1, 2]))
     for table, message in [({"device0": ["1"], "device00": ["2"]}, "name the same device"),
                            (parse_json('{"device0": ["1"], "device0": ["2"]}'), "'device0' appears more than once"),

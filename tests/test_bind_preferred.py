@@ -90,7 +90,7 @@ def test_numa_mode_preferred():
     data = plan.to_json()
     assert data["bind_config"] == {"bind_cpu_mode": "numa", "bind_memory_mode": "none"}
     assert validate_bind(data, MACHINE) == []
-    b = binding_of(plan.process("device3"), LIVE, memory_policy=plan.memory_policy)
+    b = binding_of(plan.get("device3"), LIVE, memory_policy=plan.memory_policy)
     assert b.prefix == ("numactl", "--preferred", "3", "--cpunodebind", "3")
 
 
@@ -98,9 +98,9 @@ def test_a_process_homed_on_two_nodes_prefers_one():
     # one CPU-only process over a 2-node machine is homed on both nodes: --membind takes both,
     # --preferred takes one node, the first
     t = synthetic("pack:1 numa:2 core:4 pu:1")
-    assert planners.plan(t, "exclusive", memory="numa", nproc=1).process("device0").memory == "0-1"
+    assert planners.plan(t, "exclusive", memory="numa", nproc=1).get("device0").memory == "0-1"
     plan = planners.plan(t, "exclusive", memory="preferred", nproc=1)
-    assert plan.process("device0").memory == 0
+    assert plan.get("device0").memory == 0
     assert validate_bind(plan.to_json(), t) == []
 
 
@@ -121,5 +121,5 @@ def test_explicit_bind_policy_is_msruns():
             "bind_cpu": {"device0": {"main": "0-3"}}, "bind_memory": {"device0": 0}, "topo": {"memory_policy": "bind"}}
     plan = plan_from_json(data)
     assert plan.memory_policy == "bind"
-    assert binding_of(plan.process("device0"), LIVE, memory_policy=plan.memory_policy).prefix == (
+    assert binding_of(plan.get("device0"), LIVE, memory_policy=plan.memory_policy).prefix == (
         "numactl", "--membind", "0", "--physcpubind", "0-3")

@@ -70,9 +70,9 @@ def test_tail_worker_log_values():
 def test_bind_core_table_is_parsed_like_msrun():
     assert parse_bind_core("TRUE") is True
     table = parse_bind_core('{"device0": [" 0-3 ", "8"], "scheduler": []}')
-    assert table.table and table.plan.keys() == ("device0", "scheduler")
-    assert table.plan.process("device0").main == "0-3,8"  # joined with commas, as msrun joins them
-    assert table.plan.process("scheduler").main is None
+    assert table.table and [p.key for p in table.plan.processes] == ["device0", "scheduler"]
+    assert table.plan.get("device0").main == "0-3,8"  # joined with commas, as msrun joins them
+    assert table.plan.get("scheduler").main is None
 
 
 def where_json_breaks(text: str) -> str:

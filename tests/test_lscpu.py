@@ -53,8 +53,14 @@ def test_old_per_instance_cache_size():
     assert summary.cache_sizes == {"L2": 1 << 20, "L3": 32 << 20}
 
 
+def as_parsable(table: str) -> str:
+    """An `lscpu -e` table (the field samples) as `lscpu -p` prints the same columns."""
+    rows = [line.split() for line in table.splitlines() if line.strip()]
+    return "\n".join(["# " + ",".join(rows[0])] + [",".join(row) for row in rows[1:]])
+
+
 def test_table_gh200_quad_grace_large_cache_ids():
-    rows = lscpu.parse_table(sample("cpu/lscpu-e_gh200-quad-grace-288cpu.txt"))
+    rows = lscpu.parse_parsable(as_parsable(sample("cpu/lscpu-e_gh200-quad-grace-288cpu.txt")))
     built = lscpu.build_cpus(rows, lscpu.LscpuSummary(cache_sizes={"L3": 114 << 20}))
     assert built.online == CpuSet.range(0, 287)
     assert [n.cpuset for n in built.nodes] == [CpuSet.range(72 * s, 72 * s + 71) for s in range(4)]
@@ -63,14 +69,14 @@ def test_table_gh200_quad_grace_large_cache_ids():
 
 
 def test_table_noctua2_nps4_and_ccx():
-    rows = lscpu.parse_table(sample("cpu/lscpu-e_noctua2-2x-epyc7763-nps4-8numa.txt"))
+    rows = lscpu.parse_parsable(as_parsable(sample("cpu/lscpu-e_noctua2-2x-epyc7763-nps4-8numa.txt")))
     built = lscpu.build_cpus(rows, lscpu.LscpuSummary(cache_sizes={"L3": 32 << 20}))
     assert [n.cpuset for n in built.nodes] == [CpuSet.range(16 * n, 16 * n + 15) for n in range(8)]
     assert len([c for c in built.caches if c.level == 3]) == 16
 
 
 def test_table_smt_siblings_share_a_core():
-    rows = lscpu.parse_table(sample("cpu/lscpu-e_noctua2-login-1x-epyc-smt-4numa.txt"))
+    rows = lscpu.parse_parsable(as_parsable(sample("cpu/lscpu-e_noctua2-login-1x-epyc-smt-4numa.txt")))
     built = lscpu.build_cpus(rows)
     assert len(built.cores) == 64 and built.cores[0].cpuset == CpuSet([0, 64])
     assert built.caches == []  # no summary, no sizes: caches left out rather than sized 0
@@ -110,8 +116,6 @@ def test_parse_errors_name_the_line():
         lscpu.parse_parsable("0,0,0,0\n")
     with pytest.raises(ParseError, match="cannot read line 'x,0,0,0'"):
         lscpu.parse_parsable("# CPU,Core,Socket,Node\nx,0,0,0\n")
-    with pytest.raises(ParseError, match="'CPU ...' header"):
-        lscpu.parse_table("NODE SOCKET\n0 0\n")
 
 
 def test_generated_kunpeng_matches_its_lscpu():
@@ -198,15 +202,15 @@ def test_live_lscpu_runs():
 def test_odd_digits_in_tables_name_the_line(odd):
     """Digits other than ASCII ones ("²" was a ValueError traceback, "١" read as 1) and numbers past
     MAX_ID: one ParseError naming lscpu and the line, in each of the CPU, CORE and cache columns."""
-    table = sample("cpu/lscpu-e_noctua2-2x-epyc7763-nps4-8numa.txt")
-    line = table.splitlines()[2]  # CPU NODE SOCKET CORE L1d:L1i:L2:L3 ...: 1 0 0 1 1:1:1:0 ...
+    table = as_parsable(sample("cpu/lscpu-e_noctua2-2x-epyc7763-nps4-8numa.txt"))
+    line = table.splitlines()[2]  # CPU,NODE,SOCKET,CORE,L1d:L1i:L2:L3,...: 1,0,0,1,1:1:1:0,...
     for column, value in ((0, odd), (3, odd), (4, f"1:{odd}:1:0")):
-        cells = line.split()
+        cells = line.split(",")
         cells[column] = value
-        bad = "    ".join(cells)
+        bad = ",".join(cells)
         with pytest.raises(ParseError) as caught:
-            lscpu.parse_table(table.replace(line, bad))
-        assert str(caught.value).startswith(f"lscpu -e: cannot read line '{bad.strip()[:20]}")
+            lscpu.parse_parsable(table.replace(line, bad))
+        assert str(caught.value).startswith(f"lscpu -p: cannot read line '{bad.strip()[:20]}")
     parsable = PARSABLE_NEW.replace("1,1,0,0,,1,1,1,0", f"1,1,0,0,,1,{odd},1,0")
     with pytest.raises(ParseError, match="lscpu -p: cannot read line '1,1,0,0,,1,"):
         lscpu.parse_parsable(parsable)

@@ -87,7 +87,7 @@ def test_agrees_with_topo_plan_for_every_mode(a100, mode, scope):
     plan = planners.plan(a100, mode, devices=(2, 3, 4, 5), scope=scope)
     for rank, device in enumerate((2, 3, 4, 5)):
         mine = plan_affinity(a100, rank, mode=mode, scope=scope, memory="preferred", env=env)
-        theirs = plan.process(f"device{device}")
+        theirs = plan.get(f"device{device}")
         assert mine.device == device
         assert mine.cpus == theirs.cpus("main")
         assert mine.memory_nodes == theirs.memory_nodes
@@ -116,7 +116,7 @@ def test_cpu_only_machine_splits_the_allowed_cpus_as_devices_none():
         plan = planners.plan(t, "unique-contiguous", devices=(), nproc=n)
         ranks = [plan_affinity(t, r, env={"LOCAL_WORLD_SIZE": str(n)}) for r in range(n)]
         assert [r.device for r in ranks] == [None] * n
-        assert [r.cpus for r in ranks] == [plan.process(f"device{r}").cpus("main") for r in range(n)]
+        assert [r.cpus for r in ranks] == [plan.get(f"device{r}").cpus("main") for r in range(n)]
         assert all(r.cpus for r in ranks) and not any(a.cpus & b.cpus for a, b in zip(ranks, ranks[1:]))
     with pytest.raises(AffinityError, match=r"device_id=2 should be smaller than nproc_per_node=2 \(one process per "
                                             "NUMA node: this machine has no accelerator\\)"):

@@ -14,7 +14,6 @@ from topo.errors import ParseError
 from topo.numbers import MAX_ID, ascii_number
 
 _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
-_KERNEL_MASK = re.compile(r"\A[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*\Z")
 _HEXWORD = re.compile(r"\A(?:0x)?[0-9a-fA-F]+\Z")
 _WHITESPACE = re.compile(r"\s+")
 # A set of up to _BUILT_RUNS runs is built, and the first _READ_RUNS runs of a set are read, a run
@@ -119,23 +118,17 @@ class CpuSet:
         s = text.strip()
         if not s:
             return EMPTY
-        if _KERNEL_MASK.match(s):  # what the kernel writes: full 32-bit words after the first
-            return cls._from_hex(s.replace(",", ""), s)
         words = s.split(",")
         for word in words:
             if not _HEXWORD.match(word):
                 raise ParseError(f"malformed CPU mask {excerpt(s)!r}: bad word {excerpt(word)!r}")
         words = [w.removeprefix("0x") for w in words]
-        if len(words) == 1:  # old 2.6 kernels wrote one long word without commas
-            return cls._from_hex(words[0], s)
-        if any(len(w) > 8 for w in words):
+        # old 2.6 kernels wrote one long word without commas
+        if len(words) > 1 and any(len(w) > 8 for w in words):
             raise ParseError(f"malformed CPU mask {excerpt(s)!r}: a word has more than 32 bits")
-        return cls._from_hex("".join(w.zfill(8) for w in words), s)
-
-    @classmethod
-    def _from_hex(cls, digits: str, text: str) -> "CpuSet":
+        digits = "".join(w.zfill(8) for w in words)
         if len(digits.lstrip("0")) > (MAX_ID + 1) // 4:
-            raise ParseError(f"CPU mask {excerpt(text)!r} has bits above {MAX_ID}, the largest CPU or node id")
+            raise ParseError(f"CPU mask {excerpt(s)!r} has bits above {MAX_ID}, the largest CPU or node id")
         return cls.from_mask(int(digits, 16))
 
     @classmethod
@@ -193,10 +186,6 @@ class CpuSet:
 
     def __xor__(self, other: "CpuSet") -> "CpuSet":
         return CpuSet.from_mask(self._mask ^ other._mask)
-
-    union = __or__
-    intersection = __and__
-    difference = __sub__
 
     def issubset(self, other: "CpuSet") -> bool:
         return self._mask & ~other._mask == 0

@@ -7,6 +7,8 @@ each other than to the rest (by the distance matrix) are clustered into Groups.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from topo.cpuset import CpuSet, union_all
 from topo.model import Group, NumaNode
 
@@ -75,8 +77,6 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
     return out
 
 
-
-
 def fit_localities(nodes: list[NumaNode], cpu_side: list[CpuSet], machine: CpuSet) -> list[NumaNode]:
     """Each node's locality as the tree can hold it, by hwloc's insertion of memory objects.
 
@@ -91,10 +91,7 @@ def fit_localities(nodes: list[NumaNode], cpu_side: list[CpuSet], machine: CpuSe
     for node in sorted(nodes, key=lambda n: (not n.cpuset, n.os_index)):
         loc = node.locality & machine
         fitted = tree.fit(loc, machine)
-        if fitted != loc:
-            node = NumaNode(node.os_index, node.cpuset, node.local_memory, node.memory_only, fitted | node.cpuset,
-                            node.distances, node.subtype)
-        out[node.os_index] = node
+        out[node.os_index] = node if fitted == loc else replace(node, locality=fitted | node.cpuset)
     return [out[n.os_index] for n in nodes]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import platform
 import threading
@@ -121,14 +122,9 @@ def _set_policy(policy: str, nodes: CpuSet) -> None:
     set_mempolicy(policy, nodes)
 
 
-_libc = None
-
-
+@functools.cache
 def _libc_handle():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _numbers() -> tuple[int, int, int]:

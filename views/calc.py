@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from topo.cpuset import EMPTY, CpuSet
-from topo.errors import UsageError
+from topo.errors import ParseError, UsageError
 from topo.model import Topology
 from topo.numbers import MAX_ID
 from topo.tree import IO_TYPES, Obj, bitmap, build, levels, matches, parse_type, type_name, walk
@@ -170,7 +170,6 @@ def _cpuset(text: str, given: str) -> CpuSet:
     one number (`0x1ffffffff`)."""
     if "," not in text and _TASKSET.match(text):
         return CpuSet.from_mask(int(text[2:], 16))
-    from topo.errors import ParseError
     from topo.probes.hwloc_xml import parse_bitmap
 
     try:

@@ -5,6 +5,7 @@ owners are (a plan's processes, for example).
 
 from __future__ import annotations
 
+import colorsys
 from dataclasses import dataclass
 
 from topo.cpuset import EMPTY, CpuSet
@@ -48,15 +49,7 @@ def colour(i: int) -> str:
         return PALETTE[i]
     hue = (i * 137.508) % 360
     light = 0.38 + 0.16 * ((i // len(PALETTE)) % 3)
-    return _hsl(hue, 0.65, light)
-
-
-def _hsl(h: float, s: float, l: float) -> str:
-    c = (1 - abs(2 * l - 1)) * s
-    x = c * (1 - abs((h / 60) % 2 - 1))
-    m = l - c / 2
-    r, g, b = [(c, x, 0), (x, c, 0), (0, c, x), (0, x, c), (x, 0, c), (c, 0, x)][int(h // 60) % 6]
-    return "#%02x%02x%02x" % tuple(round((v + m) * 255) for v in (r, g, b))
+    return "#%02x%02x%02x" % tuple(round(v * 255) for v in colorsys.hls_to_rgb(hue / 360, light, 0.65))
 
 
 def rgb(hex_colour: str) -> tuple[int, int, int]:

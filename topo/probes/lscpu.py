@@ -1,10 +1,10 @@
 """`lscpu`: the CPU side of the topology when sysfs does not give it (containers that hide
 /sys/devices/system/node or the CPU topology; msrun reads NUMA nodes from lscpu alone).
 
-Three formats, three pure parsers: `lscpu -p=CPU,CORE,SOCKET,NODE,CACHE` (caches as columns since
-util-linux 2.38, before as one `L1d:L1i:L2:L3` field; empty = unknown), `lscpu -e` (named columns
-in any order; `-` = unknown) and plain `lscpu` (`Key: value`; a cache's size is its total with
-`(N instances)` since 2.37, the total alone in 2.34-2.36, per instance as `32768K` before).
+Two formats, two pure parsers: `lscpu -p=CPU,CORE,SOCKET,NODE,CACHE` (named columns; caches as
+columns since util-linux 2.38, before as one `L1d:L1i:L2:L3` field; empty or `-` = unknown) and
+plain `lscpu` (`Key: value`; a cache's size is its total with `(N instances)` since 2.37, the total
+alone in 2.34-2.36, per instance as `32768K` before).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from topo.cpuset import MAX_ID, CpuSet, excerpt
+from topo.cpuset import MAX_ID, CpuSet, excerpt, union_all
 from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
 from topo.fsroot import FsRoot
@@ -78,23 +78,13 @@ def parse_parsable(text: str) -> list[CpuRow]:
         elif line.strip():
             if columns is None:
                 raise ParseError("lscpu -p output has no '# CPU,Core,...' header line")
-            rows.append(_row(dict(zip(columns, line.split(","))), "lscpu -p", line))
+            rows.append(_row(dict(zip(columns, line.split(","))), line))
     if not rows:
         raise ParseError("lscpu -p output lists no CPU")
     return rows
 
 
-def parse_table(text: str) -> list[CpuRow]:
-    """`lscpu -e[=...]`: columns by their header names, `-` for unknown."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines or lines[0].split()[0] != "CPU":
-        raise ParseError("lscpu -e output does not start with a 'CPU ...' header")
-    columns = lines[0].split()
-    # MAXMHZ/MINMHZ/MHZ may be absent on some rows; the key columns come first
-    return [_row(dict(zip(columns, line.split() + [""] * len(columns))), "lscpu -e", line) for line in lines[1:]]
-
-
-def _row(row: dict[str, str], tool: str, line: str) -> CpuRow:
+def _row(row: dict[str, str], line: str) -> CpuRow:
     """One CPU's row: its columns by header name (`Core` or `CORE`; caches as `L1d` columns or one
     `L1d:L1i:L2:L3` field)."""
     get = {name.upper(): value for name, value in row.items()}.get
@@ -107,7 +97,7 @@ def _row(row: dict[str, str], tool: str, line: str) -> CpuRow:
         return CpuRow(_int(get("CPU", "")), _opt_int(get("CORE", ""), _LABEL), _opt_int(get("SOCKET", ""), _LABEL),
                       _opt_int(get("NODE", "")), tuple(caches), get("ONLINE", "yes") != "no")
     except ParseError as exc:
-        raise ParseError(f"{tool}: cannot read line {excerpt(line.strip())!r}: {exc}") from None
+        raise ParseError(f"lscpu -p: cannot read line {excerpt(line.strip())!r}: {exc}") from None
 
 
 def _bytes(text: str) -> int | None:
@@ -277,9 +267,7 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
     if need_nodes and found.nodes:
         kept = [replace(n, cpuset=n.cpuset & online, locality=n.locality & online)
                 for n in found.nodes if n.cpuset & online]
-        covered = CpuSet()
-        for n in kept:
-            covered |= n.cpuset
+        covered = union_all(n.cpuset for n in kept)
         if covered == online:
             nodes = RawNodes(kept, [], False)
             used.append(f"{len(kept)} NUMA node{'' if len(kept) == 1 else 's'}")

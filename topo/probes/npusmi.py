@@ -13,7 +13,7 @@ msrun, bounded output) and turns any failure into a reason string.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from topo.cpuset import CpuSet, excerpt
 from topo.numbers import ascii_number
@@ -22,8 +22,6 @@ from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
 _BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\Z")
-# Ids are read by topo.numbers.ascii_number: ASCII digits only ("١" would be 1 to int(), "²" a
-# ValueError), at most MAX_ID.
 
 
 @dataclass(frozen=True)
@@ -238,13 +236,12 @@ def probe_npusmi(command: str = "npu-smi", runner=run) -> NpuReport:
                                                "-c", str(chip.chip_id)]))
             except (ProbeError, ParseError) as exc:
                 notes.append(f"NPU {chip.logical_id} bus id: {exc}")
-        merged.append(NpuChip(chip.logical_id, chip.npu_id, chip.chip_id, chip.name, busid))
+        merged.append(replace(chip, busid=busid))
 
     links: dict[tuple[int, int], str] = {}
     try:
         affinity, links = parse_topo(runner([command, "info", "-t", "topo"]))
-        merged = [NpuChip(c.logical_id, c.npu_id, c.chip_id, c.name, c.busid, affinity.get(c.logical_id))
-                  for c in merged]
+        merged = [replace(c, cpus=affinity.get(c.logical_id)) for c in merged]
     except (ProbeError, ParseError) as exc:
         notes.append(f"'info -t topo': {exc}")
 
