@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import glob
-import json
 import math
 import os
 import re
@@ -205,9 +204,11 @@ def _load(log_dir: str, path: str):
     if len(raw) > RECORD_LIMIT or info.st_size > RECORD_LIMIT:
         raise UsageError(f"not a job record, {path} is {max(len(raw), info.st_size)} bytes, more than the "
                          f"{RECORD_LIMIT} a record can be; {_FIX}")
+    from topo.loader import read_json  # bounded: a record of empty lists costs no more than its size
+
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:
+        return read_json(raw.decode("utf-8"))
+    except ValueError as exc:
         raise UsageError(f"unreadable job record, {path}: {excerpt(str(exc) or type(exc).__name__)}; "
                          "was it written by topo launch?") from None
 

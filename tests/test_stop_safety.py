@@ -194,6 +194,14 @@ def test_a_record_larger_than_the_limit_is_refused_by_its_size(tmp_path):
     one_line_refusal(topo_stop(logs), f"more than the {RECORD_LIMIT} a record can be")
 
 
+def test_a_record_of_empty_lists_is_refused_before_it_is_decoded(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # 15 MiB (under the limit) of empty lists decodes to some 450 MB of Python lists
+    (logs / "launch.json").write_text("[" + ",".join(["[]"] * 5_000_000) + "]")
+    one_line_refusal(topo_stop(logs), "more than 1048576 arrays and objects")
+
+
 @pytest.mark.parametrize("change, words", [
     ({"job_id": None}, "job_id None is not a job id topo writes"),
     ({"job_id": "x"}, "job_id 'x' is not a job id topo writes"),
