@@ -4,6 +4,7 @@ msrun, or with system calls when numactl is not installed)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -176,14 +177,15 @@ def test_bound_command_gets_topo_binding(bind_file):
 
 
 @needs_two_cpus
-@pytest.mark.skipif(shutil.which("torchrun") is None or shutil.which("topo") is None,
-                    reason="needs torchrun and the topo console script")
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (torchrun)")
 def test_under_torchrun_no_python(bind_file, tmp_path):
     script = tmp_path / "probe.py"
     script.write_text("import os, sys\n"
                       "open(os.path.join(sys.argv[1], os.environ['LOCAL_RANK']), 'w')"
                       ".write(str(sorted(os.sched_getaffinity(0))))\n")
-    r = subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "--no-python", "topo", "bind",
+    # torchrun and topo as this interpreter runs them, whatever PATH holds
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "--no-python", sys.executable, "-m", "topo", "bind",
                         "--bind-file", bind_file, "--", sys.executable, str(script), str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
