@@ -192,7 +192,7 @@ class Slurm:
 
     def __init__(self, base: Path):
         self.base = base
-        self.env = {**os.environ, "SLURM_CONF": str(base / "slurm.conf")}
+        self.env = {**os.environ, "SLURM_CONF": str(base / "slurm.conf"), "PATH": SLURM_PATH}
         for var in [v for v in self.env if v.startswith("SLURM_") and v != "SLURM_CONF"]:
             del self.env[var]
         self.socket = base / "munge.sock"
@@ -293,9 +293,14 @@ def _wait_gone(pid_file: Path, timeout: float = 15.0) -> None:
         pass
 
 
+# the daemons live in the sbin directories, which a user's PATH may leave out
+SLURM_PATH = os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/sbin", "/sbin"])
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    missing = [tool for tool in ("munged", "slurmctld", "slurmd", "srun", "sinfo", "scontrol") if not shutil.which(tool)]
+    missing = [tool for tool in ("munged", "slurmctld", "slurmd", "srun", "sinfo", "scontrol")
+               if not shutil.which(tool, path=SLURM_PATH)]
     if missing:
         pytest.skip(f"a real Slurm needs {', '.join(missing)} (apt-get install slurm-wlm munge)")
     if os.geteuid() != 0:
