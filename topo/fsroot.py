@@ -208,11 +208,8 @@ class FsRoot:
         return self._read_parsed(path, CpuSet.parse)
 
     def read_set(self, list_path: str, mask_path: str | None = None) -> CpuSet | None:
-        """A hex-mask file, else its cpulist sibling.
-
-        The mask is read first because hwloc does so: where a (fake or buggy) dump has both and
-        they disagree, lstopo's answer is the mask's.
-        """
+        """A hex-mask file, else its cpulist sibling: the mask first, as hwloc reads it (where a fake
+        or buggy dump has both and they disagree, lstopo's answer is the mask's)."""
         found = self._read_parsed(mask_path, CpuSet.parse_mask) if mask_path else None
         return found if found is not None else self.read_cpulist(list_path)
 

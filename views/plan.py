@@ -27,7 +27,9 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     rows, warnings = analyse(topology, plan)
     owners = []
     for i, (proc, row) in enumerate(zip(plan.processes, rows)):
-        cpus = _all_cpus(plan, proc, resources)
+        cpus = process_cpus(plan, proc, resources)
+        if plan.cpu_mode == "cpu":  # runtime's and minddata's CPUs too (--explain's table counts main's)
+            cpus = union_all([cpus, *(proc.cpus(name) for name, _ in proc.modules)])
         dev = driven_device(plan, proc, resources)
         device, remote, local = None, CpuSet(), "-"
         if dev is not None and cpus:
@@ -48,15 +50,6 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     title = (f"topo plan --mode {plan.meta.get('mode', '?')}: {n} process{'es' if n != 1 else ''} on "
              f"{topology.summary()}")
     return Overlay(tuple(owners), title=title, legend_header=LEGEND, notes=tuple(warnings))
-
-
-def _all_cpus(plan: BindPlan, proc, resources: AllowedResources) -> CpuSet:
-    """Every CPU the process runs on: with MindSpore's thread modules, runtime's and minddata's
-    besides main's (`--explain`'s table counts main only)."""
-    cpus = process_cpus(plan, proc, resources)
-    if plan.cpu_mode == "cpu":
-        cpus = union_all([cpus, *(proc.cpus(name) for name, _ in proc.modules)])
-    return cpus
 
 
 def plan_svg(topology: Topology, plan: BindPlan) -> str:
