@@ -37,7 +37,7 @@ from topo.model import Device, Topology
 from topo.numbers import ascii_number
 from topo.planners.binding import from_entry
 from topo.planners.core import Job
-from topo.visible import DEVICE_FORMS, describe_env, find_device, visible_devices
+from topo.visible import DEVICE_FORMS, describe_env, find_device, hidden_warning, visible_devices
 
 THREADS = ("shared", "all")
 NPROC_VARIABLE = "LOCAL_WORLD_SIZE"  # the processes on this node when nproc_per_node is not given
@@ -92,7 +92,8 @@ def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str
             nproc, origin = len(visible), f"one process per visible {what}{describe_env(env)}"
         else:
             nproc = Job.for_topology(topology, devices=()).nproc
-            origin = "one process per NUMA node: this machine has no accelerator"
+            hidden = hidden_warning(topology, env)
+            origin = f"one process per NUMA node: {'this machine has no accelerator' if hidden is None else hidden}"
     if visible and nproc > len(visible):
         raise AffinityError(
             f"nproc_per_node={nproc}{_paren(origin)} but {len(visible)} {what}s are visible{describe_env(env)}: "
@@ -374,6 +375,8 @@ def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, st
     if hit is None or hit[0] is not topology:
         hit = _NODE_PLANS[key] = (topology, _plan(topology, job, **options))
     ranks, mode_name, notes = hit[1]
+    hidden = hidden_warning(topology, env) if job.cpu_only else None
+    notes = (hidden, *notes) if hidden else notes
     mine = _pick(topology, ranks, rank, mode_name)
     return mine, notes, sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
 

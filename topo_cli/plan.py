@@ -149,6 +149,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     """
     from topo import planners
     from topo.planners.thread_modules import parse_modules, parse_range
+    from topo.visible import default_kind
 
     if list_modes:
         click.echo(_list_modes())
@@ -197,7 +198,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     if not explain:
         for w in result.warnings:
             click.echo(printable(f"topo: warning: {w}"), err=True)
-    if result.meta.get("cpu_only") and nproc_per_node is None:
+    if result.meta.get("cpu_only") and nproc_per_node is None and not default_kind(topology):
         # msrun and torchrun start one process per accelerator; without any, say how many were planned
         n = sum(not p.is_scheduler for p in result.processes)
         click.echo(f"topo plan: no accelerator here: planned {n} process{'' if n == 1 else 'es'}; "
