@@ -86,3 +86,13 @@ def test_a_visible_gpu_warns_nothing(here, monkeypatch):
         binding = affinity.plan_affinity(here, 0)
     assert binding.device == 5 and binding.cpus <= here.numa_node(1).cpuset
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_topo_launch_says_it_binds_cpu_only(here):
+    from topo.launcher.binding import resolve_bindings
+
+    job = resolve_bindings(True, False, local_worker_num=2, topology=here,
+                           environ={"CUDA_VISIBLE_DEVICES": "", "PATH": ""})
+    assert list(job.warnings) == [HIDDEN.format("")]
+    shown = resolve_bindings(True, False, local_worker_num=2, topology=here, environ={"PATH": ""})
+    assert not any("hides" in w for w in shown.warnings)
