@@ -23,7 +23,7 @@ from topo.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-MEMORY_CHOICES = ("none", "numa", "preferred")  # --memory with --numa-binding; none is torch's
+MEMORY_CHOICES = ("none", "numa", "preferred", "device")  # --memory with --numa-binding; none is torch's
 STD_NONE, STD_OUT, STD_ERR = 0, 1, 2  # torchrun's Std flags: -r/-t values 0..3, per rank as "0:1,1:2"
 DEFAULT_LINE_PREFIX = "[${role_name}${local_rank}]:"  # torchrun's prefix of a tee'd line
 

@@ -53,6 +53,9 @@ class Pci:
     # A PCI-to-PCI bridge's (secondary, subordinate) buses, written in its config space as the
     # kernel exposes it (hwloc builds the bridge tree from these bytes). None: not a bridge.
     bridge_buses: tuple[int, int] | None = None
+    # An NVIDIA GPU whose memory the driver onlined as this NUMA node (GH200, GB200 without CDMM):
+    # /proc/driver/nvidia/gpus/<busid>/numa_status says "Node: N". None: no such file.
+    memory_node: int | None = None
 
 
 @dataclass
@@ -277,4 +280,6 @@ def build(base: Path, m: Machine, name: str = "machine") -> Path:
             config[0x18] = int(dev.busid.split(":")[1], 16)
             config[0x19], config[0x1A] = dev.bridge_buses
         (root / d / "config").write_bytes(bytes(config))
+        if dev.memory_node is not None:
+            w(f"proc/driver/nvidia/gpus/{dev.busid}/numa_status", f"Node: {dev.memory_node}\nStatus: online\n")
     return root

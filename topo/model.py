@@ -98,6 +98,7 @@ class NumaNode:
     locality: CpuSet  # own CPUs, or the CPUs of the nearest CPU-bearing node(s)
     distances: Mapping[int, int] = field(default_factory=dict)
     subtype: str | None = None  # e.g. "GPUMemory", "NVM"
+    busid: str | None = None  # GPUMemory: the PCI bus id of the GPU whose memory it is (hwloc's PCIBusID)
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,14 @@ class Topology:
             if node.os_index == os_index:
                 return node
         raise KeyError(os_index)
+
+    def memory_node_of(self, device: Device) -> NumaNode | None:
+        """The NUMA node holding `device`'s own memory (a GPU's HBM the driver onlined as a node:
+        GH200, GB200 without CDMM), or None when its memory is not a node."""
+        if device.busid is None:
+            return None
+        busid = device.busid.lower()
+        return next((n for n in self.numa_nodes if n.busid is not None and n.busid.lower() == busid), None)
 
     def cpu_nodes(self) -> tuple[NumaNode, ...]:
         """NUMA nodes that own CPUs (never memory-only), allowed ones only."""

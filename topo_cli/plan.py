@@ -114,7 +114,9 @@ def _list_modes() -> str:
 @_option("--max-physical-cores", type=WholeRange(min=1),
          help="gpu_affinity modes: at most this many physical cores per device.")
 @_option("--memory", core.MEMORY, help="numa: bind each process's memory to its device's NUMA node; preferred: "
-                                      "prefer that node, fall back to others when it is full; none: leave it.")
+                                      "prefer that node, fall back to others when it is full; device: bind it "
+                                      "to the GPU's own memory node (GH200/GB200 HBM), else as numa; none: "
+                                      "leave it.")
 @_option("--msrun-bind", core.MSRUN_BIND, help="msrun-auto: --bind_core=True CPU split, or --bind_numa=True "
                                                "node assignment.")
 @_option("--share", core.SHARE, help="msrun-auto: divide CPUs among this job's devices, or among all host "

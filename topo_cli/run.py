@@ -96,7 +96,8 @@ def _print_completion(ctx, param, shell):
                   help="Bind each worker with a topo mode: node, socket, exclusive, core-complex, or any of "
                        "`topo plan --list-modes`.")
 @_torchrun_option("memory", env=False, type=click.Choice(MEMORY_CHOICES),
-                  help="Memory policy of --numa-binding: none (torch's), numa (bind), preferred [default: none].")
+                  help="Memory policy of --numa-binding: none (torch's), numa (bind), preferred, device (bind "
+                       "to the GPU's own memory node where it has one) [default: none].")
 @_torchrun_option("bind_fallback", env=False, is_flag=True,
                   help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "
                        "(and keep a worker whose binding does not take as placed) instead of failing.")

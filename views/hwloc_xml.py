@@ -87,6 +87,8 @@ def _attrs(obj: Obj, t: Topology, nodesets: dict[int, int], bridges: int) -> tup
     elif obj.type == "NUMANode":
         attrs.append(("local_memory", m.local_memory))
         infos.append(("topoMemoryOnly", "1" if m.memory_only else "0"))
+        if m.busid:
+            infos.append(("PCIBusID", m.busid))
         if m.locality != obj.cpuset:
             infos.append(("topoLocality", m.locality.to_list() or "none"))
     elif obj.type == "Bridge":

@@ -1,0 +1,74 @@
+"""Generated sysfs roots of the machines DL jobs run on in 2026 (tests/sysfs_builder.py writes them).
+
+Grace Hopper and Grace Blackwell: the NVIDIA driver onlines each GPU's HBM as a CPU-less NUMA
+node and reserves seven more empty nodes after it for MIG (one GPU: nodes 0-8, four: 36 nodes),
+and names the node in /proc/driver/nvidia/gpus/<bus id>/numa_status. Distances: 10 to itself,
+40 between Grace nodes, 80 within one Grace's block (its GPU's nodes), 120 elsewhere. With CDMM
+(driver R580+) the GPU nodes are gone. GB10 (DGX Spark) has one node and a GPU without one. Bus
+and device ids are those NVIDIA's systems report (lspci); how each GPU's PCI function gives its
+node differs per machine below, so that every homing rule is exercised.
+"""
+
+from __future__ import annotations
+
+from sysfs_builder import Machine, Node, Pci
+
+GPU_CLASS = "0x030200"
+
+
+def _grace_nodes(graces: int, cores: int, gpus_per_grace: int, gpu_nodes: bool) -> tuple[list[Node], list[int]]:
+    """Grace nodes 0..graces-1, then per GPU its memory node and seven empty ones; the memory
+    node ids."""
+    owner = list(range(graces))  # node -> the Grace whose block it is in
+    memory_nodes = []
+    if gpu_nodes:
+        for g in range(graces * gpus_per_grace):
+            memory_nodes.append(len(owner))
+            owner += [g // gpus_per_grace] * 8
+
+    def distance(a: int, b: int) -> int:
+        if a == b:
+            return 10
+        if a < graces and b < graces:
+            return 40
+        return 80 if owner[a] == owner[b] else 120
+
+    nodes = []
+    for i in range(len(owner)):
+        cpus = f"{i * cores}-{i * cores + cores - 1}" if i < graces else ""
+        memory = 480 << 30 if i < graces else (96 << 30 if i in memory_nodes else 0)
+        nodes.append(Node(cpus, memory, [distance(i, j) for j in range(len(owner))]))
+    return nodes, memory_nodes
+
+
+def gh200(gpus: int = 1) -> Machine:
+    """GH200 with 1 GPU (the GPU's function on the Grace node with its local CPUs) or 4 (a
+    function that gives no node and no local CPUs: the GPU's home comes from its memory node's
+    distances)."""
+    nodes, memory = _grace_nodes(gpus, 72, 1, True)
+    pci = []
+    for g in range(gpus):
+        local = (g, f"{72 * g}-{72 * g + 71}") if gpus == 1 else (-1, None)
+        pci.append(Pci(f"00{g}9:01:00.0", GPU_CLASS, device="0x2342", numa_node=local[0], local_cpulist=local[1],
+                       memory_node=memory[g]))
+    return Machine(packages=gpus, cores=72, nodes=nodes, pci=pci, model="Neoverse-V2", vendor="ARM")
+
+
+def gb200(cdmm: bool = False) -> Machine:
+    """A GB200 compute tray: 2 Grace, 4 Blackwell GPUs, two per Grace. Without CDMM each GPU's
+    function names its memory node (2, 10, 18, 26) as its node, with the Grace's CPUs as local
+    CPUs; with CDMM the memory nodes are gone and the function names its Grace node."""
+    nodes, memory = _grace_nodes(2, 72, 2, not cdmm)
+    pci = []
+    for g, bus in enumerate(("0008", "0009", "0018", "0019")):
+        grace = g // 2
+        pci.append(Pci(f"{bus}:01:00.0", GPU_CLASS, device="0x2941", numa_node=grace if cdmm else memory[g],
+                       local_cpulist=f"{72 * grace}-{72 * grace + 71}", memory_node=None if cdmm else memory[g]))
+    return Machine(packages=2, cores=72, nodes=nodes, pci=pci, model="Neoverse-V2", vendor="ARM")
+
+
+def gb10() -> Machine:
+    """GB10 (DGX Spark): 20 cores on one node, an integrated GPU sharing its memory (no GPU node;
+    the function gives no node, its local CPUs are every CPU)."""
+    pci = [Pci("000f:01:00.0", GPU_CLASS, device="0x2e12", numa_node=-1, local_cpulist="0-19")]
+    return Machine(packages=1, cores=20, pci=pci, model="Cortex-X925", vendor="ARM")
