@@ -72,3 +72,33 @@ def gb10() -> Machine:
     the function gives no node, its local CPUs are every CPU)."""
     pci = [Pci("000f:01:00.0", GPU_CLASS, device="0x2e12", numa_node=-1, local_cpulist="0-19")]
     return Machine(packages=1, cores=20, pci=pci, model="Cortex-X925", vendor="ARM")
+
+
+def split_packages(per_package: int, *, amd: bool = False, packages: int = 2, cores: int = 12,
+                   gpus: int = 8, wrong_node: int | None = None) -> Machine:
+    """Intel SNC<per_package> (distances 10 / 12 same package / 21) or AMD NPS<per_package>
+    (10 / 12 / 32), SMT2, each package's cores cut into `per_package` nodes in order, GPU g on node
+    g * nodes // gpus with its node's CPUs as local CPUs. `wrong_node`: GPU 0's function says
+    that node while its local CPUs are its real node's (a BIOS reporting one node per device)."""
+    same, remote = (12, 32) if amd else (12, 21)
+    threads = 2
+    nodes = []
+    package_of = []
+    for p in range(packages):
+        for k in range(per_package):
+            lo, hi = k * cores // per_package, (k + 1) * cores // per_package
+            cpus = [t * packages * cores + p * cores + c for t in range(threads) for c in range(lo, hi)]
+            nodes.append(",".join(map(str, cpus)))
+            package_of.append(p)
+    n = len(nodes)
+    node_list = [Node(cpus, 64 << 30, [10 if i == j else same if package_of[i] == package_of[j] else remote
+                                       for j in range(n)]) for i, cpus in enumerate(nodes)]
+    pci = []
+    for g in range(gpus):
+        node = g * n // gpus
+        pci.append(Pci(f"0000:{0x18 + 0x10 * g:02x}:00.0", GPU_CLASS, device="0x2901",
+                       numa_node=wrong_node if g == 0 and wrong_node is not None else node,
+                       local_cpulist=nodes[node]))
+    model = "AMD EPYC 9654 96-Core Processor" if amd else "Intel(R) Xeon(R) 6980P"
+    return Machine(packages=packages, cores=cores, threads=threads, nodes=node_list, pci=pci, model=model,
+                   vendor="AuthenticAMD" if amd else "GenuineIntel", family=25 if amd else 6)

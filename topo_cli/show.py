@@ -106,6 +106,11 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
     options.update(index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset, taskset=taskset,
                    distances=distances, only=_type(only, "--only") if only else None)
     topology = load(machine, input_path, include_disallowed=include_disallowed, probes=probes)
+    from topo.numa_mode import locality_conflicts
+    from topo.text import printable
+
+    for line in locality_conflicts(topology):
+        click.echo(printable(f"topo: warning: {line}"), err=True)
     # the I/O objects lstopo shows with the same flags, in every format
     topology = topology.io_view(io or "important", bridges=not no_bridges)
     options["restrict"] = _restriction(restrict, topology) if restrict else None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from topo.cpuset import CpuSet
 from topo.model import Topology
+from topo.numa_mode import numa_mode
 from topo.text import printable
 from topo.tree import IO_TYPES, TYPES, Obj, bitmap, build, levels, merge_levels, restrict, type_name, walk
 
@@ -268,7 +269,7 @@ def long_label(obj: Obj, t: Topology) -> str:
 
 def render_text(t: Topology) -> str:
     """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it,
-    the device link matrix, the summary and how each probe fared."""
+    the device link matrix, how nodes cut packages (SNC/NPS), the summary and how each probe fared."""
     machine = build(t, ("Bridge", "PCIDev", "OSDev"))
     lines: list[str] = []
     devices: dict[int | None, list[str]] = {}
@@ -293,6 +294,9 @@ def render_text(t: Topology) -> str:
         lines.append("")
         lines.extend(render_links(t))
     lines.append("")
+    mode = numa_mode(t)
+    if mode:
+        lines.append(mode)
     lines.append(t.summary())
     if t.probes:
         lines.append("probes: " + ", ".join(f"{k}: {v}" for k, v in t.probes.items()))
