@@ -102,3 +102,33 @@ def split_packages(per_package: int, *, amd: bool = False, packages: int = 2, co
     model = "AMD EPYC 9654 96-Core Processor" if amd else "Intel(R) Xeon(R) 6980P"
     return Machine(packages=packages, cores=cores, threads=threads, nodes=node_list, pci=pci, model=model,
                    vendor="AuthenticAMD" if amd else "GenuineIntel", family=25 if amd else 6)
+
+
+def priority_cores(mixed_max: bool = False) -> Machine:
+    """A DGX B300-like host scaled down: 2 x Xeon 6776P (here 8 cores, SMT2) whose Intel SST-TF
+    priority cores (2 per package: cores 0-1) have base frequency 2.6 GHz, the others 2.0 GHz;
+    max 4.6 GHz everywhere, or (`mixed_max`) Turbo Boost Max 3.0 favoured cores at 4.8 GHz, within
+    hwloc's 10% adjustment, so not another kind."""
+    packages, cores = 2, 8
+    priority = [t * packages * cores + p * cores + c for t in range(2) for p in range(packages) for c in (0, 1)]
+    others = [cpu for cpu in range(2 * packages * cores) if cpu not in priority]
+    as_list = lambda cpus: ",".join(map(str, cpus))  # noqa: E731
+    cpufreq = {as_list(priority): (4_600_000, 2_600_000), as_list(others): (4_600_000, 2_000_000)}
+    if mixed_max:
+        cpufreq = {as_list(priority[:2]): (4_800_000, 2_600_000), as_list(priority[2:]): (4_600_000, 2_600_000),
+                   as_list(others): (4_600_000, 2_000_000)}
+    return Machine(packages=packages, cores=cores, threads=2, cpufreq=cpufreq, model="Intel(R) Xeon(R) 6776P")
+
+
+def hybrid() -> Machine:
+    """An Alder Lake-like desktop: 4 P-cores (SMT2, base 3.2 GHz, max 5.0) and 4 E-cores (base
+    2.4, max 3.8) - without SMT on the E-cores the builder cannot say, so all have 2 threads."""
+    cpufreq = {"0-3,8-11": (5_000_000, 3_200_000), "4-7,12-15": (3_800_000, 2_400_000)}
+    return Machine(packages=1, cores=8, threads=2, cpufreq=cpufreq, model="12th Gen Intel(R) Core(TM) i7-12700")
+
+
+def big_little() -> Machine:
+    """An ARM big.LITTLE (GB10-like): capacities 1024 and 512, max frequency only."""
+    cpufreq = {"0-9": (3_900_000, None), "10-19": (2_800_000, None)}
+    return Machine(packages=1, cores=20, cpufreq=cpufreq, capacity={"0-9": 1024, "10-19": 512},
+                   model="Cortex-X925", vendor="ARM")

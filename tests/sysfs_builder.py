@@ -91,6 +91,9 @@ class Machine:
     memory: int = 8 << 30  # /proc/meminfo MemTotal, bytes
     cgroup: Cgroup | None = None
     pci: list[Pci] = field(default_factory=list)
+    # cpulist -> (cpufreq/cpuinfo_max_freq, cpufreq/base_frequency) in kHz, None leaving the file out
+    cpufreq: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    capacity: dict[str, int] = field(default_factory=dict)  # cpulist -> cpu_capacity (ARM big.LITTLE)
 
     # ---- derived layout ------------------------------------------------------------------
     def layout(self) -> dict[int, tuple[int, int, int]]:
@@ -190,6 +193,15 @@ def build(base: Path, m: Machine, name: str = "machine") -> Path:
                 w(f"{c}/ways_of_associativity", "8\n")
                 w(f"{c}/shared_cpu_list", f"{shared}\n")
                 w(f"{c}/shared_cpu_map", _mask(shared, words) + "\n")
+
+    for cpus, (top, base) in m.cpufreq.items():
+        for cpu in CpuSet.parse(cpus):
+            for name, khz in (("cpuinfo_max_freq", top), ("base_frequency", base)):
+                if khz is not None:
+                    w(f"{CPU}/cpu{cpu}/cpufreq/{name}", f"{khz}\n")
+    for cpus, capacity in m.capacity.items():
+        for cpu in CpuSet.parse(cpus):
+            w(f"{CPU}/cpu{cpu}/cpu_capacity", f"{capacity}\n")
 
     # ---- /sys/devices/system/node --------------------------------------------------------
     nodes = m.node_list()

@@ -102,6 +102,18 @@ class NumaNode:
 
 
 @dataclass(frozen=True)
+class CpuKind:
+    """PUs of one kind (hwloc's CPU kinds, `lstopo --cpukinds`): P- and E-cores, priority cores
+    with a higher base frequency, big and little ARM cores. `efficiency` ranks the kinds, 0 the
+    least efficient (lowest frequency or capacity); None (lstopo's -1) when hwloc's rules cannot
+    rank them."""
+
+    cpuset: CpuSet
+    efficiency: int | None
+    infos: Mapping[str, str] = field(default_factory=dict)  # FrequencyMaxMHz, FrequencyBaseMHz, LinuxCapacity
+
+
+@dataclass(frozen=True)
 class Group:
     """A level hwloc inserts where no package/die/cache matches: NUMA nodes spanning several
     packages, or nodes clustered by their distances."""
@@ -208,6 +220,7 @@ class Topology:
     os_devices: tuple[OsDevice, ...] = ()
     devices: tuple[Device, ...] = ()
     links: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    cpukinds: tuple[CpuKind, ...] = ()  # by efficiency when ranked
     include_disallowed: bool = False  # the view `discover(include_disallowed=...)` asked for
 
     # ---- queries ------------------------------------------------------

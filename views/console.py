@@ -64,6 +64,7 @@ class Options:
     structure: frozenset = frozenset()  # types kept only where they bring structure (--merge)
     restrict: CpuSet | None = None
     distances: bool = False  # --distances: the matrices only
+    cpukinds: bool = False  # --cpukinds: the CPU kinds only
 
 
 def render_console(t: Topology, options: Options = Options()) -> str:
@@ -81,6 +82,8 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     lines: list[str] = []
     if options.distances:
         return "\n".join(printable(x) for x in _distances(t, machine, options.index))
+    if options.cpukinds:
+        return "\n".join(printable(x) for x in _cpukinds(t))
     verbose, domains = options.verbose, pci_domains(t)
     if options.only is not None:
         if verbose > 1:
@@ -92,6 +95,7 @@ def render_console(t: Topology, options: Options = Options()) -> str:
         lines += _summary(machine)
     if options.only is None and verbose > 1:
         lines += _distances(t, machine, options.index)
+        lines += _cpukinds(t)
         for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
                            (t.pus - t.allowed_pus, "represented but not allowed")):
             if cpus:
@@ -209,6 +213,16 @@ def _summary(machine: Obj) -> list[str]:
         if count:
             out.append(f"{f'Special depth {depth}:':<{width}}{count} {kind} (type #{TYPES[kind][1]})")
     return out
+
+
+def _cpukinds(t: Topology) -> list[str]:
+    """lstopo's output_cpukinds: each kind's efficiency (-1: unranked), cpuset and infos."""
+    lines = []
+    for i, kind in enumerate(t.cpukinds):
+        efficiency = -1 if kind.efficiency is None else kind.efficiency
+        lines.append(f"CPU kind #{i} efficiency {efficiency} cpuset {bitmap(kind.cpuset)}")
+        lines += [f"  {name} = {value}" for name, value in kind.infos.items()]
+    return lines
 
 
 def _distances(t: Topology, machine: Obj, index: str) -> list[str]:
