@@ -50,7 +50,7 @@ class AffinityError(TopoError):
 def plan_affinity(topology: Topology, device_id, nproc_per_node: int | None = None, *,
                   mode="unique_contiguous", scope="node", multithreading="all_logical", balanced: bool = True,
                   min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
-                  env: Mapping[str, str] | None = None) -> Binding:
+                  env: Mapping[str, str] | None = None, priority_cores: bool = False) -> Binding:
     """The binding `set_affinity` applies for `device_id` (see set_affinity) of `nproc_per_node`
     on `topology`, without applying it: its CPUs, the physical id of its device (None on a machine
     without accelerators) and, with `memory`, its memory policy and nodes. The planner's warnings
@@ -61,7 +61,8 @@ def plan_affinity(topology: Topology, device_id, nproc_per_node: int | None = No
     policy = _memory(memory)
     planned, notes, _ = _planned(topology, device_id, nproc_per_node, env, mode=mode, scope=scope,
                                  multithreading=multithreading, balanced=balanced,
-                                 min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+                                 min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
+                                 priority_cores=priority_cores)
     for note in notes:
         warnings.warn(f"set_affinity: {note}", stacklevel=2)
     return _with_memory(planned, policy)
@@ -153,7 +154,7 @@ def _shown(name) -> str:
 
 
 def _plan(topology: Topology, job: Job, *, mode, scope, multithreading, balanced, min_physical_cores,
-          max_physical_cores) -> tuple[tuple[Binding, ...], str, tuple[str, ...]]:
+          max_physical_cores, priority_cores=False) -> tuple[tuple[Binding, ...], str, tuple[str, ...]]:
     """Every local rank's binding, from one plan of the whole node (memory bound to the planned
     nodes; `_with_memory` gives the policy asked for), the mode's name and the planner's warnings."""
     mode_name = _mode(mode)
@@ -161,7 +162,7 @@ def _plan(topology: Topology, job: Job, *, mode, scope, multithreading, balanced
         plan = planners.plan(topology, mode_name, job=job, scope=_choice(scope, "scope"),
                              multithreading=_choice(multithreading, "multithreading"), balanced=bool(balanced),
                              min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
-                             memory="numa")
+                             memory="numa", priority_cores=bool(priority_cores))
     except TopoError as exc:
         restricted = _restriction(topology)
         if restricted:  # the planner's words would blame the device; the restriction is the cause
@@ -239,7 +240,7 @@ class AffinityResult:
 def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
                  multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
                  max_physical_cores: int | None = None, memory: str | None = None, bind_fallback: bool = False,
-                 migrate: bool = False, threads: str = "shared") -> set[int]:
+                 migrate: bool = False, threads: str = "shared", priority_cores: bool = False) -> set[int]:
     """Bind this process to the CPUs (and optionally the memory) of its device; return
     `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did.
 
@@ -256,6 +257,8 @@ def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_c
     node(s), for the calling thread and the threads it starts afterwards. Refused by the kernel, it
     is an error unless `bind_fallback=True` (then "preferred", then the CPUs alone, with a warning).
     `migrate=True` moves the pages already touched; `threads` "shared" or "all" (module doc).
+    `priority_cores=True` plans every rank's CPUs to hold a priority core of its home (the most
+    efficient CPU kind, `topo show --cpukinds`), a distinct one per rank where there are enough.
     Where the CPUs are shared and OMP_NUM_THREADS is not set, a warning advises the value topo's
     launchers set. Call it first in main(), before CUDA/ACL initialise and worker threads start.
     Raises AffinityError (a TopoError) with one line saying what is wrong.
@@ -263,13 +266,14 @@ def set_affinity(device_id, nproc_per_node: int | None = None, *, mode="unique_c
     return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                             balanced=balanced, min_physical_cores=min_physical_cores,
                             max_physical_cores=max_physical_cores, memory=memory, bind_fallback=bind_fallback,
-                            migrate=migrate, threads=threads, _stacklevel=3).cpus)
+                            migrate=migrate, threads=threads, priority_cores=priority_cores, _stacklevel=3).cpus)
 
 
 def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_contiguous", scope="node",
                  multithreading="all_logical", balanced: bool = True, min_physical_cores: int = 1,
                  max_physical_cores: int | None = None, memory: str | None = None, bind_fallback: bool = False,
-                 migrate: bool = False, threads: str = "shared", _stacklevel: int = 2) -> AffinityResult:
+                 migrate: bool = False, threads: str = "shared", priority_cores: bool = False,
+                 _stacklevel: int = 2) -> AffinityResult:
     """set_affinity, returning an AffinityResult: the CPUs, the memory policy that held, the pages
     `migrate=True` moved and the threads moved."""
     # arguments that are wrong on any machine fail before this one is read
@@ -290,7 +294,8 @@ def bind_process(device_id, nproc_per_node: int | None = None, *, mode="unique_c
         return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, len(others), kept=True)
     planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, mode=mode, scope=scope,
                                      multithreading=multithreading, balanced=balanced,
-                                     min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+                                     min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
+                                     priority_cores=priority_cores)
     for note in notes:
         warnings.warn(f"set_affinity: {note}", stacklevel=_stacklevel)
     omp = None

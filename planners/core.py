@@ -119,6 +119,7 @@ class Options:
     scheduler_range: tuple[int, int] | None = None  # relative positions in the scheduler base
     scheduler_base: str = "free"
     actor_thread_fix_bind: bool | None = None
+    priority_cores: bool = False  # each rank's first CPU on a priority core of its home (planners.priority)
 
     def __post_init__(self):
         for name, allowed in (("scope", SCOPES), ("multithreading", MULTITHREADING), ("memory", MEMORY),
@@ -428,6 +429,14 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     thread modules at relative positions, and a scheduler entry is added (gen_bind_json's resources).
     """
     warnings = list(warnings)
+    firsts: list[int | None] = []
+    if options.priority_cores:
+        from topo.planners.priority import first_order, priority_first
+
+        old = [list(o) for o in orders] if orders is not None else [list(c) for c in cpus]
+        cpus, firsts = priority_first(cpus, resources.homes(job), resources, warnings,
+                                      [job.key(r) for r in range(job.nproc)])
+        orders = [first_order(f, old[r], cpus[r]) for r, f in enumerate(firsts)]
     procs = []
     entries: dict[tuple[int, ...], tuple[int | str, CpuSet] | None] = {}  # ranks sharing memory nodes
     for r in range(job.nproc):
@@ -447,7 +456,9 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
         procs.append(process_binding(job.key(r), sets, memory=entries[mem], local_rank=r))
     if options.modules or options.scheduler_range:
         procs.append(_scheduler(cpus, orders, options, resources, warnings))
-    return finish(procs, cpu_mode="cpu", options=options, resources=resources, warnings=warnings)
+    firsts_meta = {job.key(r): f for r, f in enumerate(firsts) if f is not None}
+    return finish(procs, cpu_mode="cpu", options=options, resources=resources, warnings=warnings,
+                  meta={"priority_cores": firsts_meta} if firsts_meta else None)
 
 
 def process_binding(key: str, modules: Iterable[tuple[str, CpuSet]] = (), *,
@@ -502,10 +513,11 @@ def _scheduler(cpus, orders, options: Options, resources: AllowedResources, warn
 
 
 def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Options, resources: AllowedResources,
-           warnings: Iterable[str] = ()) -> BindPlan:
+           warnings: Iterable[str] = (), meta: dict | None = None) -> BindPlan:
     """The plan with its notes: options that differ from the defaults, the topology it was made for,
-    and every warning once (`planners.plan` adds the mode and whether it shares CPUs)."""
-    meta = {}
+    `meta` (each rank's priority core), and every warning once (`planners.plan` adds the mode and
+    whether it shares CPUs)."""
+    meta = dict(meta or {})
     opts = options.to_meta()
     if opts:
         meta["options"] = opts

@@ -109,6 +109,9 @@ def _list_modes() -> str:
          help="gpu_affinity modes: all threads of each core, or the first one.")
 @click.option("--balanced/--no-balanced", default=Options.balanced, show_default=True,
               help="unique-* modes: the same number of cores for every device.")
+@click.option("--priority-cores", is_flag=True,
+              help="Each process's first CPU (its main thread's) on a priority core of its home: the most "
+                   "efficient CPU kind (topo show --cpukinds), one per process where there are enough.")
 @_option("--min-physical-cores", type=WholeRange(min=1),
          help="gpu_affinity modes: fail if a device gets fewer physical cores.")
 @_option("--max-physical-cores", type=WholeRange(min=1),
@@ -137,7 +140,7 @@ def _list_modes() -> str:
               help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
 @click.option("-f", "--force", is_flag=True,
               help="Overwrite the -o and --picture files if they exist (else refused, as lstopo).")
-def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced,
+def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced, priority_cores,
          min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
          scheduler_base, explain, output, picture, force):
     """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
@@ -171,8 +174,8 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     ids = parse_devices(devices, topology)  # None: planners.plan applies the visible-device variables
     result = planners.plan(
         topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
-        balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
-        memory=memory, msrun_bind=msrun_bind, share=share,
+        balanced=balanced, priority_cores=priority_cores, min_physical_cores=min_physical_cores,
+        max_physical_cores=max_physical_cores, memory=memory, msrun_bind=msrun_bind, share=share,
         modules=parse_modules(modules, "--modules") if modules else None,
         scheduler_range=parse_range("--scheduler-range", scheduler_range) if scheduler_range else None,
         scheduler_base=scheduler_base,
