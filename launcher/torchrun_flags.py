@@ -244,7 +244,8 @@ class RunConfig:
             and the console.
         local_ranks_filter: the local ranks whose output reaches the console (None: all).
         line_prefix: the template of a tee'd line's prefix (${role_name}, ${rank}, ${local_rank}, ${hostname}).
-        numa_binding / memory: a topo planner mode, and its memory policy (none, numa, preferred).
+        numa_binding / memory: a topo planner mode, and its memory policy (none, numa, preferred, device).
+        priority_cores: --numa-binding puts each worker's first CPU on a priority core (planners.priority).
         bind_fallback: as topo launch's: a refused memory policy is dropped and the CPUs kept, a
             binding that does not take leaves the worker as the kernel placed it.
         dry_run: print every worker's argv, binding and environment; start nothing.
@@ -286,6 +287,7 @@ class RunConfig:
     line_prefix: str = DEFAULT_LINE_PREFIX
     numa_binding: str | None = TORCHRUN_DEFAULTS["numa_binding"]
     memory: str = "none"
+    priority_cores: bool = False
     bind_fallback: bool = False
     dry_run: bool = False
     grace_period: float = DEFAULT_SHUTDOWN_TIMEOUT
@@ -423,6 +425,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         redirects=str(values["redirects"]), tee=str(values["tee"]),
         local_ranks_filter=parse_ranks_filter(str(values["local_ranks_filter"])), line_prefix=prefix,
         numa_binding=values["numa_binding"], memory=str(values.get("memory") or "none"),
+        priority_cores=bool(values.get("priority_cores", False)),
         bind_fallback=bool(values.get("bind_fallback", False)), dry_run=bool(values.get("dry_run", False)),
         grace_period=_shutdown_timeout(values.get("grace_period"), environ),
         signals_to_handle=str(values["signals_to_handle"]), virtual_local_rank=bool(values["virtual_local_rank"]),

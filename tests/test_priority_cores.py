@@ -78,3 +78,21 @@ def test_topo_plan_and_set_affinity_take_it(b300, monkeypatch):
         plain = [affinity.plan_affinity(b300, r, 4, env={}).cpus for r in range(4)]
     assert all(cpus.intersects(PRIORITY) for cpus in got)
     assert not all(cpus.intersects(PRIORITY) for cpus in plain)
+
+
+def test_topo_run_takes_it(b300, monkeypatch, tmp_path):
+    from topo.launcher.torchrun import plan_run
+    from topo.launcher.torchrun_flags import RunConfig
+
+    for var in ("CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    here = replace(b300, root="/")  # read as this machine, as topo run binds only there
+
+    def firsts(**flags):
+        config = RunConfig(str(script), nproc_per_node=4, numa_binding="unique-contiguous", **flags)
+        return [p.binding.cpus for p in plan_run(config, environ={"PATH": ""}, topology=here).processes]
+
+    assert all(cpus.intersects(PRIORITY) for cpus in firsts(priority_cores=True))
+    assert not all(cpus.intersects(PRIORITY) for cpus in firsts())
