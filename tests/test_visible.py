@@ -234,3 +234,16 @@ def test_find_device_by_bus_id_and_uuid_prefix():
     with pytest.raises(UsageError, match=r"GPUs report no UUIDs .*name the device by PCI bus id or local index"):
         find_device(amd, "12345678-1234-1234-1234-123456789abc")
     assert find_device(amd, "0000:40:00.0")[0].index == 3
+
+
+def test_level_zero_affinity_mask():
+    xpu = machine(list(reversed(gpus(vendor="intel"))))  # indices are bus order whatever the list's
+    assert ids(visible_devices(xpu, env={})) == [0, 1, 2, 3]
+    assert ids(visible_devices(xpu, env={"ZE_AFFINITY_MASK": ""})) == [0, 1, 2, 3]  # Level Zero: every device
+    assert ids(visible_devices(xpu, env={"ZE_AFFINITY_MASK": "3,1"})) == [3, 1]
+    assert ids(visible_devices(xpu, env={"ZE_AFFINITY_MASK": "2.0,2.1"})) == [2, 2]  # two tiles of card 2
+    assert visible_device_ids(xpu, env={"ZE_AFFINITY_MASK": "1"}) == (1,)
+    with pytest.raises(UsageError, match="ZE_AFFINITY_MASK names GPU 4, which this machine lacks"):
+        visible_devices(xpu, env={"ZE_AFFINITY_MASK": "0,4"})
+    with pytest.raises(UsageError, match="ZE_AFFINITY_MASK entry 'card0' is neither a device index"):
+        visible_devices(xpu, env={"ZE_AFFINITY_MASK": "card0"})

@@ -7,6 +7,8 @@
   GPUs, or a UUID prefix matching no GPU or several, is an error naming it (CUDA would drop the
   GPU or fail the job; a plan for fewer GPUs than asked is never what was meant).
 - AMD: `ROCR_VISIBLE_DEVICES` selects, then `HIP_VISIBLE_DEVICES` (or `CUDA_VISIBLE_DEVICES`).
+- Intel GPUs (XPUs): Level Zero's `ZE_AFFINITY_MASK` lists device indices in PCI bus order, or
+  `device.subdevice` (a tile runs where its card sits; two tiles of one card are two ranks there).
 - Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists NPU ids; local rank i gets `sorted(ids)[i]`, as msrun.
 
 `find_device(topology, name)` is the device a caller names itself: a GPU/MIG UUID (or a bare one,
@@ -43,7 +45,7 @@ def _index(token: str, devices: list[Device], var: str) -> int:
     return n
 # The variables that choose or order a job's devices.
 VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-             "ASCEND_RT_VISIBLE_DEVICES")
+             "ZE_AFFINITY_MASK", "ASCEND_RT_VISIBLE_DEVICES")
 
 
 def default_kind(topology: Topology) -> str | None:
@@ -74,6 +76,9 @@ def visible_devices(topology: Topology, kind: str | None = None,
             return _cuda(nvidia, migs, env)
         if amd:
             return _rocm(amd, env)
+        intel = [d for d in devices if d.vendor == "intel"]
+        if intel:
+            return _level_zero(intel, env)
     if kind == "npu":
         return _ascend(devices, env)
     return sorted(devices, key=lambda d: d.index)
@@ -215,6 +220,26 @@ def _select(devices: list[Device], spec: str, var: str) -> list[Device]:
             chosen.append(_by_uuid_prefix(devices, token, var, "GPU"))
         else:
             raise UsageError(f"{var} entry {token!r} is neither a GPU index nor a GPU- UUID")
+    return chosen
+
+
+# ---- Intel (Level Zero) ------------------------------------------------------------------------
+
+_ZE_ENTRY = re.compile(r"\A([0-9]{1,9})(?:\.([0-9]{1,9}))?\Z")
+
+
+def _level_zero(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
+    devices = _bus_order(gpus)
+    spec = env.get("ZE_AFFINITY_MASK")
+    if spec is None or not spec.strip():
+        return devices  # unset or empty: every device, as Level Zero
+    chosen: list[Device] = []
+    for token in (t.strip() for t in spec.split(",")):
+        m = _ZE_ENTRY.match(token)
+        if not m:
+            raise UsageError(f"ZE_AFFINITY_MASK entry {excerpt(token)!r} is neither a device index nor "
+                             "device.subdevice (e.g. ZE_AFFINITY_MASK=0,1 or 0.0,0.1)")
+        chosen.append(devices[_index(m.group(1), devices, "ZE_AFFINITY_MASK")])
     return chosen
 
 
