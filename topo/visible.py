@@ -195,7 +195,7 @@ def _mig_parent(gpus: list[Device], migs: list[Device], token: str) -> Device:
 
 
 def _rocm(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
-    devices = _bus_order(gpus)
+    devices = sorted(gpus, key=lambda d: d.index)  # ROCm's order: KFD's nodes (bus order without them)
     rocr = env.get("ROCR_VISIBLE_DEVICES")
     if rocr is not None:
         devices = _select(devices, rocr, "ROCR_VISIBLE_DEVICES")
