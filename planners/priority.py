@@ -70,4 +70,5 @@ def first_order(first: int | None, order: list[int], cpus: CpuSet) -> list[int]:
     kept = set(cpus)
     listed = set(order)
     head = [first] if first is not None else []
-    return [*head, *(c for c in order if c != first and c in kept), *(c for c in cpus if c != first and c not in listed)]
+    return [*head, *(c for c in order if c != first and c in kept),
+            *(c for c in cpus if c != first and c not in listed)]
