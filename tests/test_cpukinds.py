@@ -78,3 +78,18 @@ def test_verbose_form_lists_the_kinds_after_the_distances(roots):
     assert lines[-8:-1] == ["     1    20    10", "CPU kind #0 efficiency 0 cpuset 0xfcfcfcfc", "  FrequencyMaxMHz = 4600",
                             "  FrequencyBaseMHz = 2000", "CPU kind #1 efficiency 1 cpuset 0x03030303",
                             "  FrequencyMaxMHz = 4600", "  FrequencyBaseMHz = 2600"]
+
+
+@pytest.mark.parametrize("name", ["priority", "big-little", "unranked"])
+def test_xml_carries_the_kinds(roots, name, tmp_path):
+    from topo.probes.hwloc_xml import parse_hwloc_xml
+    from topo.views.hwloc_xml import to_xml
+
+    t = discover(roots[name])
+    text = to_xml(t)
+    assert parse_hwloc_xml(text, "machine.xml").cpukinds == t.cpukinds
+    if LSTOPO is not None:  # hwloc reads topo's file and ranks the kinds alike
+        (tmp_path / "machine.xml").write_text(text)
+        theirs = subprocess.run([LSTOPO, "--cpukinds", "-i", str(tmp_path / "machine.xml")], capture_output=True,
+                                text=True, timeout=60, check=True, env=dict(os.environ, LC_ALL="C"))
+        assert show(roots[name], "--cpukinds") == theirs.stdout

@@ -36,6 +36,11 @@ def to_xml(t: Topology) -> str:
            '<topology version="2.0">']
     _write(out, machine, t, 1, nodesets, 0)
     out.extend(_distances(t))
+    for kind in t.cpukinds:  # the efficiency as hwloc's forced_efficiency: lstopo -i ranks them alike
+        forced = "" if kind.efficiency is None else f' forced_efficiency="{kind.efficiency}"'
+        out.append(f'  <cpukind cpuset="{bitmap(kind.cpuset)}"{forced}>')
+        out.extend(f"    <info name={_text(k)} value={_text(v)}/>" for k, v in kind.infos.items())
+        out.append("  </cpukind>")
     out.append("</topology>")
     return "\n".join(out) + "\n"
 

@@ -80,14 +80,15 @@ def _register(kinds: list[dict], pus: set[int], forced: int | None, name: str, v
         kinds.append({"pus": pus, "forced": forced, "infos": {name: value}})
 
 
-def _rank(kinds: list[dict]) -> list[tuple[dict, int | None]]:
-    """The kinds with their efficiency, least efficient first; as registered, None, when unranked."""
+def rank_kinds(kinds: list[dict]) -> list[tuple[dict, int | None]]:
+    """The kinds ({"pus", "forced", "infos"}) with their efficiency, least efficient first; as
+    registered, None, when unranked."""
     if len(kinds) == 1:
         return [(kinds[0], 0)]
     keys = [k["forced"] for k in kinds]
     if None in keys or len(set(keys)) < len(keys):
-        base = [int(k["infos"].get("FrequencyBaseMHz", 0)) for k in kinds]
-        top = [int(k["infos"].get("FrequencyMaxMHz", 0)) for k in kinds]
+        base = [ascii_number(k["infos"].get("FrequencyBaseMHz", "")) or 0 for k in kinds]
+        top = [ascii_number(k["infos"].get("FrequencyMaxMHz", "")) or 0 for k in kinds]
         keys = base if all(base) else top if all(top) else None
         if keys is None or len(set(keys)) < len(keys):
             return [(k, None) for k in kinds]
@@ -119,4 +120,4 @@ def probe_cpukinds(fs: FsRoot, pus: CpuSet) -> tuple[CpuKind, ...]:
                                (capacities, "LinuxCapacity", True)):
         for i, (value, members) in enumerate(sorted(sets, key=lambda entry: entry[0])):
             _register(kinds, set(members), i if forced else None, name, str(value))
-    return tuple(CpuKind(CpuSet(k["pus"]), rank, k["infos"]) for k, rank in _rank(kinds))
+    return tuple(CpuKind(CpuSet(k["pus"]), rank, k["infos"]) for k, rank in rank_kinds(kinds))

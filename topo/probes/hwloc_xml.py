@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet
 from topo.errors import ParseError, ProbeError
-from topo.model import (Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
+from topo.model import (Cache, Cluster, Core, CpuKind, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
                         PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
 from topo.probes.pci import bus_key
@@ -212,6 +212,21 @@ def _group_reason(el, cpuset: CpuSet) -> str:
     return subtype or "hwloc"
 
 
+def _cpukinds(root, pus: CpuSet) -> tuple[CpuKind, ...]:
+    """The `<cpukind>` elements, ranked as hwloc ranks them on import (topo writes each kind's
+    efficiency as its forced_efficiency, so its own files read back equal)."""
+    from topo.probes.cpukinds import rank_kinds
+
+    kinds = []
+    for el in root.iter("cpukind"):
+        cpus = parse_bitmap(el.get("cpuset")) & pus
+        if cpus:
+            forced = el.get("forced_efficiency") or ""
+            kinds.append({"pus": set(cpus), "forced": int(forced) if forced.isascii() and forced.isdigit()
+                          and len(forced) < 10 else None, "infos": _infos(el)})
+    return tuple(CpuKind(CpuSet(k["pus"]), efficiency, k["infos"]) for k, efficiency in rank_kinds(kinds))
+
+
 def _infos(el) -> dict[str, str]:
     return {i.get("name"): i.get("value", "") for i in el.findall("info") if i.get("name")}
 
@@ -397,6 +412,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
         pci_bridges=bridges,
         os_devices=osdevs,
         include_disallowed=machine_info.get("topoIncludeDisallowed") == "1",
+        cpukinds=_cpukinds(root, pus),
         probes={"hwloc-xml": f"ok (hwloc v{version} format)"},
         info=info,
     )
