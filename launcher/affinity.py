@@ -39,7 +39,7 @@ from topo.model import Device, Topology
 from topo.numbers import ascii_number
 from topo.planners.binding import from_entry
 from topo.planners.core import Job
-from topo.visible import DEVICE_FORMS, describe_env, find_device, visible_devices
+from topo.visible import DEVICE_FORMS, describe_env, find_device, hidden_warning, visible_devices
 
 THREADS = ("shared", "all")
 NPROC_VARIABLE = "LOCAL_WORLD_SIZE"  # the processes on this node when nproc_per_node is not given
@@ -82,7 +82,7 @@ def plan_affinity(topology: Topology, device_id: DeviceId, nproc_per_node: int |
                   mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
                   multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
                   min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
-                  env: Mapping[str, str] | None = None) -> Binding:
+                  env: Mapping[str, str] | None = None, priority_cores: bool = False) -> Binding:
     """The binding `set_affinity` applies for `device_id` (see set_affinity) of `nproc_per_node`
     on `topology`, without applying it: its CPUs, the physical id of its device (None on a machine
     without accelerators) and, with `memory`, its memory policy and nodes. The planner's warnings
@@ -93,7 +93,8 @@ def plan_affinity(topology: Topology, device_id: DeviceId, nproc_per_node: int |
     policy = _memory(memory)
     planned, notes, _ = _planned(topology, device_id, nproc_per_node, env, mode=mode, scope=scope,
                                  multithreading=multithreading, balanced=balanced,
-                                 min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+                                 min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
+                                 priority_cores=priority_cores)
     for note in notes:
         warnings.warn(f"set_affinity: {note}", stacklevel=2)
     return _with_memory(planned, policy)
@@ -124,7 +125,8 @@ def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str
             nproc, origin = len(visible), f"one process per visible {what}{describe_env(env)}"
         else:
             nproc = Job.for_topology(topology, devices=()).nproc
-            origin = "one process per NUMA node: this machine has no accelerator"
+            hidden = hidden_warning(topology, env)
+            origin = f"one process per NUMA node: {'this machine has no accelerator' if hidden is None else hidden}"
     if visible and nproc > len(visible):
         raise AffinityError(
             f"nproc_per_node={nproc}{_paren(origin)} but {len(visible)} {what}s are visible{describe_env(env)}: "
@@ -184,7 +186,7 @@ def _shown(name) -> str:
 
 
 def _plan(topology: Topology, job: Job, *, mode, scope, multithreading, balanced, min_physical_cores,
-          max_physical_cores) -> tuple[tuple[Binding, ...], str, tuple[str, ...]]:
+          max_physical_cores, priority_cores=False) -> tuple[tuple[Binding, ...], str, tuple[str, ...]]:
     """Every local rank's binding, from one plan of the whole node (memory bound to the planned
     nodes; `_with_memory` gives the policy asked for), the mode's name and the planner's warnings."""
     mode_name = _mode(mode)
@@ -192,7 +194,7 @@ def _plan(topology: Topology, job: Job, *, mode, scope, multithreading, balanced
         plan = planners.plan(topology, mode_name, job=job, scope=_choice(scope, "scope"),
                              multithreading=_choice(multithreading, "multithreading"), balanced=bool(balanced),
                              min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
-                             memory="numa")
+                             memory="numa", priority_cores=bool(priority_cores))
     except TopoError as exc:
         restricted = _restriction(topology)
         if restricted:  # the planner's words would blame the device; the restriction is the cause
@@ -274,7 +276,7 @@ def set_affinity(device_id: DeviceId, nproc_per_node: int | None = None, *,
                  mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
                  multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
-                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared") -> set[int]:
+                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared", priority_cores: bool = False) -> set[int]:
     """Bind this process to the CPUs (and optionally the memory) of its device; return
     `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did.
 
@@ -291,6 +293,8 @@ def set_affinity(device_id: DeviceId, nproc_per_node: int | None = None, *,
     node(s), for the calling thread and the threads it starts afterwards. Refused by the kernel, it
     is an error unless `bind_fallback=True` (then "preferred", then the CPUs alone, with a warning).
     `migrate=True` moves the pages already touched; `threads` "shared" or "all" (module doc).
+    `priority_cores=True` plans every rank's CPUs to hold a priority core of its home (the most
+    efficient CPU kind, `topo show --cpukinds`), a distinct one per rank where there are enough.
     Where the CPUs are shared and OMP_NUM_THREADS is not set, a warning advises the value topo's
     launchers set. Call it first in main(), before CUDA/ACL initialise and worker threads start.
     Raises AffinityError (a TopoError, also named GPUAffinityError) with one line saying what is wrong.
@@ -298,14 +302,14 @@ def set_affinity(device_id: DeviceId, nproc_per_node: int | None = None, *,
     return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                             balanced=balanced, min_physical_cores=min_physical_cores,
                             max_physical_cores=max_physical_cores, memory=memory, bind_fallback=bind_fallback,
-                            migrate=migrate, threads=threads, _stacklevel=3).cpus)
+                            migrate=migrate, threads=threads, priority_cores=priority_cores, _stacklevel=3).cpus)
 
 
 def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
                  mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
                  multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
-                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared",
+                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared", priority_cores: bool = False,
                  _stacklevel: int = 2) -> AffinityResult:
     """set_affinity, returning an AffinityResult: the CPUs, the memory policy that held, the pages
     `migrate=True` moved and the threads moved."""
@@ -327,7 +331,8 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
         return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, len(others), kept=True)
     planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, mode=mode, scope=scope,
                                      multithreading=multithreading, balanced=balanced,
-                                     min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores)
+                                     min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
+                                     priority_cores=priority_cores)
     for note in notes:
         warnings.warn(f"set_affinity: {note}", stacklevel=_stacklevel)
     omp = None
@@ -422,6 +427,8 @@ def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, st
     if hit is None or hit[0] is not topology:
         hit = _NODE_PLANS[key] = (topology, _plan(topology, job, **options))
     ranks, mode_name, notes = hit[1]
+    hidden = hidden_warning(topology, env) if job.cpu_only else None
+    notes = (hidden, *notes) if hidden else notes
     mine = _pick(topology, ranks, rank, mode_name)
     return mine, notes, sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
 

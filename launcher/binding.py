@@ -121,9 +121,11 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
         env = bind_file_env(bind_numa.path, bind_numa.sha256)
     else:
-        from topo.visible import visible_devices
+        from topo.visible import hidden_warning, visible_devices
 
         cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
+        hidden = hidden_warning(topology, environ) if cpu_only else None
+        warnings += [hidden] if hidden else []
         scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings, path, cpu_only)
         env = {}
     return JobBindings(scheduler, tuple(workers), tuple(warnings), env, tuple(cpu_lists))

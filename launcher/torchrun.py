@@ -186,7 +186,8 @@ def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings:
         topology = (topology or discover_here)()
     if not topology.is_this_system:
         raise UsageError(f"refusing to bind from a topology read below {topology.root!r}: it is not this machine")
-    plan = planners.plan(topology, config.numa_binding, nproc=config.nproc_per_node, memory=config.memory)
+    plan = planners.plan(topology, config.numa_binding, nproc=config.nproc_per_node, memory=config.memory,
+                         priority_cores=config.priority_cores)
     warnings.extend(plan.warnings)
     keys = [f"device{d}" for d in device_ids(topology, config.nproc_per_node, environ)]
     path = environ.get("PATH", os.defpath)

@@ -23,7 +23,7 @@ from topo.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-MEMORY_CHOICES = ("none", "numa", "preferred")  # --memory with --numa-binding; none is torch's
+MEMORY_CHOICES = ("none", "numa", "preferred", "device")  # --memory with --numa-binding; none is torch's
 STD_NONE, STD_OUT, STD_ERR = 0, 1, 2  # torchrun's Std flags: -r/-t values 0..3, per rank as "0:1,1:2"
 DEFAULT_LINE_PREFIX = "[${role_name}${local_rank}]:"  # torchrun's prefix of a tee'd line
 
@@ -237,7 +237,8 @@ class RunConfig:
     local_ranks_filter: frozenset[int] | None = None  # the local ranks shown on the console; None: all
     line_prefix: str = DEFAULT_LINE_PREFIX  # a tee'd line's: ${role_name}, ${rank}, ${local_rank}, ${hostname}
     numa_binding: str | None = TORCHRUN_DEFAULTS["numa_binding"]
-    memory: str = "none"  # the memory policy of the numa_binding mode
+    memory: str = "none"  # the memory policy of the numa_binding mode (MEMORY_CHOICES)
+    priority_cores: bool = False  # each worker's first CPU on a priority core (planners.priority)
     bind_fallback: bool = False  # as topo launch's: a refused memory policy dropped, the CPUs kept
     dry_run: bool = False  # print every worker's argv, binding and environment; start nothing
     grace_period: float = DEFAULT_SHUTDOWN_TIMEOUT  # seconds from SIGTERM to SIGKILL
@@ -370,6 +371,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         redirects=str(values["redirects"]), tee=str(values["tee"]),
         local_ranks_filter=parse_ranks_filter(str(values["local_ranks_filter"])), line_prefix=prefix,
         numa_binding=values["numa_binding"], memory=str(values.get("memory") or "none"),
+        priority_cores=bool(values.get("priority_cores", False)),
         bind_fallback=bool(values.get("bind_fallback", False)), dry_run=bool(values.get("dry_run", False)),
         grace_period=_shutdown_timeout(values.get("grace_period"), environ),
         signals_to_handle=str(values["signals_to_handle"]), virtual_local_rank=bool(values["virtual_local_rank"]),

@@ -112,11 +112,13 @@ def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequ
     ``options`` are `planners.core.Options` fields."""
     planner = get_planner(mode)
     opts = Options.from_kwargs(**options)
+    hidden = None
     if job is None:
         if devices is None:
-            from topo.visible import visible_device_ids
+            from topo.visible import hidden_warning, visible_device_ids
 
             devices = visible_device_ids(topology)
+            hidden = hidden_warning(topology) if devices == () else None
         job = Job.for_topology(topology, devices=devices, nproc=nproc)
     result = planner.load()(topology, job, opts)
     if not isinstance(result, BindPlan):
@@ -132,7 +134,7 @@ def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequ
     meta.update(result.meta)
     return BindPlan.build(result.processes, cpu_mode=result.cpu_mode, memory_mode=result.memory_mode,
                           actor_thread_fix_bind=result.actor_thread_fix_bind, meta=meta,
-                          warnings=result.warnings)
+                          warnings=(hidden, *result.warnings) if hidden else result.warnings)
 
 
 __all__ = ["plan", "modes", "registry", "get_planner", "Planner", "Job", "Options", "BindPlan",

@@ -3,10 +3,13 @@
 A strategy is a pure function ``(Topology, Job, Options) -> BindPlan``: no files, no environment,
 no clock.
 
-A device's *home* (`AllowedResources.home_of`) is the allowed NUMA node(s) with CPUs it belongs to.
-A device on a memory-only node (GH200/GB200 HBM) or on a node the cgroup does not allow is homed on
-the nearest allowed CPU-bearing node by the node distances; a device with no NUMA information on
-the nodes its `local_cpus` touch. CPU-only ranks are homed on consecutive blocks of nodes.
+A device's *home* (`AllowedResources.home_of`) is the allowed NUMA node(s) with CPUs it belongs to;
+CPUs are never bound to a CPU-less node. A device whose node is memory-only (a GPU's HBM onlined as
+a node: GH200, GB200 without CDMM) or unknown is homed on the CPU nodes its PCI `local_cpus`
+touch, else on the CPU node nearest its memory node by the SLIT distances; a device on a node the
+cgroup does not allow, on the nearest allowed CPU node. CPU-only ranks are homed on consecutive
+blocks of nodes. Memory goes to the home unless `memory="device"` asks for the device's own
+memory node.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def accelerators(topology: Topology) -> tuple[Device, ...]:
 # --------------------------------------------------------------------------- options
 SCOPES = ("node", "socket")
 MULTITHREADING = ("all-logical", "single-logical")
-MEMORY = ("numa", "preferred", "none")
+MEMORY = ("numa", "preferred", "device", "none")
 MSRUN_BIND = ("core", "numa")
 SHARE = ("job", "host")
 SCHEDULER_BASES = ("free", "global", "device0")
@@ -107,7 +110,7 @@ class Options:
     balanced: bool = True  # gpu_affinity unique-*
     min_physical_cores: int = 1  # gpu_affinity
     max_physical_cores: int | None = None  # gpu_affinity (and a cap for every mode's explain)
-    memory: str = "numa"  # numa: bind memory to the process's home node; none: leave it
+    memory: str = "numa"  # numa: bind memory to the process's home node; device: to its GPU's own memory node
     msrun_bind: str = "core"  # msrun-auto: core = --bind_core=True split, numa = --bind_numa=True
     share: str = "job"  # msrun-auto: divide CPUs by the job's processes, or by all host devices
     affinity: bool = True  # msrun-auto: False = msrun's no-affinity fallback (equal distribution)
@@ -116,6 +119,7 @@ class Options:
     scheduler_range: tuple[int, int] | None = None  # relative positions in the scheduler base
     scheduler_base: str = "free"
     actor_thread_fix_bind: bool | None = None
+    priority_cores: bool = False  # each rank's first CPU on a priority core of its home (planners.priority)
 
     def __post_init__(self):
         for name, allowed in (("scope", SCOPES), ("multithreading", MULTITHREADING), ("memory", MEMORY),
@@ -280,26 +284,30 @@ class AllowedResources:
         node = dev.numa_node
         if node is not None and node in self.node_cpus:
             return (node,)
-        if node is not None and node in self.all_nodes:
+        info = self.all_nodes.get(node) if node is not None else None
+        if info is not None and not info.memory_only:
             near = self.nearest(node, self.node_ids)
-            info = self.all_nodes[node]
-            if not info.memory_only and node not in self.topology.allowed_numa_nodes:
+            if node not in self.topology.allowed_numa_nodes:
                 self.warnings.append(f"device {device_id}: its NUMA node {node} is not allowed by the cgroup; "
                                      f"planned on the nearest allowed node {near}")
-            elif not info.memory_only and not (info.cpuset & self.allowed):
+            elif not (info.cpuset & self.allowed):
                 self.warnings.append(f"device {device_id}: no allowed CPUs on its NUMA node {node}; "
                                      f"planned on the nearest node with allowed CPUs, {near}")
             return (near,)
+        memory = info or self.topology.memory_node_of(dev)
         why = None
-        if node is not None:  # a node discovery dropped: the cgroup's cpuset.mems excludes it
+        if node is not None and info is None:  # a node discovery dropped: the cgroup's cpuset.mems excludes it
             why = f"its NUMA node {node} is not allowed by the cgroup (cpuset.mems)"
         local = dev.local_cpus & self.allowed
         touched = tuple(n for n in self.node_ids if self.node_cpus[n].intersects(local))
-        if touched:
+        # local CPUs spanning every node say nothing (sysfs gave none: the probe took the machine)
+        if touched and (memory is None or len(touched) < len(self.node_ids) or len(touched) == 1):
             if why:
                 self.warnings.append(f"device {device_id}: {why}; planned on its local CPUs' "
                                      f"node {nodes_text(touched)}")
             return touched
+        if memory is not None:  # no PCI locality: the CPU node nearest the device's memory node
+            return (self.nearest(memory.os_index, self.node_ids),)
         self.warnings.append(f"device {device_id}: {why or 'no NUMA node or local CPUs known'}; planned on "
                              f"node {nodes_text(self.node_ids[:1])}")
         return (self.node_ids[0],)
@@ -339,6 +347,15 @@ class AllowedResources:
             else:
                 out.append((self.node_ids[r * m // n],))
         return out
+
+    def device_memory(self, device_id: int | None) -> tuple[int, ...] | None:
+        """The device's own memory node (`Topology.memory_node_of`) when the cgroup allows it,
+        for `memory="device"`; None when it has none (its memory then goes to its home)."""
+        dev = self.devices.get(device_id) if device_id is not None else None
+        node = self.topology.memory_node_of(dev) if dev is not None else None
+        if node is None or node.os_index not in self.topology.allowed_numa_nodes:
+            return None
+        return (node.os_index,)
 
     def orphan_cpus(self) -> CpuSet:
         """Allowed CPUs on no allowed CPU node (their node's memory is outside cpuset.mems)."""
@@ -412,10 +429,20 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     thread modules at relative positions, and a scheduler entry is added (gen_bind_json's resources).
     """
     warnings = list(warnings)
+    firsts: list[int | None] = []
+    if options.priority_cores:
+        from topo.planners.priority import first_order, priority_first
+
+        old = [list(o) for o in orders] if orders is not None else [list(c) for c in cpus]
+        cpus, firsts = priority_first(cpus, resources.homes(job), resources, warnings,
+                                      [job.key(r) for r in range(job.nproc)])
+        orders = [first_order(f, old[r], cpus[r]) for r, f in enumerate(firsts)]
     procs = []
     entries: dict[tuple[int, ...], tuple[int | str, CpuSet] | None] = {}  # ranks sharing memory nodes
     for r in range(job.nproc):
         mem = tuple(n for n in (memory[r] or ()) if n != PSEUDO_NODE)
+        if options.memory == "device":
+            mem = resources.device_memory(job.devices[r]) or mem
         if memory[r] and not mem and options.memory != "none":
             warnings.append("no allowed NUMA node has CPUs: memory is left unbound")
         main = cpus[r]
@@ -429,7 +456,9 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
         procs.append(process_binding(job.key(r), sets, memory=entries[mem], local_rank=r))
     if options.modules or options.scheduler_range:
         procs.append(_scheduler(cpus, orders, options, resources, warnings))
-    return finish(procs, cpu_mode="cpu", options=options, resources=resources, warnings=warnings)
+    firsts_meta = {job.key(r): f for r, f in enumerate(firsts) if f is not None}
+    return finish(procs, cpu_mode="cpu", options=options, resources=resources, warnings=warnings,
+                  meta={"priority_cores": firsts_meta} if firsts_meta else None)
 
 
 def process_binding(key: str, modules: Iterable[tuple[str, CpuSet]] = (), *,
@@ -447,7 +476,7 @@ def memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, Cpu
     """Memory nodes as written: all of them (numa), the first (preferred: one node), or none."""
     if options.memory == "none":
         return None
-    return nodes_entry(nodes if options.memory == "numa" else nodes[:1])
+    return nodes_entry(nodes[:1] if options.memory == "preferred" else nodes)
 
 
 def nodes_entry(nodes: Sequence[int]) -> tuple[int | str, CpuSet] | None:
@@ -484,15 +513,17 @@ def _scheduler(cpus, orders, options: Options, resources: AllowedResources, warn
 
 
 def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Options, resources: AllowedResources,
-           warnings: Iterable[str] = ()) -> BindPlan:
+           warnings: Iterable[str] = (), meta: dict | None = None) -> BindPlan:
     """The plan with its notes: options that differ from the defaults, the topology it was made for,
-    and every warning once (`planners.plan` adds the mode and whether it shares CPUs)."""
-    meta = {}
+    `meta` (each rank's priority core), and every warning once (`planners.plan` adds the mode and
+    whether it shares CPUs)."""
+    meta = dict(meta or {})
     opts = options.to_meta()
     if opts:
         meta["options"] = opts
     meta["topology"] = resources.topology.root
-    return BindPlan.build(processes, cpu_mode=cpu_mode, memory_mode=options.memory,
+    memory_mode = "numa" if options.memory == "device" else options.memory  # a strict binding, as numa
+    return BindPlan.build(processes, cpu_mode=cpu_mode, memory_mode=memory_mode,
                           actor_thread_fix_bind=options.actor_thread_fix_bind, meta=meta,
                           warnings=dict.fromkeys([*resources.warnings, *warnings]))
 

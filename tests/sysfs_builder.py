@@ -53,6 +53,9 @@ class Pci:
     # A PCI-to-PCI bridge's (secondary, subordinate) buses, written in its config space as the
     # kernel exposes it (hwloc builds the bridge tree from these bytes). None: not a bridge.
     bridge_buses: tuple[int, int] | None = None
+    # An NVIDIA GPU whose memory the driver onlined as this NUMA node (GH200, GB200 without CDMM):
+    # /proc/driver/nvidia/gpus/<busid>/numa_status says "Node: N". None: no such file.
+    memory_node: int | None = None
 
 
 @dataclass
@@ -88,6 +91,9 @@ class Machine:
     memory: int = 8 << 30  # /proc/meminfo MemTotal, bytes
     cgroup: Cgroup | None = None
     pci: list[Pci] = field(default_factory=list)
+    # cpulist -> (cpufreq/cpuinfo_max_freq, cpufreq/base_frequency) in kHz, None leaving the file out
+    cpufreq: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    capacity: dict[str, int] = field(default_factory=dict)  # cpulist -> cpu_capacity (ARM big.LITTLE)
 
     # ---- derived layout ------------------------------------------------------------------
     def layout(self) -> dict[int, tuple[int, int, int]]:
@@ -188,6 +194,15 @@ def build(base: Path, m: Machine, name: str = "machine") -> Path:
                 w(f"{c}/shared_cpu_list", f"{shared}\n")
                 w(f"{c}/shared_cpu_map", _mask(shared, words) + "\n")
 
+    for cpus, (top, base) in m.cpufreq.items():
+        for cpu in CpuSet.parse(cpus):
+            for name, khz in (("cpuinfo_max_freq", top), ("base_frequency", base)):
+                if khz is not None:
+                    w(f"{CPU}/cpu{cpu}/cpufreq/{name}", f"{khz}\n")
+    for cpus, capacity in m.capacity.items():
+        for cpu in CpuSet.parse(cpus):
+            w(f"{CPU}/cpu{cpu}/cpu_capacity", f"{capacity}\n")
+
     # ---- /sys/devices/system/node --------------------------------------------------------
     nodes = m.node_list()
     if m.numa:
@@ -277,4 +292,6 @@ def build(base: Path, m: Machine, name: str = "machine") -> Path:
             config[0x18] = int(dev.busid.split(":")[1], 16)
             config[0x19], config[0x1A] = dev.bridge_buses
         (root / d / "config").write_bytes(bytes(config))
+        if dev.memory_node is not None:
+            w(f"proc/driver/nvidia/gpus/{dev.busid}/numa_status", f"Node: {dev.memory_node}\nStatus: online\n")
     return root

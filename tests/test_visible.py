@@ -10,7 +10,7 @@ import pytest
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
 from topo.model import Core, Device, NumaNode, Package, Topology
-from topo.visible import default_kind, find_device, normal_bus_id, visible_device_ids, visible_devices
+from topo.visible import default_kind, find_device, hidden_warning, normal_bus_id, visible_device_ids, visible_devices
 
 UUIDS = ["GPU-aab1", "GPU-aac2", "GPU-bbb3", "GPU-ccc4"]
 
@@ -46,12 +46,10 @@ NV = machine(gpus())
     (" 3 , 1 ", [3, 1]),
     ("1,-1,2", [1]),  # CUDA stops at the first invalid index
     ("-1", []),
-    ("0,7,1", [0]),
     ("1,1,2", [1]),  # a repeated device ends the list too
     ("GPU-bbb,0", [2, 0]),
     ("GPU-aac2", [1]),
-    ("1,99999999999,2", [1]),  # no GPU has a 11-digit index: the list ends there
-    ("2," + "9" * 5000, [2]),  # int() alone refuses more than 4300 digits
+    ("1,-99999999999,2", [1]),
 ])
 def test_cuda_visible_devices(spec, expected):
     env = {} if spec is None else {"CUDA_VISIBLE_DEVICES": spec}
@@ -64,6 +62,10 @@ def test_cuda_visible_devices(spec, expected):
     ("gpu0", "entry 'gpu0' is neither a GPU index nor a GPU-/MIG- UUID"),
     ("0,\u0661", "entry '\u0661' is neither a GPU index"),  # ARABIC-INDIC DIGIT ONE: int() reads 1
     ("MIG-1234", "names MIG instance 'MIG-1234' but no GPU has MIG mode enabled"),
+    ("4", "CUDA_VISIBLE_DEVICES names GPU 4, which this machine lacks (its GPUs are 0-3)"),
+    ("0,7,1", "names GPU 7, which this machine lacks"),
+    ("1,99999999999,2", "names GPU 99999999999, which this machine lacks"),
+    ("2," + "9" * 5000, "9" * 60 + "...(5000 characters), which this machine lacks"),  # int() refuses > 4300 digits
 ])
 def test_cuda_visible_devices_errors(spec, message):
     with pytest.raises(UsageError) as err:
@@ -103,7 +105,11 @@ def test_rocm_rocr_then_hip():
     assert ids(visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "1,2,3", "HIP_VISIBLE_DEVICES": "2,0"})) == [3, 1]
     assert ids(visible_devices(amd, env={"CUDA_VISIBLE_DEVICES": "3"})) == [3]  # HIP honours it
     assert ids(visible_devices(amd, env={"HIP_VISIBLE_DEVICES": ""})) == []
-    assert ids(visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "3," + "9" * 5000})) == [3]
+    assert ids(visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "3,-1,2"})) == [3]
+    with pytest.raises(UsageError, match="ROCR_VISIBLE_DEVICES names GPU 9, which this machine lacks"):
+        visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "3,9"})
+    with pytest.raises(UsageError, match="HIP_VISIBLE_DEVICES names GPU 2, which this machine lacks .its GPUs are 0-1."):
+        visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "1,3", "HIP_VISIBLE_DEVICES": "2"})
     with pytest.raises(UsageError, match="ROCR_VISIBLE_DEVICES entry '\u0661' is neither a GPU index"):
         visible_devices(amd, env={"ROCR_VISIBLE_DEVICES": "\u0661"})
     with pytest.raises(UsageError, match="HIP_VISIBLE_DEVICES entry 'x'"):
@@ -133,6 +139,18 @@ def test_ascend_sorted_like_msrun():
 def test_ascend_errors(spec, message):
     with pytest.raises(UsageError, match=message):
         visible_devices(ASCEND, env={"ASCEND_RT_VISIBLE_DEVICES": spec})
+
+
+@pytest.mark.parametrize("env, line", [
+    ({"CUDA_VISIBLE_DEVICES": ""}, "CUDA_VISIBLE_DEVICES='' hides every GPU of this machine: planning CPU-only"),
+    ({"CUDA_VISIBLE_DEVICES": "-1"}, "CUDA_VISIBLE_DEVICES='-1' hides every GPU of this machine: planning CPU-only"),
+    ({"CUDA_VISIBLE_DEVICES": "0"}, None),
+    ({}, None),
+])
+def test_hidden_warning(env, line):
+    assert hidden_warning(NV, env=env) == line
+    assert hidden_warning(machine([]), env=env) is None  # nothing to hide
+    assert hidden_warning(ASCEND, env=env) is None  # CUDA's variable hides no NPU
 
 
 def test_default_kind_and_cpu_only():
@@ -216,3 +234,16 @@ def test_find_device_by_bus_id_and_uuid_prefix():
     with pytest.raises(UsageError, match=r"GPUs report no UUIDs .*name the device by PCI bus id or local index"):
         find_device(amd, "12345678-1234-1234-1234-123456789abc")
     assert find_device(amd, "0000:40:00.0")[0].index == 3
+
+
+def test_level_zero_affinity_mask():
+    xpu = machine(list(reversed(gpus(vendor="intel"))))  # indices are bus order whatever the list's
+    assert ids(visible_devices(xpu, env={})) == [0, 1, 2, 3]
+    assert ids(visible_devices(xpu, env={"ZE_AFFINITY_MASK": ""})) == [0, 1, 2, 3]  # Level Zero: every device
+    assert ids(visible_devices(xpu, env={"ZE_AFFINITY_MASK": "3,1"})) == [3, 1]
+    assert ids(visible_devices(xpu, env={"ZE_AFFINITY_MASK": "2.0,2.1"})) == [2, 2]  # two tiles of card 2
+    assert visible_device_ids(xpu, env={"ZE_AFFINITY_MASK": "1"}) == (1,)
+    with pytest.raises(UsageError, match="ZE_AFFINITY_MASK names GPU 4, which this machine lacks"):
+        visible_devices(xpu, env={"ZE_AFFINITY_MASK": "0,4"})
+    with pytest.raises(UsageError, match="ZE_AFFINITY_MASK entry 'card0' is neither a device index"):
+        visible_devices(xpu, env={"ZE_AFFINITY_MASK": "card0"})

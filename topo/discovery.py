@@ -37,6 +37,9 @@ def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallow
     allowed = _allowed(fs, cpus, nodes, status)
     topology = _restricted(fs, cpus, nodes, allowed, include_disallowed, status)
     from topo.probes import devices as device_probes
+    from topo.probes.cpukinds import probe_cpukinds
+
+    topology = replace(topology, cpukinds=probe_cpukinds(fs, topology.pus))
 
     return device_probes.attach_devices(topology, fs, probes, live=live)
 

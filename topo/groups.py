@@ -1,7 +1,7 @@
 """Group objects: the levels hwloc inserts where NUMA nodes match no CPU-side object.
 
 A NUMA node spanning several packages, or smaller than a core's cache, gets a Group holding its
-CPUs; CPU-less nodes without locality share a Group with an empty cpuset; and nodes closer to
+CPUs; a CPU-less node without locality gets a Group of its own with an empty cpuset; nodes closer to
 each other than to the rest (by the distance matrix) are clustered into Groups.
 """
 
@@ -16,11 +16,15 @@ from topo.model import Group, NumaNode
 def node_groups(nodes: list[NumaNode], cpu_side: set[CpuSet], machine: CpuSet, pus: CpuSet):
     """Groups as hwloc makes them: one per NUMA locality that matches no package/die/cache/core
     (a node spanning packages, or smaller than a core), one holding CPU-less nodes that have no
-    locality, and those found by clustering the distance matrix."""
+    locality each, and those found by clustering the distance matrix."""
     seen: set[CpuSet] = set()
     groups = []
     for node in nodes:
         loc = node.locality & machine
+        if not loc:  # hwloc gives each CPU-less node without locality a Group of its own (by nodeset)
+            seen.add(loc)
+            groups.append(Group(loc, (node.os_index,), "cpu-less"))
+            continue
         if loc == machine or loc in cpu_side or loc in seen:
             continue
         seen.add(loc)

@@ -98,6 +98,19 @@ class NumaNode:
     locality: CpuSet  # own CPUs, or the CPUs of the nearest CPU-bearing node(s)
     distances: Mapping[int, int] = field(default_factory=dict)
     subtype: str | None = None  # e.g. "GPUMemory", "NVM"
+    busid: str | None = None  # GPUMemory: the PCI bus id of the GPU whose memory it is (hwloc's PCIBusID)
+
+
+@dataclass(frozen=True)
+class CpuKind:
+    """PUs of one kind (hwloc's CPU kinds, `lstopo --cpukinds`): P- and E-cores, priority cores
+    with a higher base frequency, big and little ARM cores. `efficiency` ranks the kinds, 0 the
+    least efficient (lowest frequency or capacity); None (lstopo's -1) when hwloc's rules cannot
+    rank them."""
+
+    cpuset: CpuSet
+    efficiency: int | None
+    infos: Mapping[str, str] = field(default_factory=dict)  # FrequencyMaxMHz, FrequencyBaseMHz, LinuxCapacity
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,7 @@ class Topology:
     os_devices: tuple[OsDevice, ...] = ()
     devices: tuple[Device, ...] = ()
     links: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    cpukinds: tuple[CpuKind, ...] = ()  # by efficiency when ranked
     include_disallowed: bool = False  # the view `discover(include_disallowed=...)` asked for
 
     # ---- queries ------------------------------------------------------
@@ -220,6 +234,14 @@ class Topology:
             if node.os_index == os_index:
                 return node
         raise KeyError(os_index)
+
+    def memory_node_of(self, device: Device) -> NumaNode | None:
+        """The NUMA node holding `device`'s own memory (a GPU's HBM the driver onlined as a node:
+        GH200, GB200 without CDMM), or None when its memory is not a node."""
+        if device.busid is None:
+            return None
+        busid = device.busid.lower()
+        return next((n for n in self.numa_nodes if n.busid is not None and n.busid.lower() == busid), None)
 
     def cpu_nodes(self) -> tuple[NumaNode, ...]:
         """NUMA nodes that own CPUs (never memory-only), allowed ones only."""

@@ -124,7 +124,8 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
             nodes.append(NumaNode(i, own, memory_per_node, False, own, dist))
         else:
             host = hosts[i - nnodes]
-            nodes.append(NumaNode(i, CpuSet(), 96 << 30, True, node_sets[host] & pus, dist, "GPUMemory"))
+            nodes.append(NumaNode(i, CpuSet(), 96 << 30, True, node_sets[host] & pus, dist, "GPUMemory",
+                                  f"0000:{0x10 + i - nnodes:02x}:00.0"))
 
     devices = []
     for g in range(ngpus):

@@ -3,9 +3,12 @@
 `visible_devices(topology)[i]` is local rank i's device, as the runtime numbers them:
 - NVIDIA: `CUDA_DEVICE_ORDER` orders the GPUs (PCI_BUS_ID, or FASTEST_FIRST, which for one model is
   bus order too), `CUDA_VISIBLE_DEVICES` picks indices, `GPU-` UUID prefixes or `MIG-` UUIDs. As
-  CUDA does, an index that does not exist or repeats ends the list; a UUID prefix matching no GPU
-  or several is an error (CUDA would fail the job).
+  CUDA does, a negative index (`-1`) or a repeated one ends the list; an index past the machine's
+  GPUs, or a UUID prefix matching no GPU or several, is an error naming it (CUDA would drop the
+  GPU or fail the job; a plan for fewer GPUs than asked is never what was meant).
 - AMD: `ROCR_VISIBLE_DEVICES` selects, then `HIP_VISIBLE_DEVICES` (or `CUDA_VISIBLE_DEVICES`).
+- Intel GPUs (XPUs): Level Zero's `ZE_AFFINITY_MASK` lists device indices in PCI bus order, or
+  `device.subdevice` (a tile runs where its card sits; two tiles of one card are two ranks there).
 - Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists NPU ids; local rank i gets `sorted(ids)[i]`, as msrun.
 
 `find_device(topology, name)` is the device a caller names itself: a GPU/MIG UUID (or a bare one,
@@ -19,6 +22,7 @@ import re
 import warnings
 from typing import Mapping
 
+from topo.cpuset import excerpt
 from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo.model import Device, Topology
@@ -28,13 +32,20 @@ from topo.probes.pci import bus_key
 _INDEX = re.compile(r"\A[+-]?[0-9]+\Z")  # ASCII digits only: int() would also read "١" as 1
 
 
-def _index(token: str) -> int:
-    """The index an `_INDEX` token names; -1 (no device) past 9 digits, where int() would also
-    refuse numbers of more than 4300 digits."""
-    return int(token) if len(token.lstrip("+-")) <= 9 else -1
+def _index(token: str, devices: list[Device], var: str) -> int:
+    """The index an `_INDEX` token names, negative for CUDA's "no more devices" (`-1`); UsageError
+    naming the token when no device of `devices` has it (int() is not asked to read more than 9
+    digits: it refuses numbers of more than 4300)."""
+    n = int(token) if len(token.lstrip("+-")) <= 9 else (-1 if token.startswith("-") else 1 << 40)
+    if n >= len(devices):
+        kind = devices[0].kind.upper() if devices else "device"
+        have = f"0-{len(devices) - 1}" if len(devices) > 1 else ("0" if devices else "none")
+        raise UsageError(f"{var} names {kind} {excerpt(token)}, which this machine lacks (its {kind}s are {have}); "
+                         f"list existing indices, or set {var}= (empty) to hide every {kind}")
+    return n
 # The variables that choose or order a job's devices.
 VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-             "ASCEND_RT_VISIBLE_DEVICES")
+             "ZE_AFFINITY_MASK", "ASCEND_RT_VISIBLE_DEVICES")
 
 
 def default_kind(topology: Topology) -> str | None:
@@ -65,6 +76,9 @@ def visible_devices(topology: Topology, kind: str | None = None,
             return _cuda(nvidia, migs, env)
         if amd:
             return _rocm(amd, env)
+        intel = [d for d in devices if d.vendor == "intel"]
+        if intel:
+            return _level_zero(intel, env)
     if kind == "npu":
         return _ascend(devices, env)
     return sorted(devices, key=lambda d: d.index)
@@ -83,6 +97,19 @@ def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None)
     if not any(name in env for name in VARIABLES):
         return None
     return tuple(d.index for d in visible_devices(topology, env=env))
+
+
+def hidden_warning(topology: Topology, env: Mapping[str, str] | None = None) -> str | None:
+    """The one warning line for variables that hide every accelerator of the machine
+    (`CUDA_VISIBLE_DEVICES=""` or `-1`, as CPU-side jobs on GPU hosts set on purpose): the job is
+    then planned CPU-only. None when a device stays visible or the machine has none. `env`
+    defaults as in `visible_devices`."""
+    if env is None:
+        env = os.environ if topology.is_this_system else {}
+    kind = default_kind(topology)
+    if kind is None or not any(name in env for name in VARIABLES) or visible_devices(topology, env=env):
+        return None
+    return f"{describe_env(env).strip(' ()')} hides every {kind.upper()} of this machine: planning CPU-only"
 
 
 # ---- NVIDIA --------------------------------------------------------------------------------------
@@ -111,9 +138,9 @@ def _cuda(gpus: list[Device], migs: list[Device], env: Mapping[str, str]) -> lis
         if token == "" and spec.strip() == "":
             break  # CUDA_VISIBLE_DEVICES="" hides every GPU
         if _INDEX.match(token):
-            n = _index(token)
-            if not 0 <= n < len(base) or base[n] in chosen:
-                break  # CUDA stops at the first index that is not a new, existing GPU
+            n = _index(token, base, "CUDA_VISIBLE_DEVICES")
+            if n < 0 or base[n] in chosen:
+                break  # CUDA stops at -1 and at a repeated GPU
             chosen.append(base[n])
         elif token.startswith("GPU-"):
             device = _by_uuid_prefix(base, token, "CUDA_VISIBLE_DEVICES", "GPU")
@@ -168,7 +195,7 @@ def _mig_parent(gpus: list[Device], migs: list[Device], token: str) -> Device:
 
 
 def _rocm(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
-    devices = _bus_order(gpus)
+    devices = sorted(gpus, key=lambda d: d.index)  # ROCm's order: KFD's nodes (bus order without them)
     rocr = env.get("ROCR_VISIBLE_DEVICES")
     if rocr is not None:
         devices = _select(devices, rocr, "ROCR_VISIBLE_DEVICES")
@@ -185,14 +212,34 @@ def _select(devices: list[Device], spec: str, var: str) -> list[Device]:
         return chosen
     for token in (t.strip() for t in spec.split(",")):
         if _INDEX.match(token):
-            n = _index(token)
-            if not 0 <= n < len(devices) or devices[n] in chosen:
+            n = _index(token, devices, var)
+            if n < 0 or devices[n] in chosen:
                 break
             chosen.append(devices[n])
         elif token.startswith("GPU-"):
             chosen.append(_by_uuid_prefix(devices, token, var, "GPU"))
         else:
             raise UsageError(f"{var} entry {token!r} is neither a GPU index nor a GPU- UUID")
+    return chosen
+
+
+# ---- Intel (Level Zero) ------------------------------------------------------------------------
+
+_ZE_ENTRY = re.compile(r"\A([0-9]{1,9})(?:\.([0-9]{1,9}))?\Z")
+
+
+def _level_zero(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
+    devices = _bus_order(gpus)
+    spec = env.get("ZE_AFFINITY_MASK")
+    if spec is None or not spec.strip():
+        return devices  # unset or empty: every device, as Level Zero
+    chosen: list[Device] = []
+    for token in (t.strip() for t in spec.split(",")):
+        m = _ZE_ENTRY.match(token)
+        if not m:
+            raise UsageError(f"ZE_AFFINITY_MASK entry {excerpt(token)!r} is neither a device index nor "
+                             "device.subdevice (e.g. ZE_AFFINITY_MASK=0,1 or 0.0,0.1)")
+        chosen.append(devices[_index(m.group(1), devices, "ZE_AFFINITY_MASK")])
     return chosen
 
 

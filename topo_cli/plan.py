@@ -106,12 +106,17 @@ def _list_modes() -> str:
          help="gpu_affinity modes: all threads of each core, or the first one.")
 @click.option("--balanced/--no-balanced", default=Options.balanced, show_default=True,
               help="unique-* modes: the same number of cores for every device.")
+@click.option("--priority-cores", is_flag=True,
+              help="Each process's first CPU (its main thread's) on a priority core of its home: the most "
+                   "efficient CPU kind (topo show --cpukinds), one per process where there are enough.")
 @_option("--min-physical-cores", type=WholeRange(min=1),
          help="gpu_affinity modes: fail if a device gets fewer physical cores.")
 @_option("--max-physical-cores", type=WholeRange(min=1),
          help="gpu_affinity modes: at most this many physical cores per device.")
 @_option("--memory", core.MEMORY, help="numa: bind each process's memory to its device's NUMA node; preferred: "
-                                      "prefer that node, fall back to others when it is full; none: leave it.")
+                                      "prefer that node, fall back to others when it is full; device: bind it "
+                                      "to the GPU's own memory node (GH200/GB200 HBM), else as numa; none: "
+                                      "leave it.")
 @_option("--msrun-bind", core.MSRUN_BIND, help="msrun-auto: --bind_core=True CPU split, or --bind_numa=True "
                                                "node assignment.")
 @_option("--share", core.SHARE, help="msrun-auto: divide CPUs among this job's devices, or among all host "
@@ -132,7 +137,7 @@ def _list_modes() -> str:
               help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
 @click.option("-f", "--force", is_flag=True,
               help="Overwrite the -o and --picture files if they exist (else refused, as lstopo).")
-def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced,
+def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced, priority_cores,
          min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
          scheduler_base, explain, output, picture, force):
     """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
@@ -146,6 +151,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     """
     from topo import planners
     from topo.planners.thread_modules import parse_modules, parse_range
+    from topo.visible import default_kind
 
     if list_modes:
         click.echo(_list_modes())
@@ -165,8 +171,8 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     ids = parse_devices(devices, topology)  # None: planners.plan applies the visible-device variables
     result = planners.plan(
         topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
-        balanced=balanced, min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
-        memory=memory, msrun_bind=msrun_bind, share=share,
+        balanced=balanced, priority_cores=priority_cores, min_physical_cores=min_physical_cores,
+        max_physical_cores=max_physical_cores, memory=memory, msrun_bind=msrun_bind, share=share,
         modules=parse_modules(modules, "--modules") if modules else None,
         scheduler_range=parse_range("--scheduler-range", scheduler_range) if scheduler_range else None,
         scheduler_base=scheduler_base,
@@ -194,7 +200,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     if not explain:
         for w in result.warnings:
             click.echo(printable(f"topo: warning: {w}"), err=True)
-    if result.meta.get("cpu_only") and nproc_per_node is None:
+    if result.meta.get("cpu_only") and nproc_per_node is None and not default_kind(topology):
         # msrun and torchrun start one process per accelerator; without any, say how many were planned
         n = sum(not p.is_scheduler for p in result.processes)
         click.echo(f"topo plan: no accelerator here: planned {n} process{'' if n == 1 else 'es'}; "

@@ -89,7 +89,11 @@ def _print_completion(ctx, param, shell):
                   help="Bind each worker with a topo mode: node, socket, exclusive, core-complex, or any of "
                        "`topo plan --list-modes`.")
 @_torchrun_option("memory", env=False, type=click.Choice(MEMORY_CHOICES),
-                  help="Memory policy of --numa-binding: none (torch's), numa (bind), preferred [default: none].")
+                  help="Memory policy of --numa-binding: none (torch's), numa (bind), preferred, device (bind "
+                       "to the GPU's own memory node where it has one) [default: none].")
+@_torchrun_option("priority_cores", env=False, is_flag=True,
+                  help="With --numa-binding: each worker's first CPU on a priority core of its home (topo plan "
+                       "--priority-cores).")
 @_torchrun_option("bind_fallback", env=False, is_flag=True,
                   help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "
                        "(and keep a worker whose binding does not take as placed) instead of failing.")

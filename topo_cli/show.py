@@ -53,6 +53,8 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
               "kept by KIND: all, none, structure, important (lstopo --filter).")
 @click.option("--restrict", metavar="CPUSET", help="Only CPUSET (0x000000ff) or 'binding' (this process's CPUs).")
 @click.option("--distances", is_flag=True, help="Only the NUMA distance matrix.")
+@click.option("--cpukinds", is_flag=True,
+              help="Only the CPU kinds (lstopo --cpukinds): P/E, priority, big/little cores.")
 @click.option("--long", "long_form", is_flag=True,
               help="topo's long form: every object on its own line with its P# and L#, the package "
                    "model, devices under their NUMA node, the device link matrix, a summary line and "
@@ -71,8 +73,8 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
 @click.option("--probes", default=None, metavar="LIST",
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
 def show(machine, file, input_path, output, output_format, force, index, verbose, silent, only, cpuset, taskset,
-         no_caches, no_icaches, no_smt, merge, filters, restrict, distances, long_form, io, no_bridges, no_collapse,
-         as_json, include_disallowed, probes):
+         no_caches, no_icaches, no_smt, merge, filters, restrict, distances, cpukinds, long_form, io, no_bridges,
+         no_collapse, as_json, include_disallowed, probes):
     """Show the topology: packages, NUMA nodes, caches, cores, PUs, as lstopo prints them.
 
     \b
@@ -95,7 +97,8 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
     fmt = _format(path, output_format, as_json)
     shaping = [name for name, given in (("--long", long_form), (f"-{(index or 'x')[0]}", index), ("-v", verbose),
                                         ("-s", silent), ("--only", only), ("-c", cpuset), ("--taskset", taskset),
-                                        ("--distances", distances), ("--no-smt", no_smt)) if given]
+                                        ("--distances", distances), ("--cpukinds", cpukinds),
+                                        ("--no-smt", no_smt)) if given]
     if fmt != "console" and shaping and not (fmt == "ascii" and shaping == [f"-{(index or 'x')[0]}"]):
         raise UsageError(f"{shaping[0]} shapes the console form, not {fmt}: leave it out or write the console "
                          "form (--of console)")
@@ -106,8 +109,14 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
     options, io, no_bridges = _filters(filters, io, no_bridges, merge=merge, no_caches=no_caches,
                                        no_icaches=no_icaches, no_smt=no_smt)
     options.update(index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset, taskset=taskset,
-                   distances=distances, collapse=not no_collapse, only=_type(only, "--only") if only else None)
+                   distances=distances, cpukinds=cpukinds, collapse=not no_collapse,
+                   only=_type(only, "--only") if only else None)
     topology = load(machine, input_path, include_disallowed=include_disallowed, probes=probes)
+    from topo.numa_mode import locality_conflicts
+    from topo.text import printable
+
+    for line in locality_conflicts(topology):
+        click.echo(printable(f"topo: warning: {line}"), err=True)
     # the I/O objects lstopo shows with the same flags, in every format
     topology = topology.io_view(io or "important", bridges=not no_bridges)
     options["restrict"] = _restriction(restrict, topology) if restrict else None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from topo.cpuset import CpuSet
 from topo.model import Topology
+from topo.numa_mode import numa_mode
 from topo.text import printable
 from topo.tree import IO_TYPES, TYPES, Obj, bitmap, build, levels, merge_levels, restrict, type_name, walk
 
@@ -64,6 +65,7 @@ class Options:
     restrict: CpuSet | None = None
     distances: bool = False  # --distances: the matrices only
     collapse: bool = True  # identical PCI functions on one line; --no-collapse: False
+    cpukinds: bool = False  # --cpukinds: the CPU kinds only
 
 
 def render_console(t: Topology, options: Options = Options()) -> str:
@@ -81,6 +83,8 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     lines: list[str] = []
     if options.distances:
         return "\n".join(printable(x) for x in _distances(t, machine, options.index))
+    if options.cpukinds:
+        return "\n".join(printable(x) for x in _cpukinds(t))
     verbose, domains = options.verbose, pci_domains(t)
     if options.only is not None:
         if verbose > 1:
@@ -93,6 +97,7 @@ def render_console(t: Topology, options: Options = Options()) -> str:
         lines += _summary(machine)
     if options.only is None and verbose > 1:
         lines += _distances(t, machine, options.index)
+        lines += _cpukinds(t)
         for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
                            (t.pus - t.allowed_pus, "represented but not allowed")):
             if cpus:
@@ -253,6 +258,16 @@ def _summary(machine: Obj) -> list[str]:
     return out
 
 
+def _cpukinds(t: Topology) -> list[str]:
+    """lstopo's output_cpukinds: each kind's efficiency (-1: unranked), cpuset and infos."""
+    lines = []
+    for i, kind in enumerate(t.cpukinds):
+        efficiency = -1 if kind.efficiency is None else kind.efficiency
+        lines.append(f"CPU kind #{i} efficiency {efficiency} cpuset {bitmap(kind.cpuset)}")
+        lines += [f"  {name} = {value}" for name, value in kind.infos.items()]
+    return lines
+
+
 def _distances(t: Topology, machine: Obj, index: str) -> list[str]:
     """The NUMA latency matrix as lstopo prints it (hwloc_utils_print_distance_matrix), nodes in
     OS index order, over the nodes with a distance to each other one."""
@@ -311,7 +326,7 @@ def long_label(obj: Obj, t: Topology) -> str:
 
 def render_text(t: Topology) -> str:
     """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it,
-    the device link matrix, the summary and how each probe fared."""
+    the device link matrix, how nodes cut packages (SNC/NPS), the summary and how each probe fared."""
     machine = build(t, ("Bridge", "PCIDev", "OSDev"))
     lines: list[str] = []
     devices: dict[int | None, list[str]] = {}
@@ -336,6 +351,9 @@ def render_text(t: Topology) -> str:
         lines.append("")
         lines.extend(render_links(t))
     lines.append("")
+    mode = numa_mode(t)
+    if mode:
+        lines.append(mode)
     lines.append(t.summary())
     if t.probes:
         lines.append("probes: " + ", ".join(f"{k}: {v}" for k, v in t.probes.items()))

@@ -36,6 +36,11 @@ def to_xml(t: Topology) -> str:
            '<topology version="2.0">']
     _write(out, machine, t, 1, nodesets, 0)
     out.extend(_distances(t))
+    for kind in t.cpukinds:  # the efficiency as hwloc's forced_efficiency: lstopo -i ranks them alike
+        forced = "" if kind.efficiency is None else f' forced_efficiency="{kind.efficiency}"'
+        out.append(f'  <cpukind cpuset="{bitmap(kind.cpuset)}"{forced}>')
+        out.extend(f"    <info name={_text(k)} value={_text(v)}/>" for k, v in kind.infos.items())
+        out.append("  </cpukind>")
     out.append("</topology>")
     return "\n".join(out) + "\n"
 
@@ -87,6 +92,8 @@ def _attrs(obj: Obj, t: Topology, nodesets: dict[int, int], bridges: int) -> tup
     elif obj.type == "NUMANode":
         attrs.append(("local_memory", m.local_memory))
         infos.append(("topoMemoryOnly", "1" if m.memory_only else "0"))
+        if m.busid:
+            infos.append(("PCIBusID", m.busid))
         if m.locality != obj.cpuset:
             infos.append(("topoLocality", m.locality.to_list() or "none"))
     elif obj.type == "Bridge":

@@ -4,7 +4,8 @@ As hwloc's PCI and IO phases: sysfs classifies every PCI function and numbers ea
 order (what runtimes fall back to); then, on the live machine, NVML and npu-smi give the index the
 runtime really uses, UUIDs, names and links (on a capture, what they said when it was taken). A runtime's device is matched to sysfs by bus id (one
 with no match is kept: a container may hide /sys/bus/pci), and the sysfs devices of a kind a
-runtime answered for that it did not list are dropped. The link matrix (`nvidia-smi topo -m`'s)
+runtime answered for that it did not list are dropped. AMD GPUs take ROCm's numbering from the
+driver's KFD topology in sysfs, on captured roots too. The link matrix (`nvidia-smi topo -m`'s)
 comes from the sysfs PCI tree, overlaid with what the runtimes say (NV#, HCCS).
 """
 
@@ -16,6 +17,7 @@ from dataclasses import replace
 from topo.cpuset import EMPTY
 from topo.fsroot import FsRoot
 from topo.model import Device, PciDevice, Topology
+from topo.numbers import ascii_number
 from topo.probes.pci import PCI
 
 VENDORS = {
@@ -102,6 +104,33 @@ def sysfs_devices(topology: Topology) -> list[Device]:
             name = (rdma or net or nvme or [None])[0]
         out.append(Device(kind, vendor, index, dev.busid, dev.numa_node, dev.local_cpus, name, None, "sysfs"))
     return out
+
+
+KFD = "/sys/class/kfd/kfd/topology/nodes"
+
+
+def kfd_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str | None]:
+    """AMD GPUs numbered as ROCm numbers them, without any library: in the order of the amdgpu
+    driver's KFD topology nodes that have SIMDs (CPU nodes have none), each naming its PCI
+    function by `domain` and `location_id` (bus << 8 | device << 3 | function). The status line;
+    None where the driver shows no KFD topology."""
+    names = fs.listdir(KFD)
+    if not names:
+        return devices, None
+    order = {}
+    for name in sorted((n for n in names if n.isascii() and n.isdigit() and len(n) <= 6), key=int):
+        props = dict(line.split(None, 1) for line in (fs.read(f"{KFD}/{name}/properties") or "").splitlines()
+                     if len(line.split(None, 1)) == 2)
+        simds, location, domain = (ascii_number(props.get(k, "").strip(), 1 << 32) for k in
+                                   ("simd_count", "location_id", "domain"))
+        if simds and location is not None:
+            busid = f"{domain or 0:04x}:{location >> 8 & 0xFF:02x}:{location >> 3 & 0x1F:02x}.{location & 7}"
+            order.setdefault(busid, len(order))
+    amd = [d for d in devices if d.kind == "gpu" and d.vendor == "amd"]
+    if not order or any(d.busid not in order for d in amd):
+        return devices, f"unused: its {len(order)} GPU nodes do not match the {len(amd)} AMD GPUs in PCI"
+    renumbered = [replace(d, index=order[d.busid], source="kfd") if d in amd else d for d in devices]
+    return renumbered, f"ok: {len(order)} GPUs"
 
 
 def merge_runtime(devices: list[Device], found: list[Device], kind: str,
@@ -302,7 +331,9 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
                    live: bool = False) -> Topology:
     """Classify sysfs devices, run the runtime probes that apply, and add devices and links."""
     status = dict(topology.probes)
-    devices = sysfs_devices(topology)
+    devices, kfd = kfd_order(fs, sysfs_devices(topology))
+    if kfd is not None:
+        status["kfd"] = kfd
     overlay: dict[tuple[str, str], str] = {}
     migs: dict[int, tuple[str, ...]] = {}
     for name, (kind, vendor, run) in RUNTIME_PROBES.items():

@@ -24,8 +24,8 @@ from xml.parsers import expat
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet, excerpt
 from topo.errors import ParseError, ProbeError
-from topo.model import (MAX_PUS, Cache, Cluster, Core, Die, Group, MemorySideCache, NumaNode, OsDevice, Package,
-                        PciBridge, PciDevice, Topology)
+from topo.model import (MAX_PUS, Cache, Cluster, Core, CpuKind, Die, Group, MemorySideCache, NumaNode, OsDevice,
+                        Package, PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
 from topo.probes.pci import bus_key
 from topo.tree import CACHE_TYPE, GROUP_KINDS
@@ -231,6 +231,21 @@ def _group_reason(el, cpuset: CpuSet) -> str:
     return subtype or "hwloc"
 
 
+def _cpukinds(root, pus: CpuSet) -> tuple[CpuKind, ...]:
+    """The `<cpukind>` elements, ranked as hwloc ranks them on import (topo writes each kind's
+    efficiency as its forced_efficiency, so its own files read back equal)."""
+    from topo.probes.cpukinds import rank_kinds
+
+    kinds = []
+    for el in root.iter("cpukind"):
+        cpus = parse_bitmap(el.get("cpuset")) & pus
+        if cpus:
+            forced = el.get("forced_efficiency") or ""
+            kinds.append({"pus": set(cpus), "forced": int(forced) if forced.isascii() and forced.isdigit()
+                          and len(forced) < 10 else None, "infos": _infos(el)})
+    return tuple(CpuKind(CpuSet(k["pus"]), efficiency, k["infos"]) for k, efficiency in rank_kinds(kinds))
+
+
 def _infos(el) -> dict[str, str]:
     return {i.get("name"): i.get("value", "") for i in el.findall("info") if i.get("name")}
 
@@ -421,7 +436,8 @@ def _build(root, machine, version: int, source: str) -> Topology:
     nodes = tuple(sorted((
         NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0),
                  _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1", localities[i],
-                 {j: v for j, v in distances.get(i, {}).items() if j in all_nodes}, el.get("subtype"))
+                 {j: v for j, v in distances.get(i, {}).items() if j in all_nodes}, el.get("subtype"),
+                 _infos(el).get("PCIBusID"))
         for i, (el, _, _) in zip(node_ids, w.nodes)
     ), key=lambda n: n.os_index))
     if not nodes:  # hwloc always has a node; a hand-written file may not
@@ -470,6 +486,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
         pci_bridges=bridges,
         os_devices=osdevs,
         include_disallowed=machine_info.get("topoIncludeDisallowed") == "1",
+        cpukinds=_cpukinds(root, pus),
         probes={"hwloc-xml": f"ok (hwloc v{version} format)"},
         info=info,
     )

@@ -454,10 +454,12 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     for i in cpus:
         if i in gpu_memory:
             # A GPU's memory exposed as a node (POWER9 and Grace with NVLink-C2C): hwloc gives it
-            # the GPU's local CPUs, or the whole machine when the GPU has no local_cpus.
+            # the GPU's local CPUs; without them it is placed below as any CPU-less node.
             busid = gpu_memory[i]
-            gpu_cpus = fs.read_set(f"{PCI}/{busid}/local_cpulist", f"{PCI}/{busid}/local_cpus")
-            locality[i], subtype[i] = (gpu_cpus or EMPTY) & online, "GPUMemory"
+            gpu_cpus = (fs.read_set(f"{PCI}/{busid}/local_cpulist", f"{PCI}/{busid}/local_cpus") or EMPTY) & online
+            subtype[i] = "GPUMemory"
+            if gpu_cpus:
+                locality[i] = gpu_cpus
         elif shared[i]:
             # hwloc adds the initiators' CPUs to a node's own (a node some other node's CPUs
             # reach as fast as their own).
@@ -468,7 +470,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
         if i not in locality:
             locality[i] = initiators[i] if i in initiators else _nearest_cpus(i, cpus, locality, distances)
     nodes = [NumaNode(i, c, memory[i], not c, locality[i],
-                      {j: v for j, v in distances.get(i, {}).items() if j in cpus}, subtype.get(i))
+                      {j: v for j, v in distances.get(i, {}).items() if j in cpus}, subtype.get(i), gpu_memory.get(i))
              for i, c in cpus.items()]
     return RawNodes(nodes, _memory_side_caches(fs, nodes), True, notes)
 

@@ -1,0 +1,74 @@
+"""Priority cores: each rank's main thread on a core of the machine's most efficient CPU kind.
+
+Intel SST-TF "priority" cores (DGX B300's Xeon 6776P) run at a higher base frequency than the
+rest; hwloc shows them as the most efficient CPU kind (`topo show --cpukinds`). With
+`priority_cores=True` every rank gets one of them as its first CPU, the one its main thread
+runs on: a priority core already in its set that no earlier rank took, else one that another
+rank of the same home holds beyond its own first, swapped for this rank's last ordinary core (so
+both keep their size and unique modes stay disjoint). Ranks left without one are named in a
+warning. Off by default: it hurts workloads whose main thread is not the bottleneck.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from topo.cpuset import CpuSet
+
+
+def priority_pus(resources) -> CpuSet:
+    """The allowed PUs of the most efficient CPU kind; empty when the kinds are fewer than two
+    or unranked."""
+    kinds = resources.topology.cpukinds
+    if len(kinds) < 2 or any(k.efficiency is None for k in kinds):
+        return CpuSet()
+    return max(kinds, key=lambda k: k.efficiency).cpuset & resources.allowed
+
+
+def priority_first(cpus: Sequence[CpuSet], homes: Sequence[tuple[int, ...]], resources,
+                   warnings: list[str], keys: Sequence[str]) -> tuple[list[CpuSet], list[int | None]]:
+    """Each rank's CPUs (a swap may change them) and its first CPU, a priority core's PU (None
+    where none is left)."""
+    prio = priority_pus(resources)
+    sets = list(cpus)
+    firsts: list[int | None] = [None] * len(sets)
+    if not prio:
+        warnings.append("priority cores asked for, but this machine has no CPU kind above the others "
+                        "(topo show --cpukinds): each rank's CPUs are as planned")
+        return sets, firsts
+    core_of = resources.core_of_pu
+    taken: set[int] = set()
+    for r, s in enumerate(sets):
+        free = [p for p in s & prio if core_of[p] not in taken]
+        if free:
+            firsts[r] = free[0]
+            taken.add(core_of[free[0]])
+    for r, s in enumerate(sets):
+        if firsts[r] is not None or not s:
+            continue
+        home = resources.cpus_of_nodes(h for h in homes[r] if h in resources.node_cpus)
+        ordinary = [i for i in resources.core_indexes(s) if not (resources.cores[i] & prio)]
+        for donor, other in enumerate(sets):
+            spare = [p for p in other & prio & home if core_of[p] not in taken and p not in s]
+            if donor == r or not spare or not ordinary:
+                continue
+            given, back = resources.cores[core_of[spare[0]]] & other, resources.cores[ordinary[-1]] & s
+            sets[donor] = (other - given) | back
+            sets[r] = (s - back) | given
+            firsts[r] = spare[0]
+            taken.add(core_of[spare[0]])
+            break
+    left = [keys[r] for r, s in enumerate(sets) if s and firsts[r] is None]
+    if left:
+        warnings.append(f"no priority core left in the home of {', '.join(left)}: their first CPU is an ordinary core")
+    return sets, firsts
+
+
+def first_order(first: int | None, order: list[int], cpus: CpuSet) -> list[int]:
+    """A rank's CPU list with its priority core first: the planner's order, less the CPUs a swap
+    took, then those it gave, ascending."""
+    kept = set(cpus)
+    listed = set(order)
+    head = [first] if first is not None else []
+    return [*head, *(c for c in order if c != first and c in kept),
+            *(c for c in cpus if c != first and c not in listed)]
