@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import stat
 import tarfile
 import tempfile
@@ -26,7 +25,7 @@ from topo.errors import ProbeError, TopoError
 from topo.fsroot import FsRoot
 from topo.probes import nvml
 from topo.probes.devices import vendor_absent
-from topo.probes.tools import run_tool
+from topo.probes.tools import ToolNotFound, run_tool
 
 EXTRA_FILES = ("/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/status")
 # Never stored, whatever discovery reads: path components naming a process's environment, command
@@ -91,7 +90,7 @@ def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools
                 parent, _, name = path.rpartition("/")
                 real = writer.store(parent)
                 if real and os.path.islink(writer.base + os.path.join(real, name)):
-                    writer.store_link(os.path.join(real, name))
+                    writer.link(os.path.join(real, name))  # a driver link: its name is what is read
             tools = _tool_outputs(notes) if run_tools and recorder.is_this_system else {}
             for name, text in tools.items():
                 writer.add_bytes(f"{TOOLS_DIR}/{name}", text.encode())
@@ -138,7 +137,7 @@ class _Writer:
                 hops += 1
                 if hops > 40 or target.startswith("/") and not target.startswith(("/sys/", "/proc/")):
                     return None
-                self._link(here, target)
+                self.link(here, target)
                 resolved = os.path.normpath(os.path.join(real, target))
                 parts = [p for p in resolved.split("/") if p] + parts
                 real = "/"
@@ -156,10 +155,6 @@ class _Writer:
             self._listing(real)
         return real
 
-    def store_link(self, path: str) -> None:
-        """The symlink at the real path `path` itself (a driver link: its name is what is read)."""
-        self._link(path, os.readlink(self.base + path))
-
     def _listing(self, directory: str) -> None:
         """The directory's subdirectories and links, so a listing of the copy names them too."""
         try:
@@ -173,12 +168,12 @@ class _Writer:
             except OSError:
                 continue
             if stat.S_ISLNK(mode):
-                self._link(here, os.readlink(self.base + here))
+                self.link(here)
             elif stat.S_ISDIR(mode):
                 self._dir(here)
 
     def _member(self, path: str, kind: bytes) -> tarfile.TarInfo | None:
-        name = _stored_name(path)
+        name = path.lstrip("/")
         if name in self.done:
             return None
         self.done.add(name)
@@ -192,7 +187,10 @@ class _Writer:
         if info is not None:
             self.tar.addfile(info)
 
-    def _link(self, path: str, target: str) -> None:
+    def link(self, path: str, target: str | None = None) -> None:
+        """The symlink at the real path `path` itself, pointing to `target` (default: as it does)."""
+        if target is None:
+            target = os.readlink(self.base + path)
         if _private(path):
             return
         if target.startswith("/"):  # /proc/mounts -> self/mounts is relative; keep links inside
@@ -203,7 +201,7 @@ class _Writer:
             self.tar.addfile(info)
 
     def _file(self, path: str) -> None:
-        if _stored_name(path) in self.done:
+        if path.lstrip("/") in self.done:
             return
         try:
             data = self.fs.read_bytes(path)  # as it is: binary attributes (PCI config) stay binary
@@ -228,22 +226,15 @@ def _private(path: str) -> bool:
     return path.startswith(_PRIVATE_TREES) or not _PRIVATE_NAMES.isdisjoint(path.split("/"))
 
 
-def _stored_name(path: str) -> str:
-    # /proc/self is a link to this process's pid; the archive keeps it as a plain directory.
-    return path.lstrip("/")
-
-
 def _tool_outputs(notes: list[str]) -> dict[str, str]:
     out = {}
     for name, argv in TOOLS.items():
-        if shutil.which(argv[0]) is None:
-            continue
         try:
-            text = run_tool(argv)
+            out[name] = run_tool(argv)
+        except ToolNotFound:
+            pass
         except TopoError as exc:
             notes.append(str(exc))
-            continue
-        out[name] = text
     return out
 
 
