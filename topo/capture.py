@@ -39,8 +39,6 @@ _PRIVATE_TREES = ("/etc/", "/root/", "/home/", "/var/")
 class _Recorder(FsRoot):
     """An FsRoot of this machine that notes every path discovery looks at."""
 
-    __slots__ = ("seen", "listed", "links")
-
     def __init__(self, root: str | os.PathLike) -> None:
         super().__init__(root)
         self.seen: set[str] = set()  # read or looked up
