@@ -3,11 +3,9 @@
     import os, topo
     cpus = topo.set_affinity(int(os.environ["LOCAL_RANK"]))     # first thing in main()
 
-It takes gpu_affinity's arguments, defaults and results, plus every topo mode, NPUs, CPU-only
-machines, devices named by UUID or PCI bus id, a memory policy (with a fallback ladder where the
-kernel refuses it) and migration of the pages already touched. `plan_affinity` is the planning, a
-pure function of a Topology and an environment; `bind_process` discovers this machine once per
-process, plans, applies the result with topo.syscalls.apply and says what it did.
+It takes gpu_affinity's arguments, defaults and results, and more (set_affinity's doc).
+`plan_affinity` is the planning, a pure function of a Topology and an environment; `bind_process`
+discovers this machine once per process, plans, applies with topo.syscalls.apply and says what it did.
 
 What is applied, and to whom:
 - CPUs: the calling thread and every other thread whose affinity equals the caller's (PyTorch's
