@@ -91,11 +91,11 @@ def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools
                     writer.link(os.path.join(real, name))  # a driver link: its name is what is read
             tools = _tool_outputs(notes) if run_tools and recorder.is_this_system else {}
             for name, text in tools.items():
-                writer.add_bytes(f"{TOOLS_DIR}/{name}", text.encode())
+                writer.add(f"{TOOLS_DIR}/{name}", data=text.encode())
             asked = run_tools and (recorder.is_this_system or live_probes) and not vendor_absent(topology, "nvidia")
             if asked:
-                writer.add_bytes(nvml.STORED.lstrip("/"), nvml.report_json(nvml.probe_for(topology)).encode())
-            writer.add_bytes(f"{TOOLS_DIR}/README.txt", _readme(tools, notes, asked).encode())
+                writer.add(nvml.STORED, data=nvml.report_json(nvml.probe_for(topology)).encode())
+            writer.add(f"{TOOLS_DIR}/README.txt", data=_readme(tools, notes, asked).encode())
         os.replace(tmp, dest)
         tmp = None
     except OSError as exc:
@@ -141,7 +141,7 @@ class _Writer:
                 real = "/"
                 continue
             if stat.S_ISDIR(st.st_mode) or here == "/proc/self":
-                self._dir(here)
+                self.add(here, tarfile.DIRTYPE)
                 real = here
                 continue
             if parts:
@@ -168,22 +168,18 @@ class _Writer:
             if stat.S_ISLNK(mode):
                 self.link(here)
             elif stat.S_ISDIR(mode):
-                self._dir(here)
+                self.add(here, tarfile.DIRTYPE)
 
-    def _member(self, path: str, kind: bytes) -> tarfile.TarInfo | None:
+    def add(self, path: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", target: str = "") -> None:
+        """A member at `path` (a file holding `data`, a directory, a link to `target`), once."""
         name = path.lstrip("/")
         if name in self.done:
-            return None
+            return
         self.done.add(name)
         info = tarfile.TarInfo(name)
-        info.type, info.mtime = kind, self.mtime
+        info.type, info.mtime, info.size, info.linkname = kind, self.mtime, len(data), target
         info.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
-        return info
-
-    def _dir(self, path: str) -> None:
-        info = self._member(path, tarfile.DIRTYPE)
-        if info is not None:
-            self.tar.addfile(info)
+        self.tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
     def link(self, path: str, target: str | None = None) -> None:
         """The symlink at the real path `path` itself, pointing to `target` (default: as it does)."""
@@ -193,10 +189,7 @@ class _Writer:
             return
         if target.startswith("/"):  # /proc/mounts -> self/mounts is relative; keep links inside
             target = os.path.relpath(target, os.path.dirname(path))
-        info = self._member(path, tarfile.SYMTYPE)
-        if info is not None:
-            info.linkname = target
-            self.tar.addfile(info)
+        self.add(path, tarfile.SYMTYPE, target=target)
 
     def _file(self, path: str) -> None:
         if path.lstrip("/") in self.done:
@@ -209,13 +202,8 @@ class _Writer:
         if data is not None and path == "/proc/cmdline":
             data = b" ".join(t for t in data.split() if t.startswith(b"numa=")) + b"\n"
         if data is not None:
-            self.add_bytes(path.lstrip("/"), data)
+            self.add(path, data=data)
 
-    def add_bytes(self, name: str, data: bytes) -> None:
-        info = self._member("/" + name, tarfile.REGTYPE)
-        if info is not None:
-            info.size = len(data)
-            self.tar.addfile(info, io.BytesIO(data))
 
 
 def _private(path: str) -> bool:
