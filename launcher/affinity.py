@@ -3,11 +3,9 @@
     import os, topo
     cpus = topo.set_affinity(int(os.environ["LOCAL_RANK"]))     # first thing in main()
 
-It takes gpu_affinity's arguments, defaults and results, plus every topo mode, NPUs, CPU-only
-machines, devices named by UUID or PCI bus id, a memory policy (with a fallback ladder where the
-kernel refuses it) and migration of the pages already touched. `plan_affinity` is the planning, a
-pure function of a Topology and an environment; `bind_process` discovers this machine once per
-process, plans, applies the result with topo.syscalls.apply and says what it did.
+It takes gpu_affinity's arguments, defaults and results, and more (set_affinity's doc).
+`plan_affinity` is the planning, a pure function of a Topology and an environment; `bind_process`
+discovers this machine once per process, plans, applies with topo.syscalls.apply and says what it did.
 
 What is applied, and to whom:
 - CPUs: the calling thread and every other thread whose affinity equals the caller's (PyTorch's
@@ -507,21 +505,16 @@ def apply_binding(binding: Binding, fallback: bool, who: str, *, threads=(), sta
 
 # ---- migrating -------------------------------------------------------------------------------
 
-def pages_by_node() -> dict[int, int]:
-    """This process's resident base pages per NUMA node (numa_maps(5), as `topo ps` reads them)."""
-    return observe("self").pages_by_node
-
-
 def migrate_to(nodes: CpuSet) -> int:
     """Move this process's pages from every other node onto `nodes`; return how many moved (the
     pages off `nodes` before, less those still off them after)."""
-    before = pages_by_node()
-    others = CpuSet(n for n in before if n not in nodes)
+    def off_nodes() -> dict[int, int]:  # resident base pages per node (numa_maps(5), as `topo ps`)
+        return {n: v for n, v in observe("self").pages_by_node.items() if n not in nodes}
+
+    before = off_nodes()
     try:
-        syscalls.migrate_pages(0, others, nodes)
+        syscalls.migrate_pages(0, CpuSet(before), nodes)
     except syscalls.SyscallError as exc:
         raise AffinityError(f"migrate=True: {exc}: the kernel refused to move the pages (the nodes must be in "
                             "Mems_allowed); pass migrate=False") from exc
-    after = pages_by_node()
-    return max(0, sum(v for n, v in before.items() if n not in nodes) - sum(v for n, v in after.items()
-                                                                             if n not in nodes))
+    return max(0, sum(before.values()) - sum(off_nodes().values()))

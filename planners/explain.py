@@ -14,7 +14,7 @@ from topo.planners.bindplan import BindPlan, ProcessBinding
 from topo.planners.core import AllowedResources, nodes_text
 
 
-def process_cpus(plan: BindPlan, proc: ProcessBinding, resources: AllowedResources) -> CpuSet:
+def process_cpus(proc: ProcessBinding, resources: AllowedResources) -> CpuSet:
     """The CPUs a process ends up on: its main CPUs, else its CPU nodes' allowed CPUs."""
     return from_entry(proc, resources.topology, None).cpus or CpuSet()
 
@@ -38,7 +38,7 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
     sets: dict[str, CpuSet] = {}
     llc_of_pu = {pu: i for i, g in enumerate(resources.llcs) for pu in g}
     for proc in plan.processes:
-        cpus = process_cpus(plan, proc, resources)
+        cpus = process_cpus(proc, resources)
         sets[proc.key] = cpus
         dev = driven_device(plan, proc, resources)
         home = resources.home_of(dev) if dev is not None else ()
@@ -106,7 +106,7 @@ def explain(topology: Topology, plan: BindPlan) -> str:
     lines = [head, "  ".join(t.ljust(widths[k]) for k, t in COLUMNS).rstrip()]
     for r in rows:
         lines.append("  ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS).rstrip())
-    notes = _node_notes(rows)
+    notes = node_notes(rows)
     if warnings or notes:
         lines.append("")
     lines.extend(f"note: {n}" for n in notes)
@@ -114,7 +114,7 @@ def explain(topology: Topology, plan: BindPlan) -> str:
     return "\n".join(lines)
 
 
-def _node_notes(rows: list[dict]) -> list[str]:
+def node_notes(rows: list[dict]) -> list[str]:
     """What each `A>B` of the NODE column means: the device's node A, and B, where it was planned."""
     notes = {}
     for r in rows:

@@ -5,6 +5,7 @@ golden files (`UPDATE_GOLDEN=1` rewrites them), and a real headless chromium ren
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -28,6 +29,7 @@ from conftest import SYSFS, fixture_names, parse_test_file
 from topo.cpuset import CpuSet
 from topo.synthetic import from_nodes, synthetic
 from topo.cli import main as cli
+from topo.planners.explain import explain
 from topo.views.html import draw_html
 from topo.views.palette import Overlay, Owner, colour
 from topo.views.plan import plan_html, plan_map, plan_overlay, plan_svg
@@ -175,6 +177,20 @@ def test_cpu_only_plan_drives_no_device(dgx_root):
     assert not [p for p in root.iter(f"{SVG}path") if p.get("class") == "link"]
     # nothing is remote from a device, and the key neither shows that symbol nor a device link
     assert not [p for p in root.iter(f"{SVG}path") if p.get("class") == "remote"]
+
+
+def test_plan_legend_says_what_a_device_without_a_node_means():
+    # the captured H200 VM: the GPU's sysfs numa_node -1; the legend's NODE ?>0 gets --explain's note
+    t = from_nodes(["0-15"], gpu_nodes=[0])
+    t = dataclasses.replace(t, devices=tuple(dataclasses.replace(d, numa_node=None) for d in t.devices))
+    plan = planners.plan(t, "node")
+    overlay = plan_overlay(t, plan)
+    assert overlay.owners[0].legend[-2] == "?>0"
+    note = ("NODE ?>0: sysfs gives device 0 no NUMA node (numa_node -1, as on one-node machines and most VMs); "
+            "planned on node 0, that of its local CPUs (the first node when they are unknown)")
+    assert overlay.notes[0] == note
+    assert f"note: {note}" in explain(t, plan).splitlines()
+    assert any(note in text for text in texts(parse_svg(plan_svg(t, plan))))
 
 
 def test_shared_remote_split_and_disallowed_cpus_are_flagged():

@@ -13,11 +13,13 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from topo.launcher import affinity
-from topo.launcher.affinity import AffinityError, bind_process, pages_by_node
+from topo.binding import observe
+from topo.launcher.affinity import AffinityError, bind_process
 from topo import syscalls
 from topo.cpuset import CpuSet
 from topo import discover
@@ -47,12 +49,12 @@ def run(code: str, *prefix: str, **env) -> dict:
 
 
 def test_pages_by_node_reads_this_process():
-    pages = pages_by_node()
+    pages = observe("self").pages_by_node
     assert pages and all(n >= 0 and count > 0 for n, count in pages.items())
 
 
 def test_migrate_pages_is_a_real_system_call():
-    home = CpuSet([min(pages_by_node())])
+    home = CpuSet([min(observe("self").pages_by_node)])
     assert syscalls.migrate_pages(0, home, home) == 0  # from a node to itself: nothing to move
     assert syscalls.migrate_pages(0, CpuSet(), home) == 0
     with pytest.raises(syscalls.SyscallError, match=r"^migrate_pages: .* \(nodes 0 to 1023\)"):
@@ -63,7 +65,7 @@ def test_migrate_moves_the_pages_off_other_nodes_and_counts_them(monkeypatch):
     """What the kernel is asked, and the count: pages off the target before, less those off it after."""
     maps = iter([{0: 100, 1: 30, 2: 5}, {0: 10, 1: 125, 2: 0}])
     calls = []
-    monkeypatch.setattr(affinity, "pages_by_node", lambda: next(maps))
+    monkeypatch.setattr(affinity, "observe", lambda pid: SimpleNamespace(pages_by_node=next(maps)))
     monkeypatch.setattr(syscalls, "migrate_pages", lambda pid, old, new: calls.append((pid, old, new)) or 0)
     assert affinity.migrate_to(CpuSet([1])) == 95
     assert calls == [(0, CpuSet([0, 2]), CpuSet([1]))]
@@ -73,7 +75,7 @@ def test_a_refused_migration_names_the_option(monkeypatch):
     def refuse(pid, old, new):
         raise syscalls.SyscallError("migrate_pages", 22, f"nodes {old} to {new}")
 
-    monkeypatch.setattr(affinity, "pages_by_node", lambda: {0: 10, 1: 10})
+    monkeypatch.setattr(affinity, "observe", lambda pid: SimpleNamespace(pages_by_node={0: 10, 1: 10}))
     monkeypatch.setattr(syscalls, "migrate_pages", refuse)
     with pytest.raises(AffinityError, match=r"^migrate=True: migrate_pages: Invalid argument \(nodes 0 to 1\): the "
                                             r"kernel refused to move the pages .*; pass migrate=False$"):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import stat
 import tarfile
 import tempfile
@@ -26,7 +25,7 @@ from topo.errors import ProbeError, TopoError
 from topo.fsroot import FsRoot
 from topo.probes import nvml
 from topo.probes.devices import vendor_absent
-from topo.probes.tools import run_tool
+from topo.probes.tools import ToolNotFound, run_tool
 
 EXTRA_FILES = ("/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/status")
 # Never stored, whatever discovery reads: path components naming a process's environment, command
@@ -39,8 +38,6 @@ _PRIVATE_TREES = ("/etc/", "/root/", "/home/", "/var/")
 
 class _Recorder(FsRoot):
     """An FsRoot of this machine that notes every path discovery looks at."""
-
-    __slots__ = ("seen", "listed", "links")
 
     def __init__(self, root: str | os.PathLike) -> None:
         super().__init__(root)
@@ -91,14 +88,14 @@ def capture(dest: str | os.PathLike, *, root: str | os.PathLike = "/", run_tools
                 parent, _, name = path.rpartition("/")
                 real = writer.store(parent)
                 if real and os.path.islink(writer.base + os.path.join(real, name)):
-                    writer.store_link(os.path.join(real, name))
+                    writer.link(os.path.join(real, name))  # a driver link: its name is what is read
             tools = _tool_outputs(notes) if run_tools and recorder.is_this_system else {}
             for name, text in tools.items():
-                writer.add_bytes(f"{TOOLS_DIR}/{name}", text.encode())
+                writer.add(f"{TOOLS_DIR}/{name}", data=text.encode())
             asked = run_tools and (recorder.is_this_system or live_probes) and not vendor_absent(topology, "nvidia")
             if asked:
-                writer.add_bytes(nvml.STORED.lstrip("/"), nvml.report_json(nvml.probe_for(topology)).encode())
-            writer.add_bytes(f"{TOOLS_DIR}/README.txt", _readme(tools, notes, asked).encode())
+                writer.add(nvml.STORED, data=nvml.report_json(nvml.probe_for(topology)).encode())
+            writer.add(f"{TOOLS_DIR}/README.txt", data=_readme(tools, notes, asked).encode())
         os.replace(tmp, dest)
         tmp = None
     except OSError as exc:
@@ -138,13 +135,13 @@ class _Writer:
                 hops += 1
                 if hops > 40 or target.startswith("/") and not target.startswith(("/sys/", "/proc/")):
                     return None
-                self._link(here, target)
+                self.link(here, target)
                 resolved = os.path.normpath(os.path.join(real, target))
                 parts = [p for p in resolved.split("/") if p] + parts
                 real = "/"
                 continue
             if stat.S_ISDIR(st.st_mode) or here == "/proc/self":
-                self._dir(here)
+                self.add(here, tarfile.DIRTYPE)
                 real = here
                 continue
             if parts:
@@ -155,10 +152,6 @@ class _Writer:
         if list_it:
             self._listing(real)
         return real
-
-    def store_link(self, path: str) -> None:
-        """The symlink at the real path `path` itself (a driver link: its name is what is read)."""
-        self._link(path, os.readlink(self.base + path))
 
     def _listing(self, directory: str) -> None:
         """The directory's subdirectories and links, so a listing of the copy names them too."""
@@ -173,37 +166,33 @@ class _Writer:
             except OSError:
                 continue
             if stat.S_ISLNK(mode):
-                self._link(here, os.readlink(self.base + here))
+                self.link(here)
             elif stat.S_ISDIR(mode):
-                self._dir(here)
+                self.add(here, tarfile.DIRTYPE)
 
-    def _member(self, path: str, kind: bytes) -> tarfile.TarInfo | None:
-        name = _stored_name(path)
+    def add(self, path: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", target: str = "") -> None:
+        """A member at `path` (a file holding `data`, a directory, a link to `target`), once."""
+        name = path.lstrip("/")
         if name in self.done:
-            return None
+            return
         self.done.add(name)
         info = tarfile.TarInfo(name)
-        info.type, info.mtime = kind, self.mtime
+        info.type, info.mtime, info.size, info.linkname = kind, self.mtime, len(data), target
         info.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
-        return info
+        self.tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
-    def _dir(self, path: str) -> None:
-        info = self._member(path, tarfile.DIRTYPE)
-        if info is not None:
-            self.tar.addfile(info)
-
-    def _link(self, path: str, target: str) -> None:
+    def link(self, path: str, target: str | None = None) -> None:
+        """The symlink at the real path `path` itself, pointing to `target` (default: as it does)."""
+        if target is None:
+            target = os.readlink(self.base + path)
         if _private(path):
             return
         if target.startswith("/"):  # /proc/mounts -> self/mounts is relative; keep links inside
             target = os.path.relpath(target, os.path.dirname(path))
-        info = self._member(path, tarfile.SYMTYPE)
-        if info is not None:
-            info.linkname = target
-            self.tar.addfile(info)
+        self.add(path, tarfile.SYMTYPE, target=target)
 
     def _file(self, path: str) -> None:
-        if _stored_name(path) in self.done:
+        if path.lstrip("/") in self.done:
             return
         try:
             data = self.fs.read_bytes(path)  # as it is: binary attributes (PCI config) stay binary
@@ -213,13 +202,8 @@ class _Writer:
         if data is not None and path == "/proc/cmdline":
             data = b" ".join(t for t in data.split() if t.startswith(b"numa=")) + b"\n"
         if data is not None:
-            self.add_bytes(path.lstrip("/"), data)
+            self.add(path, data=data)
 
-    def add_bytes(self, name: str, data: bytes) -> None:
-        info = self._member("/" + name, tarfile.REGTYPE)
-        if info is not None:
-            info.size = len(data)
-            self.tar.addfile(info, io.BytesIO(data))
 
 
 def _private(path: str) -> bool:
@@ -228,22 +212,15 @@ def _private(path: str) -> bool:
     return path.startswith(_PRIVATE_TREES) or not _PRIVATE_NAMES.isdisjoint(path.split("/"))
 
 
-def _stored_name(path: str) -> str:
-    # /proc/self is a link to this process's pid; the archive keeps it as a plain directory.
-    return path.lstrip("/")
-
-
 def _tool_outputs(notes: list[str]) -> dict[str, str]:
     out = {}
     for name, argv in TOOLS.items():
-        if shutil.which(argv[0]) is None:
-            continue
         try:
-            text = run_tool(argv)
+            out[name] = run_tool(argv)
+        except ToolNotFound:
+            pass
         except TopoError as exc:
             notes.append(str(exc))
-            continue
-        out[name] = text
     return out
 
 

@@ -105,24 +105,13 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allo
     kept_nodes = [n for n in raw_nodes.nodes if include_disallowed or n.os_index in allowed.numa_nodes]
     anchors = [n.locality for n in kept_nodes if n.locality]
 
-    def keep(objs):
-        out = []
-        for o in objs:
-            visible = o.cpuset & pus
-            if visible and visible == o.cpuset:
-                out.append(o)  # nothing disallowed in it (objects are immutable)
-            elif visible or any(a <= o.cpuset for a in anchors):
-                out.append(replace(o, cpuset=visible))
-        return tuple(out)
-
     def restrict(objs, attr="cpuset"):
         """Each object with its `attr` set restricted to `pus`; the object itself when nothing goes."""
-        out = []
-        for o in objs:
-            s = getattr(o, attr)
-            visible = s & pus
-            out.append(o if visible == s else replace(o, **{attr: visible}))
-        return tuple(out)
+        return tuple(o if getattr(o, attr) <= pus else replace(o, **{attr: getattr(o, attr) & pus}) for o in objs)
+
+    def keep(objs):
+        """The objects with allowed PUs, or holding an attachment point, restricted."""
+        return restrict(o for o in objs if o.cpuset & pus or any(a <= o.cpuset for a in anchors))
 
     numa_nodes = tuple(
         replace(n, cpuset=n.cpuset & pus, locality=n.locality & pus,

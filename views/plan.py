@@ -4,14 +4,15 @@
 colour, tagged with its local rank ("S" for MindSpore's scheduler entry), with its memory node(s),
 the device it drives, and its CPUs outside that device's home node(s) flagged as remote. A process's
 CPUs are all its thread modules' (runtime, minddata, main, ...). The legend row follows `--explain`:
-rank, device, CPUs, cores, memory node, the device's node, locality.
+rank, device, CPUs, cores, memory node, the device's node, locality; under it, `--explain`'s notes
+on what a NODE `A>B` means, then the warnings.
 """
 
 from __future__ import annotations
 
 from topo.planners.bindplan import BindPlan
 from topo.planners.core import AllowedResources
-from topo.planners.explain import analyse, driven_device, process_cpus
+from topo.planners.explain import analyse, driven_device, node_notes, process_cpus
 from topo.cpuset import CpuSet, union_all
 from topo.model import Topology
 from topo.views.html import draw_html
@@ -27,7 +28,7 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     rows, warnings = analyse(topology, plan)
     owners = []
     for i, (proc, row) in enumerate(zip(plan.processes, rows)):
-        cpus = process_cpus(plan, proc, resources)
+        cpus = process_cpus(proc, resources)
         if plan.cpu_mode == "cpu":  # runtime's and minddata's CPUs too (--explain's table counts main's)
             cpus = union_all([cpus, *(proc.cpus(name) for name, _ in proc.modules)])
         dev = driven_device(plan, proc, resources)
@@ -49,7 +50,8 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     n = len(plan.workers())
     title = (f"topo plan --mode {plan.meta.get('mode', '?')}: {n} process{'es' if n != 1 else ''} on "
              f"{topology.summary()}")
-    return Overlay(tuple(owners), title=title, legend_header=LEGEND, notes=tuple(warnings))
+    return Overlay(tuple(owners), title=title, legend_header=LEGEND,
+                   notes=(*node_notes(rows), *warnings))
 
 
 def plan_svg(topology: Topology, plan: BindPlan) -> str:

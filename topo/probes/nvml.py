@@ -12,6 +12,7 @@ machines), and the link level and NVLink counts `nvidia-smi topo -m` shows.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -72,8 +73,10 @@ def normalize_busid(busid: str | bytes) -> str:
         return busid.lower()
 
 
-def words_to_cpuset(words) -> CpuSet:
-    """An NVML affinity array (unsigned long words, word 0 = CPUs 0-63) as a CpuSet."""
+def words_to_cpuset(words) -> CpuSet | None:
+    """An NVML affinity array (unsigned long words, word 0 = CPUs 0-63) as a CpuSet; None for None."""
+    if words is None:
+        return None
     mask = 0
     for i, word in enumerate(words):
         mask |= (int(word) & 0xFFFFFFFFFFFFFFFF) << (64 * i)
@@ -160,33 +163,29 @@ def _query(nvml, error, cpu_count: int) -> NvmlReport:
             # Drivers before the scoped call (R450) only know the NODE-like default affinity.
             node_words = optional(nvml.nvmlDeviceGetCpuAffinity, handle, words)
         # Node ids are small; one word of nodeset covers 64 NUMA nodes.
-        nodes = optional(nvml.nvmlDeviceGetMemoryAffinity, handle, 1, _SCOPE_NODE)
-        node_set = words_to_cpuset(nodes) if nodes is not None else CpuSet()
+        nodes = words_to_cpuset(optional(nvml.nvmlDeviceGetMemoryAffinity, handle, 1, _SCOPE_NODE))
         gpus.append(NvmlGpu(
             index=index,
             busid=busid,
             uuid=_text(optional(nvml.nvmlDeviceGetUUID, handle)),
             name=_text(optional(nvml.nvmlDeviceGetName, handle)),
             memory=int(memory.total) if memory is not None else None,
-            numa_node=node_set.first() if node_set.weight() == 1 else None,
-            node_cpus=words_to_cpuset(node_words) if node_words is not None else None,
-            socket_cpus=words_to_cpuset(socket_words) if socket_words is not None else None,
+            numa_node=nodes.first() if nodes is not None and nodes.weight() == 1 else None,
+            node_cpus=words_to_cpuset(node_words),
+            socket_cpus=words_to_cpuset(socket_words),
             nvlinks=_nvlinks(nvml, error, handle),
             mig_uuids=_mig_uuids(nvml, error, handle),
         ))
         handles[index] = handle
 
     levels: dict[tuple[int, int], str] = {}
-    for a in gpus:
-        for b in gpus:
-            if a.index < b.index:
-                try:
-                    level = nvml.nvmlDeviceGetTopologyCommonAncestor(handles[a.index], handles[b.index])
-                except error:
-                    continue
-                label = TOPOLOGY_LEVELS.get(int(level))
-                if label:
-                    levels[(a.index, b.index)] = levels[(b.index, a.index)] = label
+    for a, b in itertools.combinations(sorted(handles), 2):
+        try:
+            label = TOPOLOGY_LEVELS.get(int(nvml.nvmlDeviceGetTopologyCommonAncestor(handles[a], handles[b])))
+        except error:
+            continue
+        if label:
+            levels[(a, b)] = levels[(b, a)] = label
 
     status = f"ok ({len(gpus)} GPU{'' if len(gpus) == 1 else 's'})"
     if problems:
