@@ -71,12 +71,13 @@ def _pidfd(pid: int) -> int | None:
         return -1
 
 
-def prove(pid: int, job_id: str, recorded: float | None, *, name: str) -> tuple[str, Member | None]:
-    """("job", Member) when the process at `pid` carries JOB_ID_VAR=`job_id` and, when `recorded`
-    is a start time, started then. Otherwise (verdict, None): "gone" (exited, a zombie, or the pid
-    names a process started at another time), "unproven" (started at the recorded time, but its
-    environment does not carry the id), "unreadable" (its environment cannot be read: another
-    user's)."""
+def prove(pid: int, job_id: str | None, recorded: float | None, *, name: str,
+          belongs: Callable[[psutil.Process], bool] | None = None) -> tuple[str, Member | None]:
+    """("job", Member) when the process at `pid` carries JOB_ID_VAR=`job_id` (or `belongs` to the
+    job) and, when `recorded` is a start time, started then. Otherwise (verdict, None): "gone"
+    (exited, a zombie, or the pid names a process started at another time), "unproven" (started at
+    the recorded time, but its environment does not carry the id), "unreadable" (its environment
+    cannot be read: another user's)."""
     fd = _pidfd(pid)
     if fd is None:
         return "gone", None
@@ -89,7 +90,7 @@ def prove(pid: int, job_id: str, recorded: float | None, *, name: str) -> tuple[
             if abs(process.create_time() - recorded) > START_TOLERANCE:
                 return "gone", None
             verdict = "unproven"
-        if process.environ().get(JOB_ID_VAR) != job_id:
+        if not (belongs(process) if belongs else process.environ().get(JOB_ID_VAR) == job_id):
             return verdict, None
         member, fd = Member(pid, process, name, None if fd == -1 else fd), None
         return "job", member
@@ -182,23 +183,8 @@ def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
     pid = record.launcher_pid
     if pid is None or pid == os.getpid():
         return None
-    fd = _pidfd(pid)
-    if fd is None:
-        return None
-    try:
-        process = psutil.Process(pid)
-        recorded = record.launcher_create_time
-        if recorded is not None and abs(process.create_time() - recorded) > START_TOLERANCE:
-            return None
-        if any(m.process.ppid() == pid and _running(m) for m in members.values()):
-            launcher, fd = Member(pid, process, "the launcher", None if fd == -1 else fd), None
-            return launcher
-        return None
-    except psutil.Error:
-        return None
-    finally:
-        if fd is not None and fd >= 0:
-            os.close(fd)
+    return prove(pid, None, record.launcher_create_time, name="the launcher",
+                 belongs=lambda _: any(m.process.ppid() == pid and _running(m) for m in members.values()))[1]
 
 
 def _keep(everyone: dict[int, Member], found: dict[int, Member]) -> None:
