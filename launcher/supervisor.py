@@ -133,7 +133,7 @@ class Supervisor:
             binding = UNBOUND
             self.say(f"{problem}; --bind-fallback: running it unbound")
         proc = self.group.start_one(proc.spec, binding, log_mode="a")
-        self.group.replace(index, proc)
+        self.group.processes[index] = proc
         if binding.is_bound:
             return proc, self._verify(proc)
         proc.observed = observe(proc.pid, numa_maps=False)
