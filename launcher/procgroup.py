@@ -220,10 +220,8 @@ class ProcessGroup:
     # ---------------------------------------------------------------- stop
     def signal(self, sig: int, pids: set[int] | None = None) -> None:
         for pid in self.job_pids() if pids is None else pids:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def stop(self, sig: int, grace: float, *, tick: Callable[[], None] | None = None,
              force: Callable[[], bool] = lambda: False, say: Callable[[str], None] | None = None) -> None:
@@ -318,11 +316,9 @@ def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
     one at a time)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
-        except (ValueError, OSError):
-            pass
     in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 3
     if soft != -1 and soft - in_use < needed:
         raise LaunchError(f"too few file descriptors, open-file limit {soft} with {in_use} in use: "

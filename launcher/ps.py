@@ -8,6 +8,7 @@ listed process runs on, more runnable threads than CPUs. Reads are bounded and b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -250,10 +251,8 @@ def nvml_processes() -> dict[int, set[str]]:
     except Exception:
         return found
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
     return found
 
 

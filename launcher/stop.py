@@ -13,6 +13,7 @@ process that still runs could not be proven the job's (it is left alone and name
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -123,13 +124,11 @@ def _running(member: Member) -> bool:
 
 
 def _send(member: Member, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         if member.pidfd is not None:
             signal.pidfd_send_signal(member.pidfd, sig)
         elif _running(member):  # without pidfds: its identity checked just before
             os.kill(member.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _close(members) -> None:
@@ -199,14 +198,12 @@ def _keep(everyone: dict[int, Member], found: dict[int, Member]) -> None:
 
 def _wait_exit(member: Member, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _running(member):
-        if time.monotonic() >= deadline:
-            return False
+    while _running(member) and time.monotonic() < deadline:
         if member.pidfd is not None:
-            _exited(member.pidfd, min(1.0, max(0.0, deadline - time.monotonic())))
+            _exited(member.pidfd, min(1.0, deadline - time.monotonic()))
         else:
             time.sleep(POLL_INTERVAL)
-    return True
+    return not _running(member)
 
 
 # -------------------------------------------------------------------- stopping

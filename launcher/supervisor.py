@@ -195,7 +195,7 @@ class Supervisor:
         procs = self.group.processes
         tailer = LogTailer([(_prefix(p), path, stream) for p in procs if p.spec.tail
                             for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, self.err))
-                            if path and path != INHERIT], self.out)
+                            if path and path != INHERIT])
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
         failure: tuple[Process, int] | None = None
         waiting_for_scheduler = False
@@ -258,9 +258,9 @@ class Supervisor:
             self.say(f"all {len(workers)} workers exited successfully")
         return Outcome(0, tuple(procs))
 
-    def stop(self, sig: int, tailer: LogTailer | None = None, grace: float | None = None) -> None:
+    def stop(self, sig: int, tailer: LogTailer, grace: float | None = None) -> None:
         self.group.stop(sig, self.grace_period if grace is None else grace,
-                        tick=None if tailer is None else tailer.pump, force=lambda: self.signals.force, say=self.say)
+                        tick=tailer.pump, force=lambda: self.signals.force, say=self.say)
 
 
 def _prefix(proc: Process) -> str:

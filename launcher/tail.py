@@ -41,12 +41,10 @@ class _Follower:
 
 
 class LogTailer:
-    def __init__(self, sources: Sequence[tuple], out: TextIO):
-        """`sources`: (prefix, log path) pairs, whose text goes to `out`, or (prefix, log path,
-        stream) triples, whose text goes to their stream (torchrun: stderr.log to stderr)."""
-        self.followers = [_Follower(source[0], source[1], source[2] if len(source) > 2 else out)
-                          for source in sources]
-        self.out = out
+    def __init__(self, sources: Sequence[tuple[str, str, TextIO]]):
+        """`sources`: (prefix, log path, stream) triples, each log's text going to its stream
+        (torchrun: stderr.log to stderr)."""
+        self.followers = [_Follower(*source) for source in sources]
         self.console_gone = False  # `topo launch ... | head` closed the pipe: the logs still have it all
 
     def pump(self, final: bool = False) -> None:
