@@ -197,29 +197,19 @@ class ProcessGroup:
         return found
 
     def alive(self) -> set[int]:
-        self.poll()  # reap finished children so they stop looking alive
+        codes = self.poll()  # reap finished children so they stop looking alive
         self._reap_orphans()
-        if self._nothing_left():
+        # no process of the job can exist, known without scanning /proc, when every child we
+        # started has exited and, as subreaper, we have no child at all (every descendant that
+        # lost its parent would have been re-parented to us)
+        if self._subreaper_before is not None and not self._children_before and None not in codes \
+                and not _has_child():
             return set()
         return self.job_pids()
 
-    def _nothing_left(self) -> bool:
-        """True when no process of the job can exist, known without scanning /proc: every child
-        we started has exited, and, as subreaper, we have no child at all (every descendant that
-        lost its parent would have been re-parented to us)."""
-        if self._subreaper_before is None or self._children_before:
-            return False
-        if any(code is None for code in self.poll()):
-            return False
-        try:
-            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return False
-
     # ---------------------------------------------------------------- stop
-    def signal(self, sig: int, pids: set[int] | None = None) -> None:
-        for pid in self.job_pids() if pids is None else pids:
+    def signal(self, sig: int, pids: set[int]) -> None:
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
@@ -301,13 +291,20 @@ def _open_log(path: str, mode: str):
 def _children() -> list[int]:
     """This process's children (a host program's own, when launch() is a library call); asking
     the kernel whether there are any at all spares importing psutil in the usual case."""
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
+    if not _has_child():
         return []
     import psutil
 
     return [child.pid for child in psutil.Process().children()]
+
+
+def _has_child() -> bool:
+    """Whether this process has a child, exited or not, asked of the kernel alone."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
