@@ -6,11 +6,8 @@ newline is held back for one poll, then written as it is: pdb's "(Pdb) " prompt 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Sequence, TextIO
-
-_CHUNK = 1 << 16
 
 
 @dataclass
@@ -25,19 +22,13 @@ class _Follower:
 
     def read(self) -> bytes:
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
         except FileNotFoundError:
             return b""
-        try:
-            chunks = []
-            while True:
-                chunk = os.pread(fd, _CHUNK, self.offset)
-                if not chunk:
-                    return b"".join(chunks)
-                self.offset += len(chunk)
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
+        self.offset += len(data)
+        return data
 
 
 class LogTailer:
