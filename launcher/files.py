@@ -6,6 +6,7 @@ without following a link or blocking, bounded, every field checked.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import math
@@ -96,10 +97,8 @@ def write_record(path: str, text: str) -> None:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

@@ -197,13 +197,12 @@ def check_log_dir(log_dir: str, what: str) -> None:
     existing = real
     while not os.path.lexists(existing):
         existing = os.path.dirname(existing)
+    where = f"{what}={log_dir}" if existing == real else f"{existing} in {what}={log_dir}"
     if not os.path.isdir(existing):
-        where = f"{what}={log_dir}" if existing == real else f"{existing} in {what}={log_dir}"
         raise UsageError(f"log directory is not a directory, {where}: give a directory path")
     if not os.access(existing, os.W_OK | os.X_OK):
         read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
         why = "on a read-only filesystem" if read_only else "not writable (permissions or an immutable directory)"
-        where = f"{what}={log_dir}" if existing == real else f"{existing} in {what}={log_dir}"
         raise UsageError(f"log directory {why}, {where}: give a writable directory")
 
 
@@ -307,9 +306,7 @@ def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology
 
 def describe_plan(plan: Plan) -> str:
     """The dry-run text: per process its argv, log, binding and environment additions."""
-    lines = []
-    for w in plan.warnings:
-        lines.append(f"warning: {w}")
+    lines = [f"warning: {w}" for w in plan.warnings]
     for p in plan.processes:
         extra = f", DEVICE_ID={p.local_rank}" if p.local_rank is not None else ""
         lines.append(f"{p.name}{extra}: {shlex.join(p.argv)}")

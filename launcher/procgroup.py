@@ -17,6 +17,7 @@ refusing numactl does.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -139,35 +140,26 @@ class ProcessGroup:
         # a preexec function makes the spawn a full fork of the launcher, not a vfork (8 spawns on a
         # loaded 2-CPU VM: ~40 ms, not ~11): the price of a death signal armed and checked before exec
         setup = _child_setup(os.getpid() if self.die_with_launcher else None, binding if binding.direct else None)
-        log = err = None
-        log_start = 0
-        try:
-            log = _open_log(spec.log_path, log_mode) if spec.log_path else None
+        with contextlib.ExitStack() as files:
+            try:
+                log = files.enter_context(_open_log(spec.log_path, log_mode)) if spec.log_path else None
+                err = (files.enter_context(_open_log(spec.stderr_path, log_mode))
+                       if spec.stderr_path not in (None, INHERIT) else None)
+            except OSError as exc:
+                raise LaunchError(f"cannot open the log of {spec.name}, {exc.filename}: {exc.strerror}; "
+                                  "remove it or give another log directory") from None
             log_start = log.tell() if log is not None else 0
-            err = _open_log(spec.stderr_path, log_mode) if spec.stderr_path not in (None, INHERIT) else None
-        except OSError as exc:
-            if log is not None:
-                log.close()
-            raise LaunchError(f"cannot open the log of {spec.name}, {exc.filename}: {exc.strerror}; "
-                              "remove it or give another log directory") from None
-        stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
-        try:
-            popen = subprocess.Popen(
-                argv, env=env, stdout=log, stderr=stderr,
-                stdin=None if self.inherit_stdin else subprocess.DEVNULL,
-                start_new_session=True, close_fds=True, preexec_fn=setup,
-            )
-        except OSError as exc:
-            raise LaunchError(f"cannot start {argv[0]!r}, {spec.name}: {exc.strerror or exc}; "
-                              "check --python and PATH") from None
-        finally:
-            for fh in (log, err):
-                if fh is not None:
-                    fh.close()
+            stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
+            try:
+                popen = subprocess.Popen(
+                    argv, env=env, stdout=log, stderr=stderr,
+                    stdin=None if self.inherit_stdin else subprocess.DEVNULL,
+                    start_new_session=True, close_fds=True, preexec_fn=setup,
+                )
+            except OSError as exc:
+                raise LaunchError(f"cannot start {argv[0]!r}, {spec.name}: {exc.strerror or exc}; "
+                                  "check --python and PATH") from None
         return Process(spec, popen, binding, argv, log_start)
-
-    def replace(self, index: int, proc: Process) -> None:
-        self.processes[index] = proc
 
     # ---------------------------------------------------------------- state
     def log_files(self) -> list[str]:
@@ -205,33 +197,21 @@ class ProcessGroup:
         return found
 
     def alive(self) -> set[int]:
-        self.poll()  # reap finished children so they stop looking alive
+        codes = self.poll()  # reap finished children so they stop looking alive
         self._reap_orphans()
-        if self._nothing_left():
+        # no process of the job can exist, known without scanning /proc, when every child we
+        # started has exited and, as subreaper, we have no child at all (every descendant that
+        # lost its parent would have been re-parented to us)
+        if self._subreaper_before is not None and not self._children_before and None not in codes \
+                and not _has_child():
             return set()
         return self.job_pids()
 
-    def _nothing_left(self) -> bool:
-        """True when no process of the job can exist, known without scanning /proc: every child
-        we started has exited, and, as subreaper, we have no child at all (every descendant that
-        lost its parent would have been re-parented to us)."""
-        if self._subreaper_before is None or self._children_before:
-            return False
-        if any(code is None for code in self.poll()):
-            return False
-        try:
-            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return False
-
     # ---------------------------------------------------------------- stop
-    def signal(self, sig: int, pids: set[int] | None = None) -> None:
-        for pid in self.job_pids() if pids is None else pids:
-            try:
+    def signal(self, sig: int, pids: set[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def stop(self, sig: int, grace: float, *, tick: Callable[[], None] | None = None,
              force: Callable[[], bool] = lambda: False, say: Callable[[str], None] | None = None) -> None:
@@ -311,31 +291,31 @@ def _open_log(path: str, mode: str):
 def _children() -> list[int]:
     """This process's children (a host program's own, when launch() is a library call); asking
     the kernel whether there are any at all spares importing psutil in the usual case."""
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
+    if not _has_child():
         return []
     import psutil
 
     return [child.pid for child in psutil.Process().children()]
 
 
-def raise_open_file_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    return soft
+def _has_child() -> bool:
+    """Whether this process has a child, exited or not, asked of the kernel alone."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
-    """LaunchError unless the launcher can open the descriptors it needs at once (the count does
-    not grow with the job: logs are opened one at a time)."""
-    soft = raise_open_file_limit()
+    """Raise the soft RLIMIT_NOFILE to the hard limit; LaunchError unless the launcher can then
+    open the descriptors it needs at once (the count does not grow with the job: logs are opened
+    one at a time)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
     in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 3
     if soft != -1 and soft - in_use < needed:
         raise LaunchError(f"too few file descriptors, open-file limit {soft} with {in_use} in use: "

@@ -8,13 +8,15 @@ listed process runs on, more runnable threads than CPUs. Reads are bounded and b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import topo
 from topo.binding import BASE_PAGE_KB, observe, read_bounded
 from topo.cpuset import CpuSet
+from topo.probes.nvml import normalize_busid
 
 SCHEMA = "topo.ps/1"
 MAX_THREADS = 1 << 15  # threads read per process; more are counted, not read
@@ -181,8 +183,7 @@ def device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse
     if family == "nvidia":
         busid = _nvidia_bus(root, number)
     elif family in ("drm", "accel"):
-        cls = "drm" if family == "drm" else "accel"
-        link = os.path.join(root, "sys", "class", cls, os.path.basename(target), "device")
+        link = os.path.join(root, "sys", "class", family, os.path.basename(target), "device")
         try:
             busid = os.path.basename(os.readlink(link)).lower()
         except OSError:
@@ -192,9 +193,7 @@ def device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse
         return DeviceUse(target, known.kind, known.index, busid, known.numa_node)
     if family == "davinci":  # the davinci number is the NPU's physical id
         known = next((d for d in by_bus.values() if d.kind == "npu" and d.index == number), None)
-        if known is not None:
-            return DeviceUse(target, "npu", number, known.busid, known.numa_node)
-        return DeviceUse(target, "npu", number, None, None)
+        return DeviceUse(target, "npu", number, known and known.busid, known and known.numa_node)
     kind = {"nvidia": "gpu", "drm": "gpu", "accel": "accel"}[family]
     index = number if family in ("nvidia", "accel") and busid is None else None
     return DeviceUse(target, kind, index, busid, _pci_node(root, busid) if busid else None)
@@ -234,20 +233,15 @@ def nvml_processes() -> dict[int, set[str]]:
     or a driver that answers. Bus ids are written as sysfs writes them (0000:07:00.0)."""
     try:
         import pynvml
-    except ImportError:
-        return {}
-    try:
+
         pynvml.nvmlInit()
-    except Exception:  # pynvml.NVMLError and its driver-less variants
+    except Exception:  # no pynvml, pynvml.NVMLError and its driver-less variants
         return {}
     found: dict[int, set[str]] = {}
     try:
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            busid = pynvml.nvmlDeviceGetPciInfo(handle).busId
-            busid = (busid.decode() if isinstance(busid, bytes) else str(busid)).lower()
-            domain, _, rest = busid.partition(":")
-            busid = f"{int(domain, 16):04x}:{rest}" if rest else busid  # NVML writes an 8-digit domain
+            busid = normalize_busid(pynvml.nvmlDeviceGetPciInfo(handle).busId)
             for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
                 try:
                     for p in query(handle):
@@ -257,10 +251,8 @@ def nvml_processes() -> dict[int, set[str]]:
     except Exception:
         return found
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
     return found
 
 
@@ -284,15 +276,8 @@ def accelerator_pids(root: str = "/", nvml: dict[int, set[str]] | None = None) -
 # -------------------------------------------------------------------- verdicts
 def devices_by_bus(topology) -> dict[str, DeviceUse]:
     """The topology's accelerators (not NICs or disks) by PCI bus id."""
-    found = {}
-    for d in topology.devices:
-        if d.busid and d.kind not in ("nic", "nvme"):
-            found[d.busid.lower()] = DeviceUse("", d.kind, d.index, d.busid.lower(), d.numa_node)
-    return found
-
-
-def node_cpus(topology) -> dict[int, CpuSet]:
-    return {n.os_index: n.cpuset for n in topology.numa_nodes}
+    return {d.busid.lower(): DeviceUse("", d.kind, d.index, d.busid.lower(), d.numa_node)
+            for d in topology.devices if d.busid and d.kind not in ("nic", "nvme")}
 
 
 def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessView]:
@@ -312,12 +297,9 @@ def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessVie
         if view.error is not None:
             out.append(view)
             continue
-        device_nodes = CpuSet(d.numa_node for d in view.devices if d.numa_node is not None)
-        if device_nodes:
-            local, source = device_nodes, "device"
-        else:
-            local = CpuSet(n for n, cpus in nodes.items() if cpus & view.cpus_allowed)
-            source = "allowed CPUs"
+        local, source = CpuSet(d.numa_node for d in view.devices if d.numa_node is not None), "device"
+        if not local:
+            local, source = CpuSet(n for n, cpus in nodes.items() if cpus & view.cpus_allowed), "allowed CPUs"
         total = sum(view.pages_by_node.values())
         remote = sum(n for node, n in view.pages_by_node.items() if node not in local)
         fraction = remote / total if total else None
@@ -325,7 +307,7 @@ def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessVie
         if fraction is not None and fraction > REMOTE_WARN:
             far = CpuSet(node for node, n in view.pages_by_node.items() if n and node not in local)
             problems.append(f"{fraction:.0%} of its resident pages ({_size(remote)}) are on node(s) {far}, not "
-                            f"local to its {'device' if source == 'device' else 'allowed CPUs'} (node(s) {local})")
+                            f"local to its {source} (node(s) {local})")
         outside = [t for t in view.threads if t.cpu not in view.cpus_allowed]
         if outside:
             problems.append(f"{len(outside)} thread(s) last ran outside its allowed CPUs {view.cpus_allowed}: "
@@ -382,7 +364,7 @@ def inspect(pids: list[int], *, root: str = "/", labels: dict[int, str] | None =
     by_bus = devices_by_bus(topology)
     views = [read_process(pid, root=root, label=(labels or {}).get(pid, ""), nvml=nvml, devices_by_bus=by_bus)
              for pid in pids]
-    return judge(views, node_cpus(topology))
+    return judge(views, {n.os_index: n.cpuset for n in topology.numa_nodes})
 
 
 # -------------------------------------------------------------------- output
@@ -401,9 +383,8 @@ def as_json(views: list[ProcessView], notes: list[str]) -> dict:
             "numa_maps": v.numa_maps, "local_nodes": str(v.local_nodes), "local_from": v.local_from,
             "remote_fraction": None if v.remote_fraction is None else round(v.remote_fraction, 4),
             "last_cpus": str(v.last_cpus), "thread_count": v.thread_count, "running_threads": v.running,
-            "threads": [{"tid": t.tid, "name": t.name, "state": t.state, "cpu": t.cpu} for t in v.threads],
-            "devices": [{"path": d.path, "kind": d.kind, "index": d.index, "busid": d.busid, "numa_node": d.numa_node}
-                        for d in v.devices],
+            "threads": [asdict(t) for t in v.threads],
+            "devices": [asdict(d) for d in v.devices],
             "problems": list(v.problems),
         })
     return {"schema": SCHEMA, "processes": processes, "notes": notes}

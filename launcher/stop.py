@@ -13,6 +13,7 @@ process that still runs could not be proven the job's (it is left alone and name
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -71,12 +72,13 @@ def _pidfd(pid: int) -> int | None:
         return -1
 
 
-def prove(pid: int, job_id: str, recorded: float | None, *, name: str) -> tuple[str, Member | None]:
-    """("job", Member) when the process at `pid` carries JOB_ID_VAR=`job_id` and, when `recorded`
-    is a start time, started then. Otherwise (verdict, None): "gone" (exited, a zombie, or the pid
-    names a process started at another time), "unproven" (started at the recorded time, but its
-    environment does not carry the id), "unreadable" (its environment cannot be read: another
-    user's)."""
+def prove(pid: int, job_id: str | None, recorded: float | None, *, name: str,
+          belongs: Callable[[psutil.Process], bool] | None = None) -> tuple[str, Member | None]:
+    """("job", Member) when the process at `pid` carries JOB_ID_VAR=`job_id` (or `belongs` to the
+    job) and, when `recorded` is a start time, started then. Otherwise (verdict, None): "gone"
+    (exited, a zombie, or the pid names a process started at another time), "unproven" (started at
+    the recorded time, but its environment does not carry the id), "unreadable" (its environment
+    cannot be read: another user's)."""
     fd = _pidfd(pid)
     if fd is None:
         return "gone", None
@@ -89,7 +91,7 @@ def prove(pid: int, job_id: str, recorded: float | None, *, name: str) -> tuple[
             if abs(process.create_time() - recorded) > START_TOLERANCE:
                 return "gone", None
             verdict = "unproven"
-        if process.environ().get(JOB_ID_VAR) != job_id:
+        if not (belongs(process) if belongs else process.environ().get(JOB_ID_VAR) == job_id):
             return verdict, None
         member, fd = Member(pid, process, name, None if fd == -1 else fd), None
         return "job", member
@@ -122,13 +124,11 @@ def _running(member: Member) -> bool:
 
 
 def _send(member: Member, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         if member.pidfd is not None:
             signal.pidfd_send_signal(member.pidfd, sig)
         elif _running(member):  # without pidfds: its identity checked just before
             os.kill(member.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _close(members) -> None:
@@ -138,42 +138,39 @@ def _close(members) -> None:
             member.pidfd = None
 
 
-def find_members(record: JobRecord, *, scan: bool = True, known: dict[int, Member] | None = None
-                 ) -> tuple[dict[int, Member], list[str], list[str], list[str]]:
-    """The job's live processes by pid (recorded ones and, with `scan`, every other process that
-    carries its id), with the recorded ones that have exited, those not provably the job's and
-    those whose environment cannot be read.
+def find_members(record: JobRecord, report: StopReport | None = None, *,
+                 known: dict[int, Member] | None = None) -> dict[int, Member]:
+    """The job's live processes by pid: the recorded ones and every other process that carries its
+    id. Each recorded one that has exited, is not provably the job's or whose environment cannot be
+    read is listed in `report` (as gone, unproven, unreadable).
     Given the processes `known` from an earlier call, those still running are kept as they are and
     the recorded ones are not proven again. The caller closes the pidfds."""
     members: dict[int, Member] = {pid: m for pid, m in (known or {}).items() if _running(m)}
-    gone, unproven, unreadable = [], [], []
     for entry in record.processes if known is None else ():
         verdict, member = prove(entry.pid, record.job_id, entry.create_time, name=entry.name)
         if member is not None:
             members[member.pid] = member
-        elif verdict != "gone":
-            (unproven if verdict == "unproven" else unreadable).append(f"{entry.name} (pid {entry.pid})")
         else:
-            gone.append(f"{entry.name} (pid {entry.pid})")
-    for process in psutil.process_iter(["environ"]) if scan else ():
+            getattr(report, verdict).append(f"{entry.name} (pid {entry.pid})")
+    for process in psutil.process_iter(["environ"]):
         if process.pid in members or process.pid == os.getpid():
             continue
         if (process.info["environ"] or {}).get(JOB_ID_VAR) == record.job_id:
             _, member = prove(process.pid, record.job_id, None, name="a process the job started")
             if member is not None:
                 members[process.pid] = member
-    return members, gone, unproven, unreadable
+    return members
 
 
-def running(record: JobRecord) -> tuple[dict[int, str], list[str], list[str], list[str]]:
-    """The job's live processes (pid -> name, recorded ones first), with the recorded ones that
-    have exited, those not provably the job's and those unreadable: find_members without holding
-    pidfds."""
-    members, gone, unproven, unreadable = find_members(record)
+def running(record: JobRecord) -> tuple[dict[int, str], StopReport]:
+    """The job's live processes (pid -> name, recorded ones first), and the recorded ones that have
+    exited, are not provably the job's or unreadable: find_members without holding pidfds."""
+    report = StopReport()
+    members = find_members(record, report)
     _close(members.values())
     order = [p.pid for p in record.processes if p.pid in members] + sorted(
         set(members) - {p.pid for p in record.processes})
-    return {pid: members[pid].name for pid in order}, gone, unproven, unreadable
+    return {pid: members[pid].name for pid in order}, report
 
 
 def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
@@ -182,23 +179,8 @@ def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
     pid = record.launcher_pid
     if pid is None or pid == os.getpid():
         return None
-    fd = _pidfd(pid)
-    if fd is None:
-        return None
-    try:
-        process = psutil.Process(pid)
-        recorded = record.launcher_create_time
-        if recorded is not None and abs(process.create_time() - recorded) > START_TOLERANCE:
-            return None
-        if any(m.process.ppid() == pid and _running(m) for m in members.values()):
-            launcher, fd = Member(pid, process, "the launcher", None if fd == -1 else fd), None
-            return launcher
-        return None
-    except psutil.Error:
-        return None
-    finally:
-        if fd is not None and fd >= 0:
-            os.close(fd)
+    return prove(pid, None, record.launcher_create_time, name="the launcher",
+                 belongs=lambda _: any(m.process.ppid() == pid and _running(m) for m in members.values()))[1]
 
 
 def _keep(everyone: dict[int, Member], found: dict[int, Member]) -> None:
@@ -213,14 +195,12 @@ def _keep(everyone: dict[int, Member], found: dict[int, Member]) -> None:
 
 def _wait_exit(member: Member, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _running(member):
-        if time.monotonic() >= deadline:
-            return False
+    while _running(member) and time.monotonic() < deadline:
         if member.pidfd is not None:
-            _exited(member.pidfd, min(1.0, max(0.0, deadline - time.monotonic())))
+            _exited(member.pidfd, min(1.0, deadline - time.monotonic()))
         else:
             time.sleep(POLL_INTERVAL)
-    return True
+    return not _running(member)
 
 
 # -------------------------------------------------------------------- stopping
@@ -234,7 +214,7 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
     grace = float(grace_period) if grace_period is not None else 5.0 if record.grace_period is None \
         else record.grace_period
     report = StopReport()
-    members, report.gone, report.unproven, report.unreadable = find_members(record)
+    members = find_members(record, report)
     everyone: dict[int, Member] = dict(members)  # every pidfd opened, closed at the end
     try:
         for text in report.unproven:
@@ -278,7 +258,7 @@ def _ask_launcher(record: JobRecord, launcher: Member, members: dict[int, Member
         say("the launcher stopped the job and exited (its report is on its own console)")
     else:
         say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
-    members, *_ = find_members(record, known=members)
+    members = find_members(record, known=members)
     _keep(everyone, members)
     return members
 
@@ -295,7 +275,7 @@ def _terminate(record: JobRecord, members: dict[int, Member], everyone: dict[int
                 _send(member, signal.SIGTERM)
                 signaled[pid] = "SIGTERM"
         time.sleep(POLL_INTERVAL)
-        members, *_ = find_members(record, known=members)
+        members = find_members(record, known=members)
         _keep(everyone, members)
     if members:
         say(f"{len(members)} process(es) still running after {grace:g} s; sending SIGKILL")

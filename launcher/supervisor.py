@@ -91,10 +91,6 @@ class Supervisor:
         self.signals = signals if signals is not None else StopSignals()
         self.allowed = CpuSet(os.sched_getaffinity(0))  # what the children's cgroup lets them have
 
-    @property
-    def stop_signal(self) -> int | None:
-        return self.signals.received
-
     # ---------------------------------------------------------------- verification
     def verify_all(self) -> None:
         """Read each process's CPUs and memory policy back from /proc and compare them with its
@@ -133,7 +129,7 @@ class Supervisor:
             binding = UNBOUND
             self.say(f"{problem}; --bind-fallback: running it unbound")
         proc = self.group.start_one(proc.spec, binding, log_mode="a")
-        self.group.replace(index, proc)
+        self.group.processes[index] = proc
         if binding.is_bound:
             return proc, self._verify(proc)
         proc.observed = observe(proc.pid, numa_maps=False)
@@ -199,14 +195,14 @@ class Supervisor:
         procs = self.group.processes
         tailer = LogTailer([(_prefix(p), path, stream) for p in procs if p.spec.tail
                             for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, self.err))
-                            if path and path != INHERIT], self.out)
+                            if path and path != INHERIT])
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
         failure: tuple[Process, int] | None = None
         waiting_for_scheduler = False
         delay = POLL_INTERVAL
         started = time.monotonic()
         try:
-            while self.stop_signal is None:
+            while self.signals.received is None:
                 codes = [p.popen.poll() for p in procs]
                 failure = next(((p, c) for p, c in zip(procs, codes) if c not in (None, 0)), None)
                 if failure is not None or all(c is not None for c in codes):
@@ -228,13 +224,13 @@ class Supervisor:
                 self.say(f"{proc.name} (pid {proc.pid}) exited with {describe_code(code)}; "
                          f"stopping the others (SIGTERM, SIGKILL after {self.grace_period:g} s)")
                 self.stop(signal.SIGTERM, tailer)
-            elif self.stop_signal is not None:
-                name = signal.Signals(self.stop_signal).name
+            elif self.signals.received is not None:
+                name = signal.Signals(self.signals.received).name
                 grace = self.grace_period
-                if self.stop_signal == signal.SIGINT and self.interrupt_grace is not None:
+                if self.signals.received == signal.SIGINT and self.interrupt_grace is not None:
                     grace = min(grace, self.interrupt_grace)
                 self.say(f"received {name}; forwarding it to every process (SIGKILL after {grace:g} s)")
-                self.stop(self.stop_signal, tailer, grace)
+                self.stop(self.signals.received, tailer, grace)
             else:
                 # every process ended by itself: only their leftovers (daemonised grandchildren) remain
                 self.stop(signal.SIGTERM, tailer)
@@ -253,18 +249,18 @@ class Supervisor:
                 self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
                          "other jobs (PyTorch) need none: pass --no-scheduler")
             return Outcome(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
-        if self.stop_signal is not None:
-            name = signal.Signals(self.stop_signal).name
-            return Outcome(128 + self.stop_signal, tuple(procs), f"received {name}")
+        if self.signals.received is not None:
+            name = signal.Signals(self.signals.received).name
+            return Outcome(128 + self.signals.received, tuple(procs), f"received {name}")
         if waiting_for_scheduler:
             self.say("the scheduler exited too; the job is done")
         else:
             self.say(f"all {len(workers)} workers exited successfully")
         return Outcome(0, tuple(procs))
 
-    def stop(self, sig: int, tailer: LogTailer | None = None, grace: float | None = None) -> None:
+    def stop(self, sig: int, tailer: LogTailer, grace: float | None = None) -> None:
         self.group.stop(sig, self.grace_period if grace is None else grace,
-                        tick=None if tailer is None else tailer.pump, force=lambda: self.signals.force, say=self.say)
+                        tick=tailer.pump, force=lambda: self.signals.force, say=self.say)
 
 
 def _prefix(proc: Process) -> str:

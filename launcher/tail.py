@@ -6,46 +6,36 @@ newline is held back for one poll, then written as it is: pdb's "(Pdb) " prompt 
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from typing import Sequence, TextIO
 
-_CHUNK = 1 << 16
 
-
+@dataclass
 class _Follower:
-    def __init__(self, prefix: str, path: str, out: TextIO):
-        self.prefix = prefix
-        self.path = path
-        self.out = out
-        self.offset = 0
-        self.pending = b""  # a partial line waiting for its newline
-        self.pending_polls = 0
-        self.at_line_start = True
+    prefix: str
+    path: str
+    out: TextIO
+    offset: int = 0
+    pending: bytes = b""  # a partial line waiting for its newline
+    pending_polls: int = 0
+    at_line_start: bool = True
 
     def read(self) -> bytes:
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
         except FileNotFoundError:
             return b""
-        try:
-            chunks = []
-            while True:
-                chunk = os.pread(fd, _CHUNK, self.offset)
-                if not chunk:
-                    return b"".join(chunks)
-                self.offset += len(chunk)
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
+        self.offset += len(data)
+        return data
 
 
 class LogTailer:
-    def __init__(self, sources: Sequence[tuple], out: TextIO):
-        """`sources`: (prefix, log path) pairs, whose text goes to `out`, or (prefix, log path,
-        stream) triples, whose text goes to their stream (torchrun: stderr.log to stderr)."""
-        self.followers = [_Follower(source[0], source[1], source[2] if len(source) > 2 else out)
-                          for source in sources]
-        self.out = out
+    def __init__(self, sources: Sequence[tuple[str, str, TextIO]]):
+        """`sources`: (prefix, log path, stream) triples, each log's text going to its stream
+        (torchrun: stderr.log to stderr)."""
+        self.followers = [_Follower(*source) for source in sources]
         self.console_gone = False  # `topo launch ... | head` closed the pipe: the logs still have it all
 
     def pump(self, final: bool = False) -> None:
@@ -75,16 +65,11 @@ class LogTailer:
 
     def _write(self, f: _Follower, data: bytes) -> bool:
         text = data.decode("utf-8", errors="replace")
-        pieces = []
-        lines = text.split("\n")
-        for i, line in enumerate(lines):
-            last = i == len(lines) - 1
-            if last and not line:
-                break  # text ended with a newline
-            pieces.append((f.prefix if f.at_line_start else "") + line + ("" if last else "\n"))
-            f.at_line_start = not last
+        body = text.removesuffix("\n")  # no prefix after the last newline: the next line may not come
+        prefixed = (f.prefix if f.at_line_start else "") + body.replace("\n", "\n" + f.prefix) + text[len(body):]
+        f.at_line_start = text.endswith("\n")
         try:
-            f.out.write("".join(pieces))
+            f.out.write(prefixed)
         except (OSError, ValueError):  # a closed pipe or stream
             self.console_gone = True
             return False

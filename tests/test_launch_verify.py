@@ -58,7 +58,7 @@ def test_tailer_prefixes_lines_and_flushes_a_prompt(tmp_path):
     log = tmp_path / "w.log"
     log.write_bytes(b"")
     out = io.StringIO()
-    tailer = LogTailer([("[rank 3] ", str(log))], out)
+    tailer = LogTailer([("[rank 3] ", str(log), out)])
     with open(log, "ab", buffering=0) as fh:
         fh.write(b"one\ntw")
         tailer.pump()

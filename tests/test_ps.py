@@ -105,7 +105,7 @@ def test_overlaps_are_one_line_per_process_naming_the_others(root):
     views = [psmod.ProcessView(pid, cpus_allowed=CpuSet.parse("0-3" if pid < 1990 else "3-5"),
                                threads=(psmod.Thread(pid, "t", "R", pid % 2),)) for pid in range(1000, 2000)]
     views.append(psmod.ProcessView(5000, cpus_allowed=CpuSet.parse("6-7"), threads=(psmod.Thread(5000, "t", "R", 6),)))
-    judged = {v.pid: v for v in psmod.judge(views, psmod.node_cpus(TOPOLOGY))}
+    judged = {v.pid: v for v in psmod.judge(views, {n.os_index: n.cpuset for n in TOPOLOGY.numa_nodes})}
     assert judged[1000].problems == (
         "its running threads share CPU(s) 0 with running threads of pids 1002, 1004, 1006, 1008, 1010, 1012, "
         "1014, 1016 and 491 more",

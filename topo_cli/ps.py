@@ -86,12 +86,12 @@ def _job(log_dir: str, root: str) -> tuple[list[int], dict[int, str], list[str]]
     path = record_path(log_dir)
     record = read_record(log_dir, path, grace=False)
     psutil.PROCFS_PATH = os.path.join(root, "proc")  # topo stop's proof, against that root
-    labels, gone, unproven, unreadable = running(record)
-    notes = [f"{text} has exited" for text in gone]
+    labels, seen = running(record)
+    notes = [f"{text} has exited" for text in seen.gone]
     notes += [f"{text} still runs but is not provably the job's (no TOPO_JOB_ID={record.job_id} in its "
-              "environment): not shown" for text in unproven]
+              "environment): not shown" for text in seen.unproven]
     notes += [f"{text} still runs, but its environment cannot be read (another user's process): not shown; "
-              "run topo ps as the job's user or as root" for text in unreadable]
-    if not labels and not unreadable:
+              "run topo ps as the job's user or as root" for text in seen.unreadable]
+    if not labels and not seen.unreadable:
         notes.append(f"the job recorded in {path} is not running")
     return list(labels), labels, notes
