@@ -154,8 +154,11 @@ def test_mpirun_topo_bind_mode(tmp_path):
     version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30).stdout
     if "Open MPI" not in version:
         pytest.skip(f"mpirun is not Open MPI's: {version.strip()[:60]}")
-    # as root, Open MPI wants both variables; its default binding (a core per rank) is left to topo bind
-    env = {**without_launchers(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    # as root, Open MPI wants both variables; its default binding (a core per rank) is left to topo bind.
+    # It refuses to start even one local rank where ssh and rsh are missing (GPU images) unless its
+    # remote-shell agent names a program that exists; one host needs none, so `false` serves.
+    env = {**without_launchers(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_plm_rsh_agent": "false"}
     n = local_processes()
     r = subprocess.run([mpirun, "-np", str(n), "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={free_port()}",
                         sys.executable, "-m", "topo", "bind", "--mode", "exclusive", "--", sys.executable, ALLREDUCE,

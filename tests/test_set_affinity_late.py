@@ -122,8 +122,10 @@ def test_threads_all_moves_threads_with_their_own_cpus_too():
     every = run(code, THREADS="all")
     first = planned_cpus(0, 2, mode="single_unique")
     assert shared["main"] == every["main"] == first
-    assert (shared["pinned"], shared["moved"]) == ([ALLOWED[1]], 0)
-    assert (every["pinned"], every["moved"]) == (first, 1)
+    # threads="all" moves the pinned thread besides what "shared" moves (threads the test did not
+    # start, such as a GPU driver's, share the CPUs and move in both)
+    assert shared["pinned"] == [ALLOWED[1]] and every["pinned"] == first
+    assert every["moved"] - shared["moved"] == 1
 
 
 # ---- a launcher's binding is kept --------------------------------------------------------------
@@ -140,7 +142,7 @@ KEEP = """
         warnings.simplefilter("always")
         result = bind_process(1, 2, mode="single_unique")
     print(json.dumps({"cpus": sorted(result.cpus), "kept": result.kept,
-                      "warnings": [str(w.message) for w in caught]}))
+                      "warnings": [str(w.message) for w in caught if 'hides every GPU' not in str(w.message)]}))
 """
 
 
@@ -243,7 +245,7 @@ def test_bind_fallback_under_a_refused_mpol_bind():
             warnings.simplefilter("always")
             result = bind_process(0, nproc, memory="bind", bind_fallback=True)
         out.update(rung=result.memory, policy=result.binding.memory_policy, kernel=syscalls.get_mempolicy()[0],
-                   warnings=[str(w.message) for w in caught])
+                   warnings=[str(w.message) for w in caught if 'hides every GPU' not in str(w.message)])
         print(json.dumps(out))
     """
     nproc = len(discover("/").cpu_nodes())
@@ -270,7 +272,7 @@ def test_workers_topo_launch_bound_keep_their_binding(tmp_path):
             result = bind_process(rank)
         with open(os.path.join(sys.argv[1], f"rank_{rank}.json"), "w") as fh:
             json.dump({"cpus": sorted(result.cpus), "kept": result.kept, "binding": os.environ["TOPO_BINDING"],
-                       "warnings": [str(w.message) for w in caught]}, fh)
+                       "warnings": [str(w.message) for w in caught if 'hides every GPU' not in str(w.message)]}, fh)
     """))
     env = hide_gpus({k: v for k, v in os.environ.items() if k != "TOPO_BINDING"})
     env["PATH"] = path_with_python()  # `python` = this one
