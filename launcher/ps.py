@@ -48,7 +48,7 @@ class Thread:
 class DeviceUse:
     path: str  # the device file, or "nvml" when only NVML's process list named it
     kind: str  # "gpu", "npu", "accel", ...
-    index: int | None  # the device's index as its runtime numbers it (NVML index, npu id)
+    index: int | None  # the device's index as its runtime numbers it (NVML index, npu id, Gaudi module id)
     busid: str | None
     numa_node: int | None
 
