@@ -92,10 +92,11 @@ class JobBindings:
 
 
 def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: Topology | None,
-                     environ: Mapping[str, str]) -> JobBindings:
+                     environ: Mapping[str, str], priority_cores: bool = False) -> JobBindings:
     """Each process's binding for parsed --bind_core / --bind_numa values (False, True, or a
     planners.bindload.LoadedBind). UsageError, before anything starts, for CPUs or nodes that are
-    not there or not allowed on `topology`."""
+    not there or not allowed on `topology`. `priority_cores` puts a priority core in each
+    --bind_core=True share, first in its MSRUN_CPU_LIST (MindSpore binds its main thread there)."""
     if not bind_core and not bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {}, (None,) * local_worker_num)
     if topology is None:
@@ -126,7 +127,8 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
         cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
         hidden = hidden_warning(topology, environ) if cpu_only else None
         warnings += [hidden] if hidden else []
-        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings, path, cpu_only)
+        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings, path, cpu_only,
+                                                     priority_cores)
         env = {}
     return JobBindings(scheduler, tuple(workers), tuple(warnings), env, tuple(cpu_lists))
 
@@ -148,7 +150,7 @@ def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: li
 
 
 def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str], path: str,
-                 cpu_only: bool):
+                 cpu_only: bool, priority_cores: bool = False):
     """msrun's --bind_core / --bind_numa tables or True: per process a CPU entry C and a NUMA entry
     N, combined into one entry (C's main CPUs with N's memory, or N alone)."""
     from topo.planners.binding import node_cpus
@@ -159,11 +161,12 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
     core: list[ProcessBinding | None] = [None] * n
     numa: list[ProcessBinding | None] = [None] * n
     cpu_lists: list[CpuSet | None] = [None] * n
+    firsts: dict[str, int] = {}  # device key -> its priority core
     if getattr(bind_core, "table", False):
         _check_ids(bind_core.plan, topology.allowed_pus, "--bind_core", "CPU")
         sched_core, core = _by_position(bind_core.plan, physical, "--bind_core", warnings)
     elif bind_core is True:
-        core = _auto(topology, physical, "core", warnings, cpu_only)
+        core = _auto(topology, physical, "core", warnings, cpu_only, firsts if priority_cores else None)
     if getattr(bind_numa, "table", False):
         _check_ids(bind_numa.plan, CpuSet(x.os_index for x in topology.cpu_nodes()), "--bind_numa", "NUMA")
         sched_numa, numa = _by_position(bind_numa.plan, physical, "--bind_numa", warnings)
@@ -184,7 +187,9 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
         b = combine(core[i], numa[i])
         if bind_core is True and core[i] is not None:
             cpu_lists[i] = b.cpus  # msrun exports the automatic split's CPUs too
-        exported.append(str(list(cpu_lists[i])) if cpu_lists[i] and b.is_bound else None)
+        first = [firsts[f"device{physical[i]}"]] if f"device{physical[i]}" in firsts else []
+        listed = first + [c for c in cpu_lists[i] or () if c not in first]
+        exported.append(str(listed) if listed and b.is_bound else None)
         workers.append(b)
     return combine(sched_core, sched_numa), workers, exported
 
@@ -221,9 +226,10 @@ def _check_ids(plan: BindPlan, allowed: CpuSet, flag: str, label: str) -> None:
 
 
 def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str],
-          cpu_only: bool) -> list[ProcessBinding | None]:
+          cpu_only: bool, firsts: dict[str, int] | None = None) -> list[ProcessBinding | None]:
     """The `msrun-auto` plan's entries by local rank: main CPUs per process (`kind="core"`) or one
-    NUMA node for CPUs and memory (`kind="numa"`); planners/msrun.py says where it differs from msrun."""
+    NUMA node for CPUs and memory (`kind="numa"`); planners/msrun.py says where it differs from msrun.
+    With `firsts`, planned with priority cores, which it fills with each device key's."""
     from topo import planners
     from topo.planners.core import Job, accelerators
 
@@ -231,7 +237,9 @@ def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str
     # splits the allowed CPUs, keyed by local rank
     devices = (None,) * len(physical) if cpu_only or not accelerators(topology) else tuple(physical)
     plan = planners.plan(topology, "msrun-auto", job=Job(devices), msrun_bind=kind,
-                         memory="numa" if kind == "numa" else "none")
+                         memory="numa" if kind == "numa" else "none", priority_cores=firsts is not None)
     warnings.extend(plan.warnings)
+    if firsts is not None:
+        firsts.update(plan.meta.get("priority_cores", {}))
     entries = [plan.get(f"device{d}") for d in physical]
     return [e if e is not None and (e.main or e.cpu_node_set) else None for e in entries]

@@ -46,6 +46,7 @@ class LaunchConfig:
     grace_period: float = 5.0  # seconds from SIGTERM to SIGKILL
     bind_fallback: bool = False  # a refused binding falls back (less memory binding, or none)
     python: str = "python"  # found on PATH, as msrun does
+    priority_cores: bool = False  # with bind_core=True: each worker's first CPU on a priority core (planners.priority)
 
     @classmethod
     def from_flags(cls, script: str, script_args=(), **flags) -> LaunchConfig:
@@ -95,6 +96,9 @@ class LaunchConfig:
             raise UsageError(f"--sim_level={self.sim_level}: choose from 0, 1, 2, 3")
         if not 0 <= self.grace_period <= MAX_SECONDS:  # nan fails both
             raise UsageError(f"--grace-period={self.grace_period} must be 0 to {MAX_SECONDS} seconds")
+        if self.priority_cores and self.bind_core is not True:
+            raise UsageError("--priority-cores places topo's automatic CPU split: add --bind_core=True (a table or "
+                             "bind JSON names every CPU itself)")
         _check_log_name(self.worker_log_name)
         if not self.python:
             raise UsageError("no interpreter, --python='': give an interpreter name or path, or leave the default python")

@@ -301,7 +301,7 @@ def _bindings(config: LaunchConfig, n: int, environ: Mapping[str, str], topology
     elif callable(topology):
         topology = topology()
     return resolve_bindings(config.bind_core, bind_numa, local_worker_num=n,
-                            topology=topology, environ=environ)
+                            topology=topology, environ=environ, priority_cores=config.priority_cores)
 
 
 def describe_plan(plan: Plan) -> str:

@@ -1,7 +1,7 @@
 """`topo ps`: where running processes really are. Per process its allowed CPUs, memory policy and
 resident pages per node (topo.binding.observe), the CPU each thread last ran on, the accelerators
-it has open (/proc/PID/fd links to /dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN,
-/dev/accel/accelN, or NVML's process lists) and their node, and a verdict: pages remote from its
+it has open (/proc/PID/fd links to /dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/kfd,
+/dev/accel/accelN, /dev/hlN, or NVML's process lists) and their node, and a verdict: pages remote from its
 device(s) (without one: from its allowed CPUs), threads outside its CPUs or on a CPU another
 listed process runs on, more runnable threads than CPUs. Reads are bounded and below one root.
 """
@@ -30,7 +30,9 @@ _DEVICE_FILES = (
     (re.compile(r"/dev/nvidia([0-9]{1,4})"), "nvidia"),
     (re.compile(r"/dev/davinci([0-9]{1,4})"), "davinci"),
     (re.compile(r"/dev/dri/renderD([0-9]{1,4})"), "drm"),
-    (re.compile(r"/dev/accel/accel([0-9]{1,4})"), "accel"),
+    (re.compile(r"/dev/accel/accel([0-9]{1,4})"), "accel"),  # Gaudi (habanalabs) and other accel drivers
+    (re.compile(r"/dev/hl([0-9]{1,4})"), "habanalabs"),  # Gaudi before the driver moved to accel
+    (re.compile(r"/dev/kfd()"), "kfd"),  # ROCm's one file for all AMD GPUs: the render nodes say which
 )
 
 
@@ -46,7 +48,7 @@ class Thread:
 class DeviceUse:
     path: str  # the device file, or "nvml" when only NVML's process list named it
     kind: str  # "gpu", "npu", "accel", ...
-    index: int | None  # the device's index as its runtime numbers it (NVML index, npu id)
+    index: int | None  # the device's index as its runtime numbers it (NVML index, npu id, Gaudi module id)
     busid: str | None
     numa_node: int | None
 
@@ -146,6 +148,8 @@ def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[
     for target in targets:
         use = device_of(root, target, by_bus)
         found.setdefault(use.busid or use.path, use)
+    if "/dev/kfd" in found and any(use.path.startswith("/dev/dri/") for use in found.values()):
+        del found["/dev/kfd"]
     for busid in sorted(nvml_buses - found.keys()):
         known = by_bus.get(busid)
         found[busid] = DeviceUse("nvml", "gpu", known.index if known else None, busid,
@@ -171,18 +175,21 @@ def _device_files(root: str, pid: int) -> list[str]:
 def device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse | None:
     """The accelerator a device file names, or None when `target` is not one: its bus id from the
     driver (/proc/driver/nvidia/gpus/*/information for an NVIDIA minor number; the device link of
-    /sys/class/drm/renderDN or /sys/class/accel/accelN), then its index and node from the topology."""
+    /sys/class/drm/renderDN, /sys/class/accel/accelN or /sys/class/habanalabs/hlN), then its index
+    and node from the topology. /dev/kfd names no one GPU."""
     for pattern, family in _DEVICE_FILES:
         m = pattern.fullmatch(target)
         if m:
             break
     else:
         return None
+    if family == "kfd":
+        return DeviceUse(target, "gpu", None, None, None)
     number = int(m.group(1))
     busid = None
     if family == "nvidia":
         busid = _nvidia_bus(root, number)
-    elif family in ("drm", "accel"):
+    elif family in ("drm", "accel", "habanalabs"):
         link = os.path.join(root, "sys", "class", family, os.path.basename(target), "device")
         try:
             busid = os.path.basename(os.readlink(link)).lower()
@@ -194,8 +201,8 @@ def device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse
     if family == "davinci":  # the davinci number is the NPU's physical id
         known = next((d for d in by_bus.values() if d.kind == "npu" and d.index == number), None)
         return DeviceUse(target, "npu", number, known and known.busid, known and known.numa_node)
-    kind = {"nvidia": "gpu", "drm": "gpu", "accel": "accel"}[family]
-    index = number if family in ("nvidia", "accel") and busid is None else None
+    kind = {"nvidia": "gpu", "drm": "gpu", "accel": "accel", "habanalabs": "accel"}[family]
+    index = number if family in ("nvidia", "accel", "habanalabs") and busid is None else None
     return DeviceUse(target, kind, index, busid, _pci_node(root, busid) if busid else None)
 
 

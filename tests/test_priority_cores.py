@@ -96,3 +96,26 @@ def test_topo_run_takes_it(b300, monkeypatch, tmp_path):
 
     assert all(cpus.intersects(PRIORITY) for cpus in firsts(priority_cores=True))
     assert not all(cpus.intersects(PRIORITY) for cpus in firsts())
+
+
+def test_topo_launch_takes_it(b300, tmp_path):
+    from topo.errors import UsageError
+    from topo.launcher.config import LaunchConfig
+    from topo.launcher.job import plan_job
+
+    script = tmp_path / "net.py"
+    script.write_text("")
+    here = replace(b300, root="/")
+
+    def workers(**flags):
+        config = LaunchConfig.from_flags(str(script), worker_num=4, local_worker_num=4, scheduler=False,
+                                         bind_core="True", **flags)
+        return plan_job(config, environ={"PATH": "", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, topology=here).workers
+
+    # msrun's split gives ranks 0 and 1 the two threads of the same cores (PUs 0 and 16 are one core);
+    # with the flag each rank's own priority core comes first in MSRUN_CPU_LIST, where MindSpore binds
+    # its main thread
+    assert [json.loads(p.env["MSRUN_CPU_LIST"])[0] for p in workers()] == [0, 16, 8, 24]
+    assert [json.loads(p.env["MSRUN_CPU_LIST"])[0] for p in workers(priority_cores=True)] == [0, 17, 8, 25]
+    with pytest.raises(UsageError, match="--priority-cores places topo's automatic CPU split: add --bind_core=True"):
+        LaunchConfig.from_flags(str(script), priority_cores=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 from topo.cli import main
 from topo.cpuset import CpuSet
+from topo.model import Device
 from topo.launcher import ps as psmod
 from livehost import path_with_python
 from processes import wait_for
@@ -135,6 +137,29 @@ def test_other_device_files(root):
     assert [(d.path, d.kind, d.index, d.busid, d.numa_node) for d in v.devices] == [
         ("/dev/dri/renderD128", "gpu", 0, "0000:10:00.0", 0), ("/dev/davinci3", "npu", 3, None, None),
         ("/dev/accel/accel0", "accel", 0, None, None)]
+
+
+def test_amd_and_gaudi_device_files(root):
+    # ROCm opens /dev/kfd and one render node per GPU it uses; Gaudi /dev/accel/accelN (or /dev/hlN
+    # before the driver moved to the accel class); each names its PCI function through its class link
+    gaudi = Device("accel", "habana", 5, "0000:20:00.0", 1, CpuSet.parse("4-7"))
+    topology = dataclasses.replace(TOPOLOGY, devices=TOPOLOGY.devices + (gaudi,))
+    for cls, name, bus in (("drm", "renderD129", "0000:11:00.0"), ("accel", "accel2", "0000:20:00.0"),
+                           ("habanalabs", "hl2", "0000:20:00.0")):
+        (root / "sys" / "class" / cls / name).mkdir(parents=True)
+        os.symlink(f"../../../devices/pci0000:00/{bus}", root / "sys" / "class" / cls / name / "device")
+    fake_process(root, 100, allowed="4-7", threads=[("S", 4)], fds=["/dev/kfd", "/dev/dri/renderD129"])
+    fake_process(root, 200, allowed="4-7", threads=[("S", 4)], fds=["/dev/kfd"])
+    fake_process(root, 300, allowed="4-7", threads=[("S", 4)], fds=["/dev/accel/accel2", "/dev/accel/accel_controlD2"])
+    fake_process(root, 400, allowed="4-7", threads=[("S", 4)], fds=["/dev/hl2", "/dev/hl_controlD2"])
+    views = {v.pid: v for v in psmod.inspect([100, 200, 300, 400], root=str(root), topology=topology)}
+    found = {pid: [(d.path, d.kind, d.index, d.busid, d.numa_node) for d in v.devices] for pid, v in views.items()}
+    assert found == {100: [("/dev/dri/renderD129", "gpu", 1, "0000:11:00.0", 1)],
+                     200: [("/dev/kfd", "gpu", None, None, None)],
+                     300: [("/dev/accel/accel2", "accel", 5, "0000:20:00.0", 1)],
+                     400: [("/dev/hl2", "accel", 5, "0000:20:00.0", 1)]}
+    assert psmod.accelerator_pids(str(root)) == ([100, 200, 300, 400], 0)
+    assert "accel 5 (/dev/hl2, 0000:20:00.0, node 1)" in psmod.as_text([views[400]])
 
 
 def test_processes_that_cannot_be_read_are_reported_as_such(root):

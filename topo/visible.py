@@ -10,6 +10,8 @@
 - Intel GPUs (XPUs): Level Zero's `ZE_AFFINITY_MASK` lists device indices in PCI bus order, or
   `device.subdevice` (a tile runs where its card sits; two tiles of one card are two ranks there).
 - Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists NPU ids; local rank i gets `sorted(ids)[i]`, as msrun.
+- Intel Gaudi: `HABANA_VISIBLE_MODULES` lists module ids (the devices' index); local rank i gets
+  `sorted(ids)[i]`, as the runtime acquires the visible modules in order.
 
 `find_device(topology, name)` is the device a caller names itself: a GPU/MIG UUID (or a bare one,
 as torch prints it) or a PCI bus id in any usual form.
@@ -45,7 +47,7 @@ def _index(token: str, devices: list[Device], var: str) -> int:
     return n
 # The variables that choose or order a job's devices.
 VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-             "ZE_AFFINITY_MASK", "ASCEND_RT_VISIBLE_DEVICES")
+             "ZE_AFFINITY_MASK", "ASCEND_RT_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES")
 
 
 def default_kind(topology: Topology) -> str | None:
@@ -80,7 +82,10 @@ def visible_devices(topology: Topology, kind: str | None = None,
         if intel:
             return _level_zero(intel, env)
     if kind == "npu":
-        return _ascend(devices, env)
+        return _listed_ids(devices, env, "ASCEND_RT_VISIBLE_DEVICES", "NPU", "an")
+    habana = [d for d in devices if d.vendor == "habana"]
+    if kind == "accel" and habana:
+        return _listed_ids(habana, env, "HABANA_VISIBLE_MODULES", "Gaudi module", "a")
     return sorted(devices, key=lambda d: d.index)
 
 
@@ -243,24 +248,26 @@ def _level_zero(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
     return chosen
 
 
-# ---- Ascend ------------------------------------------------------------------------------------
+# ---- Ascend, Gaudi -------------------------------------------------------------------------------
 
 
-def _ascend(npus: list[Device], env: Mapping[str, str]) -> list[Device]:
-    by_id = {d.index: d for d in npus}
-    spec = (env.get("ASCEND_RT_VISIBLE_DEVICES") or "").strip()
+def _listed_ids(devices: list[Device], env: Mapping[str, str], var: str, what: str, a: str) -> list[Device]:
+    """The devices whose ids `var` lists, by id; every device where it is unset or empty (msrun's
+    rule for NPUs, the Habana runtime's for Gaudi modules)."""
+    by_id = {d.index: d for d in devices}
+    spec = (env.get(var) or "").strip()
     if not spec:
-        return [by_id[i] for i in sorted(by_id)]  # msrun: unset or empty = every NPU, by logical id
+        return [by_id[i] for i in sorted(by_id)]
     ids = [ascii_number(t.strip()) for t in spec.split(",")]
     if None in ids:
         token = spec.split(",")[ids.index(None)].strip()
-        raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES entry {token!r} is not an NPU id (e.g. 0,1,2,3)")
+        raise UsageError(f"{var} entry {token!r} is not {a} {what} id (e.g. 0,1,2,3)")
     if len(set(ids)) != len(ids):
-        raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES={spec} names an NPU twice")
+        raise UsageError(f"{var}={spec} names {a} {what} twice")
     missing = [i for i in ids if i not in by_id]
     if missing:
         have = ",".join(str(i) for i in sorted(by_id)) or "none"
-        raise UsageError(f"ASCEND_RT_VISIBLE_DEVICES={spec} names NPU {missing[0]}, but this machine's NPUs are {have}")
+        raise UsageError(f"{var}={spec} names {what} {missing[0]}, but this machine's {what}s are {have}")
     return [by_id[i] for i in sorted(ids)]
 
 

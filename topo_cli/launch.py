@@ -55,6 +55,9 @@ def _msrun_option(name: str, **kwargs):
 @click.option("--bind-fallback", "--bind_fallback", "bind_fallback", is_flag=True,
               help="If the kernel refuses a memory binding, keep the CPU binding and drop the memory policy "
                    "(and run a process whose binding does not take as placed) instead of failing.")
+@click.option("--priority-cores", "--priority_cores", "priority_cores", is_flag=True,
+              help="With --bind_core=True: each worker's CPUs hold a priority core of its home, first in "
+                   "MSRUN_CPU_LIST (topo plan --priority-cores).")
 @click.option("--python", "python", default=LaunchConfig.python, metavar="PATH",
               help="Interpreter put before SCRIPT [default: `python` from PATH, as msrun].")
 @click.argument("script")

@@ -5,7 +5,7 @@ order (what runtimes fall back to); then, on the live machine, NVML and npu-smi 
 runtime really uses, UUIDs, names and links (on a capture, what they said when it was taken). A runtime's device is matched to sysfs by bus id (one
 with no match is kept: a container may hide /sys/bus/pci), and the sysfs devices of a kind a
 runtime answered for that it did not list are dropped. AMD GPUs take ROCm's numbering from the
-driver's KFD topology in sysfs, on captured roots too. The link matrix (`nvidia-smi topo -m`'s)
+driver's KFD topology in sysfs, on captured roots too; Intel Gaudis their module ids (habanalabs). The link matrix (`nvidia-smi topo -m`'s)
 comes from the sysfs PCI tree, overlaid with what the runtimes say (NV#, HCCS).
 """
 
@@ -131,6 +131,20 @@ def kfd_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str | No
         return devices, f"unused: its {len(order)} GPU nodes do not match the {len(amd)} AMD GPUs in PCI"
     renumbered = [replace(d, index=order[d.busid], source="kfd") if d in amd else d for d in devices]
     return renumbered, f"ok: {len(order)} GPUs"
+
+
+def habana_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str | None]:
+    """Intel Gaudis numbered by module id (the OAM slot HABANA_VISIBLE_MODULES names), which the
+    habanalabs driver writes in each function's `module_id` (/sys/class/accel/accelN/device); bus
+    order where a Gaudi lacks one or two share one. The status line; None without Gaudis."""
+    gaudis = [d for d in devices if d.vendor == "habana" and d.kind == "accel"]
+    if not gaudis:
+        return devices, None
+    ids = {d.busid: ascii_number((fs.read(f"{PCI}/{d.busid}/module_id") or "").strip(), 1 << 16) for d in gaudis}
+    if None in ids.values() or len(set(ids.values())) < len(ids):
+        return devices, f"unused: {len(gaudis)} Gaudis without distinct module_id files: bus order"
+    return [replace(d, index=ids[d.busid], source="habanalabs") if d in gaudis else d for d in devices], \
+        f"ok: {len(gaudis)} Gaudis by module id"
 
 
 def merge_runtime(devices: list[Device], found: list[Device], kind: str,
@@ -334,6 +348,9 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
     devices, kfd = kfd_order(fs, sysfs_devices(topology))
     if kfd is not None:
         status["kfd"] = kfd
+    devices, habana = habana_order(fs, devices)
+    if habana is not None:
+        status["habanalabs"] = habana
     overlay: dict[tuple[str, str], str] = {}
     migs: dict[int, tuple[str, ...]] = {}
     for name, (kind, vendor, run) in RUNTIME_PROBES.items():
