@@ -25,7 +25,7 @@ from click.testing import CliRunner
 import machines
 from topo import planners
 import topo
-from conftest import SYSFS, fixture_names, parse_test_file
+from conftest import fixture_names, parse_test_file
 from topo.cpuset import CpuSet
 from topo.synthetic import from_nodes, synthetic
 from topo.cli import main as cli
