@@ -340,17 +340,11 @@ def levels(machine: Obj) -> list[list[Obj]]:
     while frontier:
         top = next((o for o in frontier if o.type != "PU"), frontier[0])
         for o in frontier:
-            if not _same_type(top, o) and any(_same_type(d, top) for c in o.children for d in _normal(c)):
+            if not _same_type(top, o) and any(_same_type(d, top) for c in o.children for d in walk(c)):
                 top = o  # o is above an object of top's type
         out.append([o for o in frontier if _same_type(top, o)])
         frontier = [c for o in frontier for c in (o.children if _same_type(top, o) else [o])]
     return out
-
-
-def _normal(obj: Obj):
-    yield obj
-    for c in obj.children:
-        yield from _normal(c)
 
 
 def restrict(machine: Obj, cpus: CpuSet) -> None:

@@ -12,7 +12,6 @@ from topo.model import Topology
 from topo.text import printable
 from topo.tree import IO_TYPES, TYPES, Obj, bitmap, build, levels, merge_levels, restrict, type_name, walk
 
-INDEX_MODES = ("default", "physical", "logical")
 # hwloc_pci_class_string: a class's name by its 16 bits, else by its base class
 _PCI_CLASSES = dict(x.split("=") for x in (
     "0001=VGA 0100=SCSI 0101=IDE 0102=Floppy 0103=IPI 0104=RAID 0105=ATA 0106=SATA 0107=SAS 0108=NVMExp "
@@ -71,8 +70,6 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     parent has it as only child, with the same CPUs and no memory or I/O child, is printed on its
     parent's line after " + " (not with -v, -c or -C). The I/O objects shown are those of `t`:
     `t.io_view()` picks them as lstopo's flags do."""
-    if options.index not in INDEX_MODES:
-        raise ValueError(f"index must be one of {INDEX_MODES}, not {options.index!r}")
     machine = build(t, options.drop)
     if options.restrict is not None:
         restrict(machine, options.restrict)
@@ -197,7 +194,7 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, 
         if obj.type == "Bridge":
             attrs.append(f"buses={m.domain:04x}:[{m.secondary_bus:02x}-{m.subordinate_bus:02x}]")
     elif verbose:
-        total = _total_memory(obj)
+        total = sum(o.model.local_memory for o in walk(obj) if o.type == "NUMANode")
         if obj.type == "NUMANode" and m.local_memory:
             attrs.append(f"local={hwloc_size(m.local_memory, True)} total={hwloc_size(total, True)}")
         elif total:
@@ -209,7 +206,7 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, 
         attrs.append(f"size={size} linesize={getattr(m, 'line_size', 0) or 0}"
                      + (f" ways={m.ways}" if getattr(m, "ways", None) else "") if verbose else size)
     if verbose:
-        attrs += [f"{k}={_quoted(v)}" for k, v in _infos(obj, t)]
+        attrs += [f'{k}="{v}"' if " " in v else f"{k}={v}" for k, v in _infos(obj, t)]
     inside = " ".join(x for x in (phys, *attrs) if x)
     if inside:
         text += f" ({inside})"
@@ -227,14 +224,6 @@ def _infos(obj: Obj, t: Topology) -> list[tuple[str, str]]:
     if obj.type == "Package" and obj.model.model:
         return [("CPUModel", obj.model.model)]
     return list(obj.infos)
-
-
-def _quoted(value: str) -> str:
-    return f'"{value}"' if " " in value else value
-
-
-def _total_memory(obj: Obj) -> int:
-    return sum(o.model.local_memory for o in walk(obj) if o.type == "NUMANode")
 
 
 def _summary(machine: Obj) -> list[str]:

@@ -319,11 +319,8 @@ def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
         raise ProbeError(f"{source}: hwloc XML without a Machine object")
     try:
         topology = _build(root, machine, version, source)
-    except ParseError as exc:
-        raise ProbeError(f"{source}: {exc}; export it again with `lstopo --of xml FILE`") from None
-    try:
         topology.check()
-    except ProbeError as exc:
+    except (ParseError, ProbeError) as exc:
         raise ProbeError(f"{source}: {exc}; export it again with `lstopo --of xml FILE`") from None
     return topology
 
