@@ -5,6 +5,7 @@ Both walk the one tree of `topo.tree`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from topo.cpuset import CpuSet
@@ -234,11 +235,10 @@ def _summary(machine: Obj) -> list[str]:
     for depth, level in enumerate(normal):
         head = f"{' ' * depth}depth {depth}:"
         out.append(f"{head:<{width}}{len(level)} {type_name(level[0], True)} (type #{TYPES[level[0].type][1]})")
-    special = [o for o in walk(machine) if o.type in ("NUMANode", "MemCache", *IO_TYPES)]
+    counts = Counter(o.type for o in walk(machine))
     for depth, kind in ((-3, "NUMANode"), (-8, "MemCache"), (-4, "Bridge"), (-5, "PCIDev"), (-6, "OSDev")):
-        count = sum(o.type == kind for o in special)
-        if count:
-            out.append(f"{f'Special depth {depth}:':<{width}}{count} {kind} (type #{TYPES[kind][1]})")
+        if counts[kind]:
+            out.append(f"{f'Special depth {depth}:':<{width}}{counts[kind]} {kind} (type #{TYPES[kind][1]})")
     return out
 
 

@@ -326,13 +326,9 @@ def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
 
 
 def _element_tree(text: str) -> ET.Element:
-    """The document's elements as a tree, streamed through expat and refused (ParseError) at the
-    first sign it is no hwloc export: a DOCTYPE with declarations of its own (the only place
-    entities can be declared: hwloc writes none, and one entity repeated can cost a hundred times
-    the file), more than MAX_ELEMENTS elements or MAX_ATTRIBUTES attributes, nesting deeper than
-    MAX_DEPTH, more than MAX_NAMES names (each is kept, once), or one tag (or comment) longer than
-    MAX_TAG, which expat holds whole. Nothing is expanded and nothing is built past a bound, so
-    memory stays in proportion to the file, as a real export's does."""
+    """The document's elements as a tree, streamed through expat; ParseError at the first sign it
+    is no hwloc export: a DOCTYPE declaring entities (hwloc writes none; one repeated can cost a
+    hundred times the file) or a bound above passed. Memory stays in proportion to the file."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate("utf-8")
     parser.buffer_text = True

@@ -165,13 +165,10 @@ def _os_subtype(fs: FsRoot, kind: str, path: str, name: str, target: str) -> str
         for line in (fs.read(f"/run/udev/data/b{dev}") or "").splitlines():
             if line.startswith("E:ID_TYPE="):
                 blocktype = line.removeprefix("E:ID_TYPE=")
-    if blocktype == "disk" or name.startswith("nvme"):
+    if name.startswith("nvme"):
         return "Disk"
-    if blocktype == "tape":
-        return "Tape"
-    if blocktype in ("cd", "floppy", "optical"):
-        return "Removable Media Device"
-    return None
+    removable = "Removable Media Device"
+    return {"disk": "Disk", "tape": "Tape", "cd": removable, "floppy": removable, "optical": removable}.get(blocktype)
 
 
 def _pci_functions(fs: FsRoot) -> list[_Function]:
