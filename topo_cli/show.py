@@ -11,6 +11,7 @@ import click
 
 from topo.cpuset import CpuSet
 from topo.errors import ParseError, UsageError
+from topo.tree import parse_type
 
 from topo.cli import CONTEXT
 from topo.cli.machine import STDOUT_NAMES, MachineSource, check_output, machine_options, write_text
@@ -146,8 +147,6 @@ def load(machine: MachineSource, input_path: str | None, **kwargs):
 
 
 def _type(text: str, option: str) -> tuple:
-    from topo.tree import parse_type
-
     wanted = parse_type(text)
     if wanted is None:
         raise UsageError(f"{option} {text}: not a type; name one such as machine, package, die, group, l3, l2, "

@@ -292,12 +292,6 @@ def long_detail(obj: Obj, t: Topology) -> str:
     return f"({inside})" if inside else ""
 
 
-def long_label(obj: Obj, t: Topology) -> str:
-    """An object as the long form prints it: 'Package L#0 (P#0 "EPYC")', 'L3 L#0 (32MiB)'."""
-    name = type_name(obj) + (f"({obj.subtype})" if obj.subtype and obj.type == "Group" else "")
-    return " ".join(x for x in (name, "" if obj.type == "Machine" else f"L#{obj.logical}", long_detail(obj, t)) if x)
-
-
 def render_text(t: Topology) -> str:
     """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it,
     the device link matrix, the summary and how each probe fared."""
@@ -309,8 +303,10 @@ def render_text(t: Topology) -> str:
         devices.setdefault(dev.numa_node, []).append(f"{dev.kind.upper()} {dev.index}" + (f" ({details})" if details else ""))
     shown = {o.os_index for o in walk(machine) if o.type == "NUMANode"}
 
-    def emit(obj: Obj, depth: int) -> None:
-        lines.append("  " * depth + long_label(obj, t))
+    def emit(obj: Obj, depth: int) -> None:  # 'Package L#0 (P#0 "EPYC")', 'L3 L#0 (32MiB)'
+        name = type_name(obj) + (f"({obj.subtype})" if obj.subtype and obj.type == "Group" else "")
+        index = "" if obj.type == "Machine" else f"L#{obj.logical}"
+        lines.append("  " * depth + " ".join(x for x in (name, index, long_detail(obj, t)) if x))
         if obj.type == "NUMANode":
             lines.extend("  " * (depth + 1) + d for d in devices.get(obj.os_index, ()))
         for child in obj.memory:

@@ -79,7 +79,6 @@ def parse_bitmap(text: str | None) -> CpuSet:
 
 @dataclass
 class _Walk:
-    version: int
     packages: list = field(default_factory=list)
     dies: list = field(default_factory=list)
     clusters: list = field(default_factory=list)
@@ -290,17 +289,6 @@ def _distances_v1(root, node_order: list[int]) -> dict[int, dict[int, int]]:
     return out
 
 
-def _own_cpus(nodes: list[tuple[int, CpuSet, object]]) -> dict[int, CpuSet]:
-    """{node: CPUs it owns} from (node, locality, memory-only: a subtype or topo's flag)."""
-    owned = EMPTY
-    own: dict[int, CpuSet] = {}
-    for os_index, locality, memory_only in sorted(nodes, key=lambda n: (bool(n[2]), n[1].weight(), n[0])):
-        mine = EMPTY if memory_only else locality - owned
-        own[os_index] = mine
-        owned |= mine
-    return own
-
-
 def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
     """The Topology an hwloc XML export describes. `source` names the file in errors and `root`."""
     try:
@@ -372,7 +360,7 @@ def _element_tree(text: str) -> ET.Element:
 
 
 def _build(root, machine, version: int, source: str) -> Topology:
-    w = _Walk(version)
+    w = _Walk()
     machine_set = parse_bitmap(machine.get("cpuset"))
     _walk(machine, w, None, machine_set)
     pus = CpuSet(p for p in w.pus if p is not None) if w.pus else machine_set
@@ -394,7 +382,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
             complete_own[i] = parse_bitmap(el.get("complete_cpuset")) | cpuset
             localities[i] = cpuset if complete_own[i] else parent_set
     else:
-        complete_localities = []
+        complete_localities = []  # (node, locality, memory-only: a subtype or topo's flag)
         for i, (el, cpuset, _) in zip(node_ids, w.nodes):
             # a v2 memory child's cpuset is its locality, unless topo wrote another one
             written = _infos(el).get("topoLocality")
@@ -404,7 +392,10 @@ def _build(root, machine, version: int, source: str) -> Topology:
             memory_only = el.get("subtype") if flag is None else (flag == "1")
             held = parse_bitmap(el.get("complete_cpuset")) | cpuset if written is None else localities[i]
             complete_localities.append((i, held, memory_only))
-        complete_own = _own_cpus(complete_localities)
+        owned = EMPTY  # memory-only nodes own none, then smaller localities claim first
+        for i, held, memory_only in sorted(complete_localities, key=lambda n: (bool(n[2]), n[1].weight(), n[0])):
+            complete_own[i] = EMPTY if memory_only else held - owned
+            owned |= complete_own[i]
     gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
     if len(node_ids) == 1 and "topoNodeDistances" in machine_info:  # the 1x1 matrix hwloc keeps none of
