@@ -120,9 +120,8 @@ def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, p
         right, stripes = box.x + box.w - 1, [(box.x, box.x + box.w, fill)]
         if node.type == "NUMANode":
             out.append(f"<g><title>{escape(node_label(node, topology))}</title>{_rect(x, y, mw, BAR_H, 'bar')}</g>")
-            tags = paint.memory_of.get(node.os_index, [])
             tx = x + mw - 3
-            for i in reversed(tags):
+            for i in reversed(paint.memory_of.get(node.os_index, [])):
                 o = paint.overlay.owners[i]
                 tw = text_w(o.tag) - 2
                 tx -= tw
@@ -157,8 +156,7 @@ def _emit_pu(out: list[str], labels: list[str], box: Box, topology: Topology, pa
         os_ = [paint.overlay.owners[i] for i in owners]
         stripe = w / len(os_)
         stripes = [(x + k * stripe, x + (k + 1) * stripe, o.colour) for k, o in enumerate(os_)]
-        for k, o in enumerate(os_):
-            parts.append(_rect(x + k * stripe, y, stripe, h, fill=o.colour))
+        parts += [_rect(x + k * stripe, y, stripe, h, fill=o.colour) for k, o in enumerate(os_)]
         ink = ink_on(os_[0].colour) if len(os_) == 1 else None
         title += " · " + ", ".join(" ".join(o.legend[:2]) or o.tag for o in os_)
     elif paint.overlay is not None and allowed:
