@@ -28,7 +28,7 @@ from topo.model import (MAX_PUS, Cache, Cluster, Core, Die, Group, MemorySideCac
                         PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
 from topo.probes.pci import bus_key
-from topo.tree import CACHE_TYPE, GROUP_KINDS
+from topo.tree import CACHE_TYPE, GROUP_KINDS, OSDEV_TYPES
 
 # An export holds four or five elements per PU (PU, Core, caches) and a few per PCI function, each
 # over 100 bytes of XML: four per PU of MAX_PUS is more than fits in a file topo reads. An element
@@ -234,9 +234,9 @@ def _infos(el) -> dict[str, str]:
     return {i.get("name"): i.get("value", "") for i in el.findall("info") if i.get("name")}
 
 
-# hwloc 2.x numbers OS device types; 3.0 writes a bitmask of them
-_OSDEV_V2 = {"0": "block", "1": "gpu", "2": "net", "3": "openfabrics", "4": "dma", "5": "coproc"}
-_OSDEV_V3 = ((1 << 5, "openfabrics"), (1 << 4, "net"), (1 << 0, "block"), (1 << 1, "memory"), (1 << 2, "gpu"),
+# hwloc 2.x numbers OS device types; 3.0 writes a bitmask of them (memory, 1 << 1, read as block)
+_OSDEV_V2 = {str(code): kind for kind, code in OSDEV_TYPES.items()}
+_OSDEV_V3 = ((1 << 5, "openfabrics"), (1 << 4, "net"), (1 << 0, "block"), (1 << 1, "block"), (1 << 2, "gpu"),
              (1 << 3, "coproc"), (1 << 6, "dma"))
 
 
@@ -247,7 +247,6 @@ def _os_device(el, locality: CpuSet, parent: str | None, version3: bool) -> OsDe
     if kind is None and version3:
         bits = _number(value, "osdev_type")
         kind = next((name for bit, name in _OSDEV_V3 if bits & bit), "block")
-        kind = "block" if kind == "memory" else kind
     elif kind is None:
         kind = _OSDEV_V2.get(value, "block")
     return OsDevice(el.get("name") or "", kind, parent if parent and _BUS_ID.match(parent) else None, locality,
