@@ -1,11 +1,6 @@
-"""Reading a binding from what a user gives: a bind JSON file, inline JSON text, or msrun's tables.
-
-One loader for `topo launch --bind_numa/--bind_core`, `topo bind` and `topo validate`:
-``read_bind_json`` (a path or inline JSON, msrun's argparse-time checks and messages, the file's
-path and sha256 for MSRUN_BIND_FILE / MSRUN_BIND_FILE_HASH, keys written twice recorded),
-``load_bind`` (that, then msrun's schema: a ``LoadedBind`` or ParseError naming the first
-problem) and ``load_table`` (msrun's dict form ``{"device0": ["0-9", "20-29"]}`` of --bind_core
-or --bind_numa, which msrun reads by position: the i-th ``deviceX`` key is local rank i's).
+"""Reading a binding from what a user gives: a bind JSON file, inline JSON text, or msrun's dict
+form of --bind_core/--bind_numa (``{"device0": ["0-9", "20-29"]}``, read by position: the i-th
+``deviceX`` key is local rank i's). One loader for `topo launch`, `topo bind` and `topo validate`.
 """
 
 from __future__ import annotations
@@ -180,12 +175,6 @@ def load_table(value: Mapping, flag: str) -> LoadedBind:
             processes.append(ProcessBinding(norm, (("main", text),), module_cpus=(("main", ids),)))
         else:
             processes.append(ProcessBinding(norm, cpu_nodes=text, memory=text, cpu_node_set=ids, memory_nodes=ids))
-    if label == "CPU":
-        plan = BindPlan.build(processes, cpu_mode="cpu", memory_mode="none")
-    else:
-        plan = BindPlan.build(processes, cpu_mode="numa", memory_mode="numa")
-    return LoadedBind(plan, table=True)
+    cpu_mode, memory_mode = ("cpu", "none") if label == "CPU" else ("numa", "numa")
+    return LoadedBind(BindPlan.build(processes, cpu_mode=cpu_mode, memory_mode=memory_mode), table=True)
 
-
-__all__ = ["BIND_JSON_LIMIT", "BindSource", "LoadedBind", "JsonObject", "parse_json", "read_bind_json", "load_bind", "plan_of",
-           "plan_from_json", "load_table", "UNIFIED_KEYS"]

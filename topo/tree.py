@@ -204,8 +204,7 @@ def build(t: Topology, drop=()) -> Obj:
             nodes[inside[0][0].os_index] = (wrapper, parent)
         else:
             nodes.update((n.os_index, (n, p)) for n, p in inside)
-    for i in sorted(nodes):
-        obj, parent = nodes[i]
+    for _, (obj, parent) in sorted(nodes.items()):
         parent.memory.append(obj)
     if not {"Bridge", "PCIDev", "OSDev"} <= set(drop):
         for obj, local in _io_trees(t):
@@ -225,10 +224,7 @@ def _holder(machine: Obj, cpus: CpuSet, *, below_root: bool, kind: int | None) -
     if cpus == machine.cpuset and not below_root:
         return machine
     current = machine
-    while True:
-        child = next((c for c in current.children if c.type != "PU" and cpus <= c.cpuset), None)
-        if child is None:
-            break
+    while (child := next((c for c in current.children if c.type != "PU" and cpus <= c.cpuset), None)) is not None:
         if child.cpuset == cpus:
             return child
         current = child
@@ -340,17 +336,11 @@ def levels(machine: Obj) -> list[list[Obj]]:
     while frontier:
         top = next((o for o in frontier if o.type != "PU"), frontier[0])
         for o in frontier:
-            if not _same_type(top, o) and any(_same_type(d, top) for c in o.children for d in _normal(c)):
+            if not _same_type(top, o) and any(_same_type(d, top) for c in o.children for d in walk(c)):
                 top = o  # o is above an object of top's type
         out.append([o for o in frontier if _same_type(top, o)])
         frontier = [c for o in frontier for c in (o.children if _same_type(top, o) else [o])]
     return out
-
-
-def _normal(obj: Obj):
-    yield obj
-    for c in obj.children:
-        yield from _normal(c)
 
 
 def restrict(machine: Obj, cpus: CpuSet) -> None:

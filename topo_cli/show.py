@@ -3,12 +3,15 @@ JSON, as hwloc XML, or drawn."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 import click
 
-from topo.errors import UsageError
+from topo.cpuset import CpuSet
+from topo.errors import ParseError, UsageError
+from topo.tree import parse_type
 
 from topo.cli import CONTEXT
 from topo.cli.machine import STDOUT_NAMES, MachineSource, check_output, machine_options, write_text
@@ -153,8 +156,6 @@ def load(machine: MachineSource, input_path: str | None, **kwargs):
 
 
 def _type(text: str, option: str) -> tuple:
-    from topo.tree import parse_type
-
     wanted = parse_type(text)
     if wanted is None:
         raise UsageError(f"{option} {text}: not a type; name one such as machine, package, die, group, l3, l2, "
@@ -192,8 +193,6 @@ def _filters(filters, io, no_bridges, *, merge, no_caches, no_icaches, no_smt):
 
 def _restriction(text: str, topology):
     """--restrict's CPUs: an hwloc bitmap, or `binding` (this process's CPUs)."""
-    from topo.cpuset import CpuSet
-    from topo.errors import ParseError
     from topo.probes.hwloc_xml import parse_bitmap
 
     if text == "binding":
@@ -235,26 +234,12 @@ def _format(path: str | None, output_format: str | None, as_json: bool) -> str:
 
 def _render(topology, fmt: str, options, long_form: bool) -> str:
     if fmt == "json":
-        import json
-
         return json.dumps(topology.to_dict(), indent=2) + "\n"
-    if fmt == "svg":
-        from topo.views.svg import draw_svg
+    from topo.views import ascii, console, html, hwloc_xml, svg
 
-        return draw_svg(topology)
-    if fmt == "html":
-        from topo.views.html import draw_html
-
-        return draw_html(topology)
-    if fmt == "xml":
-        from topo.views.hwloc_xml import to_xml
-
-        return to_xml(topology)
+    if fmt in ("svg", "html", "xml"):
+        return {"svg": svg.draw_svg, "html": html.draw_html, "xml": hwloc_xml.to_xml}[fmt](topology)
     if fmt == "ascii":
-        from topo.views.ascii import draw_ascii
-
-        return draw_ascii(topology, options["index"]) + "\n"
-    from topo.views.console import Options, render_console, render_text
-
-    text = render_text(topology) if long_form else render_console(topology, Options(**options))
+        return ascii.draw_ascii(topology, options["index"]) + "\n"
+    text = console.render_text(topology) if long_form else console.render_console(topology, console.Options(**options))
     return text + "\n" if text else ""

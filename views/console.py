@@ -5,6 +5,7 @@ Both walk the one tree of `topo.tree`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from topo.cpuset import CpuSet
@@ -13,7 +14,6 @@ from topo.numa_mode import numa_mode
 from topo.text import printable
 from topo.tree import IO_TYPES, TYPES, Obj, bitmap, build, levels, merge_levels, restrict, type_name, walk
 
-INDEX_MODES = ("default", "physical", "logical")
 # hwloc_pci_class_string: a class's name by its 16 bits, else by its base class
 _PCI_CLASSES = dict(x.split("=") for x in (
     "0001=VGA 0100=SCSI 0101=IDE 0102=Floppy 0103=IPI 0104=RAID 0105=ATA 0106=SATA 0107=SAS 0108=NVMExp "
@@ -73,8 +73,6 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     parent has it as only child, with the same CPUs and no memory or I/O child, is printed on its
     parent's line after " + " (not with -v, -c or -C). The I/O objects shown are those of `t`:
     `t.io_view()` picks them as lstopo's flags do."""
-    if options.index not in INDEX_MODES:
-        raise ValueError(f"index must be one of {INDEX_MODES}, not {options.index!r}")
     machine = build(t, options.drop)
     if options.restrict is not None:
         restrict(machine, options.restrict)
@@ -202,7 +200,7 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, 
         if obj.type == "Bridge":
             attrs.append(f"buses={m.domain:04x}:[{m.secondary_bus:02x}-{m.subordinate_bus:02x}]")
     elif verbose:
-        total = _total_memory(obj)
+        total = sum(o.model.local_memory for o in walk(obj) if o.type == "NUMANode")
         if obj.type == "NUMANode" and m.local_memory:
             attrs.append(f"local={hwloc_size(m.local_memory, True)} total={hwloc_size(total, True)}")
         elif total:
@@ -214,7 +212,7 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, 
         attrs.append(f"size={size} linesize={getattr(m, 'line_size', 0) or 0}"
                      + (f" ways={m.ways}" if getattr(m, "ways", None) else "") if verbose else size)
     if verbose:
-        attrs += [f"{k}={_quoted(v)}" for k, v in _infos(obj, t)]
+        attrs += [f'{k}="{v}"' if " " in v else f"{k}={v}" for k, v in _infos(obj, t)]
     inside = " ".join(x for x in (phys, *attrs) if x)
     if inside:
         text += f" ({inside})"
@@ -234,14 +232,6 @@ def _infos(obj: Obj, t: Topology) -> list[tuple[str, str]]:
     return list(obj.infos)
 
 
-def _quoted(value: str) -> str:
-    return f'"{value}"' if " " in value else value
-
-
-def _total_memory(obj: Obj) -> int:
-    return sum(o.model.local_memory for o in walk(obj) if o.type == "NUMANode")
-
-
 def _summary(machine: Obj) -> list[str]:
     """lstopo's depth table (hwloc_lstopo_show_summary)."""
     normal = levels(machine)
@@ -250,11 +240,10 @@ def _summary(machine: Obj) -> list[str]:
     for depth, level in enumerate(normal):
         head = f"{' ' * depth}depth {depth}:"
         out.append(f"{head:<{width}}{len(level)} {type_name(level[0], True)} (type #{TYPES[level[0].type][1]})")
-    special = [o for o in walk(machine) if o.type in ("NUMANode", "MemCache", *IO_TYPES)]
+    counts = Counter(o.type for o in walk(machine))
     for depth, kind in ((-3, "NUMANode"), (-8, "MemCache"), (-4, "Bridge"), (-5, "PCIDev"), (-6, "OSDev")):
-        count = sum(o.type == kind for o in special)
-        if count:
-            out.append(f"{f'Special depth {depth}:':<{width}}{count} {kind} (type #{TYPES[kind][1]})")
+        if counts[kind]:
+            out.append(f"{f'Special depth {depth}:':<{width}}{counts[kind]} {kind} (type #{TYPES[kind][1]})")
     return out
 
 
@@ -318,12 +307,6 @@ def long_detail(obj: Obj, t: Topology) -> str:
     return f"({inside})" if inside else ""
 
 
-def long_label(obj: Obj, t: Topology) -> str:
-    """An object as the long form prints it: 'Package L#0 (P#0 "EPYC")', 'L3 L#0 (32MiB)'."""
-    name = type_name(obj) + (f"({obj.subtype})" if obj.subtype and obj.type == "Group" else "")
-    return " ".join(x for x in (name, "" if obj.type == "Machine" else f"L#{obj.logical}", long_detail(obj, t)) if x)
-
-
 def render_text(t: Topology) -> str:
     """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it,
     the device link matrix, how nodes cut packages (SNC/NPS), the summary and how each probe fared."""
@@ -335,8 +318,10 @@ def render_text(t: Topology) -> str:
         devices.setdefault(dev.numa_node, []).append(f"{dev.kind.upper()} {dev.index}" + (f" ({details})" if details else ""))
     shown = {o.os_index for o in walk(machine) if o.type == "NUMANode"}
 
-    def emit(obj: Obj, depth: int) -> None:
-        lines.append("  " * depth + long_label(obj, t))
+    def emit(obj: Obj, depth: int) -> None:  # 'Package L#0 (P#0 "EPYC")', 'L3 L#0 (32MiB)'
+        name = type_name(obj) + (f"({obj.subtype})" if obj.subtype and obj.type == "Group" else "")
+        index = "" if obj.type == "Machine" else f"L#{obj.logical}"
+        lines.append("  " * depth + " ".join(x for x in (name, index, long_detail(obj, t)) if x))
         if obj.type == "NUMANode":
             lines.extend("  " * (depth + 1) + d for d in devices.get(obj.os_index, ()))
         for child in obj.memory:

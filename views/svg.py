@@ -72,18 +72,16 @@ def _f(v: float) -> str:
     return f"{v:.1f}".removesuffix(".0")
 
 
-def _rect(x, y, w, h, cls="", fill=None, extra="") -> str:
-    attrs = f' class="{cls}"' if cls else ""
-    if fill:
-        attrs += f' style="fill:{fill}"'
-    return f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="{_f(h)}"{attrs}{extra}/>'
+def _look(cls: str, fill: str | None) -> str:
+    return (f' class="{cls}"' if cls else "") + (f' style="fill:{fill}"' if fill else "")
+
+
+def _rect(x, y, w, h, cls="", fill=None) -> str:
+    return f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="{_f(h)}"{_look(cls, fill)}/>'
 
 
 def _text(x, y, s, cls="", fill=None) -> str:
-    attrs = f' class="{cls}"' if cls else ""
-    if fill:
-        attrs += f' style="fill:{fill}"'
-    return f'<text x="{_f(x)}" y="{_f(y)}"{attrs}>{escape(s)}</text>'
+    return f'<text x="{_f(x)}" y="{_f(y)}"{_look(cls, fill)}>{escape(s)}</text>'
 
 
 def _plate(x: float, baseline: float, text: str, right: float, stripes: list[tuple[float, float, str]]) -> str:
@@ -119,11 +117,11 @@ def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, p
         labels.append(_plate(x, y, header, box.x + box.w - 1, [(box.x, box.x + box.w, fill)]) + _text(x, y, header))
     for (node, devices), (mx, my, mw, chips) in zip(box.memory, box.mem_pos):
         x, y = box.x + mx, box.y + my
+        right, stripes = box.x + box.w - 1, [(box.x, box.x + box.w, fill)]
         if node.type == "NUMANode":
             out.append(f"<g><title>{escape(node_label(node, topology))}</title>{_rect(x, y, mw, BAR_H, 'bar')}</g>")
-            tags = paint.memory_of.get(node.os_index, [])
             tx = x + mw - 3
-            for i in reversed(tags):
+            for i in reversed(paint.memory_of.get(node.os_index, [])):
                 o = paint.overlay.owners[i]
                 tw = text_w(o.tag) - 2
                 tx -= tw
@@ -131,12 +129,9 @@ def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, p
                               f"{_rect(tx, y + 2, tw, BAR_H - 4, fill=o.colour)}"
                               f"{_text(tx + 2, y + 11.5, o.tag, 'n', ink_on(o.colour))}</g>")
                 tx -= 2
-            text = bar_text(node, topology)
-            labels.append(_plate(x + 3, y + 12, text, tx + 1, [(x, x + mw, BAR_FILL)]) + _text(x + 3, y + 12, text))
-        else:
-            text = bar_text(node, topology)
-            labels.append(_plate(x + 3, y + 12, text, box.x + box.w - 1, [(box.x, box.x + box.w, fill)])
-                          + _text(x + 3, y + 12, text))
+            right, stripes = tx + 1, [(x, x + mw, BAR_FILL)]
+        text = bar_text(node, topology)
+        labels.append(_plate(x + 3, y + 12, text, right, stripes) + _text(x + 3, y + 12, text))
         for d, (cx, cy, cw) in zip(devices, chips):
             owner = paint.device_owner.get((d.kind, d.index))
             fill = paint.overlay.owners[owner].colour if owner is not None else None
@@ -161,8 +156,7 @@ def _emit_pu(out: list[str], labels: list[str], box: Box, topology: Topology, pa
         os_ = [paint.overlay.owners[i] for i in owners]
         stripe = w / len(os_)
         stripes = [(x + k * stripe, x + (k + 1) * stripe, o.colour) for k, o in enumerate(os_)]
-        for k, o in enumerate(os_):
-            parts.append(_rect(x + k * stripe, y, stripe, h, fill=o.colour))
+        parts += [_rect(x + k * stripe, y, stripe, h, fill=o.colour) for k, o in enumerate(os_)]
         ink = ink_on(os_[0].colour) if len(os_) == 1 else None
         title += " · " + ", ".join(" ".join(o.legend[:2]) or o.tag for o in os_)
     elif paint.overlay is not None and allowed:

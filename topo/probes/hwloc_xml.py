@@ -28,7 +28,7 @@ from topo.model import (MAX_PUS, Cache, Cluster, Core, CpuKind, Die, Group, Memo
                         Package, PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
 from topo.probes.pci import bus_key
-from topo.tree import CACHE_TYPE, GROUP_KINDS
+from topo.tree import CACHE_TYPE, GROUP_KINDS, OSDEV_TYPES
 
 # An export holds four or five elements per PU (PU, Core, caches) and a few per PCI function, each
 # over 100 bytes of XML: four per PU of MAX_PUS is more than fits in a file topo reads. An element
@@ -79,7 +79,6 @@ def parse_bitmap(text: str | None) -> CpuSet:
 
 @dataclass
 class _Walk:
-    version: int
     packages: list = field(default_factory=list)
     dies: list = field(default_factory=list)
     clusters: list = field(default_factory=list)
@@ -250,9 +249,9 @@ def _infos(el) -> dict[str, str]:
     return {i.get("name"): i.get("value", "") for i in el.findall("info") if i.get("name")}
 
 
-# hwloc 2.x numbers OS device types; 3.0 writes a bitmask of them
-_OSDEV_V2 = {"0": "block", "1": "gpu", "2": "net", "3": "openfabrics", "4": "dma", "5": "coproc"}
-_OSDEV_V3 = ((1 << 5, "openfabrics"), (1 << 4, "net"), (1 << 0, "block"), (1 << 1, "memory"), (1 << 2, "gpu"),
+# hwloc 2.x numbers OS device types; 3.0 writes a bitmask of them (memory, 1 << 1, read as block)
+_OSDEV_V2 = {str(code): kind for kind, code in OSDEV_TYPES.items()}
+_OSDEV_V3 = ((1 << 5, "openfabrics"), (1 << 4, "net"), (1 << 0, "block"), (1 << 1, "block"), (1 << 2, "gpu"),
              (1 << 3, "coproc"), (1 << 6, "dma"))
 
 
@@ -263,7 +262,6 @@ def _os_device(el, locality: CpuSet, parent: str | None, version3: bool) -> OsDe
     if kind is None and version3:
         bits = _number(value, "osdev_type")
         kind = next((name for bit, name in _OSDEV_V3 if bits & bit), "block")
-        kind = "block" if kind == "memory" else kind
     elif kind is None:
         kind = _OSDEV_V2.get(value, "block")
     return OsDevice(el.get("name") or "", kind, parent if parent and _BUS_ID.match(parent) else None, locality,
@@ -305,17 +303,6 @@ def _distances_v1(root, node_order: list[int]) -> dict[int, dict[int, int]]:
     return out
 
 
-def _own_cpus(nodes: list[tuple[int, CpuSet, object]]) -> dict[int, CpuSet]:
-    """{node: CPUs it owns} from (node, locality, memory-only: a subtype or topo's flag)."""
-    owned = EMPTY
-    own: dict[int, CpuSet] = {}
-    for os_index, locality, memory_only in sorted(nodes, key=lambda n: (bool(n[2]), n[1].weight(), n[0])):
-        mine = EMPTY if memory_only else locality - owned
-        own[os_index] = mine
-        owned |= mine
-    return own
-
-
 def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
     """The Topology an hwloc XML export describes. `source` names the file in errors and `root`."""
     try:
@@ -334,23 +321,16 @@ def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
         raise ProbeError(f"{source}: hwloc XML without a Machine object")
     try:
         topology = _build(root, machine, version, source)
-    except ParseError as exc:
-        raise ProbeError(f"{source}: {exc}; export it again with `lstopo --of xml FILE`") from None
-    try:
         topology.check()
-    except ProbeError as exc:
+    except (ParseError, ProbeError) as exc:
         raise ProbeError(f"{source}: {exc}; export it again with `lstopo --of xml FILE`") from None
     return topology
 
 
 def _element_tree(text: str) -> ET.Element:
-    """The document's elements as a tree, streamed through expat and refused (ParseError) at the
-    first sign it is no hwloc export: a DOCTYPE with declarations of its own (the only place
-    entities can be declared: hwloc writes none, and one entity repeated can cost a hundred times
-    the file), more than MAX_ELEMENTS elements or MAX_ATTRIBUTES attributes, nesting deeper than
-    MAX_DEPTH, more than MAX_NAMES names (each is kept, once), or one tag (or comment) longer than
-    MAX_TAG, which expat holds whole. Nothing is expanded and nothing is built past a bound, so
-    memory stays in proportion to the file, as a real export's does."""
+    """The document's elements as a tree, streamed through expat; ParseError at the first sign it
+    is no hwloc export: a DOCTYPE declaring entities (hwloc writes none; one repeated can cost a
+    hundred times the file) or a bound above passed. Memory stays in proportion to the file."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate("utf-8")
     parser.buffer_text = True
@@ -394,7 +374,7 @@ def _element_tree(text: str) -> ET.Element:
 
 
 def _build(root, machine, version: int, source: str) -> Topology:
-    w = _Walk(version)
+    w = _Walk()
     machine_set = parse_bitmap(machine.get("cpuset"))
     _walk(machine, w, None, machine_set)
     pus = CpuSet(p for p in w.pus if p is not None) if w.pus else machine_set
@@ -416,7 +396,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
             complete_own[i] = parse_bitmap(el.get("complete_cpuset")) | cpuset
             localities[i] = cpuset if complete_own[i] else parent_set
     else:
-        complete_localities = []
+        complete_localities = []  # (node, locality, memory-only: a subtype or topo's flag)
         for i, (el, cpuset, _) in zip(node_ids, w.nodes):
             # a v2 memory child's cpuset is its locality, unless topo wrote another one
             written = _infos(el).get("topoLocality")
@@ -426,7 +406,10 @@ def _build(root, machine, version: int, source: str) -> Topology:
             memory_only = el.get("subtype") if flag is None else (flag == "1")
             held = parse_bitmap(el.get("complete_cpuset")) | cpuset if written is None else localities[i]
             complete_localities.append((i, held, memory_only))
-        complete_own = _own_cpus(complete_localities)
+        owned = EMPTY  # memory-only nodes own none, then smaller localities claim first
+        for i, held, memory_only in sorted(complete_localities, key=lambda n: (bool(n[2]), n[1].weight(), n[0])):
+            complete_own[i] = EMPTY if memory_only else held - owned
+            owned |= complete_own[i]
     gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
     if len(node_ids) == 1 and "topoNodeDistances" in machine_info:  # the 1x1 matrix hwloc keeps none of

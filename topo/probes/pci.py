@@ -61,22 +61,16 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
     for f in functions:
         if f.parent is None:
             hosts.setdefault((f.key[0], f.key[1]), []).append(f)
-    bridges_by_id: dict[str, PciBridge] = {}
-    host_of: dict[str, str] = {}
+    bridges = []
     for (domain, bus), tops in hosts.items():
         host_id = f"pci{domain:04x}:{bus:02x}"
-        first = tops[0]
-        local = fs.read_set(f"{first.dir}/local_cpulist", f"{first.dir}/local_cpus")
+        local = fs.read_set(f"{tops[0].dir}/local_cpulist", f"{tops[0].dir}/local_cpus")
         locality = local & machine if local and local & machine else machine
         subordinate = max([bus] + [t.buses[1] for t in tops if t.buses])
-        bridges_by_id[host_id] = PciBridge(host_id, None, domain, bus, subordinate, locality)
+        bridges.append(PciBridge(host_id, None, domain, bus, subordinate, locality))
         for t in tops:
             t.parent = host_id
-            host_of[t.busid] = host_id
-    bridges = list(bridges_by_id.values())
-    locality_of: dict[str, CpuSet] = {}  # any function's or bridge's id -> its tree's locality
-    for host in bridges:
-        locality_of[host.id] = host.local_cpus
+    locality_of = {host.id: host.local_cpus for host in bridges}  # any function's or bridge's id -> its locality
     for f in functions:  # a parent always comes before its children in bus order
         locality_of[f.busid] = locality_of.get(f.parent, machine)
 
@@ -171,13 +165,10 @@ def _os_subtype(fs: FsRoot, kind: str, path: str, name: str, target: str) -> str
         for line in (fs.read(f"/run/udev/data/b{dev}") or "").splitlines():
             if line.startswith("E:ID_TYPE="):
                 blocktype = line.removeprefix("E:ID_TYPE=")
-    if blocktype == "disk" or name.startswith("nvme"):
+    if name.startswith("nvme"):
         return "Disk"
-    if blocktype == "tape":
-        return "Tape"
-    if blocktype in ("cd", "floppy", "optical"):
-        return "Removable Media Device"
-    return None
+    removable = "Removable Media Device"
+    return {"disk": "Disk", "tape": "Tape", "cd": removable, "floppy": removable, "optical": removable}.get(blocktype)
 
 
 def _pci_functions(fs: FsRoot) -> list[_Function]:
