@@ -73,6 +73,8 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     parent has it as only child, with the same CPUs and no memory or I/O child, is printed on its
     parent's line after " + " (not with -v, -c or -C). The I/O objects shown are those of `t`:
     `t.io_view()` picks them as lstopo's flags do."""
+    if options.index not in ("default", "physical", "logical"):  # a library caller's typo: not silently default
+        raise ValueError(f"index must be default, physical or logical, not {options.index!r}")
     machine = build(t, options.drop)
     if options.restrict is not None:
         restrict(machine, options.restrict)
