@@ -25,6 +25,13 @@ LSTOPO = shutil.which("lstopo-no-graphics")
 needs_lstopo = pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics (Debian package hwloc) is not installed")
 
 
+def lstopo_of(root: Path, *args: str, **env: str) -> str:
+    """What lstopo-no-graphics prints of the sysfs below `root` (Linux backend alone, C locale)."""
+    run_env = dict(os.environ, HWLOC_FSROOT=str(root), HWLOC_COMPONENTS="linux,stop", LC_ALL="C", **env)
+    return subprocess.run([LSTOPO, *args], env=run_env, capture_output=True, text=True, timeout=60,
+                          check=True).stdout
+
+
 def captured_tarballs() -> list[str]:
     """One fixture name per captured tarball (several fixtures reuse one with other lstopo options)."""
     seen = {}
