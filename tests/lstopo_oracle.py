@@ -32,6 +32,14 @@ def lstopo_of(root: Path, *args: str, **env: str) -> str:
                           check=True).stdout
 
 
+def topo_console(root: Path) -> str:
+    """`topo show` of the sysfs below `root`, with the I/O objects lstopo shows by default."""
+    from topo.discovery import discover
+    from topo.views.console import Options, render_console
+
+    return render_console(discover(root).io_view("important"), Options()) + "\n"
+
+
 def captured_tarballs() -> list[str]:
     """One fixture name per captured tarball (several fixtures reuse one with other lstopo options)."""
     seen = {}

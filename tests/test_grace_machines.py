@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 
 import machines_2026
-from lstopo_oracle import lstopo_of, needs_lstopo
+from lstopo_oracle import lstopo_of, needs_lstopo, topo_console
 from sysfs_builder import build
 from topo import planners
 from topo.discovery import discover
-from topo.views.console import Options, render_console
 
 # name -> (machine, each GPU's memory node (None: none), each GPU's home: the CPU node nearest it)
 MACHINES = {
@@ -34,8 +33,7 @@ def roots(tmp_path_factory):
 @needs_lstopo
 @pytest.mark.parametrize("name", MACHINES)
 def test_show_is_lstopos(roots, name):
-    ours = render_console(discover(roots[name]).io_view("important"), Options())
-    assert ours + "\n" == lstopo_of(roots[name], HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES="1")
+    assert topo_console(roots[name]) == lstopo_of(roots[name], HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES="1")
 
 
 @pytest.mark.parametrize("name", MACHINES)
