@@ -1,20 +1,12 @@
-"""`topo run`: torchrun's flags (launcher.torchrun_flags) as a plan (per worker its argv,
-environment, binding and log layout, and the restart policy) for launcher.run.execute, and the
-failure report (launcher.torchrun_errors). Jobs that need torch's rendezvous (c10d or etcd across
-nodes without node ranks, elastic MIN:MAX, --rdzv-conf) run under torch's own agent instead
-(launcher.elastic).
+"""`topo run`: torchrun's flags (launcher.torchrun_flags) as a plan for launcher.run.execute, and
+the failure report; jobs that need torch's rendezvous run under torch's agent (launcher.elastic).
 
-As the installed torch's torchrun (launcher.torchrun_flags.TORCHRUN_RELEASES): its flags and
-defaults (no --master-port on one node: localhost, a free port, a fresh run id, from 2.12); workers
-run `${PYTHON_EXEC:-sys.executable} -u SCRIPT ARGS` with its variables and
-`<log dir>/<run id>_<random>/attempt_<n>/<local rank>/` layout; --max-restarts restarts the local
-group; an `@record` error file is reported as the root cause; -t prefixes lines as
---log-line-prefix-template says; SIGINT exits 1.
-
-Unlike it, on purpose: the rendezvous is static (no store runs in topo, so
-TORCHELASTIC_USE_AGENT_STORE is "False" and rank 0 hosts the TCPStore); --numa-binding takes every
-topo mode and verifies each worker in /proc; a failed job exits with the worker's code, another
-stop signal with 128 + n; a bound worker gets OMP_NUM_THREADS = its CPUs // the workers sharing them.
+As the installed torch's torchrun: its flags, defaults, worker variables and
+`<log dir>/<run id>_<random>/attempt_<n>/<local rank>/` layout; `${PYTHON_EXEC:-sys.executable} -u
+SCRIPT`; an `@record` error file is the root cause; SIGINT exits 1. Unlike it, on purpose: the
+rendezvous is static (TORCHELASTIC_USE_AGENT_STORE=False: rank 0 hosts the TCPStore); --numa-binding
+takes every topo mode and verifies each worker in /proc; a failed job exits with the worker's code,
+another stop signal with 128 + n; a bound worker gets OMP_NUM_THREADS = its CPUs // its sharers.
 """
 
 from __future__ import annotations
@@ -42,15 +34,14 @@ from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
 from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, discover_here, parse_signals
 from topo.binding import Binding
 from topo.errors import UsageError
+from topo import planners
 
 
-# ------------------------------------------------------------------ planning
 def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
              topology: Callable | object | None = None) -> Plan:
-    """torchrun's flags as the plan the executor runs: per worker its argv, torchrun's environment,
-    binding and log layout, and the restart policy (each attempt under `<run dir>/attempt_<n>/`,
-    the run dir given as the plan's log_dir). Raises UsageError before anything is created or
-    started."""
+    """The plan the executor runs: per worker its argv, torchrun's environment, binding and log
+    layout (each attempt under `<run dir>/attempt_<n>/`, the run dir given as the plan's log_dir),
+    and the restart policy. UsageError before anything is created or started."""
     environ, command, bindings, warnings = _prepare(config, environ, topology)
     port = config.master_port if config.master_port is not None else _free_port()
     run_id = config.run_id or str(uuid.uuid4())
@@ -63,8 +54,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     host = socket.gethostname()
 
     def worker_env(local_rank: int, restart: int, error_file: str) -> dict[str, str]:
-        """torchrun's variables for one worker (local_elastic_agent._start_workers), plus topo's
-        OMP_NUM_THREADS rule for bound workers."""
+        """torchrun's variables (local_elastic_agent._start_workers), plus OMP_NUM_THREADS if bound."""
         c = config
         rank = c.rank(local_rank)
         env = {
@@ -92,8 +82,6 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
         return env
 
     def processes(restart: int, attempt_dir: str) -> tuple[ProcessSpec, ...]:
-        """Every worker of attempt `restart`, in torchrun's log layout under `attempt_dir`
-        (`<local rank>/error.json`, `stdout.log`, ...)."""
         specs = []
         for local_rank, binding in enumerate(bindings):
             rank_dir = os.path.join(attempt_dir, str(local_rank))
@@ -107,7 +95,6 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
         return tuple(specs)
 
     def attempt(restart: int, run_dir: str) -> tuple[tuple[ProcessSpec, ...], str]:
-        """Attempt `restart` under `run_dir`, its directories made."""
         attempt_dir = os.path.join(run_dir, f"attempt_{restart}")
         specs = processes(restart, attempt_dir)
         try:
@@ -126,8 +113,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
 
 
 def _prepare(config: RunConfig, environ: Mapping[str, str] | None, topology):
-    """What both ways of running a job check and plan first: (the environment, the workers' argv,
-    their bindings, the warnings). UsageError before anything is created or started."""
+    """(environment, argv, bindings, warnings): what both ways of running a job check and plan first."""
     environ = dict(os.environ if environ is None else environ)
     command = _command(config)
     _check_command(config, command, environ)
@@ -152,9 +138,8 @@ def _virtual_device(environ: Mapping[str, str], local_rank: int, variable: str) 
 
 
 def _command(config: RunConfig) -> tuple[str, ...]:
-    """torchrun's argv: `python -u [-m] SCRIPT ARGS`, or the program itself with --no-python.
-    --run-path (torchrun: runpy.run_path in its own interpreter) runs the script the same way
-    `python -u SCRIPT` does: as __main__, with sys.argv = [SCRIPT, ARGS...]."""
+    """`python -u [-m] SCRIPT ARGS`, or the program itself with --no-python. --run-path (torchrun:
+    runpy.run_path in its own interpreter) runs as `python -u SCRIPT` does: as __main__, same argv."""
     if config.no_python and not config.run_path:
         return (config.script, *config.script_args)
     module = ("-m",) if config.module and not config.run_path else ()
@@ -178,10 +163,8 @@ def _check_command(config: RunConfig, command: tuple[str, ...], environ: Mapping
 
 
 def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings: list[str]) -> tuple[Binding, ...]:
-    """Each local rank's binding from `planners.plan(topology, MODE, nproc=...)`: local rank r runs
-    next to the r-th visible device (torchrun's rule), or on its share of the CPUs without devices."""
-    from topo import planners  # ~60 ms to import: only for --numa-binding
-
+    """Local rank r's binding: the plan's entry for the r-th visible device (torchrun's rule), or
+    its share of the CPUs without devices."""
     if topology is None or callable(topology):
         topology = (topology or discover_here)()
     if not topology.is_this_system:
@@ -199,13 +182,12 @@ def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings:
 
 
 def _free_port() -> int:
-    """A TCP port free on every interface now, for rank 0's TCPStore (torchrun binds port 0 likewise)."""
+    """A port free on every interface now, for rank 0's TCPStore (torchrun binds port 0 likewise)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return s.getsockname()[1]
 
 
-# ------------------------------------------------------------------ running
 @dataclass(frozen=True)
 class RunResult:
     """How a `topo run` job ended."""

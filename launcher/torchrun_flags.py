@@ -1,9 +1,7 @@
-"""torchrun's flags for `topo run`: their defaults (TORCHRUN_DEFAULTS, the one place they are
-written) and where torch releases differ (TORCHRUN_RELEASES, chosen by the version of the torch
-this interpreter would import), the parsers of their values, and RunConfig, the resolved and
-checked configuration that `config_from_flags` makes of what the user gave, Slurm's values and
-the defaults.
-"""
+"""torchrun's flags for `topo run`: their defaults (TORCHRUN_DEFAULTS, written once), where torch
+releases differ (TORCHRUN_RELEASES, chosen by the torch this interpreter would import), the parsers
+of their values, and RunConfig, what `config_from_flags` resolves from the flags, Slurm and the
+defaults."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import os
 import re
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping, Sequence
 
 from topo.launcher import network, slurm
@@ -20,10 +18,10 @@ from topo.binding import MAX_PROCESSES
 from topo.cpuset import excerpt
 from topo.numbers import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds
 from topo.errors import UsageError
+from topo.planners.core import MEMORY
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-MEMORY_CHOICES = ("none", "numa", "preferred", "device")  # --memory with --numa-binding; none is torch's
 STD_NONE, STD_OUT, STD_ERR = 0, 1, 2  # torchrun's Std flags: -r/-t values 0..3, per rank as "0:1,1:2"
 DEFAULT_LINE_PREFIX = "[${role_name}${local_rank}]:"  # torchrun's prefix of a tee'd line
 
@@ -43,11 +41,9 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # torchrun's, when neither the flag nor TORCH_E
 
 @dataclass(frozen=True)
 class TorchrunRelease:
-    """What torchrun does where its releases differ, from `release` until the next row's.
-
-    Flags a release added (2.10: --signals-to-handle, --virtual-local-rank, --duplicate-*-filters;
-    2.12: --shutdown-timeout; 2.14: --log-line-prefix-template, --print-completion) are accepted
-    whatever torch is installed."""
+    """What torchrun does where its releases differ, from `release` until the next row's. Flags a
+    release added (2.10: --signals-to-handle, --virtual-local-rank, --duplicate-*-filters; 2.12:
+    --shutdown-timeout; 2.14: --log-line-prefix-template, --print-completion) are always accepted."""
 
     release: tuple[int, int]
     master_port: int | None  # --master-port's default; None: one node without a port is a local rendezvous
@@ -77,7 +73,7 @@ def torchrun_release(version: tuple[int, int] | None) -> TorchrunRelease:
 
 
 def installed_torch() -> tuple[int, int] | None:
-    """(major, minor) of the torch this interpreter would import, from its torch/version.py, read
+    """(major, minor) of the torch this interpreter would import, read from its torch/version.py
     without importing torch (which takes a second); None when there is none."""
     try:
         spec = importlib.util.find_spec("torch")
@@ -98,7 +94,6 @@ def installed_torch() -> tuple[int, int] | None:
 
 
 def torchrun_defaults(release: TorchrunRelease) -> dict[str, object]:
-    """TORCHRUN_DEFAULTS as `release` has them."""
     return {**TORCHRUN_DEFAULTS, "master_port": release.master_port}
 
 
@@ -200,9 +195,6 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable,
     raise UsageError(f"--nproc-per-node={text!r}: give a number, or gpu, cpu, xpu or auto")
 
 
-_DEFAULT_NNODES = parse_nnodes(str(TORCHRUN_DEFAULTS["nnodes"]))[1]
-_DEFAULT_NPROC = int(str(TORCHRUN_DEFAULTS["nproc_per_node"]))
-
 
 # ------------------------------------------------------------------ the configuration
 @dataclass(frozen=True)
@@ -212,15 +204,14 @@ class RunConfig:
 
     script: str
     script_args: tuple[str, ...] = ()
-    nnodes: int = _DEFAULT_NNODES  # the most nodes; min_nodes the fewest an elastic job starts with
-    nproc_per_node: int = _DEFAULT_NPROC
+    nnodes: int = 1  # the most nodes; min_nodes the fewest an elastic job starts with
+    nproc_per_node: int = 1
     node_rank: int = TORCHRUN_DEFAULTS["node_rank"]
     master_addr: str = TORCHRUN_DEFAULTS["master_addr"]  # where rank 0's TCPStore listens
     master_port: int | None = DEFAULT_MASTER_PORT  # None: a free port at launch (torchrun's local rendezvous)
     run_id: str = TORCHRUN_DEFAULTS["rdzv_id"]  # TORCHELASTIC_RUN_ID; "": a fresh UUID at launch
     min_nodes: int | None = None  # None: nnodes
-    # the flag that makes torch's agent run the job ("--nnodes=1:2"); None: topo's static plan runs it
-    torch_agent: str | None = None
+    torch_agent: str | None = None  # the flag that makes torch's agent run the job; None: topo's static plan
     rdzv_backend: str = TORCHRUN_DEFAULTS["rdzv_backend"]
     rdzv_endpoint: str = TORCHRUN_DEFAULTS["rdzv_endpoint"]
     rdzv_conf: str = TORCHRUN_DEFAULTS["rdzv_conf"]
@@ -237,7 +228,7 @@ class RunConfig:
     local_ranks_filter: frozenset[int] | None = None  # the local ranks shown on the console; None: all
     line_prefix: str = DEFAULT_LINE_PREFIX  # a tee'd line's: ${role_name}, ${rank}, ${local_rank}, ${hostname}
     numa_binding: str | None = TORCHRUN_DEFAULTS["numa_binding"]
-    memory: str = "none"  # the memory policy of the numa_binding mode (MEMORY_CHOICES)
+    memory: str = "none"  # the memory policy of the numa_binding mode (planners' MEMORY); none is torch's
     priority_cores: bool = False  # each worker's first CPU on a priority core (planners.priority)
     bind_fallback: bool = False  # as topo launch's: a refused memory policy dropped, the CPUs kept
     dry_run: bool = False  # print every worker's argv, binding and environment; start nothing
@@ -274,13 +265,12 @@ class RunConfig:
             raise UsageError(f"--grace-period={self.grace_period} must be 0 to {MAX_SECONDS} seconds")
         if self.module and self.no_python and not self.run_path:
             raise UsageError("--no-python and --module together: a module needs the interpreter; drop one")
-        if self.memory not in MEMORY_CHOICES:
-            raise UsageError(f"--memory={self.memory!r}: choose one of {', '.join(MEMORY_CHOICES)}")
+        if self.memory not in MEMORY:
+            raise UsageError(f"--memory={self.memory!r}: choose one of {', '.join(MEMORY)}")
         if not self.role or any(c.isspace() for c in self.role):
             raise UsageError(f"--role={self.role!r}: give a name without spaces")
         parse_signals(self.signals_to_handle)
-        parse_std(self.redirects, "--redirects")
-        parse_std(self.tee, "--tee")
+        self.streams(0)  # checks --redirects and --tee
 
     @property
     def world_size(self) -> int:
@@ -296,6 +286,10 @@ class RunConfig:
 
 
 _INSTALLED = object()  # config_from_flags' torch_version default: read the installed torch's
+# Options only torch's agent acts on; topo's static plan accepts the first two, and the others at
+# their defaults, as changing nothing.
+TORCH_AGENT_OPTIONS = ("start_method", "event_log_handler", "logs_specs", "duplicate_stdout_filters",
+                       "duplicate_stderr_filters")
 
 
 def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[str, object], *,
@@ -311,7 +305,6 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     --nproc-per-node=gpu|auto.
     """
     environ = os.environ if environ is None else environ
-    topology = topology or discover_here
     version = installed_torch() if torch_version is _INSTALLED else torch_version
     release = torchrun_release(version)
     flags = dict(given)
@@ -331,7 +324,8 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     nnodes = values["nnodes"] if isinstance(values["nnodes"], int) else parse_nnodes(str(values["nnodes"]))[1]
     min_nodes = nodes_given[0] if nodes_given else nnodes
     nproc = values["nproc_per_node"]
-    nproc = nproc if isinstance(nproc, int) else nproc_from_text(str(nproc), environ, topology, release)
+    nproc = nproc if isinstance(nproc, int) else nproc_from_text(str(nproc), environ, topology or discover_here,
+                                                                 release)
     backend = str(values["rdzv_backend"]).strip()
     node_rank_known = "node_rank" in user or "node_rank" in from_slurm.values
     agent = _torch_agent_form(values, min_nodes, nnodes, backend, node_rank_known, version is not None)
@@ -358,32 +352,17 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     network.check_host(master_addr.strip("[]"), f"--master-addr={excerpt(master_addr)!r}")
     prefix = str(values["log_line_prefix_template"] or environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
                  or DEFAULT_LINE_PREFIX)
-    return RunConfig(
-        script=script, script_args=tuple(script_args), nnodes=nnodes, nproc_per_node=nproc,
-        node_rank=int(values["node_rank"]), master_addr=master_addr,
-        master_port=None if master_port is None else int(master_port), run_id=run_id,
-        min_nodes=min_nodes, torch_agent=agent, rdzv_backend=backend, rdzv_endpoint=str(values["rdzv_endpoint"]),
-        rdzv_conf=str(values["rdzv_conf"]), local_addr=values["local_addr"],
-        max_restarts=int(values["max_restarts"]),
-        monitor_interval=_seconds(values["monitor_interval"], "--monitor-interval"),
-        role=str(values["role"]), module=bool(values["module"]), no_python=bool(values["no_python"]),
-        run_path=bool(values["run_path"]), log_dir=values["log_dir"],
-        redirects=str(values["redirects"]), tee=str(values["tee"]),
-        local_ranks_filter=parse_ranks_filter(str(values["local_ranks_filter"])), line_prefix=prefix,
-        numa_binding=values["numa_binding"], memory=str(values.get("memory") or "none"),
-        priority_cores=bool(values.get("priority_cores", False)),
-        bind_fallback=bool(values.get("bind_fallback", False)), dry_run=bool(values.get("dry_run", False)),
-        grace_period=_shutdown_timeout(values.get("grace_period"), environ),
-        signals_to_handle=str(values["signals_to_handle"]), virtual_local_rank=bool(values["virtual_local_rank"]),
-        torch_extras={k: values[k] for k in TORCH_AGENT_OPTIONS}, torchrun=release,
-        python=environ.get("PYTHON_EXEC") or sys.executable or "python3",
-    ), from_slurm.note()
-
-
-# Options only torch's agent acts on; topo's static plan accepts the first two, and the others
-# at their defaults, as changing nothing.
-TORCH_AGENT_OPTIONS = ("start_method", "event_log_handler", "logs_specs", "duplicate_stdout_filters",
-                       "duplicate_stderr_filters")
+    same = {f.name: values[f.name] for f in fields(RunConfig) if f.name in values}  # flags named as the fields
+    return RunConfig(**{
+        **same, "script": script, "script_args": tuple(script_args), "nnodes": nnodes, "nproc_per_node": nproc,
+        "master_addr": master_addr, "master_port": master_port, "run_id": run_id, "min_nodes": min_nodes,
+        "torch_agent": agent, "rdzv_backend": backend, "rdzv_endpoint": str(values["rdzv_endpoint"]),
+        "monitor_interval": _seconds(values["monitor_interval"], "--monitor-interval"),
+        "local_ranks_filter": parse_ranks_filter(str(values["local_ranks_filter"])), "line_prefix": prefix,
+        "grace_period": _shutdown_timeout(values.get("grace_period"), environ),
+        "torch_extras": {k: values[k] for k in TORCH_AGENT_OPTIONS}, "torchrun": release,
+        "python": environ.get("PYTHON_EXEC") or sys.executable or "python3",
+    }), from_slurm.note()
 
 
 def _torch_agent_form(values: Mapping[str, object], min_nodes: int, max_nodes: int, backend: str,
@@ -418,7 +397,7 @@ def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
 
 
 def _seconds(value, name: str, fix: str = "") -> float:
-    """A duration's value: a number (click's SECONDS read it), or text read by ascii_seconds."""
+    """A duration: a number (click's SECONDS read it), or text read by ascii_seconds."""
     seconds = ascii_seconds(value.strip()) if isinstance(value, str) else float(value)
     if seconds is None:
         raise UsageError(f"{name}={excerpt(value, 40)!r} is not {SECONDS_FORM}{fix}")

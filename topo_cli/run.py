@@ -7,15 +7,16 @@ import sys
 import click
 from click.core import ParameterSource
 
-from topo.launcher.torchrun_flags import DEFAULT_LINE_PREFIX, DEFAULT_MASTER_PORT, DEFAULT_SHUTDOWN_TIMEOUT, MEMORY_CHOICES
+from topo.launcher.torchrun_flags import DEFAULT_LINE_PREFIX, DEFAULT_MASTER_PORT, DEFAULT_SHUTDOWN_TIMEOUT
 from topo.launcher.torchrun_flags import TORCHRUN_DEFAULTS as D
 from topo.cli import SCRIPT_CONTEXT
 from topo.cli.numbers import SECONDS, WHOLE
+from topo.planners.core import MEMORY
+
 
 def _torchrun_option(name: str, *short: str, env: bool = True, **kwargs):
-    """A torchrun flag under both its spellings (--nproc-per-node, --nproc_per_node) and, as
-    torchrun's `action=env`, its PET_<NAME> environment variable. No click default: a value the
-    user did not give is left to Slurm, then to torchrun's default (launcher.torchrun)."""
+    """A torchrun flag under both spellings and, as torchrun's `action=env`, PET_<NAME>. No click
+    default: a value the user did not give is left to Slurm, then to torchrun's default."""
     dashed = name.replace("_", "-")
     names = [*short, f"--{dashed}"] + ([f"--{name}"] if dashed != name else [])
     if env:
@@ -55,7 +56,8 @@ def _print_completion(ctx, param, shell):
                        f"agent [default: {D['rdzv_backend']}].")
 @_torchrun_option("rdzv_conf", metavar="KEY=VALUE,...",
                   help="torch's rendezvous options (timeout, last_call_timeout, join_timeout, ...).")
-@_torchrun_option("max_restarts", type=WHOLE, help=f"Restart the local worker group after a failure, up to N times [default: {D['max_restarts']}].")
+@_torchrun_option("max_restarts", type=WHOLE,
+                  help=f"Restart the local worker group after a failure, up to N times [default: {D['max_restarts']}].")
 @_torchrun_option("monitor_interval", type=SECONDS,
                   help="torch's agent's polling period; topo's static plan polls every 5-100 ms.")
 @_torchrun_option("start_method", type=click.Choice(["spawn", "fork", "forkserver"]),
@@ -88,7 +90,7 @@ def _print_completion(ctx, param, shell):
 @_torchrun_option("numa_binding", metavar="MODE", env=False,
                   help="Bind each worker with a topo mode: node, socket, exclusive, core-complex, or any of "
                        "`topo plan --list-modes`.")
-@_torchrun_option("memory", env=False, type=click.Choice(MEMORY_CHOICES),
+@_torchrun_option("memory", env=False, type=click.Choice(MEMORY),
                   help="Memory policy of --numa-binding: none (torch's), numa (bind), preferred, device (bind "
                        "to the GPU's own memory node where it has one) [default: none].")
 @_torchrun_option("priority_cores", env=False, is_flag=True,
@@ -116,11 +118,11 @@ def run(ctx, script, script_args, **flags):
     torch), and each worker gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
     ..., TORCHELASTIC_ERROR_FILE). One node, or nodes that each know their --node-rank, run on
     topo's static plan; c10d/etcd rendezvous across nodes, elastic --nnodes=MIN:MAX and --rdzv-conf
-    run on torch's own rendezvous and agent, each worker bound at birth. Workers run `$PYTHON_EXEC -u SCRIPT`, PYTHON_EXEC defaulting to the
-    interpreter running topo (as torchrun): set it when the script's packages live in another
-    environment. Inside a Slurm allocation the node count, node rank, master address and workers per
-    node come from Slurm unless given. A failed worker's error file (@record) is reported as the root
-    cause, and topo run exits with the worker's code.
+    run on torch's own rendezvous and agent, each worker bound at birth. Workers run `$PYTHON_EXEC -u
+    SCRIPT`, PYTHON_EXEC defaulting to the interpreter running topo (as torchrun): set it when the
+    script's packages live in another environment. Inside a Slurm allocation the node count, node
+    rank, master address and workers per node come from Slurm unless given. A failed worker's error
+    file (@record) is reported as the root cause, and topo run exits with the worker's code.
 
     \b
     Examples:
@@ -138,5 +140,4 @@ def run(ctx, script, script_args, **flags):
     config, from_slurm = config_from_flags(script, script_args, given)
     if from_slurm:
         click.echo(f"topo run: {from_slurm}", err=True)
-    result = run_job(config)
-    sys.exit(result.exit_code)
+    sys.exit(run_job(config).exit_code)
