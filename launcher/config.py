@@ -1,7 +1,4 @@
-"""LaunchConfig: msrun's flags (names, defaults, meaning) plus topo's, typed and checked when made.
-`from_flags` reads msrun's text values ("True", JSON tables); a bind JSON path stays a path until
-the job is planned.
-"""
+"""LaunchConfig: msrun's flags (names, defaults, meaning) plus topo's, typed and checked when made."""
 
 from __future__ import annotations
 
@@ -11,7 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 from topo.launcher import slurm
-from topo.launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from topo.launcher.options import (is_bind_file, parse_bind_core, parse_bind_numa, parse_literal_bool,
+                                   parse_tail_worker_log)
 from topo.binding import MAX_PROCESSES
 from topo.numbers import MAX_SECONDS
 from topo.errors import UsageError
@@ -50,14 +48,13 @@ class LaunchConfig:
 
     @classmethod
     def from_flags(cls, script: str, script_args=(), **flags) -> LaunchConfig:
-        """A config from msrun's flag values as given on its command line: `join` "True"/"False",
-        `bind_core`/`bind_numa` "True"/"False"/JSON (bind_numa also a file path, kept as the path),
-        `tail_worker_log` "0,3" or "-1"; the other flags as the fields take them."""
+        """A config from msrun's text values ("True", JSON tables, "0,3"); a --bind_numa file stays a
+        path until the job is planned."""
         if "join" in flags:
             flags["join"] = parse_literal_bool(flags["join"], "--join")
         if "bind_core" in flags:
             flags["bind_core"] = parse_bind_core(flags["bind_core"])
-        if "bind_numa" in flags and not _is_bind_file(flags["bind_numa"]):  # a file is read when planned
+        if "bind_numa" in flags and not is_bind_file(flags["bind_numa"]):  # a file is read when planned
             flags["bind_numa"] = parse_bind_numa(flags["bind_numa"])
         if "tail_worker_log" in flags and not isinstance(flags["tail_worker_log"], tuple):
             text = flags["tail_worker_log"]
@@ -65,7 +62,9 @@ class LaunchConfig:
         return cls(script, tuple(script_args), **flags)
 
     def __post_init__(self):
-        loaded = (bool, *_loaded_bind_types())
+        # a loaded bind JSON exists only once the planners are: an unbound launch does not import them
+        bindload = sys.modules.get("topo.planners.bindload")
+        loaded = (bool, bindload.LoadedBind) if bindload else (bool,)
         if (not isinstance(self.script_args, tuple) or not isinstance(self.join, bool)
                 or not isinstance(self.bind_core, loaded) or not isinstance(self.bind_numa, (str, *loaded))
                 or not (self.tail_worker_log is None or isinstance(self.tail_worker_log, tuple))):
@@ -99,7 +98,12 @@ class LaunchConfig:
         if self.priority_cores and self.bind_core is not True:
             raise UsageError("--priority-cores places topo's automatic CPU split: add --bind_core=True (a table or "
                              "bind JSON names every CPU itself)")
-        _check_log_name(self.worker_log_name)
+        name, parts = self.worker_log_name, self.worker_log_name.split("/")
+        if os.path.isabs(name) or ".." in parts:  # a subdirectory of --log_dir at most
+            raise UsageError(f"log name leaves the log directory, --worker_log_name={name!r}: "
+                             "give a name relative to --log_dir, without '..'")
+        if name and ("\0" in name or not parts[-1]):
+            raise UsageError(f"not a file name, --worker_log_name={name!r}: give a base name such as 'worker'")
         if not self.python:
             raise UsageError("no interpreter, --python='': give an interpreter name or path, or leave the default python")
 
@@ -112,40 +116,12 @@ class LaunchConfig:
         return self.sim_level != -1
 
 
-def _loaded_bind_types() -> tuple[type, ...]:
-    """topo.planners.bindload.LoadedBind when the planners are loaded (a loaded bind JSON exists only
-    then), else nothing: an unbound launch does not import them for this check."""
-    module = sys.modules.get("topo.planners.bindload")
-    return (module.LoadedBind,) if module is not None else ()
-
-
 def config_from_flags(script: str, script_args, flags: dict, given, *,
                       environ=None) -> tuple[LaunchConfig, str | None]:
-    """A LaunchConfig from `topo launch`'s flags (`given`: the names the user set), with the worker
-    counts, node rank and master address that a Slurm allocation gives filled in when not given
-    (launcher.slurm, the one place Slurm's values are resolved, for `topo run` too); also the line
-    saying which values came from Slurm, or None."""
+    """A LaunchConfig from `topo launch`'s flags (`given`: the names the user set), what a Slurm
+    allocation gives filled in where not given, and the line saying so (or None)."""
     environ = os.environ if environ is None else environ
     taken = slurm.launch_defaults(environ, {name: flags[name] for name in given if name in flags})
     config = LaunchConfig.from_flags(script, script_args, **{**flags, **taken.values})
     return config, taken.note(lambda name: f"--{name}")
 
-
-def _is_bind_file(value) -> bool:
-    """A --bind_numa string naming a file (not True/False, not inline JSON)."""
-    if not isinstance(value, str):
-        return False
-    text = value.strip()
-    return text.lower() not in ("true", "false") and not text.startswith("{")
-
-
-def _check_log_name(name: str) -> None:
-    """--worker_log_name may name a subdirectory of --log_dir, never a place outside it."""
-    if not name:
-        return
-    parts = name.split("/")
-    if os.path.isabs(name) or ".." in parts:
-        raise UsageError(f"log name leaves the log directory, --worker_log_name={name!r}: "
-                         "give a name relative to --log_dir, without '..'")
-    if "\0" in name or not parts[-1]:
-        raise UsageError(f"not a file name, --worker_log_name={name!r}: give a base name such as 'worker'")

@@ -1,15 +1,11 @@
-"""`topo run` on torch.distributed.elastic: the jobs only a rendezvous can form (c10d or etcd
-without node ranks, elastic MIN:MAX node counts, --rdzv-conf, membership changes under
---max-restarts, torch's log plug-ins). torch's own agent joins the rendezvous, starts the local
-workers with torchrun's environment, watches and restarts them; topo plans each local rank's
-binding beforehand, and every worker binds itself at birth:
+"""`topo run` on torch.distributed.elastic, for the jobs only a rendezvous can form (c10d or etcd
+without node ranks, MIN:MAX node counts, --rdzv-conf, torch's log plug-ins). torch's agent starts
+and restarts the workers; each binds itself at birth through bindexec, choosing its entry by the
+`${local_rank}` macro the agent fills in:
 
-    python -m topo.launcher.bindexec --local-rank=${local_rank} --rank=0 cpus=0-3 --env=OMP_NUM_THREADS=4
-        --rank=1 cpus=4-7 ... -- python -u train.py ...
+    python -m topo.launcher.bindexec --local-rank=${local_rank} --rank=0 cpus=0-3 ... -- python -u train.py
 
-(the agent puts each worker's local rank in place of `${local_rank}`, torchrun's macro), so the
-binding is in place before the interpreter starts. topo then reads each running worker back from
-/proc and says what it runs on, and reports a failure as the static plan does.
+topo then reads each running worker back from /proc, and reports a failure as the static plan does.
 """
 
 from __future__ import annotations
@@ -38,9 +34,8 @@ LOCAL_RANK_MACRO = "${local_rank}"  # torch.distributed.elastic.utils.api.macros
 
 def worker_argv(command: Sequence[str], bindings: Sequence[Binding], threads: Sequence[Mapping[str, str]],
                 bind_fallback: bool = False) -> list[str]:
-    """What the agent starts for every local rank: `command` itself when no worker is bound, else
-    bindexec with each local rank's binding and OMP_NUM_THREADS (`threads`), choosing its own by the
-    macro the agent fills in."""
+    """What the agent starts for every local rank: `command` when no worker is bound, else bindexec
+    with each local rank's binding and OMP_NUM_THREADS (`threads`)."""
     if not any(b.is_bound for b in bindings):
         return list(command)
     table = []
@@ -51,8 +46,8 @@ def worker_argv(command: Sequence[str], bindings: Sequence[Binding], threads: Se
 
 
 def launch_config(config: RunConfig):
-    """torch's LaunchConfig for `config`, as torchrun's config_from_args makes it, with the fields
-    this torch has; plus the flags given that it has no field for."""
+    """torch's LaunchConfig, as torchrun's config_from_args makes it, with the fields this torch has;
+    plus the flags given that it has no field for."""
     from torch.distributed.elastic.multiprocessing import Std
     from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
     from torch.distributed.launcher.api import LaunchConfig
@@ -104,8 +99,8 @@ def _filters(value) -> list[str]:
 
 
 def describe_agent_run(config: RunConfig, argv: Sequence[str], bindings: Sequence[Binding]) -> str:
-    """The dry-run text of a job torch's agent runs: the rendezvous, the workers' command, and each
-    local rank's binding (ranks are known only once the rendezvous has formed the job)."""
+    """The dry-run text: the rendezvous, the workers' command, each local rank's binding (ranks are
+    known only once the rendezvous has formed the job)."""
     nodes = f"{config.min_nodes} to {config.nnodes}" if config.min_nodes != config.nnodes else str(config.nnodes)
     endpoint = config.rdzv_endpoint or f"{config.master_addr}:{config.master_port}"
     lines = [f"torch's agent runs this job ({config.torch_agent}): rendezvous {config.rdzv_backend} at {endpoint}, "
@@ -119,9 +114,8 @@ def describe_agent_run(config: RunConfig, argv: Sequence[str], bindings: Sequenc
 
 def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Binding], warnings: Sequence[str], *,
               environ: Mapping[str, str], out: TextIO, err: TextIO) -> tuple[int, int, Failure | None, str | None]:
-    """Run `command` on every local rank under torch.distributed.elastic's agent, each worker bound
-    at birth to its `bindings` entry (checked and planned by launcher.torchrun, whose `run`
-    dispatches here). Returns (exit code, restarts seen, the root failure, the run's log directory).
+    """Run `command` on every local rank under torch's agent, each worker bound at birth to its
+    `bindings` entry. Returns (exit code, restarts seen, the root failure, the run's log directory).
     Must run on the main thread: the agent turns the signals it handles into SignalException there."""
     threads = [thread_env(environ, b, config.nproc_per_node, shared) if b.is_bound else {}
                for b, shared in zip(bindings, sharers(bindings))]
@@ -162,9 +156,11 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
     try:
         elastic_launch(launch, argv[0])(*argv[1:])
     except ChildFailedError as exc:
+        failures = {r: read_failure(rank=r, local_rank=f.local_rank, pid=f.pid, exitcode=f.exitcode,
+                                    error_file=f.error_file) for r, f in exc.failures.items()}
         rank, first = exc.get_first_failure()
-        failure = _failure(rank, first)
-        others = tuple(_failure(r, f) for r, f in exc.failures.items() if r != rank)
+        failure = failures.pop(rank)
+        others = tuple(failures.values())
         code = exit_code(first.exitcode)
     except SignalException as exc:
         # torchrun ends with an uncaught SignalException, exit 1; for the others, 128 + n
@@ -182,16 +178,10 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
     return code, check.restarts, failure, run_dir
 
 
-def _failure(rank: int, failure) -> Failure:
-    """torch's ProcessFailure as topo's, its error file read as the static plan reads it."""
-    return read_failure(rank=rank, local_rank=failure.local_rank, pid=failure.pid, exitcode=failure.exitcode,
-                        error_file=failure.error_file)
-
-
 class WorkerCheck(threading.Thread):
-    """Follows the workers torch's agent starts (this process's children): once a worker has left
-    `prefix` (bindexec), reads its CPUs and memory policy from /proc and says whether they are what
-    bindexec applied (TOPO_BINDING in its environment), as the static plan's verification does."""
+    """Follows the workers torch's agent starts (this process's children): once one has left
+    `prefix` (bindexec), says whether its CPUs and memory policy in /proc are what bindexec applied
+    (TOPO_BINDING in its environment)."""
 
     def __init__(self, say, prefix: Sequence[str]):
         super().__init__(name="topo-worker-check", daemon=True)

@@ -1,6 +1,5 @@
 """msrun's option values, parsed as msrun 2.10 parses them; every problem is a UsageError raised
-before anything starts (msrun: argparse errors, or tracebacks later).
-"""
+before anything starts (msrun: argparse errors, or tracebacks later)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Mapping
 from topo.errors import ParseError, UsageError
 
 _RANK = re.compile(r"-?[0-9]{1,9}")
-
 if TYPE_CHECKING:  # planners is imported only when a binding is actually given
     from topo.planners.bindload import LoadedBind
 
@@ -48,6 +46,14 @@ def parse_tail_worker_log(text: str | int) -> tuple[int, ...] | None:
     return tuple(ranks)
 
 
+def is_bind_file(value) -> bool:
+    """A --bind_numa string naming a file (not True/False, not inline JSON)."""
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    return text.lower() not in ("true", "false") and not text.startswith("{")
+
+
 def parse_bind_core(value: Any) -> BindValue:
     """--bind_core: True/False (any case) or a JSON table {"deviceX"|"scheduler": ["cpus", ...]}."""
     return _parse_bind(value, "--bind_core")
@@ -70,8 +76,8 @@ def _parse_bind(value: Any, flag: str) -> BindValue:
     try:
         if isinstance(value, str):
             text = value.strip()
-            if flag == "--bind_numa" and not text.startswith("{"):
-                return load_bind(text)  # a bind JSON file
+            if flag == "--bind_numa" and is_bind_file(text):
+                return load_bind(text)
             try:
                 value = parse_json(text)
             except json.JSONDecodeError as exc:

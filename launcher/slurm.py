@@ -1,9 +1,7 @@
-"""What a Slurm allocation tells a launcher (`SLURM_JOB_ID` set): node count, this node's index
-(SLURM_NODEID, in the node list), the master host (the list's first) and processes per node
-(SLURM_GPUS_ON_NODE, else SLURM_NTASKS_PER_NODE, else 1). A step's own variables (`srun -N1` in a
-4-node allocation) are read before the job's. Host lists (`gpu[01-04,07],login1`) are expanded
-here, without `scontrol show hostnames`.
-"""
+"""What a Slurm allocation (`SLURM_JOB_ID` set) tells a launcher: node count, this node's index
+(SLURM_NODEID), the master host (the node list's first) and processes per node (SLURM_GPUS_ON_NODE,
+else SLURM_NTASKS_PER_NODE, else 1); a step's variables (`srun -N1` in a bigger allocation) before
+the job's. Host lists (`gpu[01-04,07],login1`) are expanded here, without `scontrol`."""
 
 from __future__ import annotations
 
@@ -22,21 +20,15 @@ _NODE_COUNT_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES
 _NODE_LIST_VARS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
 _RANGE = re.compile(r"\A([0-9]+)(?:-([0-9]+))?\Z")
 MAX_HOSTS = 1 << 20  # a hostlist naming more hosts than this is a typo ("n[0-99999999]")
-
-
 _MAX_NUMBER = (1 << 32) - 1  # a host number with more digits than this is not a node name's
 # A name as segments: literal text, or a bracket group's ranges as (low, high, width) triples.
 _Name = list["str | list[tuple[int, int, int]]"]
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """Slurm's hostlist syntax expanded in order: `gpu[01-03,07],cpu1` -> gpu01 gpu02 gpu03 gpu07 cpu1.
-
-    Ranges keep the width of their lower bound (`[08-10]` -> 08 09 10), several bracket groups in
-    one name multiply (`r[1-2]n[1-2]` -> r1n1 r1n2 r2n1 r2n2). Raises UsageError for text that is
-    not a hostlist (an unclosed bracket, `[3-1]`, an empty name, a number that is not ASCII
-    digits) or that names more than MAX_HOSTS hosts, counted before anything is expanded.
-    """
+    """Slurm's hostlist expanded in order: `gpu[01-03,07],cpu1` -> gpu01 gpu02 gpu03 gpu07 cpu1;
+    ranges keep their lower bound's width (`[08-10]`), bracket groups multiply (`r[1-2]n[1-2]`).
+    UsageError for text that is not a hostlist or names more than MAX_HOSTS hosts (counted first)."""
     hosts: list[str] = []
     for name in _parse_hostlist(text):
         choices = [[s] if isinstance(s, str) else [str(i).zfill(width) for low, high, width in s
@@ -46,8 +38,7 @@ def expand_hostlist(text: str) -> list[str]:
 
 
 def first_host(text: str) -> str:
-    """The first host of a hostlist (`gpu[01-04]` -> gpu01), with the checks of expand_hostlist
-    and without expanding the rest: the master address needs only this one."""
+    """The first host (`gpu[01-04]` -> gpu01), checked as expand_hostlist checks, the rest not expanded."""
     return "".join(s if isinstance(s, str) else str(s[0][0]).zfill(s[0][2]) for s in _parse_hostlist(text)[0])
 
 
@@ -94,7 +85,7 @@ def _ranges(body: str, text: str) -> list[tuple[int, int, int]]:
         m = _RANGE.match(part.strip())
         if not m:
             raise UsageError(f"hostlist {text!r}: {part!r} is not a number or a range like 01-04")
-        low_text, high_text = m.group(1), m.group(2)
+        low_text, high_text = m.groups()
         low = ascii_number(low_text, _MAX_NUMBER)
         high = low if high_text is None else ascii_number(high_text, _MAX_NUMBER)
         if low is None or high is None:
@@ -120,8 +111,7 @@ class SlurmNode:
 
     @property
     def master_addr(self) -> str | None:
-        """The first node: the only one a launcher needs, found without expanding the list, and
-        checked as a host name (UsageError naming it and the fix when DNS could not take it)."""
+        """The first node, checked as a host name."""
         if not self.nodelist:
             return None
         host = first_host(self.nodelist)
@@ -136,8 +126,8 @@ def slurm_node(environ: Mapping[str, str]) -> SlurmNode | None:
     job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job_id:
         return None
-    nnodes, count_var = _first_int(environ, _NODE_COUNT_VARS)
-    node_rank, _ = _first_int(environ, ("SLURM_NODEID",))
+    count_var = next((var for var in _NODE_COUNT_VARS if environ.get(var, "").strip()), _NODE_COUNT_VARS[-1])
+    nnodes, node_rank = _count(environ, count_var), _count(environ, "SLURM_NODEID")
     list_var = next((var for var in _NODE_LIST_VARS if environ.get(var)), _NODE_LIST_VARS[-1])
     nodelist = environ.get(list_var, "")
     if nodelist:
@@ -145,27 +135,21 @@ def slurm_node(environ: Mapping[str, str]) -> SlurmNode | None:
             first_host(nodelist)  # checked here, so the error names the variable
         except UsageError as exc:
             raise UsageError(f"{list_var}: {exc}") from None
-    nproc, source = 1, ""
-    for var in ("SLURM_GPUS_ON_NODE", "SLURM_NTASKS_PER_NODE"):
-        value, _ = _first_int(environ, (var,))
-        if value:
-            nproc, source = value, var
-            break
+    source = next((var for var in ("SLURM_GPUS_ON_NODE", "SLURM_NTASKS_PER_NODE") if _count(environ, var)), "")
+    nproc = _count(environ, source) if source else 1
     return SlurmNode(job_id, nnodes, node_rank, nodelist, nproc, source, count_var, list_var)
 
 
-def _first_int(environ: Mapping[str, str], names) -> tuple[int | None, str]:
-    """The first of `names` that is set, as a count, and its name (the last name when none is)."""
-    for name in names:
-        text = environ.get(name, "").strip()
-        if not text:
-            continue
-        # SLURM_NTASKS_PER_NODE may repeat a count as "2(x3)"; the count is what we need
-        number = ascii_number(text.split("(", 1)[0])
-        if number is None:
-            raise UsageError(f"{name}={text!r} is not a count; unset it or give the value as a flag")
-        return number, name
-    return None, names[-1]
+def _count(environ: Mapping[str, str], name: str) -> int | None:
+    """A count variable's value; None when it is not set."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    # SLURM_NTASKS_PER_NODE may repeat a count as "2(x3)"; the count is what we need
+    number = ascii_number(text.split("(", 1)[0])
+    if number is None:
+        raise UsageError(f"{name}={text!r} is not a count; unset it or give the value as a flag")
+    return number
 
 
 @dataclass(frozen=True)
@@ -193,12 +177,8 @@ def _multi_node(node: SlurmNode, given: Mapping[str, object], values: dict, sour
 
 
 def run_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> FromSlurm:
-    """`topo run`'s missing values from Slurm: nnodes, node_rank, master_addr, nproc_per_node.
-
-    `given` holds the options the user set (flag or PET_ variable), by name, with their values;
-    those are never replaced. Node rank and master address are taken only for a multi-node job:
-    a single node rendezvouses on itself.
-    """
+    """`topo run`'s missing values from Slurm: nnodes, nproc_per_node, and for a multi-node job
+    node_rank and master_addr. `given`: the options the user set, by name, with their values."""
     node = slurm_node(environ)
     if node is None:
         return FromSlurm({}, {})
@@ -220,9 +200,8 @@ def run_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> Fro
 
 
 def launch_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> FromSlurm:
-    """`topo launch`'s missing values from Slurm: local_worker_num (per node), worker_num (the
-    workers per node times the node count), and for a multi-node job node_rank and master_addr.
-    `given` holds the flags the user set, by name, with their values; those win."""
+    """`topo launch`'s missing values from Slurm: local_worker_num, worker_num (times the node
+    count), and for a multi-node job node_rank and master_addr. `given`: as for run_defaults."""
     node = slurm_node(environ)
     if node is None:
         return FromSlurm({}, {})
@@ -241,17 +220,16 @@ def launch_defaults(environ: Mapping[str, str], given: Mapping[str, object]) -> 
 
 
 def default_master_port(job_id: str) -> int:
-    """A port every task of one Slurm job computes alike, different for jobs sharing a node:
-    15000 plus the job id's last four digits (PyTorch Lightning's rule)."""
+    """15000 plus the job id's last four digits (PyTorch Lightning's rule): alike for every task of
+    one job, different for jobs sharing a node."""
     digits = re.sub(r"[^0-9]", "", job_id)[-4:] or "0"
     return 15000 + int(digits)
 
 
 def task_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """torch.distributed's variables for one `srun` task, from Slurm's: RANK (SLURM_PROCID),
-    WORLD_SIZE (SLURM_NTASKS), LOCAL_RANK (SLURM_LOCALID), LOCAL_WORLD_SIZE (tasks on this node),
-    MASTER_ADDR (the step's first host), MASTER_PORT (from the job id). A variable already set is
-    kept; outside a Slurm task (no SLURM_PROCID) nothing is added."""
+    """torch.distributed's variables for one `srun` task: RANK (SLURM_PROCID), WORLD_SIZE
+    (SLURM_NTASKS), LOCAL_RANK (SLURM_LOCALID), LOCAL_WORLD_SIZE, MASTER_ADDR (the first host),
+    MASTER_PORT (from the job id); those not already set. {} outside a task (no SLURM_PROCID)."""
     node = slurm_node(environ)
     if node is None or not environ.get("SLURM_PROCID"):
         return {}
@@ -271,8 +249,7 @@ def task_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _tasks_on_node(environ: Mapping[str, str]) -> int | None:
-    """Tasks of this step on this node, from SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE
-    ("2(x3),1": three nodes with 2 tasks, then one with 1) at index SLURM_NODEID."""
+    """Tasks of this step on node SLURM_NODEID, from SLURM_(STEP_)TASKS_PER_NODE ("2(x3),1")."""
     text = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
     index = ascii_number(environ.get("SLURM_NODEID", "0"))
     if not text or index is None:

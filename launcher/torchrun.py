@@ -52,6 +52,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
                if config.virtual_local_rank else None
                for r in range(config.nproc_per_node)]  # a rank without a GPU is refused before anything starts
     host = socket.gethostname()
+    shown = [config.local_ranks_filter is None or r in config.local_ranks_filter for r in range(len(bindings))]
 
     def worker_env(local_rank: int, restart: int, error_file: str) -> dict[str, str]:
         """torchrun's variables (local_elastic_agent._start_workers), plus OMP_NUM_THREADS if bound."""
@@ -85,7 +86,12 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
         specs = []
         for local_rank, binding in enumerate(bindings):
             rank_dir = os.path.join(attempt_dir, str(local_rank))
-            stdout, stderr, tail = _streams(config, local_rank, rank_dir)
+            to_files, to_console = config.streams(local_rank)
+            # a rank outside --local-ranks-filter writes what is not redirected to /dev/null, as torchrun
+            hidden = None if shown[local_rank] else os.devnull
+            stdout = os.path.join(rank_dir, "stdout.log") if to_files & STD_OUT else hidden
+            stderr = os.path.join(rank_dir, "stderr.log") if to_files & STD_ERR else (hidden or INHERIT)
+            tail = bool(to_console) and shown[local_rank]
             specs.append(ProcessSpec(
                 f"rank {config.rank(local_rank)}", (*binding.prefix, *command),
                 worker_env(local_rank, restart, os.path.join(rank_dir, "error.json")), stdout, binding,
@@ -113,10 +119,26 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
 
 
 def _prepare(config: RunConfig, environ: Mapping[str, str] | None, topology):
-    """(environment, argv, bindings, warnings): what both ways of running a job check and plan first."""
+    """(environment, argv, bindings, warnings): what both ways of running a job check and plan first.
+    The argv is `python -u [-m] SCRIPT ARGS`, or the program itself with --no-python; --run-path
+    (torchrun: runpy.run_path in its own interpreter) runs as `python -u SCRIPT` does."""
     environ = dict(os.environ if environ is None else environ)
-    command = _command(config)
-    _check_command(config, command, environ)
+    if config.no_python and not config.run_path:
+        command = (config.script, *config.script_args)
+    else:
+        module = ("-m",) if config.module and not config.run_path else ()
+        command = (config.python, "-u", *module, config.script, *config.script_args)
+    program = command[0]
+    if "/" in program:
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            what = "$PYTHON_EXEC" if not config.no_python else "the program"
+            raise UsageError(f"{what} {program!r} is not an executable file: give one that runs")
+    elif shutil.which(program, path=environ.get("PATH", os.defpath)) is None:
+        raise UsageError(f"{program!r} is not on PATH: install it or give its path")
+    if config.run_path and not os.path.isabs(config.script):
+        raise UsageError(f"--run-path needs the script as an absolute path, got {config.script!r}")
+    if (config.run_path or (not config.no_python and not config.module)) and not os.path.isfile(config.script):
+        raise UsageError(f"script {config.script!r} does not exist (relative to {os.getcwd()})")
     if config.log_dir:
         check_log_dir(config.log_dir, "--log-dir")
     warnings: list[str] = []
@@ -135,31 +157,6 @@ def _virtual_device(environ: Mapping[str, str], local_rank: int, variable: str) 
         raise UsageError(f"--virtual-local-rank: local rank {local_rank} has no GPU in "
                          f"{variable}={visible}; start at most {len(ids)} workers")
     return ids[local_rank].strip()
-
-
-def _command(config: RunConfig) -> tuple[str, ...]:
-    """`python -u [-m] SCRIPT ARGS`, or the program itself with --no-python. --run-path (torchrun:
-    runpy.run_path in its own interpreter) runs as `python -u SCRIPT` does: as __main__, same argv."""
-    if config.no_python and not config.run_path:
-        return (config.script, *config.script_args)
-    module = ("-m",) if config.module and not config.run_path else ()
-    return (config.python, "-u", *module, config.script, *config.script_args)
-
-
-def _check_command(config: RunConfig, command: tuple[str, ...], environ: Mapping[str, str]) -> None:
-    program = command[0]
-    path = environ.get("PATH", os.defpath)
-    if "/" in program:
-        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
-            what = "$PYTHON_EXEC" if not config.no_python else "the program"
-            raise UsageError(f"{what} {program!r} is not an executable file: give one that runs")
-    elif shutil.which(program, path=path) is None:
-        raise UsageError(f"{program!r} is not on PATH: install it or give its path")
-    if config.run_path and not os.path.isabs(config.script):
-        raise UsageError(f"--run-path needs the script as an absolute path, got {config.script!r}")
-    if config.run_path or (not config.no_python and not config.module):
-        if not os.path.isfile(config.script):
-            raise UsageError(f"script {config.script!r} does not exist (relative to {os.getcwd()})")
 
 
 def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings: list[str]) -> tuple[Binding, ...]:
@@ -201,14 +198,18 @@ class RunResult:
 
 def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology=None,
         out: TextIO | None = None, err: TextIO | None = None) -> RunResult:
-    """Start the local worker group of `config`, follow it, restart it after a failure up to
-    `max_restarts` times, and report; a job that needs torch's rendezvous (`config.torch_agent`)
-    runs under torch's agent instead (launcher.elastic). `out` gets the dry-run text and tee'd output, `err` the
-    launcher's messages and the failure report. Must run on a thread that lives as long as the
-    job (the workers die with it)."""
+    """Start the local worker group, follow it, restart it after a failure up to `max_restarts`
+    times, and report; a job that needs torch's rendezvous runs under torch's agent instead. `out`
+    gets the dry-run text and tee'd output, `err` the launcher's messages and the failure report.
+    Must run on a thread that lives as long as the job (the workers die with it)."""
     out, err = out or sys.stdout, err or sys.stderr
     if config.torch_agent:
-        return _run_on_torch_agent(config, environ, topology, out, err)
+        from topo.launcher.elastic import run_agent  # imports torch: only for the forms only it runs
+
+        environ, command, bindings, warnings = _prepare(config, environ, topology)
+        code, restarts, failure, run_dir = run_agent(config, command, bindings, warnings, environ=environ, out=out,
+                                                     err=err)
+        return RunResult(code, None, restarts, failure, run_dir)
     plan = plan_run(config, environ=environ, topology=topology)
     if config.dry_run:
         print(describe_run(plan, config), file=out)
@@ -230,16 +231,13 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     result = execute(plan, join=True, grace_period=config.grace_period, bind_fallback=config.bind_fallback, out=out,
                      err=err, say=say, prepare=make_run_dir,
                      handled=tuple(signal.Signals[name] for name in parse_signals(config.signals_to_handle)))
-    restart, received = result.restarts, result.signal
-    code, failure, others = result.exit_code, None, ()
-    first = result.failed_process
+    restart, received, code, first = result.restarts, result.signal, result.exit_code, result.failed_process
+    failure, others = None, []
     if first is not None:
-        def failed(p) -> Failure:
-            return read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid,
-                                exitcode=p.popen.returncode, error_file=p.spec.env["TORCHELASTIC_ERROR_FILE"])
-
-        failure = failed(first)
-        others = tuple(failed(p) for p in result.processes if p.popen.returncode not in (None, 0) and p is not first)
+        ended = [first, *(p for p in result.processes if p.popen.returncode not in (None, 0) and p is not first)]
+        failure, *others = [read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid,
+                                         exitcode=p.popen.returncode, error_file=p.spec.env["TORCHELASTIC_ERROR_FILE"])
+                            for p in ended]
     if received is not None:
         # torchrun ends with an uncaught SignalException, exit 1; for the others, 128 + n
         code = 1 if received == signal.SIGINT else 128 + received
@@ -258,20 +256,8 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     return RunResult(code, plan, restart, failure, run_dir)
 
 
-def _run_on_torch_agent(config: RunConfig, environ: Mapping[str, str] | None, topology, out: TextIO,
-                        err: TextIO) -> RunResult:
-    """The static plan's checks and bindings, then torch's agent runs the job (launcher.elastic)."""
-    from topo.launcher.elastic import run_agent  # imports torch: only for the forms only it runs
-
-    environ, command, bindings, warnings = _prepare(config, environ, topology)
-    code, restarts, failure, run_dir = run_agent(config, command, bindings, warnings, environ=environ, out=out,
-                                                 err=err)
-    return RunResult(code, None, restarts, failure, run_dir)
-
-
 def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir: str) -> str | None:
-    """For a worker that died of a Python error (exit code 1): which interpreter ran it and how to
-    choose another, pointedly so when it could not import a module."""
+    """For a Python error (exit code 1): which interpreter ran it, and how to choose another."""
     if config.no_python or failure.exitcode != 1:
         return None
     text = failure.message + failure.traceback
@@ -284,20 +270,9 @@ def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir:
     return f"the workers ran {config.python} ({source}); PYTHON_EXEC chooses another"
 
 
-def _streams(config: RunConfig, local_rank: int, rank_dir: str) -> tuple[str | None, str, bool]:
-    """(stdout file, stderr file, copy them to the console) for one worker. None: the console;
-    a rank outside --local-ranks-filter writes what is not redirected to /dev/null, as torchrun."""
-    to_files, to_console = config.streams(local_rank)
-    shown = config.local_ranks_filter is None or local_rank in config.local_ranks_filter
-    hidden = None if shown else os.devnull
-    stdout = os.path.join(rank_dir, "stdout.log") if to_files & STD_OUT else hidden
-    stderr = os.path.join(rank_dir, "stderr.log") if to_files & STD_ERR else (hidden or INHERIT)
-    return stdout, stderr, bool(to_console) and shown
-
-
 def _make_run_dir(config: RunConfig, run_id: str) -> str:
-    """`<log dir>/<run id>_<random>`, torchrun's layout; without --log-dir the base is a new
-    `torchelastic_<random>` directory under the temporary directory."""
+    """`<log dir>/<run id>_<random>`, torchrun's layout; without --log-dir under a new temporary
+    `torchelastic_<random>`."""
     try:
         if config.log_dir:
             os.makedirs(config.log_dir, exist_ok=True)
