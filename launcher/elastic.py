@@ -1,12 +1,7 @@
 """`topo run` on torch.distributed.elastic, for the jobs only a rendezvous can form (c10d or etcd
-without node ranks, MIN:MAX node counts, --rdzv-conf, torch's log plug-ins). torch's agent starts
-and restarts the workers; each binds itself at birth through bindexec, choosing its entry by the
-`${local_rank}` macro the agent fills in:
-
-    python -m topo.launcher.bindexec --local-rank=${local_rank} --rank=0 cpus=0-3 ... -- python -u train.py
-
-topo then reads each running worker back from /proc, and reports a failure as the static plan does.
-"""
+without node ranks, MIN:MAX, --rdzv-conf, log plug-ins). torch's agent starts the workers, each
+bound at birth by bindexec choosing its entry by the agent's `${local_rank}` macro; topo reads
+each one back from /proc, and reports a failure as the static plan does."""
 
 from __future__ import annotations
 
@@ -17,6 +12,8 @@ import sys
 import threading
 from dataclasses import fields
 from typing import Mapping, Sequence, TextIO
+
+import psutil
 
 from topo.launcher import verify
 from topo.launcher.environ import describe_threads, sharers, thread_env
@@ -52,7 +49,6 @@ def launch_config(config: RunConfig):
     from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
     from torch.distributed.launcher.api import LaunchConfig
     from torch.distributed.run import _get_logs_specs_class
-
     extras = config.torch_extras
     try:
         rdzv_configs = _parse_rendezvous_config(config.rdzv_conf)
@@ -62,11 +58,10 @@ def launch_config(config: RunConfig):
         logs_specs_class = _get_logs_specs_class(extras["logs_specs"])
     except ValueError as exc:
         raise UsageError(f"--logs-specs={excerpt(str(extras['logs_specs']), 60)!r}: {exc}") from None
+    endpoint = config.rdzv_endpoint
     if config.rdzv_backend == "static":
         rdzv_configs["rank"] = config.node_rank
-    endpoint = config.rdzv_endpoint
-    if config.rdzv_backend == "static" and not endpoint:
-        endpoint = f"{config.master_addr}:{config.master_port}"
+        endpoint = endpoint or f"{config.master_addr}:{config.master_port}"
     ranks = set(config.local_ranks_filter) if config.local_ranks_filter is not None else None
     wanted = {
         "min_nodes": config.min_nodes or config.nnodes, "max_nodes": config.nnodes,
@@ -93,23 +88,7 @@ def launch_config(config: RunConfig):
 def _filters(value) -> list[str]:
     """--duplicate-*-filters as torchrun splits them: on commas, `,,` standing for a comma."""
     text = str(value or "")
-    if not text:
-        return []
-    return [item.replace("\0", ",") for item in text.replace(",,", "\0").split(",")]
-
-
-def describe_agent_run(config: RunConfig, argv: Sequence[str], bindings: Sequence[Binding]) -> str:
-    """The dry-run text: the rendezvous, the workers' command, each local rank's binding (ranks are
-    known only once the rendezvous has formed the job)."""
-    nodes = f"{config.min_nodes} to {config.nnodes}" if config.min_nodes != config.nnodes else str(config.nnodes)
-    endpoint = config.rdzv_endpoint or f"{config.master_addr}:{config.master_port}"
-    lines = [f"torch's agent runs this job ({config.torch_agent}): rendezvous {config.rdzv_backend} at {endpoint}, "
-             f"run id {config.run_id}, {nodes} node(s) x {config.nproc_per_node} worker(s), "
-             f"restarts up to {config.max_restarts}",
-             f"every worker: {shlex.join(argv)}  ({LOCAL_RANK_MACRO}: its local rank)"]
-    for rank, binding in enumerate(bindings):
-        lines.append(f"local rank {rank}: binding: {binding.describe()}")
-    return "\n".join(lines)
+    return [item.replace("\0", ",") for item in text.replace(",,", "\0").split(",")] if text else []
 
 
 def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Binding], warnings: Sequence[str], *,
@@ -120,8 +99,16 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
     threads = [thread_env(environ, b, config.nproc_per_node, shared) if b.is_bound else {}
                for b, shared in zip(bindings, sharers(bindings))]
     argv = worker_argv(command, bindings, threads, config.bind_fallback)
-    if config.dry_run:
-        print("\n".join([*(f"warning: {w}" for w in warnings), describe_agent_run(config, argv, bindings)]), file=out)
+    if config.dry_run:  # the rendezvous, the workers' command, each local rank's binding (ranks come later)
+        nodes = f"{config.min_nodes} to {config.nnodes}" if config.min_nodes != config.nnodes else str(config.nnodes)
+        endpoint = config.rdzv_endpoint or f"{config.master_addr}:{config.master_port}"
+        lines = [*(f"warning: {w}" for w in warnings),
+                 f"torch's agent runs this job ({config.torch_agent}): rendezvous {config.rdzv_backend} at {endpoint}, "
+                 f"run id {config.run_id}, {nodes} node(s) x {config.nproc_per_node} worker(s), "
+                 f"restarts up to {config.max_restarts}",
+                 f"every worker: {shlex.join(argv)}  ({LOCAL_RANK_MACRO}: its local rank)",
+                 *(f"local rank {rank}: binding: {b.describe()}" for rank, b in enumerate(bindings))]
+        print("\n".join(lines), file=out)
         return 0, 0, None, None
 
     import torch
@@ -195,8 +182,6 @@ class WorkerCheck(threading.Thread):
         self.join(EXEC_TIMEOUT)
 
     def run(self) -> None:
-        import psutil
-
         me, seen = psutil.Process(), set()
         mine = tuple(me.cmdline())  # what a child shows between fork and exec
         while not self._done.wait(0.02):
@@ -210,8 +195,6 @@ class WorkerCheck(threading.Thread):
                     self._check(child, mine)
 
     def _check(self, child, mine: tuple[str, ...]) -> None:
-        import psutil
-
         if not verify.wait_for_exec(child.pid, (mine, self.prefix), EXEC_TIMEOUT):
             return  # it ended first: bindexec said why on its stderr, and the agent reports the exit
         try:
@@ -230,7 +213,7 @@ class WorkerCheck(threading.Thread):
         try:
             observed = observe(child.pid)
         except OSError:
-            observed = None
+            observed = None  # it ended
         if observed is None:
             self.say(f"{name}: exited before it could be checked")
         elif not held.is_bound:

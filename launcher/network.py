@@ -14,11 +14,9 @@ MAX_NAME = 253  # and the whole name at most 253 characters, written without its
 
 
 def check_host(name: str, what: str | None = None, fix: str | None = None) -> None:
-    """UsageError naming the value (`what`: how the message names it, by default
-    --master_addr='NAME') when `name` is not a host name DNS or IDNA would take: an empty label
-    ("a..b", ".a"), a label over MAX_LABEL characters, a name over MAX_NAME, or text the IDNA codec
-    refuses. Checked before socket calls encode it, where the same faults end as a UnicodeError.
-    One final dot (a fully qualified name) is allowed."""
+    """UsageError naming the value (`what`, by default --master_addr='NAME') when `name` is not a
+    host name DNS and IDNA take (checked before socket calls, where it ends as a UnicodeError); one
+    final dot (a fully qualified name) is allowed."""
     what = what or f"--master_addr={excerpt(name)!r}"
     fix = fix or "give an IP address or a host name of dot-separated labels of 1 to 63 characters"
     body = name[:-1] if name.endswith(".") else name
@@ -55,9 +53,7 @@ def resolve_master(addr: str) -> str:
 
 
 def is_local(ip: str) -> bool:
-    """True when `ip` belongs to this machine. msrun parses `ip -j addr`; binding a socket to the
-    address asks the kernel the same question without a child process (EADDRNOTAVAIL when no
-    interface carries it)."""
+    """True when `ip` belongs to this machine (msrun parses `ip -j addr`; a bind asks the kernel)."""
     family = socket.AF_INET6 if ":" in ip else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as s:
@@ -69,8 +65,8 @@ def is_local(ip: str) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def local_ip(master_ip: str) -> str:
-    """The source address this machine uses towards `master_ip` (msrun's `{ip}` in
-    --worker_log_name): a UDP "connect" picks the route without sending anything."""
+    """The source address towards `master_ip` (msrun's `{ip}` in --worker_log_name): a UDP "connect"
+    picks the route without sending anything."""
     family = socket.AF_INET6 if ":" in master_ip else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as s:

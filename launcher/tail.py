@@ -1,8 +1,6 @@
 """Copy the workers' log files to the console as they grow, each line prefixed with its process.
-Each file is opened, read from where the last read stopped and closed again (one descriptor for
-any number of logs), and drained once more after every process has exited. A line without its
-newline is held back for one poll, then written as it is: pdb's "(Pdb) " prompt has none.
-"""
+Each file is opened, read on from the last offset and closed (one descriptor for any number of
+logs). A line without its newline is held back for one poll, then written: pdb's prompt has none."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ class _Follower:
 
 class LogTailer:
     def __init__(self, sources: Sequence[tuple[str, str, TextIO]]):
-        """`sources`: (prefix, log path, stream) triples, each log's text going to its stream
-        (torchrun: stderr.log to stderr)."""
+        """`sources`: (prefix, log path, stream) triples (torchrun: stderr.log to stderr)."""
         self.followers = [_Follower(*source) for source in sources]
         self.console_gone = False  # `topo launch ... | head` closed the pipe: the logs still have it all
 

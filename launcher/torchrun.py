@@ -221,8 +221,16 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
     run_dir = None
 
     def make_run_dir(plan: Plan) -> Plan:
+        """`<log dir>/<run id>_<random>`, torchrun's layout; without --log-dir under a new temporary base."""
         nonlocal run_dir
-        run_dir = _make_run_dir(config, plan.processes[0].env["TORCHELASTIC_RUN_ID"])
+        try:
+            if config.log_dir:
+                os.makedirs(config.log_dir, exist_ok=True)
+            base = config.log_dir or tempfile.mkdtemp(prefix="torchelastic_")
+            run_dir = tempfile.mkdtemp(prefix=f"{plan.processes[0].env['TORCHELASTIC_RUN_ID']}_", dir=base)
+        except OSError as exc:
+            raise LaunchError(f"cannot create the run directory, {exc.filename or config.log_dir}: {exc.strerror}; "
+                              "give a writable --log-dir") from None
         return replace(plan, log_dir=run_dir)
 
     if config.nproc_per_node > 1 and "OMP_NUM_THREADS" not in plan.base_env and not config.numa_binding:
@@ -268,21 +276,6 @@ def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir:
         return (f"the workers could not import a module with {config.python} ({source}): set PYTHON_EXEC to the "
                 "interpreter that has it (PYTHON_EXEC=/path/to/venv/bin/python topo run ...)")
     return f"the workers ran {config.python} ({source}); PYTHON_EXEC chooses another"
-
-
-def _make_run_dir(config: RunConfig, run_id: str) -> str:
-    """`<log dir>/<run id>_<random>`, torchrun's layout; without --log-dir under a new temporary
-    `torchelastic_<random>`."""
-    try:
-        if config.log_dir:
-            os.makedirs(config.log_dir, exist_ok=True)
-            base = config.log_dir
-        else:
-            base = tempfile.mkdtemp(prefix="torchelastic_")
-        return tempfile.mkdtemp(prefix=f"{run_id}_", dir=base)
-    except OSError as exc:
-        raise LaunchError(f"cannot create the run directory, {exc.filename or config.log_dir}: {exc.strerror}; "
-                          "give a writable --log-dir") from None
 
 
 def describe_run(plan: Plan, config: RunConfig) -> str:

@@ -1,6 +1,5 @@
-"""torchrun's error files and failure report: what a worker's `@record` (torch's ErrorHandler)
-writes to TORCHELASTIC_ERROR_FILE, read back bounded, and torchrun's ChildFailedError report.
-"""
+"""torchrun's error files (what a worker's `@record` writes to TORCHELASTIC_ERROR_FILE), read back
+bounded, and torchrun's ChildFailedError report."""
 
 from __future__ import annotations
 
@@ -37,9 +36,13 @@ class Failure:
 
 def read_failure(*, rank: int, local_rank: int, pid: int, exitcode: int, error_file: str) -> Failure:
     """A failed worker, with the root cause its error file holds when it wrote one (torch's
-    `@record` / ErrorHandler format: {"message": {"message": "...", "extraInfo": {"py_callstack":
-    "...", "timestamp": "..."}}}, or the older {"message": "...", "timestamp": ...})."""
-    data = _load(error_file)
+    ErrorHandler format: {"message": {"message": "...", "extraInfo": {"py_callstack": "...",
+    "timestamp": "..."}}}, or the older {"message": "...", "timestamp": ...})."""
+    try:  # bounded, without following a link or blocking on a FIFO
+        blob = read_bounded(error_file, ERROR_FILE_LIMIT + 1)
+        data = json.loads(blob) if len(blob) <= ERROR_FILE_LIMIT else None
+    except (OSError, ValueError, RecursionError):
+        data = None
     message = traceback = ""
     timestamp = int(time.time())
     if isinstance(data, dict) and "message" in data:
@@ -60,31 +63,19 @@ def read_failure(*, rank: int, local_rank: int, pid: int, exitcode: int, error_f
     if not message:
         if exitcode < 0:
             name = signal_name(-exitcode)
-            message = f"Signal {-exitcode} ({name}) received by PID {pid}" if name else f"Signal {-exitcode} received by PID {pid}"
+            message = f"Signal {-exitcode}{f' ({name})' if name else ''} received by PID {pid}"
         else:
             message = ("no error file: decorate the script's main() with "
                        "torch.distributed.elastic.multiprocessing.errors.record to get its traceback here")
     return Failure(rank, local_rank, pid, exitcode, error_file, message, traceback, timestamp)
 
 
-def _load(path: str) -> object:
-    """The error file's JSON, read bounded, without following a link or blocking on a FIFO; None
-    when there is none or it is not one."""
-    try:
-        data = read_bounded(path, ERROR_FILE_LIMIT + 1)
-        return json.loads(data) if len(data) <= ERROR_FILE_LIMIT else None
-    except (OSError, ValueError, RecursionError):
-        return None
-
-
 def format_failures(title: str, root: Failure, others: Sequence[Failure]) -> str:
     """torchrun's ChildFailedError report: the other failures, then the root cause (first observed)."""
-
     def block(i: int, f: Failure) -> str:
         when = time.strftime("%Y-%m-%d_%H:%M:%S", time.localtime(f.timestamp))
         sig = f" ({f.signal_name})" if f.signal_name else ""
-        text = f.traceback or f.message
-        text = text.rstrip("\n").replace("\n", "\n  ")
+        text = (f.traceback or f.message).rstrip("\n").replace("\n", "\n  ")
         return (f"[{i}]:\n  time      : {when}\n  host      : {socket.getfqdn()}\n"
                 f"  rank      : {f.rank} (local_rank: {f.local_rank})\n"
                 f"  exitcode  : {f.exitcode} (pid: {f.pid}){sig}\n  error_file: {f.error_file}\n"

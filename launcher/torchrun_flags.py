@@ -1,7 +1,5 @@
-"""torchrun's flags for `topo run`: their defaults (TORCHRUN_DEFAULTS, written once), where torch
-releases differ (TORCHRUN_RELEASES, chosen by the torch this interpreter would import), the parsers
-of their values, and RunConfig, what `config_from_flags` resolves from the flags, Slurm and the
-defaults."""
+"""torchrun's flags for `topo run`: defaults (TORCHRUN_DEFAULTS), where torch releases differ
+(TORCHRUN_RELEASES), parsers of their values, and RunConfig, resolved by `config_from_flags`."""
 
 from __future__ import annotations
 
@@ -53,12 +51,11 @@ class TorchrunRelease:
 
 
 TORCHRUN_RELEASES = (  # oldest first; 2.9 is the first with --numa-binding
-    TorchrunRelease((2, 9), DEFAULT_MASTER_PORT, signals_variable=False, cpu_word_allowed=False,
-                    hip_virtual_devices=False),
-    TorchrunRelease((2, 10), DEFAULT_MASTER_PORT, signals_variable=True, cpu_word_allowed=False,
-                    hip_virtual_devices=False),
-    TorchrunRelease((2, 12), None, signals_variable=True, cpu_word_allowed=True, hip_virtual_devices=False),
-    TorchrunRelease((2, 15), None, signals_variable=True, cpu_word_allowed=True, hip_virtual_devices=True),
+    # release, master_port, signals_variable, cpu_word_allowed, hip_virtual_devices
+    TorchrunRelease((2, 9), DEFAULT_MASTER_PORT, False, False, False),
+    TorchrunRelease((2, 10), DEFAULT_MASTER_PORT, True, False, False),
+    TorchrunRelease((2, 12), None, True, True, False),
+    TorchrunRelease((2, 15), None, True, True, True),
 )
 TORCH_VERSION_LIMIT = 4096  # bytes of torch/version.py read at most: it is a few lines
 
@@ -97,7 +94,6 @@ def torchrun_defaults(release: TorchrunRelease) -> dict[str, object]:
     return {**TORCHRUN_DEFAULTS, "master_port": release.master_port}
 
 
-# ------------------------------------------------------------------ parsing torchrun's values
 def parse_nnodes(text: str) -> tuple[int, int]:
     """`N`, or `MIN:MAX` (an elastic job: torch's rendezvous admits MIN to MAX nodes)."""
     numbers = [ascii_number(p.strip()) for p in str(text).strip().split(":")]
@@ -116,12 +112,10 @@ def parse_nnodes(text: str) -> tuple[int, int]:
 def parse_std(text: str, flag: str) -> Callable[[int], int]:
     """torchrun's -r/-t value: one Std for every rank ("3"), or per local rank ("0:1,1:2", others 0)."""
     value = str(text).strip()
-
     def std(item: str) -> int:
         if item not in ("0", "1", "2", "3"):
             raise UsageError(f"{flag}={text!r}: {item!r} is not 0 (none), 1 (stdout), 2 (stderr) or 3 (both)")
         return int(item)
-
     if ":" not in value:
         every = std(value)
         return lambda rank: every
@@ -184,7 +178,6 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable,
         raise UsageError("--nproc-per-node=xpu: topo does not count Intel XPUs; give the number of workers")
     if value in ("gpu", "auto"):
         from topo.visible import visible_devices  # the model and device probes: only for gpu / auto
-
         devices = visible_devices(topology(), "gpu" if value == "gpu" else None, env=environ)
         if devices:
             return len(devices)
@@ -196,7 +189,6 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable,
 
 
 
-# ------------------------------------------------------------------ the configuration
 @dataclass(frozen=True)
 class RunConfig:
     """One `topo run` invocation, resolved: torchrun's flags with their defaults and Slurm's values
@@ -296,14 +288,10 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
                       environ: Mapping[str, str] | None = None, topology: Callable | None = None,
                       torch_version: tuple[int, int] | None | object = _INSTALLED,
                       ) -> tuple[RunConfig, str | None]:
-    """Resolve torchrun's flags as `topo run` got them (`given`: only those the user set, by
-    option name) into a RunConfig, plus the line saying which values came from Slurm (or None).
-
-    Order: the user's flags, then Slurm's values (inside an allocation), then the defaults of the
-    torchrun release of `torch_version` (major, minor; None: torch is not importable; default: the
-    installed torch's). `topology` (a function returning it) is needed only for
-    --nproc-per-node=gpu|auto.
-    """
+    """A RunConfig from the flags the user set (`given`, by option name), then Slurm's values, then
+    the defaults of the torchrun release of `torch_version` (None: no torch; default: the installed
+    one's); and the line saying which values came from Slurm (or None). `topology`, a function, is
+    called only for --nproc-per-node=gpu|auto."""
     environ = os.environ if environ is None else environ
     version = installed_torch() if torch_version is _INSTALLED else torch_version
     release = torchrun_release(version)
@@ -324,8 +312,8 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     nnodes = values["nnodes"] if isinstance(values["nnodes"], int) else parse_nnodes(str(values["nnodes"]))[1]
     min_nodes = nodes_given[0] if nodes_given else nnodes
     nproc = values["nproc_per_node"]
-    nproc = nproc if isinstance(nproc, int) else nproc_from_text(str(nproc), environ, topology or discover_here,
-                                                                 release)
+    if not isinstance(nproc, int):
+        nproc = nproc_from_text(str(nproc), environ, topology or discover_here, release)
     backend = str(values["rdzv_backend"]).strip()
     node_rank_known = "node_rank" in user or "node_rank" in from_slurm.values
     agent = _torch_agent_form(values, min_nodes, nnodes, backend, node_rank_known, version is not None)
@@ -335,17 +323,13 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         raise UsageError(f"{agent} needs torch's rendezvous and agent (torch.distributed.elastic), and torch is not "
                          f"importable by {sys.executable}: install torch beside topo{also}")
 
-    master_addr = str(values["master_addr"])
-    master_port = values["master_port"]
-    run_id = str(values["rdzv_id"])
-    if agent:  # torchrun's run(): the static backend's endpoint is --master-addr:--master-port
-        master_port = DEFAULT_MASTER_PORT if master_port is None else master_port
-    elif values["rdzv_endpoint"]:
+    master_addr, master_port, run_id = str(values["master_addr"]), values["master_port"], str(values["rdzv_id"])
+    if values["rdzv_endpoint"] and not agent:
         master_addr, master_port = parse_endpoint(str(values["rdzv_endpoint"]))
-    elif master_port is None and nnodes == 1:
+    elif master_port is None and nnodes == 1 and not agent:
         # torchrun 2.12 on: one node and no port is a local rendezvous on localhost:0 with a new id
         master_addr, run_id = "localhost", ""
-    elif master_port is None:
+    elif master_port is None:  # torch's agent: the static backend's endpoint is --master-addr:--master-port
         master_port = DEFAULT_MASTER_PORT
     if values["standalone"]:
         master_addr, master_port, run_id = "localhost", None, ""
@@ -406,5 +390,4 @@ def _seconds(value, name: str, fix: str = "") -> float:
 
 def discover_here():
     from topo.discovery import discover  # the probes: only when something needs this machine's topology
-
     return discover()

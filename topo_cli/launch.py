@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 
 from topo.cli import SCRIPT_CONTEXT
 from topo.cli.numbers import SECONDS, WHOLE, WholeRange
 from topo.launcher.config import LaunchConfig
+
 
 def _msrun_option(name: str, **kwargs):
     """An msrun flag under its own spelling (--worker_num) and the dashed one (--worker-num)."""
@@ -76,8 +78,6 @@ def launch(script, script_args, **flags):
       topo launch --worker_num=2 --local_worker_num=2 --join=True --no-scheduler train.py  # PyTorch
       topo plan --mode exclusive -o bind.json && topo launch --bind_numa=bind.json --dry-run net.py
     """
-    from click.core import ParameterSource
-
     from topo.launcher.config import config_from_flags
     from topo.launcher.run import launch as run_launch
 
@@ -86,8 +86,7 @@ def launch(script, script_args, **flags):
     config, from_slurm = config_from_flags(script, script_args, flags, given)
     if from_slurm:
         click.echo(f"topo launch: {from_slurm}", err=True)
-    result = run_launch(config)
-    sys.exit(result.exit_code)
+    sys.exit(run_launch(config).exit_code)
 
 
 @click.command(context_settings=SCRIPT_CONTEXT)
