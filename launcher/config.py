@@ -105,7 +105,8 @@ class LaunchConfig:
         if name and ("\0" in name or not parts[-1]):
             raise UsageError(f"not a file name, --worker_log_name={name!r}: give a base name such as 'worker'")
         if not self.python:
-            raise UsageError("no interpreter, --python='': give an interpreter name or path, or leave the default python")
+            raise UsageError("no interpreter, --python='': give an interpreter name or path, or leave the default "
+                             "python")
 
     @property
     def multi_node(self) -> bool:

@@ -19,7 +19,7 @@ from topo.launcher import verify
 from topo.launcher.environ import describe_threads, sharers, thread_env
 from topo.launcher.procgroup import LaunchError
 from topo.launcher.supervisor import EXEC_TIMEOUT, describe_code, exit_code
-from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
+from topo.launcher.torchrun_errors import format_failures, read_failure
 from topo.launcher.torchrun_flags import DEFAULT_LINE_PREFIX, DEFAULT_SIGNALS, RunConfig
 from topo.binding import BINDING_VAR, Binding, observe
 from topo.cpuset import excerpt
@@ -91,10 +91,10 @@ def _filters(value) -> list[str]:
     return [item.replace("\0", ",") for item in text.replace(",,", "\0").split(",")] if text else []
 
 
-def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Binding], warnings: Sequence[str], *,
-              environ: Mapping[str, str], out: TextIO, err: TextIO) -> tuple[int, int, Failure | None, str | None]:
+def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[str], bindings: Sequence[Binding],
+              warnings: Sequence[str], *, out: TextIO, err: TextIO) -> int:
     """Run `command` on every local rank under torch's agent, each worker bound at birth to its
-    `bindings` entry. Returns (exit code, restarts seen, the root failure, the run's log directory).
+    `bindings` entry; returns the exit code, as launcher.torchrun.run does.
     Must run on the main thread: the agent turns the signals it handles into SignalException there."""
     threads = [thread_env(environ, b, config.nproc_per_node, shared) if b.is_bound else {}
                for b, shared in zip(bindings, sharers(bindings))]
@@ -109,7 +109,7 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
                  f"every worker: {shlex.join(argv)}  ({LOCAL_RANK_MACRO}: its local rank)",
                  *(f"local rank {rank}: binding: {b.describe()}" for rank, b in enumerate(bindings))]
         print("\n".join(lines), file=out)
-        return 0, 0, None, None
+        return 0
 
     import torch
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -127,7 +127,8 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
         say(f"warning: {warning}")
     say(f"torch {torch.__version__}'s rendezvous and agent run this job ({config.torch_agent})")
     if config.node_rank != 0 and config.rdzv_backend != "static":  # torchrun's warning too
-        say(f"warning: --node-rank={config.node_rank} is not used: the {config.rdzv_backend} rendezvous orders the nodes")
+        say(f"warning: --node-rank={config.node_rank} is not used: the {config.rdzv_backend} rendezvous orders "
+            "the nodes")
     if "OMP_NUM_THREADS" not in environ and config.nproc_per_node > 1 and not config.numa_binding:
         # torchrun's rule, set as its config_from_args sets it: the agent gives workers this environment
         os.environ["OMP_NUM_THREADS"] = "1"
@@ -162,7 +163,7 @@ def run_agent(config: RunConfig, command: Sequence[str], bindings: Sequence[Bind
         print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
         say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with {describe_code(failure.exitcode)}; "
             f"logs and error files under {run_dir}")
-    return code, check.restarts, failure, run_dir
+    return code
 
 
 class WorkerCheck(threading.Thread):
@@ -174,7 +175,6 @@ class WorkerCheck(threading.Thread):
         super().__init__(name="topo-worker-check", daemon=True)
         self.say = say
         self.prefix = tuple(prefix)
-        self.restarts = 0
         self._done = threading.Event()
 
     def stop(self) -> None:
@@ -204,7 +204,6 @@ class WorkerCheck(threading.Thread):
         if "TORCHELASTIC_RUN_ID" not in env:
             return  # not a worker (a helper process of the agent's)
         attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
-        self.restarts = max(self.restarts, int(attempt) if attempt.isdigit() else 0)
         name = f"rank {env.get('RANK', '?')} (local rank {env.get('LOCAL_RANK', '?')}, attempt {attempt})"
         try:
             held = Binding.from_env(env.get(BINDING_VAR, ""))

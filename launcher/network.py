@@ -49,7 +49,8 @@ def resolve_master(addr: str) -> str:
     try:
         return socket.getaddrinfo(text, None, socket.AF_UNSPEC, socket.SOCK_STREAM)[0][4][0]
     except (OSError, IndexError, UnicodeError) as exc:
-        raise UsageError(f"--master_addr={addr!r} does not resolve ({exc}); give an IP or a resolvable host name") from None
+        raise UsageError(f"--master_addr={addr!r} does not resolve ({exc}); give an IP or a resolvable host "
+                         "name") from None
 
 
 def is_local(ip: str) -> bool:
@@ -73,4 +74,5 @@ def local_ip(master_ip: str) -> str:
             s.connect((master_ip, 8117))
             return s.getsockname()[0]
     except OSError as exc:
-        raise UsageError(f"cannot find a route to --master_addr={master_ip} ({exc}); give an address this machine reaches") from None
+        raise UsageError(f"cannot find a route to --master_addr={master_ip} ({exc}); give an address this "
+                         "machine reaches") from None

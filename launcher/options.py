@@ -13,9 +13,7 @@ _RANK = re.compile(r"-?[0-9]{1,9}")
 if TYPE_CHECKING:  # planners is imported only when a binding is actually given
     from topo.planners.bindload import LoadedBind
 
-# What --bind_core / --bind_numa hold after parsing: off (False), automatic (True), or a
-# planners.bindload.LoadedBind: msrun's table ({"device0": ["0-9", "20-29"], "scheduler": [...]},
-# `table` True) or, for --bind_numa only, a unified bind JSON (file path or inline text).
+# --bind_core / --bind_numa parsed: off, automatic, or msrun's table or (--bind_numa) a unified bind JSON
 BindValue = "bool | LoadedBind"
 
 
@@ -70,7 +68,6 @@ def _parse_bind(value: Any, flag: str) -> BindValue:
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"  # without importing the planners, as an unbound launch
     from topo.planners.bindload import UNIFIED_KEYS, BindSource, LoadedBind, load_bind, load_table, parse_json, plan_of
-
     if isinstance(value, LoadedBind):
         return value
     try:

@@ -233,19 +233,15 @@ def task_env(environ: Mapping[str, str]) -> dict[str, str]:
     node = slurm_node(environ)
     if node is None or not environ.get("SLURM_PROCID"):
         return {}
-    derived: dict[str, str] = {"RANK": environ["SLURM_PROCID"]}
-    ntasks = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS")
-    if ntasks:
-        derived["WORLD_SIZE"] = ntasks
-    if environ.get("SLURM_LOCALID"):
-        derived["LOCAL_RANK"] = environ["SLURM_LOCALID"]
     local = _tasks_on_node(environ)
-    if local is not None:
-        derived["LOCAL_WORLD_SIZE"] = str(local)
-    if not environ.get("MASTER_ADDR") and node.master_addr:
-        derived["MASTER_ADDR"] = node.master_addr
-    derived["MASTER_PORT"] = str(default_master_port(node.job_id))
-    return {k: v for k, v in derived.items() if not environ.get(k)}
+    derived = {
+        "RANK": environ["SLURM_PROCID"], "LOCAL_RANK": environ.get("SLURM_LOCALID"),
+        "WORLD_SIZE": environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS"),
+        "LOCAL_WORLD_SIZE": None if local is None else str(local),
+        "MASTER_ADDR": None if environ.get("MASTER_ADDR") else node.master_addr,  # checked only when it is used
+        "MASTER_PORT": str(default_master_port(node.job_id)),
+    }
+    return {k: v for k, v in derived.items() if v and not environ.get(k)}
 
 
 def _tasks_on_node(environ: Mapping[str, str]) -> int | None:

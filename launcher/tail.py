@@ -18,16 +18,6 @@ class _Follower:
     pending_polls: int = 0
     at_line_start: bool = True
 
-    def read(self) -> bytes:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return b""
-        self.offset += len(data)
-        return data
-
 
 class LogTailer:
     def __init__(self, sources: Sequence[tuple[str, str, TextIO]]):
@@ -37,9 +27,15 @@ class LogTailer:
 
     def pump(self, final: bool = False) -> None:
         """Write what the files gained since the last call; `final` also flushes partial lines."""
-        wrote = set()
+        wrote = {}
         for f in self.followers:
-            data = f.read()
+            try:
+                with open(f.path, "rb") as fh:
+                    fh.seek(f.offset)
+                    data = fh.read()
+            except FileNotFoundError:
+                data = b""
+            f.offset += len(data)
             if data:
                 f.pending += data
                 f.pending_polls = 0
@@ -52,9 +48,9 @@ class LogTailer:
             if rest and (final or f.pending_polls >= 1):
                 text, rest = text + rest, b""
             if text and not self.console_gone and self._write(f, text):
-                wrote.add(id(f.out))
+                wrote[id(f.out)] = f.out
             f.pending = rest
-        for out in {id(f.out): f.out for f in self.followers if id(f.out) in wrote}.values():
+        for out in wrote.values():
             try:
                 out.flush()
             except (OSError, ValueError):

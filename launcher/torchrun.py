@@ -1,13 +1,7 @@
-"""`topo run`: torchrun's flags (launcher.torchrun_flags) as a plan for launcher.run.execute, and
-the failure report; jobs that need torch's rendezvous run under torch's agent (launcher.elastic).
-
-As the installed torch's torchrun: its flags, defaults, worker variables and
-`<log dir>/<run id>_<random>/attempt_<n>/<local rank>/` layout; `${PYTHON_EXEC:-sys.executable} -u
-SCRIPT`; an `@record` error file is the root cause; SIGINT exits 1. Unlike it, on purpose: the
-rendezvous is static (TORCHELASTIC_USE_AGENT_STORE=False: rank 0 hosts the TCPStore); --numa-binding
-takes every topo mode and verifies each worker in /proc; a failed job exits with the worker's code,
-another stop signal with 128 + n; a bound worker gets OMP_NUM_THREADS = its CPUs // its sharers.
-"""
+"""`topo run`: torchrun's flags as a plan for launcher.run.execute, and the failure report; jobs that
+need torch's rendezvous run under torch's agent (launcher.elastic). As torchrun, except on purpose:
+the rendezvous is static (rank 0 hosts the TCPStore), --numa-binding takes every topo mode and is
+verified in /proc, a failed job exits with the worker's code, a bound worker gets OMP_NUM_THREADS."""
 
 from __future__ import annotations
 
@@ -20,7 +14,7 @@ import string
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Mapping, TextIO
 
 from topo.launcher.binding import UNBOUND, binding_of, device_ids
@@ -73,8 +67,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
         if c.torchrun.signals_variable:
             env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = c.signals_to_handle
         if c.virtual_local_rank:
-            # torchrun's --virtual-local-rank: every worker is local rank 0 and sees only its own GPU,
-            # the local_rank-th entry of CUDA_VISIBLE_DEVICES (or GPU local_rank when it is unset)
+            # every worker is local rank 0 and sees only its own GPU, the local_rank-th visible one
             env["LOCAL_RANK"] = "0"
             env["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
             if hip:
@@ -185,35 +178,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """How a `topo run` job ended."""
-
-    exit_code: int  # 0, the failing worker's code (128 + N for signal N), or 128 + a signal we got
-    plan: Plan | None  # None when torch's agent ran the job (launcher.elastic)
-    restarts: int = 0  # how many times the worker group was started again
-    failure: Failure | None = None  # the root cause of the last attempt's failure
-    run_dir: str | None = None  # <log dir>/<run id>_<random>; None for a dry run or once removed
-
-
 def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology=None,
-        out: TextIO | None = None, err: TextIO | None = None) -> RunResult:
+        out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Start the local worker group, follow it, restart it after a failure up to `max_restarts`
     times, and report; a job that needs torch's rendezvous runs under torch's agent instead. `out`
     gets the dry-run text and tee'd output, `err` the launcher's messages and the failure report.
-    Must run on a thread that lives as long as the job (the workers die with it)."""
+    Returns the exit code: 0, the failing worker's (128 + N for signal N), or after a stop signal
+    1 for SIGINT (as torchrun), 128 + N for the others. Must run on a thread that lives as long as
+    the job (the workers die with it)."""
     out, err = out or sys.stdout, err or sys.stderr
     if config.torch_agent:
         from topo.launcher.elastic import run_agent  # imports torch: only for the forms only it runs
-
-        environ, command, bindings, warnings = _prepare(config, environ, topology)
-        code, restarts, failure, run_dir = run_agent(config, command, bindings, warnings, environ=environ, out=out,
-                                                     err=err)
-        return RunResult(code, None, restarts, failure, run_dir)
+        return run_agent(config, *_prepare(config, environ, topology), out=out, err=err)
     plan = plan_run(config, environ=environ, topology=topology)
     if config.dry_run:
         print(describe_run(plan, config), file=out)
-        return RunResult(0, plan)
+        return 0
 
     def say(text: str) -> None:
         print(f"topo run: {text}", file=err, flush=True)
@@ -260,8 +240,7 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
             say(hint)
     elif config.log_dir is None:  # a success, or a stop by signal: no error file to keep
         shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)  # the temporary base made for this run
-        run_dir = None
-    return RunResult(code, plan, restart, failure, run_dir)
+    return code
 
 
 def _interpreter_hint(plan: Plan, config: RunConfig, failure: Failure, rank_dir: str) -> str | None:

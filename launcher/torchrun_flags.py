@@ -23,8 +23,7 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 STD_NONE, STD_OUT, STD_ERR = 0, 1, 2  # torchrun's Std flags: -r/-t values 0..3, per rank as "0:1,1:2"
 DEFAULT_LINE_PREFIX = "[${role_name}${local_rank}]:"  # torchrun's prefix of a tee'd line
 
-# torchrun's defaults for the flags `topo run` shares with it, as the newest release has them
-# (nnodes and nproc_per_node as text, because torchrun parses "1:1" and "gpu" later).
+# torchrun's defaults (newest release) of the flags `topo run` shares; nnodes and nproc_per_node as text
 TORCHRUN_DEFAULTS: Mapping[str, object] = {
     "nnodes": "1:1", "nproc_per_node": "1", "node_rank": 0, "master_addr": "127.0.0.1", "master_port": None,
     "rdzv_backend": "static", "rdzv_endpoint": "", "rdzv_id": "none", "rdzv_conf": "", "standalone": False,
@@ -127,16 +126,6 @@ def parse_std(text: str, flag: str) -> Callable[[int], int]:
             raise UsageError(f"{flag}={text!r}: {part!r} is not LOCAL_RANK:STD, as in 0:1,1:2")
         per_rank[rank] = std(item.strip())
     return lambda rank: per_rank.get(rank, STD_NONE)
-
-
-def parse_ranks_filter(text: str) -> frozenset[int] | None:
-    if not str(text).strip():
-        return None
-    ranks = frozenset(ascii_number(p.strip()) for p in str(text).split(","))
-    if None in ranks:
-        raise UsageError(f"--local-ranks-filter={text!r}: give a comma-separated list of local ranks, "
-                         "e.g. --local-ranks-filter=0,1")
-    return ranks
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -278,8 +267,7 @@ class RunConfig:
 
 
 _INSTALLED = object()  # config_from_flags' torch_version default: read the installed torch's
-# Options only torch's agent acts on; topo's static plan accepts the first two, and the others at
-# their defaults, as changing nothing.
+# acted on by torch's agent only; topo's static plan takes the first two, the others at their defaults
 TORCH_AGENT_OPTIONS = ("start_method", "event_log_handler", "logs_specs", "duplicate_stdout_filters",
                        "duplicate_stderr_filters")
 
@@ -297,8 +285,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     release = torchrun_release(version)
     flags = dict(given)
     if flags.get("standalone"):
-        # torchrun: "--rdzv-backend, --rdzv-endpoint, --rdzv-id are auto-assigned and any explicitly
-        # set values are ignored"; the job is this one node
+        # torchrun: the rendezvous flags "are auto-assigned and any explicitly set values are ignored"
         for name in ("rdzv_backend", "rdzv_endpoint", "rdzv_id", "master_addr", "master_port"):
             flags.pop(name, None)
         if "nnodes" in flags and parse_nnodes(str(flags["nnodes"])) != (1, 1):
@@ -336,13 +323,18 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     network.check_host(master_addr.strip("[]"), f"--master-addr={excerpt(master_addr)!r}")
     prefix = str(values["log_line_prefix_template"] or environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
                  or DEFAULT_LINE_PREFIX)
+    shown = str(values["local_ranks_filter"])
+    ranks = frozenset(ascii_number(p.strip()) for p in shown.split(",")) if shown.strip() else None
+    if ranks and None in ranks:
+        raise UsageError(f"--local-ranks-filter={shown!r}: give a comma-separated list of local ranks, "
+                         "e.g. --local-ranks-filter=0,1")
     same = {f.name: values[f.name] for f in fields(RunConfig) if f.name in values}  # flags named as the fields
     return RunConfig(**{
         **same, "script": script, "script_args": tuple(script_args), "nnodes": nnodes, "nproc_per_node": nproc,
         "master_addr": master_addr, "master_port": master_port, "run_id": run_id, "min_nodes": min_nodes,
         "torch_agent": agent, "rdzv_backend": backend, "rdzv_endpoint": str(values["rdzv_endpoint"]),
         "monitor_interval": _seconds(values["monitor_interval"], "--monitor-interval"),
-        "local_ranks_filter": parse_ranks_filter(str(values["local_ranks_filter"])), "line_prefix": prefix,
+        "local_ranks_filter": ranks, "line_prefix": prefix,
         "grace_period": _shutdown_timeout(values.get("grace_period"), environ),
         "torch_extras": {k: values[k] for k in TORCH_AGENT_OPTIONS}, "torchrun": release,
         "python": environ.get("PYTHON_EXEC") or sys.executable or "python3",

@@ -80,7 +80,6 @@ def launch(script, script_args, **flags):
     """
     from topo.launcher.config import config_from_flags
     from topo.launcher.run import launch as run_launch
-
     ctx = click.get_current_context()
     given = {name for name in flags if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT}
     config, from_slurm = config_from_flags(script, script_args, flags, given)
@@ -127,6 +126,5 @@ def bind(mode, scope, memory, bind_file, local_rank, nproc_per_node, bind_fallba
       torchrun --nproc-per-node=8 --no-python topo bind --bind-file bind.json -- python train.py
     """
     from topo.launcher.bindcmd import bind_and_exec
-
     bind_and_exec(command, bind_file=bind_file, local_rank=local_rank, bind_fallback=bind_fallback, mode=mode,
                   scope=scope, memory=memory, nproc_per_node=nproc_per_node)  # the last three serve --mode

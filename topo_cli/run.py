@@ -29,7 +29,6 @@ def _print_completion(ctx, param, shell):
     if shell is None or ctx.resilient_parsing:
         return
     from click.shell_completion import get_completion_class
-
     root = ctx.find_root()
     complete = get_completion_class(shell)(root.command, {}, "topo", "_TOPO_COMPLETE")
     click.echo(complete.source())
@@ -134,10 +133,9 @@ def run(ctx, script, script_args, **flags):
     """
     from topo.launcher.torchrun import run as run_job
     from topo.launcher.torchrun_flags import config_from_flags
-
     given = {name: value for name, value in flags.items()
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
     config, from_slurm = config_from_flags(script, script_args, given)
     if from_slurm:
         click.echo(f"topo run: {from_slurm}", err=True)
-    sys.exit(run_job(config).exit_code)
+    sys.exit(run_job(config))
