@@ -28,7 +28,6 @@ from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
 from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, discover_here, parse_signals
 from topo.binding import Binding
 from topo.errors import UsageError
-from topo import planners
 
 
 def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
@@ -155,6 +154,7 @@ def _virtual_device(environ: Mapping[str, str], local_rank: int, variable: str) 
 def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings: list[str]) -> tuple[Binding, ...]:
     """Local rank r's binding: the plan's entry for the r-th visible device (torchrun's rule), or
     its share of the CPUs without devices."""
+    from topo import planners  # ~60 ms to import: only for --numa-binding
     if topology is None or callable(topology):
         topology = (topology or discover_here)()
     if not topology.is_this_system:
