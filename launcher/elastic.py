@@ -93,8 +93,7 @@ def _filters(value) -> list[str]:
 
 def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[str], bindings: Sequence[Binding],
               warnings: Sequence[str], *, out: TextIO, err: TextIO) -> int:
-    """Run `command` on every local rank under torch's agent, each worker bound at birth to its
-    `bindings` entry; returns the exit code, as launcher.torchrun.run does.
+    """launcher.torchrun.run under torch's agent, each worker bound at birth to its `bindings` entry.
     Must run on the main thread: the agent turns the signals it handles into SignalException there."""
     threads = [thread_env(environ, b, config.nproc_per_node, shared) if b.is_bound else {}
                for b, shared in zip(bindings, sharers(bindings))]

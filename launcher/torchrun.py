@@ -111,9 +111,8 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
 
 
 def _prepare(config: RunConfig, environ: Mapping[str, str] | None, topology):
-    """(environment, argv, bindings, warnings): what both ways of running a job check and plan first.
-    The argv is `python -u [-m] SCRIPT ARGS`, or the program itself with --no-python; --run-path
-    (torchrun: runpy.run_path in its own interpreter) runs as `python -u SCRIPT` does."""
+    """(environment, argv, bindings, warnings), checked: `python -u [-m] SCRIPT ARGS`, or the program
+    with --no-python; --run-path (torchrun: runpy.run_path) runs as `python -u SCRIPT` does."""
     environ = dict(os.environ if environ is None else environ)
     if config.no_python and not config.run_path:
         command = (config.script, *config.script_args)
@@ -180,12 +179,10 @@ def _free_port() -> int:
 
 def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology=None,
         out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Start the local worker group, follow it, restart it after a failure up to `max_restarts`
-    times, and report; a job that needs torch's rendezvous runs under torch's agent instead. `out`
-    gets the dry-run text and tee'd output, `err` the launcher's messages and the failure report.
-    Returns the exit code: 0, the failing worker's (128 + N for signal N), or after a stop signal
-    1 for SIGINT (as torchrun), 128 + N for the others. Must run on a thread that lives as long as
-    the job (the workers die with it)."""
+    """Run the local worker group (under torch's agent where the job needs its rendezvous), restart
+    it up to `max_restarts` times, report to `err` (dry-run text and tee'd output to `out`), and
+    return the exit code: the failing worker's, or 1 after SIGINT, 128 + N after another signal N.
+    Must run on a thread that lives as long as the job (the workers die with it)."""
     out, err = out or sys.stdout, err or sys.stderr
     if config.torch_agent:
         from topo.launcher.elastic import run_agent  # imports torch: only for the forms only it runs

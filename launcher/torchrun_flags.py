@@ -59,8 +59,7 @@ TORCH_VERSION_LIMIT = 4096  # bytes of torch/version.py read at most: it is a fe
 
 
 def torchrun_release(version: tuple[int, int] | None) -> TorchrunRelease:
-    """The row for torch `version` (major, minor): the newest for None (no torch) and for releases
-    newer than the table, the oldest for older ones."""
+    """The row for torch `version`: the newest for None (no torch) or newer, the oldest for older."""
     if version is None:
         return TORCHRUN_RELEASES[-1]
     rows = [r for r in TORCHRUN_RELEASES if r.release <= version]
@@ -329,6 +328,13 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
     if ranks and None in ranks:
         raise UsageError(f"--local-ranks-filter={shown!r}: give a comma-separated list of local ranks, "
                          "e.g. --local-ranks-filter=0,1")
+    # --shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's order)
+    timeout = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "").strip()
+    if values.get("grace_period") is not None:
+        grace = _seconds(values["grace_period"], "--shutdown-timeout")
+    else:
+        fix = ": fix it or give --shutdown-timeout"
+        grace = _seconds(timeout, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", fix) if timeout else DEFAULT_SHUTDOWN_TIMEOUT
     same = {f.name: values[f.name] for f in fields(RunConfig) if f.name in values}  # flags named as the fields
     return RunConfig(**{
         **same, "script": script, "script_args": tuple(script_args), "nnodes": nnodes, "nproc_per_node": nproc,
@@ -336,7 +342,7 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
         "torch_agent": agent, "rdzv_backend": backend, "rdzv_endpoint": str(values["rdzv_endpoint"]),
         "monitor_interval": _seconds(values["monitor_interval"], "--monitor-interval"),
         "local_ranks_filter": ranks, "line_prefix": prefix,
-        "grace_period": _shutdown_timeout(values.get("grace_period"), environ),
+        "grace_period": grace,
         "torch_extras": {k: values[k] for k in TORCH_AGENT_OPTIONS}, "torchrun": release,
         "python": environ.get("PYTHON_EXEC") or sys.executable or "python3",
     }), from_slurm.note()
@@ -361,16 +367,6 @@ def _torch_agent_form(values: Mapping[str, object], min_nodes: int, max_nodes: i
         if str(values[f"duplicate_{stream}_filters"]).strip():
             return f"--duplicate-{stream}-filters"
     return None
-
-
-def _shutdown_timeout(given, environ: Mapping[str, str]) -> float:
-    """--shutdown-timeout, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (torchrun's order)."""
-    if given is not None:
-        return _seconds(given, "--shutdown-timeout")
-    text = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "").strip()
-    if not text:
-        return DEFAULT_SHUTDOWN_TIMEOUT
-    return _seconds(text, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", ": fix it or give --shutdown-timeout")
 
 
 def _seconds(value, name: str, fix: str = "") -> float:
