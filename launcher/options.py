@@ -13,9 +13,6 @@ _RANK = re.compile(r"-?[0-9]{1,9}")
 if TYPE_CHECKING:  # planners is imported only when a binding is actually given
     from topo.planners.bindload import LoadedBind
 
-# --bind_core / --bind_numa parsed: off, automatic, or msrun's table or (--bind_numa) a unified bind JSON
-BindValue = "bool | LoadedBind"
-
 
 def parse_literal_bool(text: str | bool, flag: str) -> bool:
     """msrun's `--join=True`: ast.literal_eval restricted to True/False (so 1/0 pass too).
@@ -52,17 +49,17 @@ def is_bind_file(value) -> bool:
     return text.lower() not in ("true", "false") and not text.startswith("{")
 
 
-def parse_bind_core(value: Any) -> BindValue:
+def parse_bind_core(value: Any) -> bool | LoadedBind:
     """--bind_core: True/False (any case) or a JSON table {"deviceX"|"scheduler": ["cpus", ...]}."""
     return _parse_bind(value, "--bind_core")
 
 
-def parse_bind_numa(value: Any) -> BindValue:
+def parse_bind_numa(value: Any) -> bool | LoadedBind:
     """--bind_numa: True/False, a JSON table of NUMA ids, a unified bind JSON file, or inline unified JSON."""
     return _parse_bind(value, "--bind_numa")
 
 
-def _parse_bind(value: Any, flag: str) -> BindValue:
+def _parse_bind(value: Any, flag: str) -> bool | LoadedBind:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
