@@ -156,7 +156,8 @@ def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[s
     except (RendezvousError, ValueError, RuntimeError) as exc:
         raise LaunchError(f"torch's rendezvous or agent failed: {type(exc).__name__}: {exc}") from None
     finally:
-        check.stop()
+        check.done.set()
+        check.join(EXEC_TIMEOUT)
     run_dir = launch.logs_specs.root_log_dir
     if failure is not None:
         print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
@@ -174,16 +175,12 @@ class WorkerCheck(threading.Thread):
         super().__init__(name="topo-worker-check", daemon=True)
         self.say = say
         self.prefix = tuple(prefix)
-        self._done = threading.Event()
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join(EXEC_TIMEOUT)
+        self.done = threading.Event()  # set, then join: the job has ended
 
     def run(self) -> None:
         me, seen = psutil.Process(), set()
         mine = tuple(me.cmdline())  # what a child shows between fork and exec
-        while not self._done.wait(0.02):
+        while not self.done.wait(0.02):
             try:
                 children = me.children()
             except psutil.Error:
