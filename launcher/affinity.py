@@ -28,7 +28,7 @@ from topo.binding import BINDING_VAR, MAX_PROCESSES, MEMORY_POLICIES, Binding, o
 from topo.cpuset import CpuSet, excerpt
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError
-from topo.model import Device, Topology
+from topo.model import Topology
 from topo.numbers import ascii_number
 from topo.planners.binding import from_entry
 from topo.planners.core import Job
@@ -144,13 +144,25 @@ def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str
     nproc, origin = _nproc(nproc_per_node, env)
     try:
         visible = visible_devices(topology, env=env)
+        device = None if index is not None else find_device(topology, device_id)[0]
     except TopoError as exc:
         raise AffinityError(str(exc)) from exc
-    if index is None:  # named by UUID or bus id: its own device, whatever the variables say
-        visible, rank, origin = _physical(topology, device_id, visible, nproc, origin, env)
-        nproc = nproc or len(visible)
+    if device is not None:
+        # named by UUID or bus id: its own device, ranked among the visible devices when they list
+        # it (and are enough for the job), else among every device of its kind in the runtime's order
+        hits = [r for r, d in enumerate(visible) if d == device]
+        if hits and (nproc is None or nproc <= len(visible)):
+            if len(hits) > 1:
+                raise AffinityError(f"device {excerpt(str(device_id).strip())!r}: {len(hits)} visible MIG instances "
+                                    f"share GPU {device.index}{describe_env(env)}; pass the local index of this "
+                                    "process's instance")
+            rank, what = hits[0], f"one process per visible {device.kind.upper()}{describe_env(env)}"
+        else:
+            visible = visible_devices(topology, kind=device.kind, env={})
+            rank, what = visible.index(device), f"one process per {device.kind.upper()} of the machine"
+        if nproc is None:
+            nproc, origin = len(visible), what
         if rank >= nproc:
-            device = visible[rank]
             raise AffinityError(
                 f"device {excerpt(str(device_id).strip())!r} is {device.kind.upper()} {device.index} ({device.busid}), "
                 f"local rank {rank}, past the nproc_per_node={nproc}{_paren(origin)} devices the job uses; "
@@ -171,25 +183,6 @@ def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str
     if index >= nproc:
         raise AffinityError(f"device_id={index} should be smaller than nproc_per_node={nproc}{_paren(origin)}")
     return Job(tuple(d.index for d in visible[:nproc]) if visible else (None,) * nproc), index
-
-
-def _physical(topology: Topology, name, visible: list[Device], nproc, origin: str, env):
-    """A device named by UUID or bus id: its local rank among the visible devices when they list
-    it (and are enough for the job), else among every device of its kind in the runtime's order."""
-    try:
-        device, _ = find_device(topology, name)
-    except TopoError as exc:
-        raise AffinityError(str(exc)) from exc
-    hits = [r for r, d in enumerate(visible) if d == device]
-    if hits and (nproc is None or nproc <= len(visible)):
-        if len(hits) > 1:
-            raise AffinityError(f"device {excerpt(str(name).strip())!r}: {len(hits)} visible MIG instances share GPU "
-                                f"{device.index}{describe_env(env)}; pass the local index of this process's instance")
-        what = f"one process per visible {device.kind.upper()}{describe_env(env)}"
-        return visible, hits[0], origin if nproc is not None else what
-    every = visible_devices(topology, kind=device.kind, env={})
-    what = f"one process per {device.kind.upper()} of the machine"
-    return every, every.index(device), origin if nproc is not None else what
 
 
 def _plan(topology: Topology, job: Job, *, mode, scope, multithreading, balanced, min_physical_cores,
