@@ -106,9 +106,9 @@ _NODE_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
 
 def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str], memory=None,
              **options) -> tuple[Binding, tuple[str, ...], int]:
-    """The binding of `device_id`'s rank with memory policy `memory`, the planner's warnings and how
-    many of the job's processes share its CPUs. The node's plan is kept per topology, devices and
-    options: a repeated call takes 0.05 ms instead of a plan's (benchmarks/affinity_bench.py)."""
+    """`device_id`'s binding with memory policy `memory`, the planner's warnings and how many of the
+    job's processes share its CPUs. The node's plan is kept: a repeated call takes 0.05 ms instead
+    of a plan's (benchmarks/affinity_bench.py)."""
     policy = _memory(memory)
     job, rank = _locate(topology, device_id, nproc_per_node, env)
     key = (id(topology), job.devices, *(str(v) for v in options.values()))
@@ -138,8 +138,7 @@ def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, st
 
 
 def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str]) -> tuple[Job, int]:
-    """The job (local rank r runs next to the r-th of its devices; none without accelerators) and
-    the rank `device_id` names in it."""
+    """The job (local rank r runs next to its r-th device) and the rank `device_id` names in it."""
     index = _device_index(device_id)
     nproc, origin = _nproc(nproc_per_node, env)
     try:
@@ -187,8 +186,7 @@ def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str
 
 def _plan(topology: Topology, job: Job, *, mode, scope, multithreading, balanced, min_physical_cores,
           max_physical_cores, priority_cores=False) -> tuple[tuple[Binding, ...], str, tuple[str, ...]]:
-    """Every local rank's binding from one plan of the whole node (memory bound to the planned
-    nodes), the mode's name and the planner's warnings."""
+    """Every local rank's binding (memory bound) from one plan of the node, the mode's name, the warnings."""
     mode_name = _word(mode, "mode")
     try:
         plan = planners.plan(topology, mode_name, job=job, scope=_word(scope, "scope"),
@@ -303,8 +301,8 @@ def _paren(text: str) -> str:
 
 @functools.cache
 def this_machine() -> Topology:
-    """This machine's topology, discovered on first use and kept for the life of the process
-    (allowed CPUs as they were then, so a second call plans the same set, not within the first)."""
+    """This machine's topology, discovered once per process (allowed CPUs as they were then, so a
+    second call plans the same set, not within the first)."""
     try:
         return discover("/")
     except TopoError as exc:  # an AffinityError, as every error of set_affinity (GPUAffinityError)
@@ -334,24 +332,21 @@ def set_affinity(device_id: DeviceId, nproc_per_node: int | None = None, *,
     """Bind this process to the CPUs (and optionally the memory) of its device; return
     `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did.
 
-    `device_id`: the local index of the device as the visible-device variables number it
-    (CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES),
-    or the device itself by `GPU-`/`MIG-` UUID, bare UUID (text or torch's object) or PCI bus id.
-    `nproc_per_node` None: LOCAL_WORLD_SIZE, else one process per visible device (per NUMA node
-    without accelerators); indices and counts are at most MAX_PROCESSES. `mode`, `scope`,
-    `multithreading`, `balanced`, `min_physical_cores`, `max_physical_cores`: gpu_affinity's (its
-    strings or enum members, `_` or `-`); `mode` also takes every mode of `topo plan --list-modes`.
-    The plan stays within the allowed CPUs (taskset, cgroup).
-
+    `device_id`: the device's local index as the visible-device variables number it (CUDA_VISIBLE_DEVICES
+    with CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES), or the device by
+    `GPU-`/`MIG-` UUID, bare UUID (text or torch's object) or PCI bus id. `nproc_per_node` None:
+    LOCAL_WORLD_SIZE, else one process per visible device (per NUMA node without accelerators); at
+    most MAX_PROCESSES. `mode`, `scope`, `multithreading`, `balanced`, `min_physical_cores`,
+    `max_physical_cores`: gpu_affinity's (strings or enum members, `_` or `-`); `mode` also takes
+    every mode of `topo plan --list-modes`. The plan stays within the allowed CPUs (taskset, cgroup).
     `memory`: None leaves the memory policy alone; "local", "bind" or "preferred" on the process's
-    node(s), for the calling thread and the threads it starts afterwards. Refused by the kernel, it
-    is an error unless `bind_fallback=True` (then "preferred", then the CPUs alone, with a warning).
-    `migrate=True` moves the pages already touched; `threads` "shared" or "all" (module doc).
-    `priority_cores=True` plans every rank's CPUs to hold a priority core of its home (the most
-    efficient CPU kind, `topo show --cpukinds`), a distinct one per rank where there are enough.
-    Where the CPUs are shared and OMP_NUM_THREADS is not set, a warning advises the value topo's
-    launchers set. Call it first in main(), before CUDA/ACL initialise and worker threads start.
-    Raises AffinityError (a TopoError, also named GPUAffinityError) with one line saying what is wrong.
+    node(s), for this thread and those it starts. Refused by the kernel, an error unless
+    `bind_fallback=True` (then "preferred", then CPUs alone, with a warning). `migrate=True` moves
+    the pages already touched; `threads` "shared" or "all" (module doc). `priority_cores=True`: each
+    rank's CPUs hold a priority core of its home (`topo show --cpukinds`), distinct where enough.
+    Shared CPUs and OMP_NUM_THREADS unset: a warning advises the value topo's launchers set.
+    Call it first in main(), before CUDA/ACL initialise and worker threads start. AffinityError (a
+    TopoError, also named GPUAffinityError) says in one line what is wrong.
     """
     return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                             balanced=balanced, min_physical_cores=min_physical_cores,
@@ -365,8 +360,7 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
                  bind_fallback: bool = False, migrate: bool = False, threads: str = "shared",
                  priority_cores: bool = False, _stacklevel: int = 2) -> AffinityResult:
-    """set_affinity, returning an AffinityResult: the CPUs, the memory policy that held, the pages
-    `migrate=True` moved and the threads moved."""
+    """set_affinity, returning what it did (AffinityResult)."""
     # arguments that are wrong on any machine fail before this one is read
     _device_index(device_id)
     _nproc(nproc_per_node, {})
@@ -438,8 +432,7 @@ def _kept_binding(env: Mapping[str, str]) -> Binding | None:
 
 
 def apply_binding(binding: Binding, fallback: bool, who: str, *, threads=(), stacklevel: int = 3) -> Binding:
-    """topo.syscalls.apply in set_affinity's words: AffinityError naming its keywords, and a
-    warning when the memory policy fell back. What held."""
+    """topo.syscalls.apply in set_affinity's words (its keywords; a warning on fallback); what held."""
     try:
         held = syscalls.apply(binding, fallback=fallback, threads=threads, option="bind_fallback=True")
     except syscalls.BindingRefused as exc:
@@ -468,8 +461,7 @@ def home_nodes(topology: Topology, binding: Binding) -> CpuSet:
 
 
 def migrate_to(nodes: CpuSet) -> int:
-    """Move this process's pages from every other node onto `nodes`; return how many moved (the
-    pages off `nodes` before, less those still off them after)."""
+    """Move this process's pages from every other node onto `nodes`; how many moved."""
     def off_nodes() -> dict[int, int]:  # resident base pages per node (numa_maps(5), as `topo ps`)
         return {n: v for n, v in observe("self").pages_by_node.items() if n not in nodes}
 

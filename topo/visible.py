@@ -1,20 +1,16 @@
 """Which physical device a job's local rank i gets: the runtimes' visible-device variables.
 
 `visible_devices(topology)[i]` is local rank i's device, as the runtime numbers them:
-- NVIDIA: `CUDA_DEVICE_ORDER` orders the GPUs (PCI_BUS_ID, or FASTEST_FIRST, which for one model is
-  bus order too), `CUDA_VISIBLE_DEVICES` picks indices, `GPU-` UUID prefixes or `MIG-` UUIDs. As
-  CUDA does, a negative index (`-1`) or a repeated one ends the list; an index past the machine's
-  GPUs, or a UUID prefix matching no GPU or several, is an error naming it (CUDA would drop the
-  GPU or fail the job; a plan for fewer GPUs than asked is never what was meant).
+- NVIDIA: `CUDA_DEVICE_ORDER` orders the GPUs (FASTEST_FIRST is bus order for one model),
+  `CUDA_VISIBLE_DEVICES` picks indices, `GPU-` UUID prefixes or `MIG-` UUIDs; as CUDA, `-1` or a
+  repeated GPU ends the list. An index past the GPUs or a UUID prefix matching none or several is
+  an error naming it (a plan for fewer GPUs than asked is never what was meant).
 - AMD: `ROCR_VISIBLE_DEVICES` selects, then `HIP_VISIBLE_DEVICES` (or `CUDA_VISIBLE_DEVICES`).
-- Intel GPUs (XPUs): Level Zero's `ZE_AFFINITY_MASK` lists device indices in PCI bus order, or
-  `device.subdevice` (a tile runs where its card sits; two tiles of one card are two ranks there).
-- Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists NPU ids; local rank i gets `sorted(ids)[i]`, as msrun.
-- Intel Gaudi: `HABANA_VISIBLE_MODULES` lists module ids (the devices' index); local rank i gets
-  `sorted(ids)[i]`, as the runtime acquires the visible modules in order.
-
-`find_device(topology, name)` is the device a caller names itself: a GPU/MIG UUID (or a bare one,
-as torch prints it) or a PCI bus id in any usual form.
+- Intel XPUs: `ZE_AFFINITY_MASK` lists indices in PCI bus order, or `device.subdevice` (a tile
+  runs where its card sits). Ascend (`ASCEND_RT_VISIBLE_DEVICES`, NPU ids) and Gaudi
+  (`HABANA_VISIBLE_MODULES`, module ids): local rank i gets `sorted(ids)[i]`, as msrun and the runtime.
+`find_device(topology, name)` is the device a caller names by GPU/MIG UUID (or a bare one, as
+torch prints it) or by PCI bus id in any usual form.
 """
 
 from __future__ import annotations
@@ -45,12 +41,8 @@ def default_kind(topology: Topology) -> str | None:
 
 def visible_devices(topology: Topology, kind: str | None = None,
                     env: Mapping[str, str] | None = None) -> list[Device]:
-    """The devices local ranks 0, 1, ... get, in order.
-
-    `env` defaults to this process's environment on the live machine and to no variables for a
-    topology read from elsewhere (another root, a JSON or XML file): a captured machine's devices
-    are not filtered by this shell's CUDA_VISIBLE_DEVICES.
-    """
+    """The devices local ranks 0, 1, ... get, in order. `env` defaults to this process's environment
+    on the live machine, to none for a topology read from elsewhere (another root, a JSON or XML file)."""
     if env is None:
         env = os.environ if topology.is_this_system else {}
     kind = kind or default_kind(topology)
@@ -78,10 +70,8 @@ def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None)
 
 
 def hidden_warning(topology: Topology, env: Mapping[str, str] | None = None) -> str | None:
-    """The one warning line for variables that hide every accelerator of the machine
-    (`CUDA_VISIBLE_DEVICES=""` or `-1`, as CPU-side jobs on GPU hosts set on purpose): the job is
-    then planned CPU-only. None when a device stays visible or the machine has none. `env`
-    defaults as in `visible_devices`."""
+    """The warning line when the variables hide every accelerator (`CUDA_VISIBLE_DEVICES=""` or `-1`,
+    as CPU-side jobs on GPU hosts set on purpose) and the job is planned CPU-only; else None."""
     if env is None:
         env = os.environ if topology.is_this_system else {}
     kind = default_kind(topology)
@@ -212,8 +202,7 @@ def _level_zero(gpus: list[Device], env: Mapping[str, str], _migs) -> list[Devic
 
 
 def _listed_ids(devices: list[Device], env: Mapping[str, str], var: str, what: str, a: str) -> list[Device]:
-    """The devices whose ids `var` lists, by id; every device where it is unset or empty (msrun's
-    rule for NPUs, the Habana runtime's for Gaudi modules)."""
+    """The devices whose ids `var` lists, by id; all where it is unset or empty (msrun's and Habana's rule)."""
     by_id = {d.index: d for d in devices}
     spec = (env.get(var) or "").strip()
     if not spec:
@@ -253,11 +242,10 @@ def normal_bus_id(text: str) -> str | None:
 
 
 def find_device(topology: Topology, name) -> tuple[Device, Device | None]:
-    """The physical accelerator `name` names, whatever the visible-device variables say, and the
-    MIG instance when it names one (the instance runs where its GPU sits): a `GPU-`/`MIG-` UUID or
-    a unique prefix of one, a bare UUID (torch's `get_device_properties(i).uuid`, as text or the
-    object), or a PCI bus id (`0000:3b:00.0`, `3b:00.0`, NVML's `00000000:3B:00.0`). Raises
-    UsageError naming the text and the forms it may take."""
+    """The accelerator `name` names, whatever the visible-device variables say, and the MIG instance
+    when it names one: a `GPU-`/`MIG-` UUID or unique prefix, a bare UUID (torch's
+    `get_device_properties(i).uuid`, text or object), or a PCI bus id (`0000:3b:00.0`, `3b:00.0`,
+    NVML's `00000000:3B:00.0`). UsageError naming the text and the forms it may take."""
     text = str(name).strip()
     accelerators = [d for d in topology.devices if d.kind in ACCELERATOR_KINDS]
     gpus = [d for d in accelerators if d.kind == "gpu"]
