@@ -9,7 +9,6 @@ own memory node on C2C machines), and the link level and NVLink counts of `nvidi
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 import os
@@ -109,10 +108,10 @@ def probe_for(topology: Topology) -> NvmlReport:
     return probe_nvml(cpu_count)
 
 
-def probe_nvml(cpu_count: int, module: str = "pynvml") -> NvmlReport:
+def probe_nvml(cpu_count: int) -> NvmlReport:
     """Ask NVML about every GPU; never raises for a missing library, driver or GPU."""
     try:
-        nvml = importlib.import_module(module)
+        import pynvml as nvml
     except ImportError:
         return NvmlReport("unavailable: pynvml is not installed (pip install 'topo-affinity[nvidia]')")
     error = getattr(nvml, "NVMLError", Exception)
