@@ -82,34 +82,35 @@ def plan_affinity(topology: Topology, device_id: DeviceId, nproc_per_node: int |
     variables and LOCAL_WORLD_SIZE (default: os.environ on the live machine, none elsewhere)."""
     if env is None:
         env = os.environ if topology.is_this_system else {}
-    planned, notes, _ = _planned(topology, device_id, nproc_per_node, env, memory, mode=mode, scope=scope,
+    policy = _memory(memory)
+    planned, notes, _ = _planned(topology, device_id, nproc_per_node, env, mode=mode, scope=scope,
                                  multithreading=multithreading, balanced=balanced,
                                  min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
                                  priority_cores=priority_cores)
     for note in notes:
         warnings.warn(f"set_affinity: {note}", stacklevel=2)
-    return planned
+    return _with_memory(planned, policy)
 
 
 def plan_here(device_id: DeviceId, nproc_per_node: int | None = None, *, memory: str | None = None,
               **options) -> tuple[Binding, int]:
     """plan_affinity on this machine with this process's environment, without warnings, and how
     many of the job's processes (this one included) share the binding's CPUs."""
+    policy = _memory(memory)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        planned, _, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, memory, **options)
-    return planned, share
+        planned, _, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, **options)
+    return _with_memory(planned, policy), share
 
 
 _NODE_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
 
 
-def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str], memory=None,
+def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str],
              **options) -> tuple[Binding, tuple[str, ...], int]:
-    """`device_id`'s binding with memory policy `memory`, the planner's warnings and how many of the
-    job's processes share its CPUs. The node's plan is kept: a repeated call takes 0.05 ms instead
-    of a plan's (benchmarks/affinity_bench.py)."""
-    policy = _memory(memory)
+    """`device_id`'s binding as planned (memory bound to its home nodes), the planner's warnings and
+    how many of the job's processes share its CPUs. The node's plan is kept: a repeated call takes
+    0.05 ms instead of a plan's (benchmarks/affinity_bench.py)."""
     job, rank = _locate(topology, device_id, nproc_per_node, env)
     key = (id(topology), job.devices, *(str(v) for v in options.values()))
     hit = _NODE_PLANS.get(key)
@@ -125,16 +126,19 @@ def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, st
                                 "widen the restriction or start fewer processes")
         raise AffinityError(f"mode {mode_name!r} gives device_id={rank} no CPU; choose another mode")
     share = sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
-    if policy is None:
-        mine = mine.without_memory()
-    elif policy == "local":
-        mine = replace(mine, memory_nodes=None, memory_policy="local")
-    elif mine.memory_nodes is None:
-        raise AffinityError(f"memory={policy!r}: CPUs {mine.cpus} are on no NUMA node with memory; "
-                            "use memory='local' or None")
-    else:
-        mine = replace(mine, memory_policy=policy)
     return mine, (hidden, *notes) if hidden else notes, share
+
+
+def _with_memory(planned: Binding, policy: str | None) -> Binding:
+    """The planned binding with memory policy `policy` (None: memory left alone)."""
+    if policy is None:
+        return planned.without_memory()
+    if policy == "local":
+        return replace(planned, memory_nodes=None, memory_policy="local")
+    if planned.memory_nodes is None:
+        raise AffinityError(f"memory={policy!r}: CPUs {planned.cpus} are on no NUMA node with memory; "
+                            "use memory='local' or None")
+    return replace(planned, memory_policy=policy)
 
 
 def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str]) -> tuple[Job, int]:
@@ -364,7 +368,7 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
     # arguments that are wrong on any machine fail before this one is read
     _device_index(device_id)
     _nproc(nproc_per_node, {})
-    _memory(memory)
+    policy = _memory(memory)
     _word(mode, "mode")
     if threads not in THREADS:
         raise AffinityError(f"threads must be one of {', '.join(map(repr, THREADS))}; got {threads!r}")
@@ -377,7 +381,7 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
             syscalls.apply(Binding(kept.cpus), threads=others)
         pages = migrate_to(home_nodes(this_machine(), kept)) if migrate else None
         return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, len(others), kept=True)
-    planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, memory, mode=mode,
+    planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, mode=mode,
                                      scope=scope, multithreading=multithreading, balanced=balanced,
                                      min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
                                      priority_cores=priority_cores)
@@ -391,7 +395,8 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
                       "more threads than CPUs", stacklevel=_stacklevel)
     before = os.sched_getaffinity(0) if threads == "shared" else None
     others = syscalls.other_threads(before)
-    held = apply_binding(planned, bind_fallback, "set_affinity", threads=others, stacklevel=_stacklevel + 1)
+    held = apply_binding(_with_memory(planned, policy), bind_fallback, "set_affinity", threads=others,
+                         stacklevel=_stacklevel + 1)
     # a thread that one not yet moved started meanwhile has the old CPUs: passes until one finds no
     # new thread, at most 100 (a process that starts threads without end)
     moved = set(others)
@@ -403,7 +408,7 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
         moved.update(late)
     pages = migrate_to(home_nodes(this_machine(), planned)) if migrate else None
     return AffinityResult(replace(held, applied_by="system calls"), frozenset(os.sched_getaffinity(0)),
-                          (held.memory_policy or "none") if memory is not None else None, pages, len(moved),
+                          (held.memory_policy or "none") if policy else None, pages, len(moved),
                           omp_threads=omp)
 
 
