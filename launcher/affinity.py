@@ -3,19 +3,14 @@
     import os, topo
     cpus = topo.set_affinity(int(os.environ["LOCAL_RANK"]))     # first thing in main()
 
-It takes gpu_affinity's arguments, defaults and results, and more (set_affinity's doc).
-`plan_affinity` is the planning, a pure function of a Topology and an environment; `bind_process`
-discovers this machine once per process, plans, applies with topo.syscalls.apply and says what it did.
-
-What is applied, and to whom:
-- CPUs: the calling thread and every other thread whose affinity equals the caller's (PyTorch's
-  rule): threads a library started at import move with the process, threads that chose their own
-  CPUs stay; `threads="all"` moves every thread.
-- Memory: set_mempolicy on the calling thread, which threads it starts afterwards inherit (Linux
-  cannot set another thread's policy). Pages already allocated stay unless `migrate=True` moves
-  them (migrate_pages(2)) to the rank's node(s).
-- A process a launcher bound (TOPO_BINDING set, and its CPUs and memory policy still as it says)
-  keeps that binding.
+`plan_affinity` plans (a pure function of a Topology and an environment); `bind_process` discovers
+this machine once per process, plans, applies with topo.syscalls.apply and says what it did.
+- CPUs: the calling thread and every thread whose affinity equals the caller's (PyTorch's rule:
+  threads a library started at import move, threads that chose their CPUs stay); `threads="all"`
+  moves every thread.
+- Memory: set_mempolicy on the calling thread, inherited by the threads it starts afterwards (Linux
+  cannot set another thread's policy); `migrate=True` moves the pages already allocated.
+- A process a launcher bound (TOPO_BINDING set, and still true) keeps that binding.
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ from topo.binding import BINDING_VAR, MAX_PROCESSES, MEMORY_POLICIES, Binding, o
 from topo.cpuset import CpuSet, excerpt
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError
-from topo.model import Device, Topology
+from topo.model import Topology
 from topo.numbers import ascii_number
 from topo.planners.binding import from_entry
 from topo.planners.core import Job
@@ -81,11 +76,10 @@ def plan_affinity(topology: Topology, device_id: DeviceId, nproc_per_node: int |
                   multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
                   min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
                   env: Mapping[str, str] | None = None, priority_cores: bool = False) -> Binding:
-    """The binding `set_affinity` applies for `device_id` (see set_affinity) of `nproc_per_node`
-    on `topology`, without applying it: its CPUs, the physical id of its device (None on a machine
-    without accelerators) and, with `memory`, its memory policy and nodes. The planner's warnings
-    are issued with `warnings.warn`. `env` holds the visible-device variables and LOCAL_WORLD_SIZE
-    (default: this process's environment on the live machine, none elsewhere)."""
+    """The binding `set_affinity` applies for `device_id` of `nproc_per_node` on `topology`, not
+    applied: its CPUs, its device's physical id (None without accelerators) and, with `memory`, its
+    memory policy and nodes. The planner's warnings go to `warnings.warn`. `env`: the visible-device
+    variables and LOCAL_WORLD_SIZE (default: os.environ on the live machine, none elsewhere)."""
     if env is None:
         env = os.environ if topology.is_this_system else {}
     policy = _memory(memory)
@@ -98,23 +92,83 @@ def plan_affinity(topology: Topology, device_id: DeviceId, nproc_per_node: int |
     return _with_memory(planned, policy)
 
 
+def plan_here(device_id: DeviceId, nproc_per_node: int | None = None, *, memory: str | None = None,
+              **options) -> tuple[Binding, int]:
+    """plan_affinity on this machine with this process's environment, without warnings, and how
+    many of the job's processes (this one included) share the binding's CPUs."""
+    policy = _memory(memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned, _, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, **options)
+    return _with_memory(planned, policy), share
+
+
+_NODE_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
+
+
+def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str],
+             **options) -> tuple[Binding, tuple[str, ...], int]:
+    """`device_id`'s binding as planned (memory bound to its home nodes), the planner's warnings and
+    how many of the job's processes share its CPUs. The node's plan is kept: a repeated call takes
+    0.05 ms instead of a plan's (benchmarks/affinity_bench.py)."""
+    job, rank = _locate(topology, device_id, nproc_per_node, env)
+    key = (id(topology), job.devices, *(str(v) for v in options.values()))
+    hit = _NODE_PLANS.get(key)
+    if hit is None or hit[0] is not topology:
+        hit = _NODE_PLANS[key] = (topology, _plan(topology, job, **options))
+    ranks, mode_name, notes = hit[1]
+    hidden = hidden_warning(topology, env) if job.cpu_only else None
+    mine = ranks[rank]
+    if mine.cpus is None:
+        restricted = _restriction(topology)
+        if restricted:
+            raise AffinityError(f"mode {mode_name!r} leaves local rank {rank} no CPU within {restricted}; "
+                                "widen the restriction or start fewer processes")
+        raise AffinityError(f"mode {mode_name!r} gives device_id={rank} no CPU; choose another mode")
+    share = sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
+    return mine, (hidden, *notes) if hidden else notes, share
+
+
+def _with_memory(planned: Binding, policy: str | None) -> Binding:
+    """The planned binding with memory policy `policy` (None: memory left alone)."""
+    if policy is None:
+        return planned.without_memory()
+    if policy == "local":
+        return replace(planned, memory_nodes=None, memory_policy="local")
+    if planned.memory_nodes is None:
+        raise AffinityError(f"memory={policy!r}: CPUs {planned.cpus} are on no NUMA node with memory; "
+                            "use memory='local' or None")
+    return replace(planned, memory_policy=policy)
+
+
 def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str]) -> tuple[Job, int]:
-    """The job (local rank r runs next to the r-th of its devices; none on a machine without
-    accelerators) and the rank `device_id` names in it."""
+    """The job (local rank r runs next to its r-th device) and the rank `device_id` names in it."""
     index = _device_index(device_id)
     nproc, origin = _nproc(nproc_per_node, env)
     try:
         visible = visible_devices(topology, env=env)
+        device = None if index is not None else find_device(topology, device_id)[0]
     except TopoError as exc:
         raise AffinityError(str(exc)) from exc
-    if index is None:  # named by UUID or bus id: its own device, whatever the variables say
-        visible, rank, origin = _physical(topology, device_id, visible, nproc, origin, env)
-        nproc = nproc or len(visible)
+    if device is not None:
+        # named by UUID or bus id: its own device, ranked among the visible devices when they list
+        # it (and are enough for the job), else among every device of its kind in the runtime's order
+        hits = [r for r, d in enumerate(visible) if d == device]
+        if hits and (nproc is None or nproc <= len(visible)):
+            if len(hits) > 1:
+                raise AffinityError(f"device {excerpt(str(device_id).strip())!r}: {len(hits)} visible MIG instances "
+                                    f"share GPU {device.index}{describe_env(env)}; pass the local index of this "
+                                    "process's instance")
+            rank, what = hits[0], f"one process per visible {device.kind.upper()}{describe_env(env)}"
+        else:
+            visible = visible_devices(topology, kind=device.kind, env={})
+            rank, what = visible.index(device), f"one process per {device.kind.upper()} of the machine"
+        if nproc is None:
+            nproc, origin = len(visible), what
         if rank >= nproc:
-            device = visible[rank]
             raise AffinityError(
-                f"device {_shown(device_id)} is {device.kind.upper()} {device.index} ({device.busid}), local rank "
-                f"{rank}, past the nproc_per_node={nproc}{_paren(origin)} devices the job uses; "
+                f"device {excerpt(str(device_id).strip())!r} is {device.kind.upper()} {device.index} ({device.busid}), "
+                f"local rank {rank}, past the nproc_per_node={nproc}{_paren(origin)} devices the job uses; "
                 f"pass nproc_per_node={len(visible)} or name one of the job's devices")
         return Job(tuple(d.index for d in visible[:nproc])), rank
     what = visible[0].kind.upper() if visible else "device"
@@ -134,63 +188,13 @@ def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str
     return Job(tuple(d.index for d in visible[:nproc]) if visible else (None,) * nproc), index
 
 
-def _physical(topology: Topology, name, visible: list[Device], nproc, origin: str, env):
-    """A device named by UUID or bus id: its local rank among the visible devices when they list
-    it (and are enough for the job), else among every device of its kind in the runtime's order."""
-    try:
-        device, _ = find_device(topology, name)
-    except TopoError as exc:
-        raise AffinityError(str(exc)) from exc
-    hits = [r for r, d in enumerate(visible) if d == device]
-    if hits and (nproc is None or nproc <= len(visible)):
-        if len(hits) > 1:
-            raise AffinityError(f"device {_shown(name)}: {len(hits)} visible MIG instances share GPU {device.index}"
-                                f"{describe_env(env)}; pass the local index of this process's instance")
-        what = f"one process per visible {device.kind.upper()}{describe_env(env)}"
-        return visible, hits[0], origin if nproc is not None else what
-    every = visible_devices(topology, kind=device.kind, env={})
-    what = f"one process per {device.kind.upper()} of the machine"
-    return every, every.index(device), origin if nproc is not None else what
-
-
-def _device_index(device_id) -> int | None:
-    """The local index `device_id` names, or None when it names a device by UUID or bus id.
-    AffinityError for anything else, before anything is planned."""
-    if isinstance(device_id, str):
-        text = device_id.strip()
-        if text.isascii() and text.isdigit():
-            device_id = int(text) if len(text) <= 9 else MAX_PROCESSES
-        elif 0 < len(text) <= 200:
-            return None
-        else:
-            raise AffinityError(f"device_id {excerpt(device_id)!r} is not a device: give {DEVICE_FORMS}")
-    elif not isinstance(device_id, int) and "uuid" in type(device_id).__name__.lower():
-        return None  # uuid.UUID, or torch's _CUuuid from get_device_properties(i).uuid
-    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
-        raise AffinityError(f"device_id must be {DEVICE_FORMS}; got {device_id!r}")
-    if device_id >= MAX_PROCESSES:
-        raise AffinityError(f"device_id={_number(device_id)} is past {MAX_PROCESSES - 1}, the largest local "
-                            "device index set_affinity plans; give the process's local rank")
-    return device_id
-
-
-def _number(n: int) -> str:
-    """`n` for a message; str() refuses ints of more than 4300 digits."""
-    return excerpt(str(n)) if n.bit_length() < 1000 else f"a number of {n.bit_length()} bits"
-
-
-def _shown(name) -> str:
-    return repr(excerpt(str(name).strip()))
-
-
 def _plan(topology: Topology, job: Job, *, mode, scope, multithreading, balanced, min_physical_cores,
           max_physical_cores, priority_cores=False) -> tuple[tuple[Binding, ...], str, tuple[str, ...]]:
-    """Every local rank's binding, from one plan of the whole node (memory bound to the planned
-    nodes; `_with_memory` gives the policy asked for), the mode's name and the planner's warnings."""
-    mode_name = _mode(mode)
+    """Every local rank's binding (memory bound) from one plan of the node, the mode's name, the warnings."""
+    mode_name = _word(mode, "mode")
     try:
-        plan = planners.plan(topology, mode_name, job=job, scope=_choice(scope, "scope"),
-                             multithreading=_choice(multithreading, "multithreading"), balanced=bool(balanced),
+        plan = planners.plan(topology, mode_name, job=job, scope=_word(scope, "scope"),
+                             multithreading=_word(multithreading, "multithreading"), balanced=bool(balanced),
                              min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
                              memory="numa", priority_cores=bool(priority_cores))
     except TopoError as exc:
@@ -211,45 +215,98 @@ def _plan(topology: Topology, job: Job, *, mode, scope, multithreading, balanced
 
 
 def _restriction(topology: Topology) -> str:
-    """"the CPUs this process may use (0-3 of 0-15: ...)" when fewer CPUs are allowed than online;
-    "" when every online CPU is allowed."""
+    """"the CPUs this process may use (0-3 of 0-15: ...)" when fewer CPUs are allowed than online, else ""."""
     if topology.allowed_pus >= topology.online_pus:
         return ""
     return (f"the CPUs this process may use ({topology.allowed_pus or 'none'} of {topology.online_pus}: "
             "taskset, numactl, the cgroup's cpuset or the batch system restrict them)")
 
 
-def _pick(topology: Topology, ranks: tuple[Binding, ...], rank: int, mode: str) -> Binding:
-    binding = ranks[rank]
-    if binding.cpus is None:
-        restricted = _restriction(topology)
-        if restricted:
-            raise AffinityError(f"mode {mode!r} leaves local rank {rank} no CPU within {restricted}; "
-                                "widen the restriction or start fewer processes")
-        raise AffinityError(f"mode {mode!r} gives device_id={rank} no CPU; choose another mode")
-    return binding
+# ---- arguments: each is checked where it is first used; bind_process checks them all first ----
 
 
-def _with_memory(planned: Binding, policy: str | None) -> Binding:
-    """The planned binding with memory policy `policy` (None: memory left alone)."""
-    if policy is None:
-        return planned.without_memory()
-    if policy == "local":
-        return replace(planned, memory_nodes=None, memory_policy="local")
-    if planned.memory_nodes is None:
-        raise AffinityError(f"memory={policy!r}: CPUs {planned.cpus} are on no NUMA node with memory; "
-                            "use memory='local' or None")
-    return replace(planned, memory_policy=policy)
+def _device_index(device_id) -> int | None:
+    """The local index `device_id` names, or None when it names a device by UUID or bus id."""
+    if isinstance(device_id, str):
+        text = device_id.strip()
+        if text.isascii() and text.isdigit():
+            device_id = int(text) if len(text) <= 9 else MAX_PROCESSES
+        elif 0 < len(text) <= 200:
+            return None
+        else:
+            raise AffinityError(f"device_id {excerpt(device_id)!r} is not a device: give {DEVICE_FORMS}")
+    elif not isinstance(device_id, int) and "uuid" in type(device_id).__name__.lower():
+        return None  # uuid.UUID, or torch's _CUuuid from get_device_properties(i).uuid
+    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+        raise AffinityError(f"device_id must be {DEVICE_FORMS}; got {device_id!r}")
+    if device_id >= MAX_PROCESSES:
+        raise AffinityError(f"device_id={_number(device_id)} is past {MAX_PROCESSES - 1}, the largest local "
+                            "device index set_affinity plans; give the process's local rank")
+    return device_id
+
+
+def _nproc(nproc_per_node, env: Mapping[str, str]) -> tuple[int | None, str]:
+    """The job's process count (None: one per visible device) and where it came from."""
+    if nproc_per_node is not None:
+        if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+            raise AffinityError(f"nproc_per_node must be a positive number of processes; got {nproc_per_node!r}")
+        if nproc_per_node > MAX_PROCESSES:
+            raise AffinityError(f"nproc_per_node={_number(nproc_per_node)} is more than {MAX_PROCESSES}, the "
+                                "most processes set_affinity plans on one machine; give the processes per machine")
+        return nproc_per_node, ""
+    text = env.get(NPROC_VARIABLE, "").strip()
+    if not text:
+        return None, ""
+    n = ascii_number(text[:20])
+    if not n or len(text) > 20 or n > MAX_PROCESSES:
+        raise AffinityError(f"{NPROC_VARIABLE}={excerpt(text)!r} is not a positive number of processes up to "
+                            f"{MAX_PROCESSES}; fix it or pass nproc_per_node")
+    return n, f"from {NPROC_VARIABLE}"
+
+
+_EXAMPLES = {"mode": "unique_contiguous", "scope": "node", "multithreading": "all_logical"}
+
+
+def _word(value, what: str) -> str:
+    """A mode (a planner's name), scope or multithreading given as text or gpu_affinity's enum member."""
+    value = getattr(value, "value", value)
+    if not isinstance(value, str):
+        raise AffinityError(f"{what} must be a string such as {_EXAMPLES[what]!r}; got {value!r}")
+    if what != "mode":
+        return value.strip().lower().replace("_", "-")
+    name = planners.normalize_mode(value)
+    try:
+        planners.get_planner(name)
+    except TopoError as exc:
+        raise AffinityError(str(exc)) from exc
+    return name
+
+
+def _memory(memory) -> str | None:
+    if memory is None:
+        return None
+    policy = memory.strip().lower() if isinstance(memory, str) else memory
+    if policy not in MEMORY_POLICIES:
+        raise AffinityError(f"memory must be None, {', '.join(map(repr, MEMORY_POLICIES))}; got {memory!r}")
+    return policy
+
+
+def _number(n: int) -> str:
+    """`n` for a message; str() refuses ints of more than 4300 digits."""
+    return excerpt(str(n)) if n.bit_length() < 1000 else f"a number of {n.bit_length()} bits"
 
 
 def _paren(text: str) -> str:
     return f" ({text})" if text else ""
 
 
+# ---- applying ----------------------------------------------------------------------------------
+
+
 @functools.cache
 def this_machine() -> Topology:
-    """This machine's topology, discovered on first use and kept for the life of the process
-    (allowed CPUs as they were then, so a second call plans the same set, not within the first)."""
+    """This machine's topology, discovered once per process (allowed CPUs as they were then, so a
+    second call plans the same set, not within the first)."""
     try:
         return discover("/")
     except TopoError as exc:  # an AffinityError, as every error of set_affinity (GPUAffinityError)
@@ -274,28 +331,26 @@ def set_affinity(device_id: DeviceId, nproc_per_node: int | None = None, *,
                  mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
                  multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
-                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared", priority_cores: bool = False) -> set[int]:
+                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared",
+                 priority_cores: bool = False) -> set[int]:
     """Bind this process to the CPUs (and optionally the memory) of its device; return
     `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did.
 
-    `device_id`: the local index of the device as the visible-device variables number it
-    (CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES),
-    or the device itself by `GPU-`/`MIG-` UUID, bare UUID (text or torch's object) or PCI bus id.
-    `nproc_per_node` None: LOCAL_WORLD_SIZE, else one process per visible device (per NUMA node
-    without accelerators); indices and counts are at most MAX_PROCESSES. `mode`, `scope`,
-    `multithreading`, `balanced`, `min_physical_cores`, `max_physical_cores`: gpu_affinity's (its
-    strings or enum members, `_` or `-`); `mode` also takes every mode of `topo plan --list-modes`.
-    The plan stays within the allowed CPUs (taskset, cgroup).
-
+    `device_id`: the device's local index as the visible-device variables number it (CUDA_VISIBLE_DEVICES
+    with CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES), or the device by
+    `GPU-`/`MIG-` UUID, bare UUID (text or torch's object) or PCI bus id. `nproc_per_node` None:
+    LOCAL_WORLD_SIZE, else one process per visible device (per NUMA node without accelerators); at
+    most MAX_PROCESSES. `mode`, `scope`, `multithreading`, `balanced`, `min_physical_cores`,
+    `max_physical_cores`: gpu_affinity's (strings or enum members, `_` or `-`); `mode` also takes
+    every mode of `topo plan --list-modes`. The plan stays within the allowed CPUs (taskset, cgroup).
     `memory`: None leaves the memory policy alone; "local", "bind" or "preferred" on the process's
-    node(s), for the calling thread and the threads it starts afterwards. Refused by the kernel, it
-    is an error unless `bind_fallback=True` (then "preferred", then the CPUs alone, with a warning).
-    `migrate=True` moves the pages already touched; `threads` "shared" or "all" (module doc).
-    `priority_cores=True` plans every rank's CPUs to hold a priority core of its home (the most
-    efficient CPU kind, `topo show --cpukinds`), a distinct one per rank where there are enough.
-    Where the CPUs are shared and OMP_NUM_THREADS is not set, a warning advises the value topo's
-    launchers set. Call it first in main(), before CUDA/ACL initialise and worker threads start.
-    Raises AffinityError (a TopoError, also named GPUAffinityError) with one line saying what is wrong.
+    node(s), for this thread and those it starts. Refused by the kernel, an error unless
+    `bind_fallback=True` (then "preferred", then CPUs alone, with a warning). `migrate=True` moves
+    the pages already touched; `threads` "shared" or "all" (module doc). `priority_cores=True`: each
+    rank's CPUs hold a priority core of its home (`topo show --cpukinds`), distinct where enough.
+    Shared CPUs and OMP_NUM_THREADS unset: a warning advises the value topo's launchers set.
+    Call it first in main(), before CUDA/ACL initialise and worker threads start. AffinityError (a
+    TopoError, also named GPUAffinityError) says in one line what is wrong.
     """
     return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                             balanced=balanced, min_physical_cores=min_physical_cores,
@@ -307,15 +362,14 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
                  mode: Mode | str = Mode.UNIQUE_CONTIGUOUS, scope: Scope | str = Scope.NODE,
                  multithreading: Multithreading | str = Multithreading.ALL_LOGICAL, balanced: bool = True,
                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
-                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared", priority_cores: bool = False,
-                 _stacklevel: int = 2) -> AffinityResult:
-    """set_affinity, returning an AffinityResult: the CPUs, the memory policy that held, the pages
-    `migrate=True` moved and the threads moved."""
+                 bind_fallback: bool = False, migrate: bool = False, threads: str = "shared",
+                 priority_cores: bool = False, _stacklevel: int = 2) -> AffinityResult:
+    """set_affinity, returning what it did (AffinityResult)."""
     # arguments that are wrong on any machine fail before this one is read
     _device_index(device_id)
     _nproc(nproc_per_node, {})
     policy = _memory(memory)
-    _mode(mode)
+    _word(mode, "mode")
     if threads not in THREADS:
         raise AffinityError(f"threads must be one of {', '.join(map(repr, THREADS))}; got {threads!r}")
     kept = _kept_binding(os.environ)
@@ -327,8 +381,8 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
             syscalls.apply(Binding(kept.cpus), threads=others)
         pages = migrate_to(home_nodes(this_machine(), kept)) if migrate else None
         return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, len(others), kept=True)
-    planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, mode=mode, scope=scope,
-                                     multithreading=multithreading, balanced=balanced,
+    planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, mode=mode,
+                                     scope=scope, multithreading=multithreading, balanced=balanced,
                                      min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
                                      priority_cores=priority_cores)
     for note in notes:
@@ -354,15 +408,12 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
         moved.update(late)
     pages = migrate_to(home_nodes(this_machine(), planned)) if migrate else None
     return AffinityResult(replace(held, applied_by="system calls"), frozenset(os.sched_getaffinity(0)),
-                          (held.memory_policy or "none") if policy else None, pages, len(moved), omp_threads=omp)
-
-
-# ---- a binding a launcher applied ------------------------------------------------------------
+                          (held.memory_policy or "none") if policy else None, pages, len(moved),
+                          omp_threads=omp)
 
 
 def _kept_binding(env: Mapping[str, str]) -> Binding | None:
-    """The binding TOPO_BINDING describes, when it is set and this process still runs as it says;
-    None when it is not set or the process changed its binding since."""
+    """The binding TOPO_BINDING describes, when it is set and this process still runs as it says."""
     text = env.get(BINDING_VAR)
     if text is None or not text.strip():
         return None
@@ -385,108 +436,8 @@ def _kept_binding(env: Mapping[str, str]) -> Binding | None:
     return binding
 
 
-def home_nodes(topology: Topology, binding: Binding) -> CpuSet:
-    """The NUMA node(s) a binding's pages belong on: its memory nodes, else those of its CPUs."""
-    if binding.memory_nodes:
-        return binding.memory_nodes
-    cpus = binding.cpus if binding.cpus is not None else CpuSet(os.sched_getaffinity(0))
-    nodes = CpuSet(n.os_index for n in topology.numa_nodes if n.cpuset & cpus)
-    if not nodes:
-        raise AffinityError(f"migrate=True: CPUs {cpus} are on no NUMA node with memory; pass migrate=False")
-    return nodes
-
-
-# ---- planning, cached ------------------------------------------------------------------------
-
-
-def plan_here(device_id, nproc_per_node: int | None = None, *, memory: str | None = None,
-              **options) -> tuple[Binding, int]:
-    """The binding set_affinity(device_id, ...) would apply on this machine with this process's
-    environment (without applying it or warning), and how many of the job's processes (that one
-    included) share its CPUs."""
-    policy = _memory(memory)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        planned, _, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, **options)
-    return _with_memory(planned, policy), share
-
-
-_NODE_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
-
-
-def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str],
-             **options) -> tuple[Binding, tuple[str, ...], int]:
-    """The binding of `device_id`'s rank, the planner's warnings and how many of the job's processes
-    (this one included) share its CPUs. The node's plan is kept per topology, devices and options:
-    a repeated call takes 0.05 ms instead of a plan's (benchmarks/affinity_bench.py)."""
-    job, rank = _locate(topology, device_id, nproc_per_node, env)
-    key = (id(topology), job.devices, *(str(v) for v in options.values()))
-    hit = _NODE_PLANS.get(key)
-    if hit is None or hit[0] is not topology:
-        hit = _NODE_PLANS[key] = (topology, _plan(topology, job, **options))
-    ranks, mode_name, notes = hit[1]
-    hidden = hidden_warning(topology, env) if job.cpu_only else None
-    notes = (hidden, *notes) if hidden else notes
-    mine = _pick(topology, ranks, rank, mode_name)
-    return mine, notes, sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
-
-
-def _mode(mode) -> str:
-    name = planners.normalize_mode(_text(mode, "mode"))
-    try:
-        planners.get_planner(name)
-    except TopoError as exc:
-        raise AffinityError(str(exc)) from exc
-    return name
-
-
-def _choice(value, what: str) -> str:
-    return _text(value, what).strip().lower().replace("_", "-")
-
-
-def _text(value, what: str) -> str:
-    value = getattr(value, "value", value)  # gpu_affinity's Mode/Scope/Multithreading members
-    if not isinstance(value, str):
-        raise AffinityError(f"{what} must be a string such as {_EXAMPLES[what]!r}; got {value!r}")
-    return value
-
-
-_EXAMPLES = {"mode": "unique_contiguous", "scope": "node", "multithreading": "all_logical"}
-
-
-def _nproc(nproc_per_node, env: Mapping[str, str]) -> tuple[int | None, str]:
-    if nproc_per_node is not None:
-        if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-            raise AffinityError(f"nproc_per_node must be a positive number of processes; got {nproc_per_node!r}")
-        if nproc_per_node > MAX_PROCESSES:
-            raise AffinityError(f"nproc_per_node={_number(nproc_per_node)} is more than {MAX_PROCESSES}, the "
-                                "most processes set_affinity plans on one machine; give the processes per machine")
-        return nproc_per_node, ""
-    text = env.get(NPROC_VARIABLE, "").strip()
-    if not text:
-        return None, ""
-    n = ascii_number(text[:20])
-    if not n or len(text) > 20 or n > MAX_PROCESSES:
-        raise AffinityError(f"{NPROC_VARIABLE}={excerpt(text)!r} is not a positive number of processes up to "
-                            f"{MAX_PROCESSES}; fix it or pass nproc_per_node")
-    return n, f"from {NPROC_VARIABLE}"
-
-
-def _memory(memory) -> str | None:
-    if memory is None:
-        return None
-    policy = memory.strip().lower() if isinstance(memory, str) else memory
-    if policy not in MEMORY_POLICIES:
-        raise AffinityError(f"memory must be None, {', '.join(map(repr, MEMORY_POLICIES))}; got {memory!r}")
-    return policy
-
-
-# ---- applying --------------------------------------------------------------------------------
-
-
 def apply_binding(binding: Binding, fallback: bool, who: str, *, threads=(), stacklevel: int = 3) -> Binding:
-    """topo.syscalls.apply in set_affinity's words: AffinityError naming its keywords, and a
-    warning when the memory policy fell back. What held."""
+    """topo.syscalls.apply in set_affinity's words (its keywords; a warning on fallback); what held."""
     try:
         held = syscalls.apply(binding, fallback=fallback, threads=threads, option="bind_fallback=True")
     except syscalls.BindingRefused as exc:
@@ -503,11 +454,19 @@ def apply_binding(binding: Binding, fallback: bool, who: str, *, threads=(), sta
     return held
 
 
-# ---- migrating -------------------------------------------------------------------------------
+def home_nodes(topology: Topology, binding: Binding) -> CpuSet:
+    """The NUMA node(s) a binding's pages belong on: its memory nodes, else those of its CPUs."""
+    if binding.memory_nodes:
+        return binding.memory_nodes
+    cpus = binding.cpus if binding.cpus is not None else CpuSet(os.sched_getaffinity(0))
+    nodes = CpuSet(n.os_index for n in topology.numa_nodes if n.cpuset & cpus)
+    if not nodes:
+        raise AffinityError(f"migrate=True: CPUs {cpus} are on no NUMA node with memory; pass migrate=False")
+    return nodes
+
 
 def migrate_to(nodes: CpuSet) -> int:
-    """Move this process's pages from every other node onto `nodes`; return how many moved (the
-    pages off `nodes` before, less those still off them after)."""
+    """Move this process's pages from every other node onto `nodes`; how many moved."""
     def off_nodes() -> dict[int, int]:  # resident base pages per node (numa_maps(5), as `topo ps`)
         return {n: v for n, v in observe("self").pages_by_node.items() if n not in nodes}
 

@@ -1,20 +1,16 @@
-"""Binding at birth for the processes a framework starts itself (inference servers and trainers
-that spawn their workers with `subprocess` or `multiprocessing`).
+"""Binding at birth for the workers a framework starts itself with `subprocess` or `multiprocessing`:
 
     subprocess.Popen(bound_argv(["python", "worker.py"], rank))       # a command
     start_bound(ctx.Process(target=work, args=(rank,)), rank)         # instead of .start()
 
-Both take set_affinity's arguments and apply in the child the plan set_affinity would apply
-(`launcher.affinity.plan_here`); the child gets TOPO_BINDING and, unless set, OMP_NUM_THREADS as
-topo's launchers set it. How each starts bound:
-- `bound_argv` puts `python -m topo.launcher.bindexec cpus=... memory=... --` before the argv;
-- `start_bound`, spawn: the child is a fork and exec of a fresh interpreter, which keep the forking
-  thread's CPU affinity and memory policy: the calling thread takes the child's binding, starts it,
-  and takes its own back;
-- `start_bound`, forkserver: the child is a fork of the (unbound) forkserver; it binds itself, every
-  thread and the pages touched so far, before its target runs. A Process subclass overriding run()
-  must call set_affinity(..., migrate=True, threads="all") first thing in run() instead;
-- fork copies this process, pages and all: call set_affinity(..., migrate=True) in the child.
+Both take set_affinity's arguments and apply in the child set_affinity's plan; the child gets
+TOPO_BINDING and, unless set, OMP_NUM_THREADS as topo's launchers set it. `bound_argv` prefixes
+`python -m topo.launcher.bindexec cpus=... memory=... --`. `start_bound`, spawn: the calling thread
+takes the child's binding, forks and execs it (both keep the thread's CPUs and memory policy) and
+takes its own back; forkserver: the child, a fork of the unbound forkserver, binds itself, every
+thread and the pages touched so far before its target runs (a Process subclass overriding run()
+must call set_affinity(..., migrate=True, threads="all") there instead); fork copies this process,
+pages and all: call set_affinity(..., migrate=True) in the child.
 """
 
 from __future__ import annotations
@@ -98,8 +94,7 @@ def start_bound(process: multiprocessing.process.BaseProcess, device_id: DeviceI
 
 
 def _spawn_bound(process, binding: Binding, fallback: bool, env: dict[str, str]) -> None:
-    """Start a spawn child with the binding on the calling thread and `env` in the environment,
-    then restore the thread's own binding and the environment."""
+    """Start a spawn child with the binding on the calling thread and `env` in the environment."""
     with _WINDOW:
         cpus = os.sched_getaffinity(0)
         policy = syscalls.get_mempolicy() if binding.memory_policy else None
@@ -124,8 +119,7 @@ def _spawn_bound(process, binding: Binding, fallback: bool, env: dict[str, str])
 
 
 def _bind_first(binding: Binding, fallback: bool, home: CpuSet, env: dict[str, str], target, *args, **kwargs):
-    """A forkserver child's target: bind the whole child (every thread, memory policy, the pages
-    touched so far), set TOPO_BINDING, then run the original target."""
+    """A forkserver child's target: bind every thread, memory and the pages touched so far, then run `target`."""
     held = apply_binding(binding, fallback, "start_bound", threads=syscalls.other_threads())
     migrate_to(home)
     os.environ.update(env, **{BINDING_VAR: held.env_value()})

@@ -1,13 +1,7 @@
-"""One process's binding, from the planner to the process and back: the `Binding` record
-(`planners.binding.from_entry` makes it from a bind JSON entry, `topo.syscalls.apply` applies it)
-and `observe`, what /proc shows of a process's binding. It lives beside CpuSet so the launcher
-carries it without importing the planners.
-
-A launcher hands the binding that holds to the process in `TOPO_BINDING`, space-separated tokens
-of the parts that are bound, so `set_affinity` inside it keeps that binding::
-
-    TOPO_BINDING="cpus=0-3 memory=bind:0"      # CPUs 0-3, memory bound to node 0
-    TOPO_BINDING="memory=preferred:1"          # memory only
+"""One process's binding: the `Binding` record (`planners.binding.from_entry` makes it,
+`topo.syscalls.apply` applies it) and `observe`, what /proc shows of a process's binding. A launcher
+hands the binding that held to the process in `TOPO_BINDING` (the bound parts: `cpus=0-3
+memory=bind:0`, `memory=preferred:1`), so that `set_affinity` inside it keeps that binding.
 """
 
 from __future__ import annotations
@@ -33,14 +27,10 @@ MAX_PROCESSES = 1 << 16
 
 @dataclass(frozen=True)
 class Binding:
-    """What one process is bound to, and how.
-
-    `cpus` None: CPUs not bound. `memory_policy` None: memory not bound (and `memory_nodes` None);
-    "bind" and "preferred" name their `memory_nodes`, "local" allocates on the running CPU's node.
-    `device`: the physical id of the device the process runs next to. `prefix`: msrun's
-    `numactl ...` / `taskset -c ...` argv; `applied_by` says what applies it and `note` why
-    ("numactl not found").
-    """
+    """What one process is bound to, and how. `cpus` None: CPUs not bound. `memory_policy` None:
+    memory not bound; "bind" and "preferred" name their `memory_nodes`, "local" allocates on the
+    running CPU's node. `device`: the physical id of the device the process runs next to. `prefix`:
+    msrun's `numactl ...` / `taskset -c ...` argv; `applied_by` says what applies it, `note` why."""
 
     cpus: CpuSet | None = None
     memory_nodes: CpuSet | None = None
@@ -104,9 +94,7 @@ class Binding:
         for token in text.split():
             key, sep, value = token.partition("=")
             if key == "cpus" and sep and cpus is None:
-                cpus = _parse(value, token)
-                if not cpus:
-                    raise ParseError(f"{BINDING_VAR}: {excerpt(token)!r} names no CPU")
+                cpus = _parse(value, token, "CPU")
             elif key == "memory" and sep and policy is None:
                 policy, _, node_text = value.partition(":")
                 if policy == "local" and not node_text:
@@ -114,20 +102,21 @@ class Binding:
                 if policy not in ("bind", "preferred") or not node_text:
                     raise ParseError(f"{BINDING_VAR}: {excerpt(token)!r} is not memory=bind:NODES, "
                                      "memory=preferred:NODES or memory=local")
-                nodes = _parse(node_text, token)
-                if not nodes:
-                    raise ParseError(f"{BINDING_VAR}: {excerpt(token)!r} names no node")
+                nodes = _parse(node_text, token, "node")
             else:
                 raise ParseError(f"{BINDING_VAR}: {excerpt(token)!r} is not cpus=LIST or memory=POLICY:NODES "
                                  "(each once)")
         return cls(cpus, nodes, policy)
 
 
-def _parse(text: str, token: str) -> CpuSet:
+def _parse(text: str, token: str, what: str) -> CpuSet:
     try:
-        return CpuSet.parse(text)
+        parsed = CpuSet.parse(text)
     except ParseError as exc:
         raise ParseError(f"{BINDING_VAR}: {excerpt(token)!r}: {exc}") from None
+    if not parsed:
+        raise ParseError(f"{BINDING_VAR}: {excerpt(token)!r} names no {what}")
+    return parsed
 
 
 def describe_memory(policy: str | None, nodes: CpuSet | None) -> str:
@@ -188,9 +177,9 @@ class Observed:
 
 
 def observe(pid: int | str, proc: str = "/proc", *, numa_maps: bool = True) -> Observed | None:
-    """What the kernel shows of process `pid` below the proc root `proc` (a fake tree in tests);
-    None once it is gone or a zombie. `numa_maps=False` skips the memory policy and pages (the
-    kernel walks every mapping to write them). OSError when its status cannot be read."""
+    """What the kernel shows of process `pid` below the proc root `proc`; None once it is gone or a
+    zombie. `numa_maps=False` skips the memory policy and pages (the kernel walks every mapping to
+    write them). OSError when its status cannot be read."""
     try:
         status = read_bounded(f"{proc}/{pid}/status", STATUS_LIMIT).decode("ascii", "replace")
     except (FileNotFoundError, ProcessLookupError):

@@ -1,7 +1,6 @@
-"""Applying a Binding to this process: `apply`, the one applier, and the Linux calls it needs that
-Python's os module lacks (set_mempolicy, get_mempolicy, migrate_pages, prctl). glibc exports none of
-the NUMA calls (libnuma wraps them), so they go through syscall(2) with this architecture's numbers.
-"""
+"""`apply`, the one applier of a Binding, and the Linux calls Python's os module lacks
+(set_mempolicy, get_mempolicy, migrate_pages, prctl). glibc exports none of the NUMA calls (libnuma
+wraps them): they go through syscall(2) with this architecture's numbers."""
 
 from __future__ import annotations
 
@@ -20,13 +19,9 @@ from topo.errors import TopoError
 POLICIES = {"default": 0, "preferred": 1, "bind": 2, "interleave": 3, "local": 4, "preferred-many": 5}
 POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 # (set_mempolicy, get_mempolicy, migrate_pages): x86_64 has its own table, arm64 and riscv64 the generic one
-_NUMBERS = {
-    "x86_64": (238, 239, 256), "amd64": (238, 239, 256),
-    "aarch64": (237, 236, 238), "arm64": (237, 236, 238), "riscv64": (237, 236, 238),
-    "ppc64le": (261, 260, 258), "ppc64": (261, 260, 258),
-    "s390x": (270, 269, 287),
-    "i686": (276, 275, 294), "i386": (276, 275, 294),
-}
+_NUMBERS = {"x86_64": (238, 239, 256), "amd64": (238, 239, 256), "ppc64le": (261, 260, 258), "ppc64": (261, 260, 258),
+            "aarch64": (237, 236, 238), "arm64": (237, 236, 238), "riscv64": (237, 236, 238),
+            "s390x": (270, 269, 287), "i686": (276, 275, 294), "i386": (276, 275, 294)}
 PR_SET_PDEATHSIG = 1
 _MASK_BITS = 64  # one unsigned long per 64 nodes
 
@@ -54,11 +49,10 @@ class BindingRefused(SyscallError):
 
 def apply(binding: Binding, *, fallback: bool = False, threads=(), option: str = "--bind-fallback") -> Binding:
     """Bind the calling thread as `binding` says, memory policy first, then CPUs; return what held.
-
-    `fallback`: a refused memory policy walks down `Binding.relaxed` (bind, then preferred, then
-    the CPUs alone) instead of raising. `threads`: ids of other threads of this process that get
-    the CPUs too (see other_threads). BindingRefused (its message naming `option`, the flag that
-    asks for the fallback) when the kernel refuses; the memory policy set is then put back."""
+    `fallback`: a refused memory policy walks down `Binding.relaxed` (bind, preferred, CPUs alone)
+    instead of raising. `threads`: other threads of this process that get the CPUs too. When the
+    kernel refuses: BindingRefused naming `option` (the flag asking for the fallback), and the
+    memory policy put back."""
     held, previous = binding, None
     if binding.memory_policy is not None and binding.cpus is not None:
         try:

@@ -1,20 +1,16 @@
 """Which physical device a job's local rank i gets: the runtimes' visible-device variables.
 
 `visible_devices(topology)[i]` is local rank i's device, as the runtime numbers them:
-- NVIDIA: `CUDA_DEVICE_ORDER` orders the GPUs (PCI_BUS_ID, or FASTEST_FIRST, which for one model is
-  bus order too), `CUDA_VISIBLE_DEVICES` picks indices, `GPU-` UUID prefixes or `MIG-` UUIDs. As
-  CUDA does, a negative index (`-1`) or a repeated one ends the list; an index past the machine's
-  GPUs, or a UUID prefix matching no GPU or several, is an error naming it (CUDA would drop the
-  GPU or fail the job; a plan for fewer GPUs than asked is never what was meant).
+- NVIDIA: `CUDA_DEVICE_ORDER` orders the GPUs (FASTEST_FIRST is bus order for one model),
+  `CUDA_VISIBLE_DEVICES` picks indices, `GPU-` UUID prefixes or `MIG-` UUIDs; as CUDA, `-1` or a
+  repeated GPU ends the list. An index past the GPUs or a UUID prefix matching none or several is
+  an error naming it (a plan for fewer GPUs than asked is never what was meant).
 - AMD: `ROCR_VISIBLE_DEVICES` selects, then `HIP_VISIBLE_DEVICES` (or `CUDA_VISIBLE_DEVICES`).
-- Intel GPUs (XPUs): Level Zero's `ZE_AFFINITY_MASK` lists device indices in PCI bus order, or
-  `device.subdevice` (a tile runs where its card sits; two tiles of one card are two ranks there).
-- Ascend: `ASCEND_RT_VISIBLE_DEVICES` lists NPU ids; local rank i gets `sorted(ids)[i]`, as msrun.
-- Intel Gaudi: `HABANA_VISIBLE_MODULES` lists module ids (the devices' index); local rank i gets
-  `sorted(ids)[i]`, as the runtime acquires the visible modules in order.
-
-`find_device(topology, name)` is the device a caller names itself: a GPU/MIG UUID (or a bare one,
-as torch prints it) or a PCI bus id in any usual form.
+- Intel XPUs: `ZE_AFFINITY_MASK` lists indices in PCI bus order, or `device.subdevice` (a tile
+  runs where its card sits). Ascend (`ASCEND_RT_VISIBLE_DEVICES`, NPU ids) and Gaudi
+  (`HABANA_VISIBLE_MODULES`, module ids): local rank i gets `sorted(ids)[i]`, as msrun and the runtime.
+`find_device(topology, name)` is the device a caller names by GPU/MIG UUID (or a bare one, as
+torch prints it) or by PCI bus id in any usual form.
 """
 
 from __future__ import annotations
@@ -32,19 +28,6 @@ from topo.probes.devices import ACCELERATOR_KINDS
 from topo.probes.pci import bus_key
 
 _INDEX = re.compile(r"\A[+-]?[0-9]+\Z")  # ASCII digits only: int() would also read "١" as 1
-
-
-def _index(token: str, devices: list[Device], var: str) -> int:
-    """The index an `_INDEX` token names, negative for CUDA's "no more devices" (`-1`); UsageError
-    naming the token when no device of `devices` has it (int() is not asked to read more than 9
-    digits: it refuses numbers of more than 4300)."""
-    n = int(token) if len(token.lstrip("+-")) <= 9 else (-1 if token.startswith("-") else 1 << 40)
-    if n >= len(devices):
-        kind = devices[0].kind.upper() if devices else "device"
-        have = f"0-{len(devices) - 1}" if len(devices) > 1 else ("0" if devices else "none")
-        raise UsageError(f"{var} names {kind} {excerpt(token)}, which this machine lacks (its {kind}s are {have}); "
-                         f"list existing indices, or set {var}= (empty) to hide every {kind}")
-    return n
 # The variables that choose or order a job's devices.
 VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
              "ZE_AFFINITY_MASK", "ASCEND_RT_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES")
@@ -58,29 +41,16 @@ def default_kind(topology: Topology) -> str | None:
 
 def visible_devices(topology: Topology, kind: str | None = None,
                     env: Mapping[str, str] | None = None) -> list[Device]:
-    """The devices local ranks 0, 1, ... get, in order.
-
-    `env` defaults to this process's environment on the live machine and to no variables for a
-    topology read from elsewhere (another root, a JSON or XML file): a captured machine's devices
-    are not filtered by this shell's CUDA_VISIBLE_DEVICES.
-    """
+    """The devices local ranks 0, 1, ... get, in order. `env` defaults to this process's environment
+    on the live machine, to none for a topology read from elsewhere (another root, a JSON or XML file)."""
     if env is None:
         env = os.environ if topology.is_this_system else {}
     kind = kind or default_kind(topology)
-    if kind is None:
-        return []
     devices = [d for d in topology.devices if d.kind == kind]
-    if kind == "gpu":
-        nvidia = [d for d in devices if d.vendor == "nvidia"]
-        amd = [d for d in devices if d.vendor == "amd"]
-        if nvidia:
-            migs = [d for d in topology.devices if d.kind == "mig"]
-            return _cuda(nvidia, migs, env)
-        if amd:
-            return _rocm(amd, env)
-        intel = [d for d in devices if d.vendor == "intel"]
-        if intel:
-            return _level_zero(intel, env)
+    for vendor, reader in (("nvidia", _cuda), ("amd", _rocm), ("intel", _level_zero)):
+        ours = [d for d in devices if d.vendor == vendor and kind == "gpu"]
+        if ours:
+            return reader(ours, env, [d for d in topology.devices if d.kind == "mig"])
     if kind == "npu":
         return _listed_ids(devices, env, "ASCEND_RT_VISIBLE_DEVICES", "NPU", "an")
     habana = [d for d in devices if d.vendor == "habana"]
@@ -91,24 +61,17 @@ def visible_devices(topology: Topology, kind: str | None = None,
 
 def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
     """Physical ids of the devices local ranks 0, 1, ... get, or None when no visible-device
-    variable is set (then a job uses every device, by physical id).
-
-    `env` defaults as in `visible_devices`.
-    """
+    variable is set (then a job uses every device, by physical id). `env` defaults as in `visible_devices`."""
     if env is None:
-        if not topology.is_this_system:
-            return None
-        env = os.environ
+        env = os.environ if topology.is_this_system else {}
     if not any(name in env for name in VARIABLES):
         return None
     return tuple(d.index for d in visible_devices(topology, env=env))
 
 
 def hidden_warning(topology: Topology, env: Mapping[str, str] | None = None) -> str | None:
-    """The one warning line for variables that hide every accelerator of the machine
-    (`CUDA_VISIBLE_DEVICES=""` or `-1`, as CPU-side jobs on GPU hosts set on purpose): the job is
-    then planned CPU-only. None when a device stays visible or the machine has none. `env`
-    defaults as in `visible_devices`."""
+    """The warning line when the variables hide every accelerator (`CUDA_VISIBLE_DEVICES=""` or `-1`,
+    as CPU-side jobs on GPU hosts set on purpose) and the job is planned CPU-only; else None."""
     if env is None:
         env = os.environ if topology.is_this_system else {}
     kind = default_kind(topology)
@@ -117,69 +80,90 @@ def hidden_warning(topology: Topology, env: Mapping[str, str] | None = None) -> 
     return f"{describe_env(env).strip(' ()')} hides every {kind.upper()} of this machine: planning CPU-only"
 
 
-# ---- NVIDIA --------------------------------------------------------------------------------------
+def describe_env(env: Mapping[str, str]) -> str:
+    """` (CUDA_VISIBLE_DEVICES='2,3')`: the variables that are set, for messages; "" when none is."""
+    shown = [f"{n}={env[n]!r}" for n in VARIABLES if n in env and n != "CUDA_DEVICE_ORDER"]
+    return f" ({', '.join(shown)})" if shown else ""
 
 
-def _bus_order(devices: list[Device]) -> list[Device]:
-    return sorted(devices, key=lambda d: (bus_key(d.busid) if d.busid else (1 << 33, 0, 0, 0), d.index))
+# ---- each runtime's variables ----------------------------------------------------------------------
 
 
-def _cuda(gpus: list[Device], migs: list[Device], env: Mapping[str, str]) -> list[Device]:
+def _cuda(gpus: list[Device], env: Mapping[str, str], migs: list[Device]) -> list[Device]:
     order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip() or "FASTEST_FIRST"
     if order not in ("FASTEST_FIRST", "PCI_BUS_ID"):
         raise UsageError(f"CUDA_DEVICE_ORDER={order!r} is not a CUDA order: use PCI_BUS_ID or FASTEST_FIRST")
     base = _bus_order(gpus)
     if order == "FASTEST_FIRST" and len({d.name for d in base if d.name}) > 1:
         # CUDA ranks mixed models by its own speed estimate, which we cannot reproduce.
-        warnings.warn(
-            "GPUs of different models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may number them "
-            "differently from PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID", stacklevel=3,
-        )
+        warnings.warn("GPUs of different models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may number them "
+                      "differently from PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID", stacklevel=3)
     spec = env.get("CUDA_VISIBLE_DEVICES")
-    if spec is None:
-        return base
+    return base if spec is None else _chosen(base, spec, "CUDA_VISIBLE_DEVICES", migs)
+
+
+def _rocm(gpus: list[Device], env: Mapping[str, str], _migs) -> list[Device]:
+    devices = sorted(gpus, key=lambda d: d.index)  # ROCm's order: KFD's nodes (bus order without them)
+    hip = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in env else "CUDA_VISIBLE_DEVICES"
+    for var in ("ROCR_VISIBLE_DEVICES", hip):  # ROCR selects, then HIP numbers what is left
+        if env.get(var) is not None:
+            devices = _chosen(devices, env[var], var)
+    return devices
+
+
+def _chosen(devices: list[Device], spec: str, var: str, migs: list[Device] | None = None) -> list[Device]:
+    """The devices a CUDA/HIP/ROCR list names by index or `GPU-` UUID prefix, and for CUDA (`migs`
+    given) by `MIG-` UUID. As CUDA, "" hides every GPU, and -1 or a repeated GPU ends the list."""
     chosen: list[Device] = []
+    if spec.strip() == "":
+        return chosen
     for token in (t.strip() for t in spec.split(",")):
-        if token == "" and spec.strip() == "":
-            break  # CUDA_VISIBLE_DEVICES="" hides every GPU
         if _INDEX.match(token):
-            n = _index(token, base, "CUDA_VISIBLE_DEVICES")
-            if n < 0 or base[n] in chosen:
-                break  # CUDA stops at -1 and at a repeated GPU
-            chosen.append(base[n])
+            n = _index(token, devices, var)
+            device = devices[n] if n >= 0 else None
         elif token.startswith("GPU-"):
-            device = _by_uuid_prefix(base, token, "CUDA_VISIBLE_DEVICES", "GPU")
-            if device in chosen:
-                break
-            chosen.append(device)
-        elif token.startswith("MIG-"):
-            device = _mig_parent(base, migs, token)
-            chosen.append(device)  # several MIG instances of one GPU are distinct devices
+            device = _by_uuid_prefix(devices, token, var, "GPU")
+        elif token.startswith("MIG-") and migs is not None:
+            chosen.append(_mig_parent(devices, migs, token))  # several MIG instances of one GPU are distinct
+            continue
         else:
-            raise UsageError(
-                f"CUDA_VISIBLE_DEVICES entry {token!r} is neither a GPU index nor a GPU-/MIG- UUID "
-                f"(e.g. CUDA_VISIBLE_DEVICES=0,1 or GPU-<uuid>)"
-            )
+            uuids = "GPU-" if migs is None else "GPU-/MIG-"
+            raise UsageError(f"{var} entry {token!r} is neither a GPU index nor a {uuids} UUID "
+                             f"(e.g. {var}=0,1 or GPU-<uuid>)")
+        if device is None or device in chosen:
+            break
+        chosen.append(device)
     return chosen
+
+
+def _index(token: str, devices: list[Device], var: str) -> int:
+    """The index an `_INDEX` token names, negative for CUDA's "no more devices" (`-1`); UsageError
+    when no device has it (int() reads at most 9 digits here: it refuses more than 4300)."""
+    n = int(token) if len(token.lstrip("+-")) <= 9 else (-1 if token.startswith("-") else 1 << 40)
+    if n >= len(devices):
+        kind = devices[0].kind.upper() if devices else "device"
+        have = f"0-{len(devices) - 1}" if len(devices) > 1 else ("0" if devices else "none")
+        raise UsageError(f"{var} names {kind} {excerpt(token)}, which this machine lacks (its {kind}s are {have}); "
+                         f"list existing indices, or set {var}= (empty) to hide every {kind}")
+    return n
+
+
+def _bus_order(devices: list[Device]) -> list[Device]:
+    return sorted(devices, key=lambda d: (bus_key(d.busid) if d.busid else (1 << 33, 0, 0, 0), d.index))
 
 
 def _by_uuid_prefix(devices: list[Device], prefix: str, var: str, what: str) -> Device:
     known = [d for d in devices if d.uuid]
     if not known:
-        raise UsageError(
-            f"{var} names {prefix!r} but the topology has no {what} UUIDs "
-            f"(they come from NVML: install 'topo-affinity[nvidia]' and the NVIDIA driver, or use indices)"
-        )
+        raise UsageError(f"{var} names {prefix!r} but the topology has no {what} UUIDs (they come from NVML: "
+                         "install 'topo-affinity[nvidia]' and the NVIDIA driver, or use indices)")
     hits = [d for d in known if d.uuid.startswith(prefix)]
     if len(hits) == 1:
         return hits[0]
-    uuids = ", ".join(d.uuid for d in known)
     if not hits:
-        raise UsageError(f"{var}: no {what} UUID starts with {prefix!r} (known: {uuids})")
-    raise UsageError(
-        f"{var}: {prefix!r} matches {len(hits)} {what}s ({', '.join(d.uuid for d in hits)}); "
-        "give more of the UUID"
-    )
+        raise UsageError(f"{var}: no {what} UUID starts with {prefix!r} (known: {', '.join(d.uuid for d in known)})")
+    raise UsageError(f"{var}: {prefix!r} matches {len(hits)} {what}s ({', '.join(d.uuid for d in hits)}); "
+                     "give more of the UUID")
 
 
 def _mig_parent(gpus: list[Device], migs: list[Device], token: str) -> Device:
@@ -189,51 +173,20 @@ def _mig_parent(gpus: list[Device], migs: list[Device], token: str) -> Device:
         return _by_uuid_prefix(gpus, m.group(1), "CUDA_VISIBLE_DEVICES", "GPU")
     if not migs and any(g.uuid for g in gpus):
         raise UsageError(f"CUDA_VISIBLE_DEVICES names MIG instance {token!r} but no GPU has MIG mode enabled")
-    mig = _by_uuid_prefix(migs, token, "CUDA_VISIBLE_DEVICES", "MIG instance")
+    return _parent(gpus, _by_uuid_prefix(migs, token, "CUDA_VISIBLE_DEVICES", "MIG instance"), "CUDA_VISIBLE_DEVICES: ")
+
+
+def _parent(gpus: list[Device], mig: Device, where: str = "") -> Device:
     for gpu in gpus:
         if gpu.busid == mig.busid and gpu.index == mig.index:
             return gpu
-    raise UsageError(f"CUDA_VISIBLE_DEVICES: MIG instance {token} belongs to no listed GPU")
+    raise UsageError(f"{where}MIG instance {mig.uuid} belongs to no listed GPU")
 
-
-# ---- AMD ---------------------------------------------------------------------------------------
-
-
-def _rocm(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
-    devices = sorted(gpus, key=lambda d: d.index)  # ROCm's order: KFD's nodes (bus order without them)
-    rocr = env.get("ROCR_VISIBLE_DEVICES")
-    if rocr is not None:
-        devices = _select(devices, rocr, "ROCR_VISIBLE_DEVICES")
-    hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in env else "CUDA_VISIBLE_DEVICES"
-    hip = env.get(hip_var)
-    if hip is not None:
-        devices = _select(devices, hip, hip_var)
-    return devices
-
-
-def _select(devices: list[Device], spec: str, var: str) -> list[Device]:
-    chosen: list[Device] = []
-    if spec.strip() == "":
-        return chosen
-    for token in (t.strip() for t in spec.split(",")):
-        if _INDEX.match(token):
-            n = _index(token, devices, var)
-            if n < 0 or devices[n] in chosen:
-                break
-            chosen.append(devices[n])
-        elif token.startswith("GPU-"):
-            chosen.append(_by_uuid_prefix(devices, token, var, "GPU"))
-        else:
-            raise UsageError(f"{var} entry {token!r} is neither a GPU index nor a GPU- UUID")
-    return chosen
-
-
-# ---- Intel (Level Zero) ------------------------------------------------------------------------
 
 _ZE_ENTRY = re.compile(r"\A([0-9]{1,9})(?:\.([0-9]{1,9}))?\Z")
 
 
-def _level_zero(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
+def _level_zero(gpus: list[Device], env: Mapping[str, str], _migs) -> list[Device]:
     devices = _bus_order(gpus)
     spec = env.get("ZE_AFFINITY_MASK")
     if spec is None or not spec.strip():
@@ -248,12 +201,8 @@ def _level_zero(gpus: list[Device], env: Mapping[str, str]) -> list[Device]:
     return chosen
 
 
-# ---- Ascend, Gaudi -------------------------------------------------------------------------------
-
-
 def _listed_ids(devices: list[Device], env: Mapping[str, str], var: str, what: str, a: str) -> list[Device]:
-    """The devices whose ids `var` lists, by id; every device where it is unset or empty (msrun's
-    rule for NPUs, the Habana runtime's for Gaudi modules)."""
+    """The devices whose ids `var` lists, by id; all where it is unset or empty (msrun's and Habana's rule)."""
     by_id = {d.index: d for d in devices}
     spec = (env.get(var) or "").strip()
     if not spec:
@@ -293,11 +242,10 @@ def normal_bus_id(text: str) -> str | None:
 
 
 def find_device(topology: Topology, name) -> tuple[Device, Device | None]:
-    """The physical accelerator `name` names, whatever the visible-device variables say, and the
-    MIG instance when it names one (the instance runs where its GPU sits): a `GPU-`/`MIG-` UUID or
-    a unique prefix of one, a bare UUID (torch's `get_device_properties(i).uuid`, as text or the
-    object), or a PCI bus id (`0000:3b:00.0`, `3b:00.0`, NVML's `00000000:3B:00.0`). Raises
-    UsageError naming the text and the forms it may take."""
+    """The accelerator `name` names, whatever the visible-device variables say, and the MIG instance
+    when it names one: a `GPU-`/`MIG-` UUID or unique prefix, a bare UUID (torch's
+    `get_device_properties(i).uuid`, text or object), or a PCI bus id (`0000:3b:00.0`, `3b:00.0`,
+    NVML's `00000000:3B:00.0`). UsageError naming the text and the forms it may take."""
     text = str(name).strip()
     accelerators = [d for d in topology.devices if d.kind in ACCELERATOR_KINDS]
     gpus = [d for d in accelerators if d.kind == "gpu"]
@@ -333,15 +281,3 @@ def find_device(topology: Topology, name) -> tuple[Device, Device | None]:
         return _parent(gpus, mig), mig
     raise UsageError(f"{what} is not a device name: give {DEVICE_FORMS}")
 
-
-def _parent(gpus: list[Device], mig: Device) -> Device:
-    for gpu in gpus:
-        if gpu.busid == mig.busid and gpu.index == mig.index:
-            return gpu
-    raise UsageError(f"MIG instance {mig.uuid} belongs to no listed GPU")
-
-
-def describe_env(env: Mapping[str, str]) -> str:
-    """` (CUDA_VISIBLE_DEVICES='2,3')`: the variables that are set, for messages; "" when none is."""
-    shown = [f"{n}={env[n]!r}" for n in VARIABLES if n in env and n != "CUDA_DEVICE_ORDER"]
-    return f" ({', '.join(shown)})" if shown else ""

@@ -1,13 +1,8 @@
-"""Huawei Ascend NPUs through `npu-smi`, read as MindSpore's msrun reads them.
-
-Parsers take text and return data; `probe_npusmi` runs the commands (topo.probes.tools: 10 s as
-msrun, bounded output) and turns any failure into a reason string.
-- `npu-smi info -m`: the chip map (`Mcu` rows are the board's controller). The runtime's device id
-  is the logical id; msrun falls back to the NPU id, then the physical id, when a column is
-  missing or not unique.
-- `npu-smi info`: the status table, whose chip rows carry each chip's PCI bus id;
-  `npu-smi info -t board -i N -c M` for a chip it gave none (`PCIe Bus Info` or `PCIeBusInfo`).
-- `npu-smi info -t topo`: the link matrix (HCCS, PIX, SYS, ...) and a `CPU Affinity` column.
+"""Huawei Ascend NPUs through `npu-smi`, read as MindSpore's msrun reads them. Parsers take text
+and return data; `probe_npusmi` runs the commands (10 s each, as msrun) and turns any failure into
+a reason: `info -m` (the chip map; device id: the logical id, else the NPU id, else the physical
+id, as msrun), `info` (each chip's PCI bus id; `info -t board -i N -c M` for a chip it gave none),
+`info -t topo` (the link matrix and CPU affinity).
 """
 
 from __future__ import annotations
@@ -38,14 +33,9 @@ class NpuChip:
 
 @dataclass(frozen=True)
 class NpuReport:
-    """What the probe found, and how it fared (`status`)."""
-
     status: str
     chips: tuple[NpuChip, ...] = ()
     links: dict[tuple[int, int], str] = field(default_factory=dict)  # logical ids -> HCCS, PIX, ...
-
-
-# ---- parsers (text in, data out) ---------------------------------------------------------------
 
 
 def normalize_busid(text: str) -> str:
@@ -69,13 +59,10 @@ def parse_chip_map(text: str) -> list[NpuChip]:
     rows = []
     for line in lines[header_at + 1:]:
         cells = [c.strip() for c in re.split(r"\s{2,}", line)]
-        if len(cells) < len(columns):
-            continue  # a footer or a wrapped line
-        row = dict(zip(columns, cells))
-        if row["chip name"].lower() in ("mcu", "", "-"):
-            continue
-        row[""] = line
-        rows.append(row)
+        row = {**dict(zip(columns, cells)), "": line}
+        # a footer or a wrapped line has fewer cells; an Mcu row is the board's controller
+        if len(cells) >= len(columns) and row["chip name"].lower() not in ("mcu", "", "-"):
+            rows.append(row)
     if not rows:
         raise ParseError("'npu-smi info -m' lists no NPU chip")
 
@@ -194,9 +181,6 @@ def _npu(name: str, line: str) -> int:
         raise ParseError(f"'npu-smi info -t topo': {excerpt(name, 20)!r} is not NPU<id> (ASCII digits) in "
                          f"line {excerpt(line.strip())!r}")
     return number
-
-
-# ---- the probe (runs npu-smi) ------------------------------------------------------------------
 
 
 def run(args: list[str]) -> str:

@@ -1,17 +1,14 @@
-"""NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py`: `topo-affinity[nvidia]`).
-
-Imported only when the probe runs. Failures degrade in steps, as gpustat's: no library or driver
-gives a reason and no GPUs; an error on one GPU drops it, named; an optional field that errors is
-None. We read the index (NVML's order: PCI bus order, as nvidia-smi numbers), the bus id (NVML
-writes an 8-digit domain), the NODE- and SOCKET-scope CPU affinity (64-bit words, word 0 holding
-CPUs 0-63, as gpu_affinity reads them), the CPU-side NUMA node from the NODE-scope memory affinity
-(nvidia-smi's "NUMA Affinity"; nvmlDeviceGetNumaNodeId is the GPU's own memory node on C2C
-machines), and the link level and NVLink counts `nvidia-smi topo -m` shows.
+"""NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py`: `topo-affinity[nvidia]`),
+imported only when the probe runs. Failures degrade as gpustat's: no library or driver gives a
+reason and no GPUs; an error on one GPU drops it, named; an optional field that errors is None.
+Read: the index (PCI bus order, as nvidia-smi numbers), bus id, NODE- and SOCKET-scope CPU affinity
+(64-bit words, word 0 = CPUs 0-63, as gpu_affinity reads them), the CPU-side NUMA node from the
+NODE-scope memory affinity (nvidia-smi's "NUMA Affinity"; nvmlDeviceGetNumaNodeId is the GPU's
+own memory node on C2C machines), and the link level and NVLink counts of `nvidia-smi topo -m`.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 import os
@@ -111,10 +108,10 @@ def probe_for(topology: Topology) -> NvmlReport:
     return probe_nvml(cpu_count)
 
 
-def probe_nvml(cpu_count: int, module: str = "pynvml") -> NvmlReport:
+def probe_nvml(cpu_count: int) -> NvmlReport:
     """Ask NVML about every GPU; never raises for a missing library, driver or GPU."""
     try:
-        nvml = importlib.import_module(module)
+        import pynvml as nvml
     except ImportError:
         return NvmlReport("unavailable: pynvml is not installed (pip install 'topo-affinity[nvidia]')")
     error = getattr(nvml, "NVMLError", Exception)
@@ -138,10 +135,16 @@ def _query(nvml, error, cpu_count: int) -> NvmlReport:
         count = nvml.nvmlDeviceGetCount()
     except error as exc:
         return NvmlReport(f"error: nvmlDeviceGetCount: {_reason(exc)}")
+
+    def optional(fn, *args):
+        try:
+            return fn(*args)
+        except (error, AttributeError):  # AttributeError: a pynvml too old for the call
+            return None
+
     words = affinity_words(cpu_count)
     gpus: list[NvmlGpu] = []
-    handles = {}
-    problems = []
+    handles, problems = {}, []
     for index in range(count):
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -149,44 +152,26 @@ def _query(nvml, error, cpu_count: int) -> NvmlReport:
         except error as exc:
             problems.append(f"GPU {index}: {_reason(exc)}")
             continue
-
-        def optional(fn, *args):
-            try:
-                return fn(*args)
-            except (error, AttributeError):  # AttributeError: a pynvml too old for the call
-                return None
-
         memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle)
         node_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_NODE)
-        socket_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_SOCKET)
-        if node_words is None:
-            # Drivers before the scoped call (R450) only know the NODE-like default affinity.
+        if node_words is None:  # drivers before the scoped call (R450) know only the NODE-like default
             node_words = optional(nvml.nvmlDeviceGetCpuAffinity, handle, words)
-        # Node ids are small; one word of nodeset covers 64 NUMA nodes.
+        socket_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_SOCKET)
+        # one word of nodeset covers 64 NUMA nodes
         nodes = words_to_cpuset(optional(nvml.nvmlDeviceGetMemoryAffinity, handle, 1, _SCOPE_NODE))
         gpus.append(NvmlGpu(
-            index=index,
-            busid=busid,
-            uuid=_text(optional(nvml.nvmlDeviceGetUUID, handle)),
+            index, busid, uuid=_text(optional(nvml.nvmlDeviceGetUUID, handle)),
             name=_text(optional(nvml.nvmlDeviceGetName, handle)),
             memory=int(memory.total) if memory is not None else None,
             numa_node=nodes.first() if nodes is not None and nodes.weight() == 1 else None,
-            node_cpus=words_to_cpuset(node_words),
-            socket_cpus=words_to_cpuset(socket_words),
-            nvlinks=_nvlinks(nvml, error, handle),
-            mig_uuids=_mig_uuids(nvml, error, handle),
-        ))
+            node_cpus=words_to_cpuset(node_words), socket_cpus=words_to_cpuset(socket_words),
+            nvlinks=_nvlinks(nvml, error, handle), mig_uuids=_mig_uuids(nvml, optional, handle)))
         handles[index] = handle
-
     levels: dict[tuple[int, int], str] = {}
     for a, b in itertools.combinations(sorted(handles), 2):
-        try:
-            label = TOPOLOGY_LEVELS.get(int(nvml.nvmlDeviceGetTopologyCommonAncestor(handles[a], handles[b])))
-        except error:
-            continue
+        label = TOPOLOGY_LEVELS.get(optional(nvml.nvmlDeviceGetTopologyCommonAncestor, handles[a], handles[b]))
         if label:
             levels[(a, b)] = levels[(b, a)] = label
-
     status = f"ok ({len(gpus)} GPU{'' if len(gpus) == 1 else 's'})"
     if problems:
         status += "; skipped " + "; ".join(problems)
@@ -212,34 +197,25 @@ def _nvlinks(nvml, error, handle) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(counts.items()))
 
 
-def _mig_uuids(nvml, error, handle) -> tuple[str, ...]:
-    try:
-        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-        if current != _FEATURE_ENABLED:
-            return ()
-        slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
-    except (error, AttributeError):
+def _mig_uuids(nvml, optional, handle) -> tuple[str, ...]:
+    mode = optional(nvml.nvmlDeviceGetMigMode, handle)  # (current, pending)
+    if mode is None or mode[0] != _FEATURE_ENABLED:
         return ()
     uuids = []
-    for slot in range(slots):
-        try:
-            uuids.append(_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))))
-        except error:
-            continue  # an empty MIG slot answers NotFound
-    return tuple(u for u in uuids if u)
+    for slot in range(optional(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        mig = optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)  # None: an empty slot (NotFound)
+        uuids.append(None if mig is None else _text(optional(nvml.nvmlDeviceGetUUID, mig)))
+    return tuple(filter(None, uuids))
 
 
 def _text(value) -> str | None:
-    if value is None:
-        return None
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    return value.strip() or None
+    return None if value is None else value.strip() or None
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text or type(exc).__name__
+    return str(exc).strip() or type(exc).__name__
 
 
 # ---- a report stored in a capture, read back on replay ---------------------------------------
