@@ -1,19 +1,10 @@
-"""A group of processes started together and stopped together: start, signal with a grace period,
-reap, and nothing left behind. How each process is contained:
-
-- it starts its own session, so it and whatever it forks are found by the session id;
-- with `die_with_launcher`, the child gets SIGKILL when the launcher's thread dies
-  (PR_SET_PDEATHSIG, set between fork and exec and kept across exec), and exits at once when the
-  launcher died before that: one long-lived thread must start and keep the group;
-- with `adopt_orphans`, the launcher is a child subreaper: a grandchild that daemonises out of its
-  session is re-parented to the launcher and stopped with the rest;
-- every child carries JOB_ID_VAR, which its children inherit: `topo stop` finds a detached job's
-  daemons by it once the launcher is gone.
-
-A binding whose tool (numactl, taskset) is missing is applied in the child between fork and exec by
-topo.syscalls.apply; a refusal goes to the process's log and the child exits 1 before exec, as a
-refusing numactl does.
-"""
+"""A group of processes started together and stopped together, nothing left behind. Each starts
+its own session (it and whatever it forks are found by the session id) and carries JOB_ID_VAR, which
+its children inherit (`topo stop` finds a detached job's daemons by it). With `join` the launcher
+stays: each child gets SIGKILL when the launcher's thread dies (PR_SET_PDEATHSIG, set between fork
+and exec), and the launcher is a child subreaper, so a grandchild that daemonises is re-parented to
+it and stopped with the rest. A binding applied by system calls (its tool missing) is applied
+between fork and exec; a refusal goes to the log and the child exits 1, as a refusing numactl does."""
 
 from __future__ import annotations
 
@@ -36,7 +27,7 @@ from topo.launcher.files import JOB_ID_VAR, open_log
 from topo.syscalls import prctl
 
 INHERIT = "<inherit>"  # ProcessSpec.stderr_path: the launcher's own stderr, while stdout goes to log_path
-POLL_INTERVAL = 0.005  # s, while stopping: how often the group is re-scanned
+POLL_INTERVAL = 0.005  # s: a trivial job's end is noticed, and a stopping one re-scanned, within this (msrun: 1 s)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 # descriptors the launcher needs at once: 3 standard streams, a log file being opened, the exec
 # error pipe of subprocess, one log being tailed, launch.json, and room for Python itself
@@ -104,9 +95,7 @@ class ProcessGroup:
     specs: Sequence[ProcessSpec]
     base_env: Mapping[str, str]
     job_id: str
-    inherit_stdin: bool = False  # --join=True: workers share our stdin (pdb)
-    die_with_launcher: bool = False
-    adopt_orphans: bool = False
+    join: bool = False  # --join=True: as the module says, and the children share our stdin (pdb)
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
     _children_before: frozenset[int] = frozenset()
@@ -114,10 +103,15 @@ class ProcessGroup:
     # ---------------------------------------------------------------- start
     def start(self, on_start: Callable[[Process], None] | None = None,
               stopping: Callable[[], bool] = lambda: False) -> None:
-        """Start every spec in order, none more once `stopping()` (a stop signal came). On any
-        failure, stop what was started and raise."""
-        if self.adopt_orphans:
-            self._become_subreaper()
+        """Start every spec in order, none once `stopping()` (a stop signal came); on any failure,
+        stop what was started and raise."""
+        if self.join:  # as subreaper; not Linux: sessions alone must do
+            self._children_before = frozenset(_children())
+            value = ctypes.c_int(0)
+            with contextlib.suppress(OSError, TopoError):
+                prctl(_PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
+                prctl(_PR_SET_CHILD_SUBREAPER, 1)
+                self._subreaper_before = value.value
         try:
             for spec in self.specs:
                 if stopping():
@@ -139,7 +133,7 @@ class ProcessGroup:
             env[BINDING_VAR] = binding.env_value()  # what holds once it runs: set_affinity keeps it
         # a preexec function makes the spawn a full fork of the launcher, not a vfork (8 spawns on a
         # loaded 2-CPU VM: ~40 ms, not ~11): the price of a death signal armed and checked before exec
-        setup = _child_setup(os.getpid() if self.die_with_launcher else None, binding if binding.direct else None)
+        setup = _child_setup(os.getpid() if self.join else None, binding if binding.direct else None)
         with contextlib.ExitStack() as files:
             try:
                 log = files.enter_context(_open_log(spec.log_path, log_mode)) if spec.log_path else None
@@ -153,7 +147,7 @@ class ProcessGroup:
             try:
                 popen = subprocess.Popen(
                     argv, env=env, stdout=log, stderr=stderr,
-                    stdin=None if self.inherit_stdin else subprocess.DEVNULL,
+                    stdin=None if self.join else subprocess.DEVNULL,
                     start_new_session=True, close_fds=True, preexec_fn=setup,
                 )
             except OSError as exc:
@@ -162,23 +156,12 @@ class ProcessGroup:
         return Process(spec, popen, binding, argv, log_start)
 
     # ---------------------------------------------------------------- state
-    def log_files(self) -> list[str]:
-        """Every file the group's processes write (created by topo as each starts)."""
-        paths = (path for spec in self.specs for path in (spec.log_path, spec.stderr_path))
-        return [path for path in paths if path not in (None, INHERIT, os.devnull)]
-
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.processes]
-
-    def poll(self) -> list[int | None]:
-        return [p.popen.poll() for p in self.processes]
-
     def job_pids(self) -> set[int]:
         """Every live process of the job: our children's sessions, plus orphans re-parented to us."""
         # psutil only when a process of the job may still be alive (benchmarks/launch_bench.py, N=8: ~10 ms)
         import psutil
 
-        sessions = set(self.pids())
+        sessions = {p.pid for p in self.processes}
         me = os.getpid() if self._subreaper_before is not None else None
         found = set()
         for proc in psutil.process_iter(["ppid", "status"]):
@@ -197,7 +180,7 @@ class ProcessGroup:
         return found
 
     def alive(self) -> set[int]:
-        codes = self.poll()  # reap finished children so they stop looking alive
+        codes = [p.popen.poll() for p in self.processes]  # reap finished children so they stop looking alive
         self._reap_orphans()
         # no process of the job can exist, known without scanning /proc, when every child we
         # started has exited and, as subreaper, we have no child at all (every descendant that
@@ -253,22 +236,11 @@ class ProcessGroup:
             prctl(_PR_SET_CHILD_SUBREAPER, 0)
         self._subreaper_before = None
 
-    # ---------------------------------------------------------------- subreaper
-    def _become_subreaper(self) -> None:
-        self._children_before = frozenset(_children())
-        value = ctypes.c_int(0)
-        try:
-            prctl(_PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
-            prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        except (OSError, TopoError):  # not Linux: sessions alone must do
-            return
-        self._subreaper_before = value.value
-
     def _reap_orphans(self) -> None:
         """waitpid() the re-parented grandchildren (Popen reaps only its own)."""
         if self._subreaper_before is None:
             return
-        ours = set(self.pids()) | self._children_before
+        ours = {p.pid for p in self.processes} | self._children_before
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -283,14 +255,13 @@ class ProcessGroup:
 
 
 def _open_log(path: str, mode: str):
-    """A process's log (launcher.files.open_log), or /dev/null as it is (a rank whose output is
-    not kept)."""
+    """launcher.files.open_log, or /dev/null as it is (a rank whose output is not kept)."""
     return open(os.devnull, "w") if path == os.devnull else open_log(path, mode)
 
 
 def _children() -> list[int]:
-    """This process's children (a host program's own, when launch() is a library call); asking
-    the kernel whether there are any at all spares importing psutil in the usual case."""
+    """This process's children (a host program's, when launch() is a library call); asking the
+    kernel whether there are any spares importing psutil in the usual case."""
     if not _has_child():
         return []
     import psutil
@@ -299,7 +270,7 @@ def _children() -> list[int]:
 
 
 def _has_child() -> bool:
-    """Whether this process has a child, exited or not, asked of the kernel alone."""
+    """Whether this process has a child, exited or not."""
     try:
         os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -308,9 +279,8 @@ def _has_child() -> bool:
 
 
 def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; LaunchError unless the launcher can then
-    open the descriptors it needs at once (the count does not grow with the job: logs are opened
-    one at a time)."""
+    """Raise the soft RLIMIT_NOFILE to the hard limit; LaunchError unless the launcher can then open
+    the descriptors it needs at once (not growing with the job: logs are opened one at a time)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):

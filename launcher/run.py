@@ -7,8 +7,8 @@ console itself (no `tail -f` children that could outlive it).
 
 from __future__ import annotations
 
+import itertools
 import os
-import signal
 import sys
 import uuid
 from dataclasses import dataclass, replace
@@ -20,8 +20,7 @@ from topo.launcher.files import LAUNCH_JSON, check_not_running
 from topo.launcher.job import SCHEDULER, check_program, describe_plan, plan_job
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
-from topo.launcher.supervisor import (HANDLED_SIGNALS, Outcome, StopSignals, Supervisor, describe_code,
-                                      write_launch_json)
+from topo.launcher.supervisor import HANDLED_SIGNALS, Outcome, StopSignals, Supervisor, describe_code
 
 INTERRUPT_GRACE = 1.0  # s between forwarding a Ctrl-C (SIGINT) to the job and SIGKILL: msrun returns at once
 
@@ -85,14 +84,15 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
     plan = prepare(plan) if prepare is not None else plan
     signals = StopSignals()  # not join: caught while starting, so a stop signal stops what started
     signals.install(handled)
-    restart = 0
     try:
-        while True:
-            specs, record_dir = (plan.processes, plan.log_dir) if plan.attempt is None else plan.attempt(restart,
-                                                                                                          plan.log_dir)
-            outcome = _run_once(specs, plan.base_env, record_dir, join, grace_period, bind_fallback, out, err,
-                                say, signals, scheduler_role, interrupt_grace, on_start)
-            outcome = replace(outcome, restarts=restart, signal=signals.received)
+        for restart in itertools.count():
+            specs, record_dir = ((plan.processes, plan.log_dir) if plan.attempt is None
+                                 else plan.attempt(restart, plan.log_dir))
+            group = ProcessGroup(specs, plan.base_env, job_id=uuid.uuid4().hex, join=join)
+            supervisor = Supervisor(group=group, record_dir=record_dir, grace_period=grace_period,
+                                    bind_fallback=bind_fallback, out=out, err=err, say=say, signals=signals,
+                                    scheduler_role=scheduler_role, interrupt_grace=interrupt_grace)
+            outcome = replace(supervisor.run(on_start), restarts=restart, signal=signals.received)
             first = outcome.failed_process
             if first is None or signals.received is not None or restart >= plan.max_restarts:
                 return outcome
@@ -101,55 +101,8 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
                 f"{plan.max_restarts} restarts left")
             if signals.received is not None:  # it came while that was said: still no further attempt
                 return replace(outcome, signal=signals.received)
-            restart += 1
     finally:
         signals.restore()
-
-
-def _run_once(specs, base_env, record_dir, join, grace_period, bind_fallback, out, err, say, signals,
-              scheduler_role, interrupt_grace, on_start) -> Outcome:
-    group = ProcessGroup(specs, base_env, job_id=uuid.uuid4().hex, inherit_stdin=join, die_with_launcher=join,
-                         adopt_orphans=join)
-
-    def record(start_times: bool) -> None:
-        write_launch_json(os.path.join(record_dir, LAUNCH_JSON), group, join=join, log_dir=record_dir,
-                          grace_period=grace_period, start_times=start_times)
-
-    def started(proc: Process) -> None:
-        # rewritten after 1, 2, 4, ... starts (linear in all); one started since is found by topo
-        # stop through the job id the record already holds
-        count = len(group.processes)
-        if count & (count - 1) == 0:
-            record(start_times=False)
-        if on_start is not None:
-            on_start(proc)
-
-    # a --join job's start times are recorded once it has run a second; a detached job's at once
-    supervisor = Supervisor(group, grace_period=grace_period, bind_fallback=bind_fallback, out=out, err=err,
-                            say=say, scheduler_role=scheduler_role, after_a_second=lambda: record(True),
-                            signals=signals, interrupt_grace=interrupt_grace)
-    try:
-        record(start_times=False)  # the job id is on record before the first process starts
-        group.start(on_start=started, stopping=lambda: signals.received is not None)
-        if signals.received is None:
-            supervisor.verify_all()
-        record(start_times=not join)
-        if join:
-            return supervisor.join()
-        if signals.received is not None:
-            name = signal.Signals(signals.received).name
-            say(f"received {name} while starting; stopping the {len(group.processes)} started process(es)")
-            group.stop(signals.received, grace_period, say=say)
-            return Outcome(128 + signals.received, tuple(group.processes), f"received {name}")
-        return Outcome(0, tuple(group.processes), running=True)
-    except BaseException:
-        # whatever went wrong in here (a refused binding, a broken console, an interrupt in a
-        # host program), nothing we started may outlive it
-        group.stop(signal.SIGTERM, grace_period, say=say)
-        raise
-    finally:
-        if join:
-            group.close()
 
 
 def _started(proc: Process) -> str:
