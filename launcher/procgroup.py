@@ -1,9 +1,8 @@
-"""A group of processes started together and stopped together, nothing left behind. Each starts
-its own session (it and whatever it forks are found by the session id) and carries JOB_ID_VAR, which
-its children inherit (`topo stop` finds a detached job's daemons by it). With `join` the launcher
-stays: each child gets SIGKILL when the launcher's thread dies (PR_SET_PDEATHSIG, set between fork
-and exec), and the launcher is a child subreaper, so a grandchild that daemonises is re-parented to
-it and stopped with the rest. A binding applied by system calls (its tool missing) is applied
+"""A group of processes started and stopped together, nothing left behind. Each starts its own
+session and carries JOB_ID_VAR, which its children inherit (`topo stop` finds a detached job's
+daemons by it). With `join`, each child gets SIGKILL when the launcher's thread dies
+(PR_SET_PDEATHSIG, set between fork and exec), and the launcher is a child subreaper: a grandchild
+that daemonises is re-parented to it and stopped with the rest. A binding by system calls is applied
 between fork and exec; a refusal goes to the log and the child exits 1, as a refusing numactl does."""
 
 from __future__ import annotations
@@ -100,7 +99,6 @@ class ProcessGroup:
     _subreaper_before: int | None = None
     _children_before: frozenset[int] = frozenset()
 
-    # ---------------------------------------------------------------- start
     def start(self, on_start: Callable[[Process], None] | None = None,
               stopping: Callable[[], bool] = lambda: False) -> None:
         """Start every spec in order, none once `stopping()` (a stop signal came); on any failure,
@@ -155,7 +153,6 @@ class ProcessGroup:
                                   "check --python and PATH") from None
         return Process(spec, popen, binding, argv, log_start)
 
-    # ---------------------------------------------------------------- state
     def job_pids(self) -> set[int]:
         """Every live process of the job: our children's sessions, plus orphans re-parented to us."""
         # psutil only when a process of the job may still be alive (benchmarks/launch_bench.py, N=8: ~10 ms)
@@ -165,32 +162,24 @@ class ProcessGroup:
         me = os.getpid() if self._subreaper_before is not None else None
         found = set()
         for proc in psutil.process_iter(["ppid", "status"]):
-            info = proc.info
-            if info["status"] == psutil.STATUS_ZOMBIE or info["ppid"] is None:
+            ppid, pid = proc.info["ppid"], proc.pid
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or ppid is None:
                 continue
-            pid = proc.pid
-            if info["ppid"] == me and pid not in self._children_before:
-                found.add(pid)
-                continue
-            try:
-                if os.getsid(pid) in sessions:
+            with contextlib.suppress(OSError):  # gone: no session to read
+                if ppid == me and pid not in self._children_before or os.getsid(pid) in sessions:
                     found.add(pid)
-            except OSError:
-                continue
         return found
 
     def alive(self) -> set[int]:
         codes = [p.popen.poll() for p in self.processes]  # reap finished children so they stop looking alive
         self._reap_orphans()
-        # no process of the job can exist, known without scanning /proc, when every child we
-        # started has exited and, as subreaper, we have no child at all (every descendant that
-        # lost its parent would have been re-parented to us)
+        # as subreaper with no child at all, once every child we started has exited, no process of
+        # the job can exist (an orphaned descendant would be our child): known without scanning /proc
         if self._subreaper_before is not None and not self._children_before and None not in codes \
-                and not _has_child():
+                and _exited_child() is None:
             return set()
         return self.job_pids()
 
-    # ---------------------------------------------------------------- stop
     def signal(self, sig: int, pids: set[int]) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -198,15 +187,13 @@ class ProcessGroup:
 
     def stop(self, sig: int, grace: float, *, tick: Callable[[], None] | None = None,
              force: Callable[[], bool] = lambda: False, say: Callable[[str], None] | None = None) -> None:
-        """Send `sig` to every process of the job (sessions, re-parented orphans), wait up to
-        `grace` seconds for all of them, then SIGKILL what is left. One deadline for all.
-        `tick` runs on every poll (log tailing), `force()` cuts the grace period short."""
+        """Send `sig` to every process of the job, wait up to `grace` seconds (one deadline for all),
+        then SIGKILL what is left. `tick` runs on every poll (log tailing); `force()` ends the grace."""
         deadline = time.monotonic() + grace
         alive = self.alive()
         signaled: set[int] = set()
         while alive and time.monotonic() < deadline and not force():
-            # each process once; a daemon shows up only after its parent died and it was
-            # re-parented to us, a child forked meanwhile on the next scan
+            # each process once; a re-parented daemon or a child forked meanwhile shows up on a later scan
             self.signal(sig, alive - signaled)
             signaled |= alive
             if tick is not None:
@@ -241,17 +228,9 @@ class ProcessGroup:
         if self._subreaper_before is None:
             return
         ours = {p.pid for p in self.processes} | self._children_before
-        while True:
-            try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
-            if info is None or info.si_pid in ours:
-                return  # nothing exited, or one of ours that Popen reaps itself
-            try:
-                os.waitpid(info.si_pid, os.WNOHANG)
-            except ChildProcessError:
-                return
+        while (pid := _exited_child()) and pid not in ours:  # up to one of ours: Popen reaps it
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def _open_log(path: str, mode: str):
@@ -260,25 +239,24 @@ def _open_log(path: str, mode: str):
 
 
 def _children() -> list[int]:
-    """This process's children (a host program's, when launch() is a library call); asking the
-    kernel whether there are any spares importing psutil in the usual case."""
-    if not _has_child():
+    """This process's children (a host program's, when launch() is a library call); psutil only when there are any."""
+    if _exited_child() is None:
         return []
     import psutil
 
     return [child.pid for child in psutil.Process().children()]
 
 
-def _has_child() -> bool:
-    """Whether this process has a child, exited or not."""
+def _exited_child() -> int | None:
+    """An exited child's pid, left unreaped; 0 when none has exited; None when there is no child."""
     try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
-        return False
-    return True
+        return None
+    return 0 if info is None else info.si_pid
 
 
-def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
+def check_open_file_limit() -> None:
     """Raise the soft RLIMIT_NOFILE to the hard limit; LaunchError unless the launcher can then open
     the descriptors it needs at once (not growing with the job: logs are opened one at a time)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -287,14 +265,14 @@ def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
     in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 3
-    if soft != -1 and soft - in_use < needed:
+    if soft != -1 and soft - in_use < FDS_NEEDED:
         raise LaunchError(f"too few file descriptors, open-file limit {soft} with {in_use} in use: "
-                          f"the launcher needs {needed} more; raise it (ulimit -n)")
+                          f"the launcher needs {FDS_NEEDED} more; raise it (ulimit -n)")
 
 
 def _child_setup(launcher_pid: int | None, binding: Binding | None):
-    """The function run in the child between fork and exec: the death signal, then `binding` by
-    topo.syscalls.apply. It must not import or load anything: all it calls is bound here."""
+    """The child's pre-exec function: the death signal, then `binding` by topo.syscalls.apply. It must
+    not import or load anything: all it calls is bound here."""
     if launcher_pid is None and binding is None:
         return None
     syscalls.load()
