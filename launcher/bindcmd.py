@@ -1,8 +1,7 @@
 """`topo bind`: bind this process as the bind JSON says for its local rank (or as `--mode` plans
-this node from the launcher's local rank and process count), then exec the command. Between any
-launcher and the program, a plan from `topo plan` is applied as `topo launch` applies it (the same
-entry per local rank, the same numactl argv for memory), by topo.syscalls.apply first: a refusal
-can still fall back and name its fix, and a CPU-only binding needs no taskset."""
+this node), then exec the command. Between any launcher and the program, a plan is applied as `topo
+launch` applies it (the same entry per local rank, the same numactl argv for memory), by
+topo.syscalls.apply first: a refusal can still fall back and name its fix."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from topo.planners.bindload import load_bind
 from topo.syscalls import BindingRefused, apply
 
 BIND_FILE_VARS = ("TOPO_BIND_FILE", "MSRUN_BIND_FILE")
+MEMORY_WORDS = {"none": None, "numa": "bind", "preferred": "preferred"}  # --memory as set_affinity's memory=
 
 
 class CommandNotFound(TopoError):
@@ -61,13 +61,13 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
                          "local rank, e.g. topo plan --nproc-per-node N -o FILE, or pass the right --local-rank")
     binding = binding_of(entry, topology, memory_policy=loaded.plan.memory_policy,
                          path=environ.get("PATH", os.defpath))
-    env = {**bind_file_env(loaded.path, loaded.sha256),
-           **thread_env(environ, binding, 1, _sharing(loaded.plan, binding, topology))}
+    shared = 1  # how many of the plan's processes share `binding`'s busiest CPU (itself one of them)
+    if binding.cpus is not None:
+        others = [from_entry(p, topology, None) for p in loaded.plan.processes]
+        shared = max(1, sharers([*others, binding])[-1] - 1)  # `binding` counted once
+    env = {**bind_file_env(loaded.path, loaded.sha256), **thread_env(environ, binding, 1, shared)}
     argv = [*binding.prefix, *command] if binding.applied_by == "numactl" else list(command)  # else apply() alone
     return argv, env, binding, key
-
-
-MEMORY_WORDS = {"none": None, "numa": "bind", "preferred": "preferred"}  # --memory as set_affinity's memory=
 
 
 def plan_mode(command: Sequence[str], *, mode: str, scope: str = "node", memory: str = "none",
@@ -105,14 +105,6 @@ def _undo_default_binding(environ: Mapping[str, str]) -> None:
         os.sched_setaffinity(0, os.sched_getaffinity(os.getppid()))
     except OSError:
         pass  # the parent is gone or not ours to read: plan within this rank's CPUs
-
-
-def _sharing(plan, binding, topology) -> int:
-    """How many of the plan's processes are bound to the busiest of `binding`'s CPUs (itself included)."""
-    if binding.cpus is None:
-        return 1
-    others = [from_entry(p, topology, None) for p in plan.processes]
-    return max(1, sharers([*others, binding])[-1] - 1)  # `binding` is one of the plan's: counted once
 
 
 def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,

@@ -73,14 +73,10 @@ def _rank(option: str) -> int:
 def main(args: list[str]) -> int:
     try:
         binding, fallback, additions, command = parse(args)
-    except ParseError as exc:
-        print(f"topo: error: {exc}", file=sys.stderr)
-        return 2
-    try:
         held = syscalls.apply(binding, fallback=fallback)
     except TopoError as exc:
         print(f"topo: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ParseError) else 1
     if held != binding:
         print(f"topo: the kernel refused the memory policy of {binding.describe()}; --bind-fallback: "
               f"{held.describe()}", file=sys.stderr)
