@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 SCHEDULER = "scheduler"
 WORKER = "worker"
 
-# Interpreters msrun does not put `python` in front of.
-_NO_PREFIX = ("python", "python3", "pytest")
+_NO_PREFIX = ("python", "python3", "pytest")  # interpreters msrun puts no `python` in front of
 # Kernel pseudo-filesystems: a log written there does not go anywhere (tmpfs, as /dev/shm, is a
 # real filesystem and welcome). Without a readable mountinfo, these directories stand for them.
 PSEUDO_FS_TYPES = frozenset(("proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs",
@@ -48,19 +47,20 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     function returning it) is needed only when binding; default: discover()."""
     environ = dict(os.environ if environ is None else environ)
     warnings: list[str] = []
-    _check_script(config)
+    if config.script not in _NO_PREFIX and not os.path.isfile(config.script):
+        why, fix = (("is a directory", "give the Python file to run") if os.path.isdir(config.script)
+                    else ("does not exist", "check the path"))
+        raise UsageError(f"script {why}, {config.script!r} (relative to {os.getcwd()}): {fix}")
     command = _command(config)
     log_dir = os.path.abspath(config.log_dir) if config.log_dir else os.getcwd()
     check_log_dir(log_dir, "--log_dir" if config.log_dir else "the current directory")
     master_ip = network.resolve_master(config.master_addr)
     simulation = config.simulation or "MS_SIMULATION_LEVEL" in environ
-    local_worker_num = config.local_worker_num
     sim_rank_id = config.sim_rank_id
     if simulation and sim_rank_id == -1 and (rank_id := ascii_number(environ.get("RANK_ID", ""))) is not None:
         sim_rank_id = rank_id
     one_simulated = simulation and sim_rank_id != -1
-    if one_simulated:
-        local_worker_num = 1  # msrun simulates that one rank only
+    local_worker_num = 1 if one_simulated else config.local_worker_num  # msrun simulates that one rank only
     start_scheduler = config.scheduler
     if start_scheduler is None:
         start_scheduler = (not simulation and network.is_local(master_ip)
@@ -110,7 +110,10 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     for i in range(local_worker_num):
         # msrun's variables (DEVICE_ID = local rank, RANK_ID = MS_NODE_ID = rank) and torchrun's, so
         # one launcher serves both; no rank: the cluster assigns it (MindSpore), and no RANK is set
-        rank = None if one_simulated else _rank(config, i)
+        if one_simulated or config.multi_node and config.node_rank < 0:
+            rank = None
+        else:
+            rank = config.node_rank * config.local_worker_num + i if config.multi_node else i
         env = {**common, "DEVICE_ID": str(i), "WORLD_SIZE": str(config.worker_num),
                "LOCAL_WORLD_SIZE": str(local_worker_num), "MASTER_ADDR": master_ip,
                "MASTER_PORT": str(config.master_port), "LOCAL_RANK": str(i), "GROUP_RANK": str(group_rank)}
@@ -140,14 +143,6 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     return Plan(tuple(processes), envs.base_env(environ), log_dir, tuple(warnings))
 
 
-def _rank(config: LaunchConfig, local_rank: int) -> int | None:
-    if not config.multi_node:
-        return local_rank
-    if config.node_rank >= 0:
-        return config.node_rank * config.local_worker_num + local_rank
-    return None
-
-
 def _command(config: LaunchConfig) -> tuple[str, ...]:
     """As msrun runs the script: `python` (found on PATH) in front, unless it is python, python3 or pytest."""
     prefix = () if config.script in _NO_PREFIX else (config.python,)
@@ -172,16 +167,6 @@ def check_program(plan: Plan, config: LaunchConfig) -> None:
     if shutil.which(program, path=plan.base_env.get("PATH", os.defpath)) is None:
         raise UsageError(f"{program!r} is not on PATH, {what}: install it, put its directory on PATH, "
                          "or pass --python /path/to/python")
-
-
-def _check_script(config: LaunchConfig) -> None:
-    if config.script in _NO_PREFIX:
-        return
-    if os.path.isdir(config.script):
-        raise UsageError(f"script is a directory, {config.script!r} (relative to {os.getcwd()}): "
-                         "give the Python file to run")
-    if not os.path.isfile(config.script):
-        raise UsageError(f"script does not exist, {config.script!r} (relative to {os.getcwd()}): check the path")
 
 
 def check_log_dir(log_dir: str, what: str) -> None:
@@ -275,14 +260,10 @@ def check_log_file(path: str, log_dir: str, logs: frozenset[str]) -> None:
 
 
 def _worker_log_base(template: str, master_ip: str) -> str:
-    if not template:
-        return "worker"
     # as msrun substitutes, but literally (its re.sub reads a backslash in the host name as a
     # group reference): {ip} = this node's address towards the master
-    name = template.replace("{hostname}", socket.gethostname())
-    if "{ip}" in name:
-        name = name.replace("{ip}", network.local_ip(master_ip))
-    return name
+    name = template.replace("{hostname}", socket.gethostname()) if template else "worker"
+    return name.replace("{ip}", network.local_ip(master_ip)) if "{ip}" in name else name
 
 
 def describe_plan(plan: Plan) -> str:
@@ -290,13 +271,10 @@ def describe_plan(plan: Plan) -> str:
     lines = [f"warning: {w}" for w in plan.warnings]
     for p in plan.processes:
         extra = f", DEVICE_ID={p.local_rank}" if p.local_rank is not None else ""
-        lines.append(f"{p.name}{extra}: {shlex.join(p.argv)}")
-        lines.append(f"  log: {p.log_path}")
-        binding = p.binding.describe()
-        if p.binding.direct:
-            binding += f" (applied directly: {p.binding.note}; runs {shlex.join(p.command)})"
-        lines.append(f"  binding: {binding}")
-        lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items())))
+        direct = f" (applied directly: {p.binding.note}; runs {shlex.join(p.command)})" if p.binding.direct else ""
+        lines += [f"{p.name}{extra}: {shlex.join(p.argv)}", f"  log: {p.log_path}",
+                  f"  binding: {p.binding.describe()}{direct}",
+                  "  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items()))]
     return "\n".join(lines)
 
 

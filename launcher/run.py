@@ -1,9 +1,6 @@
-"""launch(): `topo launch`'s plan (launcher.job) run by execute(), the one executor of any plan
-(launcher.plan), restarts included: a ProcessGroup (launcher.procgroup) starts, signals and reaps
-the processes; a Supervisor (launcher.supervisor) verifies their bindings, follows them, reports,
-and records them in launch.json. Under --join=True the launcher copies the children's logs to the
-console itself (no `tail -f` children that could outlive it).
-"""
+"""launch(): `topo launch`'s plan (launcher.job) run by execute(), the one executor of any plan,
+restarts included: per attempt a ProcessGroup starts, signals and reaps the processes, and a
+Supervisor checks their bindings, records them in launch.json, follows them and reports."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import itertools
 import os
 import sys
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Sequence, TextIO
 
 from topo.launcher.config import LaunchConfig
@@ -20,60 +17,52 @@ from topo.launcher.files import LAUNCH_JSON, check_not_running
 from topo.launcher.job import SCHEDULER, check_program, describe_plan, plan_job
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
-from topo.launcher.supervisor import HANDLED_SIGNALS, Outcome, StopSignals, Supervisor, describe_code
+from topo.launcher.supervisor import HANDLED_SIGNALS, LaunchResult, StopSignals, Supervisor, describe_code
 
 INTERRUPT_GRACE = 1.0  # s between forwarding a Ctrl-C (SIGINT) to the job and SIGKILL: msrun returns at once
 
 __all__ = ["LaunchError", "LaunchResult", "execute", "launch"]
 
 
-@dataclass(frozen=True)
-class LaunchResult:
-    """How a `topo launch` job ended (or, with join=False, was left running)."""
-
-    exit_code: int
-    plan: Plan
-    processes: tuple[Process, ...] = ()  # empty for a dry run
-    failed: str | None = None  # "rank 1 exited with code 3", "received SIGTERM", ...
-
-
 def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | None = None,
            err: TextIO | None = None) -> LaunchResult:
     """Plan and run `config`: with join=True until the job is over (exit_code as the launcher's),
-    else until every process is started and checked. `out` gets the tailed logs and the dry-run
-    text, `err` the launcher's messages. UsageError before anything is created or started when the
-    job cannot run as asked, LaunchError when a started process could not be bound. Under join the
-    processes die with the calling thread: call it from one that lives as long as the job."""
+    else until every process is started and checked. `out` gets the tailed logs and the dry-run text,
+    `err` the launcher's messages. UsageError before anything starts when the job cannot run as asked,
+    LaunchError when a started process could not be bound. Under join the processes die with the
+    calling thread: call it from one that lives as long as the job."""
     out, err = out or sys.stdout, err or sys.stderr
     plan = plan_job(config, environ=environ, topology=topology)
     check_program(plan, config)
     if config.dry_run:
         print(describe_plan(plan), file=out)
-        return LaunchResult(0, plan)
+        return LaunchResult(0, plan=plan)
 
     def say(text: str) -> None:
         print(f"topo launch: {text}", file=err, flush=True)
 
+    def started(proc: Process) -> None:
+        how = f" (binding applied directly: {proc.binding.note})" if proc.binding.direct else ""
+        say(f"started {proc.name} (pid {proc.pid}), log {proc.spec.log_path}: {' '.join(proc.argv)}{how}")
+
     check_not_running(plan.log_dir, config.log_dir or ".")
     outcome = execute(plan, join=config.join, grace_period=config.grace_period, bind_fallback=config.bind_fallback,
                       out=out, say=say, prepare=_create_logs, scheduler_role=SCHEDULER,
-                      interrupt_grace=INTERRUPT_GRACE, on_start=lambda p: say(_started(p)))
+                      interrupt_grace=INTERRUPT_GRACE, on_start=started)
     if outcome.running:
         say(f"{len(outcome.processes)} processes left running (--join=False); the job is recorded in "
             f"{os.path.join(plan.log_dir, LAUNCH_JSON)}; stop it with: topo stop {plan.log_dir}")
-    return LaunchResult(outcome.exit_code, plan, outcome.processes, outcome.failed)
+    return replace(outcome, plan=plan)
 
 
 def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool, out: TextIO,
             say: Callable[[str], None], err: TextIO | None = None, handled: Sequence[int] = HANDLED_SIGNALS,
             prepare: Callable[[Plan], Plan] | None = None, scheduler_role: str | None = None,
-            interrupt_grace: float | None = None, on_start: Callable[[Process], None] | None = None) -> Outcome:
-    """Run any plan: say its warnings, `prepare` it (make its directories), start an attempt's
-    processes as one group, check their bindings, record it in its directory's launch.json, then
-    (join) follow it to its end; after a failure start the plan's next attempt, up to max_restarts
-    times. Not join: the first attempt is left running. `handled` signals are caught from the first
-    start to the end (not join: to the last start): one received at any moment ends the run and
-    stops what it started. Whatever goes wrong, nothing started outlives it under join."""
+            interrupt_grace: float | None = None, on_start: Callable[[Process], None] | None = None) -> LaunchResult:
+    """Run any plan: say its warnings, `prepare` it (make its directories), then run its attempts
+    (Supervisor.run) until one does not fail, up to max_restarts restarts; not join: the first is left
+    running. `handled` signals are caught throughout (not join: until started): one received at any
+    moment ends the run and stops what it started."""
     check_open_file_limit()
     for warning in plan.warnings:
         say(f"warning: {warning}")
@@ -105,15 +94,9 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
         signals.restore()
 
 
-def _started(proc: Process) -> str:
-    how = f" (binding applied directly: {proc.binding.note})" if proc.binding.direct else ""
-    return f"started {proc.name} (pid {proc.pid}), log {proc.spec.log_path}: {' '.join(proc.argv)}{how}"
-
-
 def _create_logs(plan: Plan) -> Plan:
-    """The log directory (private, 0700, as msrun makes it) and its subdirectories, and the logs of
-    a previous job there removed (plan_job vetted each as one topo created): each process's log is
-    created anew (O_EXCL) as it starts. A failure here leaves nothing running."""
+    """The log directory (private, 0700, as msrun makes it) and its subdirectories; a previous job's
+    logs there (plan_job vetted each as topo's) removed, so each is created anew (O_EXCL) as it starts."""
     try:
         if not os.path.isdir(plan.log_dir):
             old = os.umask(0o077)

@@ -17,6 +17,7 @@ from topo.cpuset import CpuSet
 from topo.launcher import verify
 from topo.launcher.binding import UNBOUND
 from topo.launcher.files import LAUNCH_JSON, SCHEMA, write_record
+from topo.launcher.plan import Plan
 from topo.launcher.procgroup import INHERIT, POLL_INTERVAL, LaunchError, Process, ProcessGroup
 from topo.launcher.tail import LogTailer
 
@@ -26,33 +27,32 @@ HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """How a supervised job ended, or that it was left running (join=False)."""
+class LaunchResult:
+    """How a job ended, or that it was left running (join=False)."""
 
     exit_code: int
-    processes: tuple[Process, ...] = ()
+    processes: tuple[Process, ...] = ()  # empty for a dry run
     failed: str | None = None  # "rank 1 exited with exit code 3", "received SIGTERM", ...
     failed_process: Process | None = None  # the first process seen failing, whose code exit_code is
     restarts: int = 0  # attempts started again after a failure
     signal: int | None = None  # the stop signal received, if one was
     running: bool = False  # left running: not joined
+    plan: Plan | None = None  # what `topo launch` ran
 
 
+@dataclass
 class StopSignals:
     """The signals that stop a job, caught from install() to restore() (`topo run`: across every
     attempt), so one at any moment ends the run. The first received is kept; a second one asks to
     skip the grace period. Only the main thread can install handlers: a library caller on another
     handles its own."""
 
-    def __init__(self):
-        self.received: int | None = None
-        self.force = False
-        self._old: dict[int, object] = {}
+    received: int | None = None
+    force: bool = False
+    _old: dict[int, object] = field(default_factory=dict)
 
     def install(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in signals:
+        for sig in signals if threading.current_thread() is threading.main_thread() else ():
             self._old[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
@@ -84,7 +84,7 @@ class Supervisor:
     interrupt_grace: float | None = None  # after a SIGINT, when shorter (msrun: Ctrl-C returns at once)
     allowed: CpuSet = field(init=False, default_factory=lambda: CpuSet(os.sched_getaffinity(0)))  # the cgroup's
 
-    def run(self, on_start: Callable[[Process], None] | None = None) -> Outcome:
+    def run(self, on_start: Callable[[Process], None] | None = None) -> LaunchResult:
         """Start the group, check its bindings and record it; then follow it (join), or leave it
         running. Whatever goes wrong in here, nothing started outlives it."""
         group, signals = self.group, self.signals
@@ -109,8 +109,8 @@ class Supervisor:
                 name = signal.Signals(signals.received).name
                 self.say(f"received {name} while starting; stopping the {len(group.processes)} started process(es)")
                 group.stop(signals.received, self.grace_period, say=self.say)
-                return Outcome(128 + signals.received, tuple(group.processes), f"received {name}")
-            return Outcome(0, tuple(group.processes), running=True)
+                return LaunchResult(128 + signals.received, tuple(group.processes), f"received {name}")
+            return LaunchResult(0, tuple(group.processes), running=True)
         except BaseException:
             # a refused binding, a broken console, an interrupt in a host program: nothing we started may outlive it
             group.stop(signal.SIGTERM, self.grace_period, say=self.say)
@@ -134,7 +134,6 @@ class Supervisor:
         # written whole: `topo stop` never reads half a file
         write_record(os.path.join(self.record_dir, LAUNCH_JSON), json.dumps(data, indent=2) + "\n")
 
-    # ---------------------------------------------------------------- verification
     def verify_all(self) -> None:
         """Read each process's CPUs and memory policy back from /proc and compare them with its
         binding. LaunchError for the first problem, unless --bind-fallback works around it."""
@@ -230,8 +229,7 @@ class Supervisor:
         proc.status = how
         return None
 
-    # ---------------------------------------------------------------- join
-    def join(self) -> Outcome:
+    def join(self) -> LaunchResult:
         """Follow the job until every process ended, one failed, or a signal came; then stop whatever
         is left (the rest of the job, or daemons it left) and report."""
         procs = self.group.processes
@@ -288,22 +286,21 @@ class Supervisor:
             if proc.spec.role == self.scheduler_role:
                 self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
                          "other jobs (PyTorch) need none: pass --no-scheduler")
-            return Outcome(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
+            return LaunchResult(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
         if self.signals.received is not None:
             name = signal.Signals(self.signals.received).name
-            return Outcome(128 + self.signals.received, tuple(procs), f"received {name}")
+            return LaunchResult(128 + self.signals.received, tuple(procs), f"received {name}")
         if waiting_for_scheduler:
             self.say("the scheduler exited too; the job is done")
         else:
             self.say(f"all {len(workers)} workers exited successfully")
-        return Outcome(0, tuple(procs))
+        return LaunchResult(0, tuple(procs))
 
 
 def _prefix(proc: Process) -> str:
     return proc.spec.tail_prefix if proc.spec.tail_prefix is not None else f"[{proc.name}] "
 
 
-# -------------------------------------------------------------------- launch.json
 def _create_time(pid: int) -> float | None:
     # a --join job's record gets start times after its first second: a short job imports no
     # psutil (benchmarks/launch_bench.py, N=8: ~10 ms of a launch)
@@ -332,7 +329,6 @@ def process_record(proc: Process) -> dict:
     }
 
 
-# -------------------------------------------------------------------- reporting
 def report(proc: Process) -> str:
     """One process's binding line: what it is bound to and how that was checked, memory included."""
     if not proc.binding.is_bound:
