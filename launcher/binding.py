@@ -1,9 +1,6 @@
-"""Each process's binding as msrun builds it, with its numactl / taskset argv prefix.
-
-A unified bind JSON given to --bind_numa decides alone (--bind_core is then ignored); otherwise
---bind_numa gives a NUMA string N and --bind_core a CPU string C per process, from a table or from
-the `msrun-auto` plan (True). Every input arrives as a BindPlan (planners.bindload), and every
-entry becomes a Binding through `binding_of`."""
+"""Each process's binding as msrun builds it from --bind_core / --bind_numa, with its numactl /
+taskset argv prefix. Every input arrives as a BindPlan (planners.bindload), and every entry becomes
+a Binding through `binding_of`."""
 
 from __future__ import annotations
 
@@ -31,13 +28,9 @@ def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory
     then `--physcpubind C` or `--cpunodebind N`."""
     if cpus and not memory and not cpu_nodes:
         return ("taskset", "-c", cpus)
-    argv: list[str] = []
-    if memory:
-        argv += ["--preferred" if memory_policy == "preferred" else "--membind", memory]
-    if cpus:
-        argv += ["--physcpubind", cpus]
-    elif cpu_nodes:
-        argv += ["--cpunodebind", cpu_nodes]
+    argv = ["--preferred" if memory_policy == "preferred" else "--membind", memory] if memory else []
+    if cpus or cpu_nodes:
+        argv += ["--physcpubind", cpus] if cpus else ["--cpunodebind", cpu_nodes]
     return ("numactl", *argv) if argv else ()
 
 
@@ -85,11 +78,10 @@ class JobBindings:
 def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
                      topology: Topology | Callable[[], Topology] | None, environ: Mapping[str, str],
                      priority_cores: bool = False) -> JobBindings:
-    """Each process's binding for parsed --bind_core / --bind_numa values (False, True, or a
-    LoadedBind) on `topology` (or a function returning it; None: discover(), only when binding).
-    UsageError, before anything starts, for CPUs or nodes not there or not allowed. `priority_cores`
-    puts a priority core in each --bind_core=True share, first in its MSRUN_CPU_LIST (MindSpore binds
-    its main thread there)."""
+    """Each process's binding for parsed --bind_core / --bind_numa values (False, True, or a LoadedBind)
+    on `topology` (or a function returning it; None: discover()); UsageError, before anything starts,
+    for CPUs or nodes not there or not allowed. `priority_cores` puts a priority core first in each
+    --bind_core=True share's MSRUN_CPU_LIST (MindSpore binds its main thread there)."""
     if not bind_core and not bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {}, (None,) * local_worker_num)
     if topology is None:
@@ -103,8 +95,7 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
     physical = device_ids(topology, local_worker_num, environ)
     path = environ.get("PATH", os.defpath)
     warnings: list[str] = []
-    cpu_lists: list[str | None] = [None] * local_worker_num
-    if getattr(bind_numa, "table", True) is False:  # a unified bind JSON
+    if getattr(bind_numa, "table", True) is False:  # a unified bind JSON decides alone
         check_loaded(bind_numa, topology, "--bind_numa", warnings)
         plan = bind_numa.plan
 
@@ -114,45 +105,20 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
         workers = [of(f"device{device}") for device in physical]
         warnings += [f"local rank {rank}: the bind JSON has no process binding for device{device}; it runs unbound"
                      for rank, (device, b) in enumerate(zip(physical, workers)) if not b.is_bound]
-        scheduler = of("scheduler")
         if bind_core:
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
         env = bind_file_env(bind_numa.path, bind_numa.sha256)
-    else:
-        from topo.visible import hidden_warning, visible_devices
-
-        cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
-        hidden = hidden_warning(topology, environ) if cpu_only else None
-        warnings += [hidden] if hidden else []
-        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings, path, cpu_only,
-                                                     priority_cores)
-        env = {}
-    return JobBindings(scheduler, tuple(workers), tuple(warnings), env, tuple(cpu_lists))
-
-
-def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: list[str]) -> None:
-    """UsageError for the first problem that stops a binding (CPUs or nodes not there or not allowed),
-    in `topo validate`'s words; its warnings (overlapping main CPUs: msrun runs them) go to `warnings`."""
-    from topo.planners.bindcheck import check_plan, one_line
-
-    errors = []
-    for problem in check_plan(loaded.plan, topology):
-        if problem.severity == "warning":
-            warnings.append(str(problem))
-        else:
-            errors.append(problem)
-    if errors:
-        raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {one_line(errors)}")
-
-
-def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str], path: str,
-                 cpu_only: bool, priority_cores: bool = False):
-    """msrun's --bind_core / --bind_numa tables or True: per process a CPU entry C and a NUMA entry
-    N, combined (C's main CPUs with N's memory, or N alone)."""
+        return JobBindings(of("scheduler"), tuple(workers), tuple(warnings), env, (None,) * local_worker_num)
+    # msrun's tables or True: per process a CPU entry C and a NUMA entry N, combined (C's main CPUs
+    # with N's memory, or N alone)
     from topo.planners.binding import node_cpus
     from topo.planners.bindplan import ProcessBinding
+    from topo.visible import hidden_warning, visible_devices
 
-    n = len(physical)
+    cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
+    hidden = hidden_warning(topology, environ) if cpu_only else None
+    warnings += [hidden] if hidden else []
+    n = local_worker_num
     sched_core = sched_numa = None
     core: list[ProcessBinding | None] = [None] * n
     numa: list[ProcessBinding | None] = [None] * n
@@ -186,7 +152,22 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
         listed = first + [c for c in cpu_lists[i] or () if c not in first]
         exported.append(str(listed) if listed and b.is_bound else None)
         workers.append(b)
-    return combine(sched_core, sched_numa), workers, exported
+    return JobBindings(combine(sched_core, sched_numa), tuple(workers), tuple(warnings), {}, tuple(exported))
+
+
+def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: list[str]) -> None:
+    """UsageError for the first problem that stops a binding (CPUs or nodes not there or not allowed),
+    in `topo validate`'s words; its warnings (overlapping main CPUs: msrun runs them) go to `warnings`."""
+    from topo.planners.bindcheck import check_plan, one_line
+
+    errors = []
+    for problem in check_plan(loaded.plan, topology):
+        if problem.severity == "warning":
+            warnings.append(str(problem))
+        else:
+            errors.append(problem)
+    if errors:
+        raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {one_line(errors)}")
 
 
 def _by_position(plan: BindPlan, allowed: CpuSet, physical: list[int], flag: str, label: str, warnings: list[str]):
