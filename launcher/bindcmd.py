@@ -26,12 +26,12 @@ BIND_FILE_VARS = ("TOPO_BIND_FILE", "MSRUN_BIND_FILE")
 MEMORY_WORDS = {"none": None, "numa": "bind", "preferred": "preferred"}  # --memory as set_affinity's memory=
 
 
-class CommandNotFound(TopoError):
-    exit_code = 127  # the shell's codes: 127 not found, 126 found but not executable
+class CommandError(TopoError):
+    """A command that cannot be exec'd, with the shell's code: 127 not found, 126 found but not executable."""
 
-
-class CommandNotExecutable(TopoError):
-    exit_code = 126
+    def __init__(self, program: str, found: bool):
+        super().__init__(f"{program}: permission denied" if found else f"{program}: command not found")
+        self.exit_code = 126 if found else 127
 
 
 def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
@@ -148,14 +148,12 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
     program = command[0]
     if argv[0] != program and shutil.which(program, path=os.environ.get("PATH", os.defpath)) is None:
         # numactl would exec it and exit 1 in its own words: the shell's 127 / 126, as for a direct exec
-        if "/" in program and os.path.exists(program):
-            raise CommandNotExecutable(f"{program}: permission denied")
-        raise CommandNotFound(f"{program}: command not found")
+        raise CommandError(program, found="/" in program and os.path.exists(program))
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execvp(argv[0], argv)
     except FileNotFoundError:
-        raise CommandNotFound(f"{argv[0]}: command not found") from None
+        raise CommandError(argv[0], found=False) from None
     except PermissionError:
-        raise CommandNotExecutable(f"{argv[0]}: permission denied") from None
+        raise CommandError(argv[0], found=True) from None

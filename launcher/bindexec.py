@@ -1,14 +1,13 @@
 """Bind this process, then exec a command: the prefix `launcher.spawn.bound_argv` puts before a
-child's argv, so the command starts bound (CPU affinity and memory policy survive exec).
+child's argv (CPU affinity and memory policy survive exec). It imports only topo's syscalls and
+binding record: it runs before each child's own interpreter.
 
     python -m topo.launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] cpus=0-3 memory=bind:0 -- COMMAND...
     python -m topo.launcher.bindexec --local-rank=R --rank=0 cpus=0-3 --rank=1 cpus=4-7 -- COMMAND...
 
-The binding is written as TOPO_BINDING is; the command gets TOPO_BINDING set to what held. The
-second form gives every local rank the same argv (torch's agent fills R in per worker): rank R takes
-the options after its `--rank=R`. Exit status as a shell's: 1 when the kernel refuses the binding, 2
-for a malformed one, 126 when the command cannot be executed, 127 when it is not found. It imports
-only topo's syscalls and binding record: it runs before each child's own interpreter."""
+The binding is written as TOPO_BINDING is, and the command gets TOPO_BINDING set to what held; in
+the second form (one argv for every worker, R filled in by torch's agent) rank R takes the options
+after its `--rank=R`. Exit status as a shell's: 1 refused, 2 malformed, 126 not executable, 127 not found."""
 
 from __future__ import annotations
 

@@ -11,8 +11,7 @@ import socket
 import stat
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from topo.launcher import environ as envs
-from topo.launcher import network
+from topo.launcher import environ as envs, network
 from topo.launcher.binding import resolve_bindings
 from topo.launcher.environ import MANAGED_VARS
 from topo.launcher.files import LAUNCH_JSON, previous_logs, replaceable
@@ -46,12 +45,12 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     interpreter, a log directory that cannot be written, unavailable CPUs, ...). `topology` (or a
     function returning it) is needed only when binding; default: discover()."""
     environ = dict(os.environ if environ is None else environ)
-    warnings: list[str] = []
     if config.script not in _NO_PREFIX and not os.path.isfile(config.script):
         why, fix = (("is a directory", "give the Python file to run") if os.path.isdir(config.script)
                     else ("does not exist", "check the path"))
         raise UsageError(f"script {why}, {config.script!r} (relative to {os.getcwd()}): {fix}")
-    command = _command(config)
+    # as msrun runs the script: `python` (found on PATH) in front, unless it is python, python3 or pytest
+    command = (*(() if config.script in _NO_PREFIX else (config.python,)), config.script, *config.script_args)
     log_dir = os.path.abspath(config.log_dir) if config.log_dir else os.getcwd()
     check_log_dir(log_dir, "--log_dir" if config.log_dir else "the current directory")
     master_ip = network.resolve_master(config.master_addr)
@@ -68,7 +67,7 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     bind_numa = parse_bind_numa(config.bind_numa) if isinstance(config.bind_numa, str) else config.bind_numa
     bindings = resolve_bindings(config.bind_core, bind_numa, local_worker_num=local_worker_num, topology=topology,
                                 environ=environ, priority_cores=config.priority_cores)
-    warnings.extend(bindings.warnings)
+    warnings = list(bindings.warnings)
     base_name = _worker_log_base(config.worker_log_name, master_ip)
 
     # what msrun gives every process of a MindSpore job, scheduler included; a simulation joins no cluster
@@ -141,12 +140,6 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
     for path in [*(p.log_path for p in processes), os.path.join(log_dir, LAUNCH_JSON)]:
         check_log_file(path, log_dir, logs)
     return Plan(tuple(processes), envs.base_env(environ), log_dir, tuple(warnings))
-
-
-def _command(config: LaunchConfig) -> tuple[str, ...]:
-    """As msrun runs the script: `python` (found on PATH) in front, unless it is python, python3 or pytest."""
-    prefix = () if config.script in _NO_PREFIX else (config.python,)
-    return (*prefix, config.script, *config.script_args)
 
 
 def check_program(plan: Plan, config: LaunchConfig) -> None:

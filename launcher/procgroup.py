@@ -28,8 +28,8 @@ from topo.syscalls import prctl
 INHERIT = "<inherit>"  # ProcessSpec.stderr_path: the launcher's own stderr, while stdout goes to log_path
 POLL_INTERVAL = 0.005  # s: a trivial job's end is noticed, and a stopping one re-scanned, within this (msrun: 1 s)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
-# descriptors the launcher needs at once: 3 standard streams, a log file being opened, the exec
-# error pipe of subprocess, one log being tailed, launch.json, and room for Python itself
+# descriptors the launcher needs at once: 3 standard streams, a log being opened, subprocess's exec
+# error pipe, a log being tailed, launch.json, and room for Python itself
 FDS_NEEDED = 16
 
 
@@ -99,10 +99,9 @@ class ProcessGroup:
     _subreaper_before: int | None = None
     _children_before: frozenset[int] = frozenset()
 
-    def start(self, on_start: Callable[[Process], None] | None = None,
-              stopping: Callable[[], bool] = lambda: False) -> None:
-        """Start every spec in order, none once `stopping()` (a stop signal came); on any failure,
-        stop what was started and raise."""
+    def start(self, on_start: Callable[[Process], None], stopping: Callable[[], bool]) -> None:
+        """Start every spec in order, calling `on_start` after each, none once `stopping()` (a stop
+        signal came); on any failure, stop what was started and raise."""
         if self.join:  # as subreaper; not Linux: sessions alone must do
             self._children_before = frozenset(_children())
             value = ctypes.c_int(0)
@@ -114,10 +113,8 @@ class ProcessGroup:
             for spec in self.specs:
                 if stopping():
                     return
-                proc = self.start_one(spec)
-                self.processes.append(proc)
-                if on_start is not None:
-                    on_start(proc)
+                self.processes.append(self.start_one(spec))
+                on_start(self.processes[-1])
         except BaseException:
             self.stop(signal.SIGTERM, 1.0)
             raise
@@ -143,11 +140,9 @@ class ProcessGroup:
             log_start = log.tell() if log is not None else 0
             stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
             try:
-                popen = subprocess.Popen(
-                    argv, env=env, stdout=log, stderr=stderr,
-                    stdin=None if self.join else subprocess.DEVNULL,
-                    start_new_session=True, close_fds=True, preexec_fn=setup,
-                )
+                popen = subprocess.Popen(argv, env=env, stdout=log, stderr=stderr,
+                                         stdin=None if self.join else subprocess.DEVNULL,
+                                         start_new_session=True, close_fds=True, preexec_fn=setup)
             except OSError as exc:
                 raise LaunchError(f"cannot start {argv[0]!r}, {spec.name}: {exc.strerror or exc}; "
                                   "check --python and PATH") from None

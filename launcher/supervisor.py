@@ -135,8 +135,8 @@ class Supervisor:
         write_record(os.path.join(self.record_dir, LAUNCH_JSON), json.dumps(data, indent=2) + "\n")
 
     def verify_all(self) -> None:
-        """Read each process's CPUs and memory policy back from /proc and compare them with its
-        binding. LaunchError for the first problem, unless --bind-fallback works around it."""
+        """Compare each process's binding with /proc: LaunchError for the first problem that
+        --bind-fallback does not solve."""
         problems = []
         for i, proc in enumerate(self.group.processes):
             problem = self._verify(proc)
@@ -151,10 +151,9 @@ class Supervisor:
             raise LaunchError(problems[0] + more)
 
     def _fall_back(self, index: int, proc: Process, problem: str, memory_refused: bool):
-        """--bind-fallback: a process that runs bound otherwise is kept. One refused before it ran
-        starts again with less: a memory policy its tool could not set, by system calls; one the
-        kernel refused, one rung down (bind, preferred, CPUs alone); anything else, unbound.
-        Returns the process and its problem, if it has one still."""
+        """--bind-fallback: a process that runs bound otherwise is kept; one refused before it ran starts
+        again with less (a memory policy its tool could not set, by system calls; one the kernel refused,
+        one rung down: bind, preferred, CPUs alone; anything else, unbound). Returns it and its problem."""
         if proc.popen.poll() is None:
             self.say(f"{problem}; --bind-fallback: keeping it as the kernel placed it")
             proc.status = "bound differently, kept (--bind-fallback)"
@@ -170,13 +169,11 @@ class Supervisor:
         else:
             binding = UNBOUND
             self.say(f"{problem}; --bind-fallback: running it unbound")
-        proc = self.group.start_one(proc.spec, binding, log_mode="a")
-        self.group.processes[index] = proc
-        if binding.is_bound:
-            return proc, self._verify(proc)
-        proc.observed = observe(proc.pid, numa_maps=False)
-        proc.status = "unbound (--bind-fallback)"
-        return proc, None
+        proc = self.group.processes[index] = self.group.start_one(proc.spec, binding, log_mode="a")
+        problem = self._verify(proc)
+        if not binding.is_bound:
+            proc.status = "unbound (--bind-fallback)"
+        return proc, problem
 
     def _verify(self, proc: Process) -> tuple[str, bool] | None:
         """None when `proc` is fine, else a message naming the problem and the fix, and whether it was
@@ -196,13 +193,13 @@ class Supervisor:
             if refusal:
                 memory = "mempolicy" in refusal or "mbind" in refusal
                 if self.bind_fallback:
-                    return f"{spec.name}: {who} refused the binding ({refusal})", memory
-                if memory:
-                    fix = ("drop the memory binding (bind_memory_mode \"none\", or no --bind_numa) or grant the "
+                    fix = ""
+                elif memory:
+                    fix = ("; drop the memory binding (bind_memory_mode \"none\", or no --bind_numa) or grant the "
                            "container CAP_SYS_NICE, or rerun with --bind-fallback to keep only the CPU binding")
                 else:
-                    fix = "bind only CPUs this container may use (see `topo show`), or rerun with --bind-fallback"
-                return f"{spec.name}: {who} refused the binding ({refusal}); {fix}", memory
+                    fix = "; bind only CPUs this container may use (see `topo show`), or rerun with --bind-fallback"
+                return f"{spec.name}: {who} refused the binding ({refusal}){fix}", memory
             if code is None:
                 return (f"{spec.name}: {who} did not exec the interpreter within {EXEC_TIMEOUT:.0f} s; "
                         f"is {who} on PATH the real one?"), False
@@ -302,8 +299,7 @@ def _prefix(proc: Process) -> str:
 
 
 def _create_time(pid: int) -> float | None:
-    # a --join job's record gets start times after its first second: a short job imports no
-    # psutil (benchmarks/launch_bench.py, N=8: ~10 ms of a launch)
+    # a --join job's start times wait a second: a short job imports no psutil (benchmarks/launch_bench.py, N=8: ~10 ms)
     import psutil
 
     try:
@@ -370,8 +366,7 @@ LOG_READ_LIMIT = 1 << 20  # bytes of a log read for a report: its first (refusal
 
 
 def read_log(path: str | None, *, tail: bool = False, start: int = 0) -> str:
-    """LOG_READ_LIMIT bytes of a log from `start`, or with `tail` its last ones, as text ("" when
-    it cannot be read)."""
+    """LOG_READ_LIMIT bytes of a log from `start`, or with `tail` its last ones ("" when unreadable)."""
     if not path:
         return ""
     try:
