@@ -1,6 +1,7 @@
 """The environment rules `topo launch`, `topo run` and `topo bind` share (OMP_NUM_THREADS,
-MSRUN_BIND_FILE). Each child's environment is built fresh: the launcher's minus MANAGED_VARS, plus
-its own values (msrun lets them leak from one child into the next)."""
+MSRUN_BIND_FILE). Each child's environment is built fresh: the launcher's minus MANAGED_VARS (the
+variables it owns), plus its own values, so nothing leaks from an outer launcher or one child into
+the next (msrun lets them)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from typing import Mapping, Sequence
 from topo.binding import BINDING_VAR, Binding
 from topo.launcher.files import JOB_ID_VAR
 
-# Variables the launcher owns: dropped from the inherited environment before each child's own
-# values are added, so nothing leaks from an outer launcher or from one child into the next.
 MANAGED_VARS = (
     "MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_TOPO_TIMEOUT", "MS_NODE_ID",
     "RANK_SIZE", "RANK_ID", "DEVICE_ID", "MSRUN_CPU_LIST", "MSRUN_BIND_FILE", "MSRUN_BIND_FILE_HASH",

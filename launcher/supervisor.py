@@ -42,10 +42,9 @@ class LaunchResult:
 
 @dataclass
 class StopSignals:
-    """The signals that stop a job, caught from install() to restore() (`topo run`: across every
-    attempt), so one at any moment ends the run. The first received is kept; a second one asks to
-    skip the grace period. Only the main thread can install handlers: a library caller on another
-    handles its own."""
+    """The signals that stop a job, caught from install() to restore() (only the main thread can;
+    a library caller on another handles its own). The first received is kept; a second one asks to
+    skip the grace period."""
 
     received: int | None = None
     force: bool = False
@@ -85,13 +84,11 @@ class Supervisor:
     allowed: CpuSet = field(init=False, default_factory=lambda: CpuSet(os.sched_getaffinity(0)))  # the cgroup's
 
     def run(self, on_start: Callable[[Process], None] | None = None) -> LaunchResult:
-        """Start the group, check its bindings and record it; then follow it (join), or leave it
-        running. Whatever goes wrong in here, nothing started outlives it."""
+        """Start the group, check its bindings, record it, then follow it (join) or leave it running."""
         group, signals = self.group, self.signals
 
         def started(proc: Process) -> None:
-            # recorded after 1, 2, 4, ... starts (linear in all); one started since is found by topo
-            # stop through the job id the record already holds
+            # recorded after 1, 2, 4, ... starts (linear in all): `topo stop` finds one started since by the job id
             if len(group.processes) & (len(group.processes) - 1) == 0:
                 self.record(start_times=False)
             if on_start is not None:
@@ -119,9 +116,8 @@ class Supervisor:
             group.close()
 
     def record(self, start_times: bool) -> None:
-        """The job's launch.json: what `topo stop` needs (pids, the job id its processes carry, each
-        pid's start time, so a reused pid is never signalled) and what each process was asked and got.
-        Without `start_times`, `topo stop` proves a process by the job id in its environment alone."""
+        """The job's launch.json: what `topo stop` needs (pids, the job id its processes carry, with
+        `start_times` each pid's, so a reused pid is never signalled) and what each process was asked and got."""
         group = self.group
         for proc in group.processes if start_times else ():
             proc.create_time = _create_time(proc.pid)
@@ -230,8 +226,10 @@ class Supervisor:
         """Follow the job until every process ended, one failed, or a signal came; then stop whatever
         is left (the rest of the job, or daemons it left) and report."""
         procs = self.group.processes
-        tailer = LogTailer([(_prefix(p), path, stream) for p in procs if p.spec.tail
-                            for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, self.err))
+        err = self.err or self.out
+        tailer = LogTailer([(p.spec.tail_prefix if p.spec.tail_prefix is not None else f"[{p.name}] ", path, stream)
+                            for p in procs if p.spec.tail
+                            for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, err))
                             if path and path != INHERIT])
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
         failure: tuple[Process, int] | None = None
@@ -294,10 +292,6 @@ class Supervisor:
         return LaunchResult(0, tuple(procs))
 
 
-def _prefix(proc: Process) -> str:
-    return proc.spec.tail_prefix if proc.spec.tail_prefix is not None else f"[{proc.name}] "
-
-
 def _create_time(pid: int) -> float | None:
     # a --join job's start times wait a second: a short job imports no psutil (benchmarks/launch_bench.py, N=8: ~10 ms)
     import psutil
@@ -326,7 +320,7 @@ def process_record(proc: Process) -> dict:
 
 
 def report(proc: Process) -> str:
-    """One process's binding line: what it is bound to and how that was checked, memory included."""
+    """One process's binding line: what it is bound to and how that was checked."""
     if not proc.binding.is_bound:
         cpus = f" (runs on CPUs {proc.observed.cpus})" if proc.observed is not None else ""
         return f"{proc.name}: not bound{cpus}"
