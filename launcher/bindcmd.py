@@ -73,8 +73,8 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
 def plan_mode(command: Sequence[str], *, mode: str, scope: str = "node", memory: str = "none",
               local_rank: int | None = None, nproc_per_node: int | None = None,
               environ: Mapping[str, str] | None = None):
-    """plan_bind for `topo bind --mode`: this process's binding from the plan of its whole node (local
-    rank and process count from the launcher's variables), as set_affinity plans it, so every rank plans alike."""
+    """plan_bind for `topo bind --mode`: this local rank's share of its whole node's plan, as
+    set_affinity plans it, so that every rank plans alike."""
     from topo.launcher.affinity import AffinityError, plan_here
 
     environ = os.environ if environ is None else environ

@@ -35,8 +35,8 @@ def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory
 
 
 def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> list[int]:
-    """The physical device id (the bind JSON's `deviceX`) of local ranks 0..count-1 through the
-    visible-device variables; a rank past the visible devices is keyed by its local rank (msrun's DEVICE_ID)."""
+    """The physical device id (`deviceX`) of local ranks 0..count-1 through the visible-device
+    variables; past the visible devices, the local rank (msrun's DEVICE_ID)."""
     from topo.visible import visible_devices
 
     visible = [d.index for d in visible_devices(topology, env=environ)]

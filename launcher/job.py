@@ -40,10 +40,9 @@ MOUNTINFO_LIMIT = 4 << 20  # bytes of /proc/self/mountinfo read at most
 
 def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
              topology: Topology | Callable[[], Topology] | None = None) -> Plan:
-    """Decide every process of `config` on this node; reads the bind file, creates nothing.
-    UsageError for anything that would make msrun fail half-way (bad counts, missing script or
-    interpreter, a log directory that cannot be written, unavailable CPUs, ...). `topology` (or a
-    function returning it) is needed only when binding; default: discover()."""
+    """Decide every process of `config` on this node; reads the bind file, creates nothing. UsageError
+    for anything that would make msrun fail half-way; `topology` (or a function returning it) is
+    needed only when binding (default: discover())."""
     environ = dict(os.environ if environ is None else environ)
     if config.script not in _NO_PREFIX and not os.path.isfile(config.script):
         why, fix = (("is a directory", "give the Python file to run") if os.path.isdir(config.script)
@@ -235,9 +234,8 @@ def _on_pseudo_fs(real: str) -> bool:
 
 
 def check_log_file(path: str, log_dir: str, logs: frozenset[str]) -> None:
-    """UsageError when topo cannot create the log or record `path`: something it did not create in
-    its place (not in `logs`: another user's file, a directory, FIFO or link), or a subdirectory of
-    --log_dir that cannot be made."""
+    """UsageError when topo cannot create the log or record `path`: something not in `logs` in its
+    place (another user's file, a directory, FIFO or link), or a subdirectory that cannot be made."""
     if not os.path.abspath(path).startswith(log_dir.rstrip("/") + "/"):
         raise UsageError(f"log file leaves the log directory, {path}: give --worker_log_name relative to --log_dir")
     if not replaceable(path, logs):

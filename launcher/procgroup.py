@@ -60,8 +60,7 @@ class ProcessSpec:
 
 
 def exec_argv(spec: ProcessSpec, binding: Binding) -> tuple[str, ...]:
-    """What a process of `spec` bound as `binding` execs: through the binding's tool, or the command
-    alone when the binding is applied by system calls (or is none)."""
+    """`spec`'s command through `binding`'s tool, or alone when applied by system calls (or unbound)."""
     return (*binding.prefix, *spec.command) if binding.prefix and not binding.direct else spec.command
 
 
@@ -100,8 +99,7 @@ class ProcessGroup:
     _children_before: frozenset[int] = frozenset()
 
     def start(self, on_start: Callable[[Process], None], stopping: Callable[[], bool]) -> None:
-        """Start every spec in order, calling `on_start` after each, none once `stopping()` (a stop
-        signal came); on any failure, stop what was started and raise."""
+        """Start the specs in order, none once `stopping()`; on any failure, stop what started and raise."""
         if self.join:  # as subreaper; not Linux: sessions alone must do
             self._children_before = frozenset(_children())
             value = ctypes.c_int(0)
@@ -252,8 +250,7 @@ def _exited_child() -> int | None:
 
 
 def check_open_file_limit() -> None:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; LaunchError unless the launcher can then open
-    the descriptors it needs at once (not growing with the job: logs are opened one at a time)."""
+    """Raise the soft RLIMIT_NOFILE to the hard one; LaunchError unless FDS_NEEDED more can then be opened."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
