@@ -179,7 +179,7 @@ class ProcessGroup:
                 os.kill(pid, sig)
 
     def stop(self, sig: int, grace: float, *, tick: Callable[[], None] | None = None,
-             force: Callable[[], bool] = lambda: False, say: Callable[[str], None] | None = None) -> None:
+             force: Callable[[], bool] = lambda: False, say: Callable[[str], None] = lambda text: None) -> None:
         """Send `sig` to every process of the job, wait up to `grace` seconds (one deadline for all),
         then SIGKILL what is left. `tick` runs on every poll (log tailing); `force()` ends the grace."""
         deadline = time.monotonic() + grace
@@ -195,7 +195,7 @@ class ProcessGroup:
             alive = self.alive()
         if alive:
             names = [p.name for p in self.processes if p.popen.poll() is None]
-            if names and say is not None:
+            if names:
                 say(f"{', '.join(names)} still running after {grace:g} s; sending SIGKILL")
             give_up = time.monotonic() + 10
             while alive and time.monotonic() < give_up:
@@ -206,8 +206,7 @@ class ProcessGroup:
             try:
                 p.popen.wait(timeout=10)
             except subprocess.TimeoutExpired:  # unkillable (D state); nothing more we can do
-                if say is not None:
-                    say(f"{p.name} (pid {p.pid}) did not die after SIGKILL")
+                say(f"{p.name} (pid {p.pid}) did not die after SIGKILL")
         self._reap_orphans()
 
     def close(self) -> None:

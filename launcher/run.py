@@ -66,8 +66,8 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
     check_open_file_limit()
     for warning in plan.warnings:
         say(f"warning: {warning}")
-    threads = describe_threads([p.name for p in plan.processes], [p.binding for p in plan.processes],
-                               [p.env for p in plan.processes])
+    procs = plan.processes
+    threads = describe_threads([p.name for p in procs], [p.binding for p in procs], [p.env for p in procs])
     if threads:
         say(threads)
     plan = prepare(plan) if prepare is not None else plan

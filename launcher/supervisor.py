@@ -234,8 +234,7 @@ class Supervisor:
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
         failure: tuple[Process, int] | None = None
         waiting_for_scheduler = False
-        delay = POLL_INTERVAL
-        started = time.monotonic()
+        delay, started = POLL_INTERVAL, time.monotonic()
         try:
             while self.signals.received is None:
                 codes = [p.popen.poll() for p in procs]
@@ -285,10 +284,8 @@ class Supervisor:
         if self.signals.received is not None:
             name = signal.Signals(self.signals.received).name
             return LaunchResult(128 + self.signals.received, tuple(procs), f"received {name}")
-        if waiting_for_scheduler:
-            self.say("the scheduler exited too; the job is done")
-        else:
-            self.say(f"all {len(workers)} workers exited successfully")
+        self.say("the scheduler exited too; the job is done" if waiting_for_scheduler
+                 else f"all {len(workers)} workers exited successfully")
         return LaunchResult(0, tuple(procs))
 
 
