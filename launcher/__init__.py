@@ -1,11 +1,9 @@
 """Start a distributed job's processes next to their CPUs: `topo launch` (msrun's flags,
-launcher.job), `topo run` (torchrun's, launcher.torchrun), `topo stop`, `topo bind`. Each front end
-makes a launcher.plan.Plan; launcher.run.execute runs any plan.
+launcher.job), `topo run` (torchrun's, launcher.torchrun), `topo stop`, `topo bind`; each front end
+makes a launcher.plan.Plan, and launcher.run.execute runs any plan. Public names load on first use.
 
     from topo.launcher import LaunchConfig, launch
     result = launch(LaunchConfig("train.py", worker_num=2, local_worker_num=2, join=True, scheduler=False))
-
-The public names are imported on first use, so `topo bind` or `topo run` import only what they use.
 """
 
 from topo.lazy import lazy_exports
@@ -18,6 +16,5 @@ _LAZY = {
     "LaunchResult": "topo.launcher.run",
     "launch": "topo.launcher.run",
 }
-
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

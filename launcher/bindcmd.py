@@ -1,11 +1,7 @@
 """`topo bind`: bind this process as the bind JSON says for its local rank (or as `--mode` plans
-this node, from the launcher's local rank and process count), then exec the command.
-
-It sits between any launcher and the program (torchrun --no-python, srun, mpirun), so a plan from
-`topo plan` is applied as `topo launch` applies it: the same entry per local rank, the same numactl
-argv for memory. The binding is applied here first (topo.syscalls.apply: a refusal can still fall
-back and name its fix), so a CPU-only binding needs no taskset and a missing numactl nothing else.
-"""
+this node), then exec the command. Between any launcher and the program, a plan is applied as `topo
+launch` applies it (the same entry per local rank, the same numactl argv for memory), by
+topo.syscalls.apply first: a refusal can still fall back and name its fix."""
 
 from __future__ import annotations
 
@@ -27,20 +23,21 @@ from topo.planners.bindload import load_bind
 from topo.syscalls import BindingRefused, apply
 
 BIND_FILE_VARS = ("TOPO_BIND_FILE", "MSRUN_BIND_FILE")
+MEMORY_WORDS = {"none": None, "numa": "bind", "preferred": "preferred"}  # --memory as set_affinity's memory=
 
 
-class CommandNotFound(TopoError):
-    exit_code = 127  # the shell's codes: 127 not found, 126 found but not executable
+class CommandError(TopoError):
+    """A command that cannot be exec'd, with the shell's code: 127 not found, 126 found but not executable."""
 
-
-class CommandNotExecutable(TopoError):
-    exit_code = 126
+    def __init__(self, program: str, found: bool):
+        super().__init__(f"{program}: permission denied" if found else f"{program}: command not found")
+        self.exit_code = 126 if found else 127
 
 
 def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
               environ: Mapping[str, str] | None = None, topology=None):
-    """What `topo bind` will do: (argv to exec, CPUs to set on ourselves or None, env additions,
-    the binding, its bind JSON key). Raises UsageError for anything that would bind wrongly."""
+    """What `topo bind` will do: (argv to exec, env additions, the binding, its bind JSON key).
+    UsageError for anything that would bind wrongly."""
     environ = os.environ if environ is None else environ
     if not command:
         raise UsageError("no command given: topo bind [--bind-file FILE] -- COMMAND [ARGS...]")
@@ -64,22 +61,20 @@ def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_ran
                          "local rank, e.g. topo plan --nproc-per-node N -o FILE, or pass the right --local-rank")
     binding = binding_of(entry, topology, memory_policy=loaded.plan.memory_policy,
                          path=environ.get("PATH", os.defpath))
-    env = {**bind_file_env(loaded.path, loaded.sha256),
-           **thread_env(environ, binding, 1, _sharing(loaded.plan, binding, topology))}
-    if binding.applied_by == "numactl":
-        return [*binding.prefix, *command], None, env, binding, key
-    return list(command), binding.cpus, env, binding, key  # CPUs alone, or numactl not found
-
-
-MEMORY_WORDS = {"none": None, "numa": "bind", "preferred": "preferred"}  # --memory as set_affinity's memory=
+    shared = 1  # how many of the plan's processes share `binding`'s busiest CPU (itself one of them)
+    if binding.cpus is not None:
+        others = [from_entry(p, topology, None) for p in loaded.plan.processes]
+        shared = max(1, sharers([*others, binding])[-1] - 1)  # `binding` counted once
+    env = {**bind_file_env(loaded.path, loaded.sha256), **thread_env(environ, binding, 1, shared)}
+    argv = [*binding.prefix, *command] if binding.applied_by == "numactl" else list(command)  # else apply() alone
+    return argv, env, binding, key
 
 
 def plan_mode(command: Sequence[str], *, mode: str, scope: str = "node", memory: str = "none",
               local_rank: int | None = None, nproc_per_node: int | None = None,
               environ: Mapping[str, str] | None = None):
-    """What `topo bind --mode` will do, in plan_bind's terms: this process's binding from the plan
-    of its whole node (local rank and process count from the launcher's variables,
-    launcher.localrank), as set_affinity plans it, so that every rank of the node plans alike."""
+    """plan_bind for `topo bind --mode`: this local rank's share of its whole node's plan, as
+    set_affinity plans it, so that every rank plans alike."""
     from topo.launcher.affinity import AffinityError, plan_here
 
     environ = os.environ if environ is None else environ
@@ -93,14 +88,13 @@ def plan_mode(command: Sequence[str], *, mode: str, scope: str = "node", memory:
                                    max_physical_cores=None)
     except AffinityError as exc:
         raise UsageError(f"--mode {mode}, local rank {rank} of {size} ({source}): {exc}") from None
-    return list(command), binding.cpus, thread_env(environ, binding, size, share), binding, f"local rank {rank}"
+    return list(command), thread_env(environ, binding, size, share), binding, f"local rank {rank}"
 
 
 def _undo_default_binding(environ: Mapping[str, str]) -> None:
-    """Open MPI binds each rank at launch unless told not to (to a core for 2 ranks, a socket or
-    NUMA node for more), so each would plan a different node: take back the CPUs mpirun started
-    from (the parent's, mpirun's or its daemon's), as `--bind-to none` would have left them. A
-    binding asked for (--bind-to X) is refused rather than overridden."""
+    """Open MPI binds each rank at launch unless told not to, so each would plan a different node:
+    take back the CPUs of the parent (mpirun or its daemon), as `--bind-to none` would have left
+    them. A binding asked for (--bind-to X) is refused rather than overridden."""
     if environ.get("OMPI_MCA_orte_bound_at_launch") != "1":
         return
     policy = environ.get("OMPI_MCA_hwloc_base_binding_policy", "").strip()
@@ -113,28 +107,17 @@ def _undo_default_binding(environ: Mapping[str, str]) -> None:
         pass  # the parent is gone or not ours to read: plan within this rank's CPUs
 
 
-def _sharing(plan, binding, topology) -> int:
-    """How many of the plan's processes are bound to the busiest of `binding`'s CPUs (itself included)."""
-    if binding.cpus is None:
-        return 1
-    others = [from_entry(p, topology, None) for p in plan.processes]
-    return max(1, sharers([*others, binding])[-1] - 1)  # `binding` is one of the plan's: counted once
-
-
 def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
                   bind_fallback: bool = False, mode: str | None = None, **mode_options) -> None:
-    """Apply the binding and replace this process by `command`; returns only by raising. The
-    binding is the bind JSON's entry for this local rank, or with `mode` planned here (plan_mode,
-    which takes `mode_options`).
-
-    `bind_fallback`: when the kernel refuses the memory policy, try MPOL_PREFERRED, then keep the
-    CPU binding alone, and say which held, instead of failing."""
+    """Apply the bind JSON's entry for this local rank (with `mode`: plan_mode's, given
+    `mode_options`) and replace this process by `command`; returns only by raising. `bind_fallback`:
+    when the kernel refuses the memory policy, try MPOL_PREFERRED, then the CPUs alone, and say which held."""
     if mode is not None and bind_file is not None:
         raise UsageError("--mode plans the binding and --bind-file reads one: give one of them")
     if mode is not None:
-        argv, _, env, binding, key = plan_mode(command, mode=mode, local_rank=local_rank, **mode_options)
+        argv, env, binding, key = plan_mode(command, mode=mode, local_rank=local_rank, **mode_options)
     else:
-        argv, _, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
+        argv, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
     origin = "the bind JSON" if mode is None else f"this node's {mode} plan"
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
@@ -165,14 +148,12 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
     program = command[0]
     if argv[0] != program and shutil.which(program, path=os.environ.get("PATH", os.defpath)) is None:
         # numactl would exec it and exit 1 in its own words: the shell's 127 / 126, as for a direct exec
-        if "/" in program and os.path.exists(program):
-            raise CommandNotExecutable(f"{program}: permission denied")
-        raise CommandNotFound(f"{program}: command not found")
+        raise CommandError(program, found="/" in program and os.path.exists(program))
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execvp(argv[0], argv)
     except FileNotFoundError:
-        raise CommandNotFound(f"{argv[0]}: command not found") from None
+        raise CommandError(argv[0], found=False) from None
     except PermissionError:
-        raise CommandNotExecutable(f"{argv[0]}: permission denied") from None
+        raise CommandError(argv[0], found=True) from None

@@ -1,16 +1,13 @@
 """Bind this process, then exec a command: the prefix `launcher.spawn.bound_argv` puts before a
-child's argv, so the command starts bound (CPU affinity and memory policy survive exec).
+child's argv (CPU affinity and memory policy survive exec). It imports only topo's syscalls and
+binding record: it runs before each child's own interpreter.
 
     python -m topo.launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] cpus=0-3 memory=bind:0 -- COMMAND...
     python -m topo.launcher.bindexec --local-rank=R --rank=0 cpus=0-3 --rank=1 cpus=4-7 -- COMMAND...
 
-The binding is written as TOPO_BINDING is, and the command gets TOPO_BINDING set to what held.
-The second form gives every local rank the same argv (as torch's agent starts its workers, R filled
-in per worker): rank R takes the options after its `--rank=R`.
-Exit status as a shell's: 1 when the kernel refuses the binding, 2 for a malformed one, 126 when
-the command cannot be executed, 127 when it is not found. It imports only topo's syscalls and
-binding record: it runs before each child's own interpreter.
-"""
+The binding is written as TOPO_BINDING is, and the command gets TOPO_BINDING set to what held; in
+the second form (one argv for every worker, R filled in by torch's agent) rank R takes the options
+after its `--rank=R`. Exit status as a shell's: 1 refused, 2 malformed, 126 not executable, 127 not found."""
 
 from __future__ import annotations
 
@@ -31,32 +28,28 @@ def parse(args: list[str]) -> tuple[Binding, bool, dict[str, str], list[str]]:
     if "--" not in args:
         raise ParseError(f"no '--' before the command; {USAGE}")
     cut = args.index("--")
-    options, command = args[:cut], args[cut + 1:]
+    options, command = _for_local_rank(args[:cut]), args[cut + 1:]
     if not command:
         raise ParseError(f"no command after '--'; {USAGE}")
-    fallback = "--bind-fallback" in options
-    env = {}
+    env, words = {}, []
     for option in options:
         if option.startswith("--env="):
             name, sep, value = option.removeprefix("--env=").partition("=")
             if not sep or not name.isidentifier():
                 raise ParseError(f"{option[:80]!r} is not --env=NAME=VALUE")
             env[name] = value
-    binding = Binding.from_env(" ".join(o for o in options if o != "--bind-fallback" and not o.startswith("--env=")))
-    return binding, fallback, env, command
+        elif option != "--bind-fallback":
+            words.append(option)
+    return Binding.from_env(" ".join(words)), "--bind-fallback" in options, env, command
 
 
-def for_local_rank(args: list[str]) -> list[str]:
-    """`--local-rank=R [COMMON...] --rank=0 OPTIONS... --rank=1 OPTIONS... -- COMMAND`, one argv
-    for every worker (torch's agent fills R in for each), as local rank R's own
-    `COMMON... OPTIONS... -- COMMAND`; any other argv as it is."""
-    if not args or not args[0].startswith("--local-rank="):
-        return args
-    if "--" not in args:
-        raise ParseError(f"no '--' before the command; {USAGE}")
-    cut = args.index("--")
-    mine, common, chosen, current, found = _rank(args[0]), [], [], None, False
-    for option in args[1:cut]:
+def _for_local_rank(options: list[str]) -> list[str]:
+    """`--local-rank=R [COMMON...] --rank=0 OPTIONS... --rank=1 OPTIONS...` as local rank R's
+    `COMMON... OPTIONS...`; any other options as they are."""
+    if not options or not options[0].startswith("--local-rank="):
+        return options
+    mine, common, chosen, current, found = _rank(options[0]), [], [], None, False
+    for option in options[1:]:
         if option.startswith("--rank="):
             current = _rank(option)
             found = found or current == mine
@@ -65,8 +58,8 @@ def for_local_rank(args: list[str]) -> list[str]:
         elif current == mine:
             chosen.append(option)
     if not found:
-        raise ParseError(f"{args[0]}: no --rank={mine} gives this local rank its binding")
-    return [*common, *chosen, *args[cut:]]
+        raise ParseError(f"{options[0]}: no --rank={mine} gives this local rank its binding")
+    return [*common, *chosen]
 
 
 def _rank(option: str) -> int:
@@ -78,23 +71,17 @@ def _rank(option: str) -> int:
 
 def main(args: list[str]) -> int:
     try:
-        binding, fallback, additions, command = parse(for_local_rank(args))
-    except ParseError as exc:
-        print(f"topo: error: {exc}", file=sys.stderr)
-        return 2
-    try:
+        binding, fallback, additions, command = parse(args)
         held = syscalls.apply(binding, fallback=fallback)
     except TopoError as exc:
         print(f"topo: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ParseError) else 1
     if held != binding:
         print(f"topo: the kernel refused the memory policy of {binding.describe()}; --bind-fallback: "
               f"{held.describe()}", file=sys.stderr)
-    env = {**os.environ, **additions}
-    if held.is_bound:
-        env[BINDING_VAR] = held.env_value()
-    else:
-        env.pop(BINDING_VAR, None)
+    env = {**os.environ, **additions, BINDING_VAR: held.env_value()}
+    if not held.is_bound:
+        del env[BINDING_VAR]
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

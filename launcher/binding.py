@@ -1,18 +1,13 @@
-"""Each process's binding as msrun builds it: a numactl / taskset argv prefix per process.
-
-A unified bind JSON given to --bind_numa decides alone (--bind_core is then ignored); otherwise
---bind_numa gives a NUMA string N and --bind_core a CPU string C per process, from a table or from
-the `msrun-auto` plan (True): N and C -> `numactl --membind N --physcpubind C`, N -> `numactl
---membind N --cpunodebind N`, C -> `taskset -c C`. Every input arrives as a BindPlan
-(planners.bindload), and every entry becomes a Binding through `binding_of`.
-"""
+"""Each process's binding as msrun builds it from --bind_core / --bind_numa, with its numactl /
+taskset argv prefix. Every input arrives as a BindPlan (planners.bindload), and every entry becomes
+a Binding through `binding_of`."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from topo.binding import Binding
 from topo.cpuset import CpuSet
@@ -29,29 +24,19 @@ UNBOUND = Binding()
 
 def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory: str | None = None,
                 memory_policy: str = "bind") -> tuple[str, ...]:
-    """msrun's prefix, the memory option first; `memory_policy="preferred"` writes `--preferred`.
-
-    >>> bind_prefix(cpus="0-9", memory="0")
-    ('numactl', '--membind', '0', '--physcpubind', '0-9')
-    >>> bind_prefix(cpus="0-9")
-    ('taskset', '-c', '0-9')
-    """
+    """msrun's prefix: C alone -> `taskset -c C`; else `numactl --membind N` (`--preferred N`) first,
+    then `--physcpubind C` or `--cpunodebind N`."""
     if cpus and not memory and not cpu_nodes:
         return ("taskset", "-c", cpus)
-    argv: list[str] = []
-    if memory:
-        argv += ["--preferred" if memory_policy == "preferred" else "--membind", memory]
-    if cpus:
-        argv += ["--physcpubind", cpus]
-    elif cpu_nodes:
-        argv += ["--cpunodebind", cpu_nodes]
+    argv = ["--preferred" if memory_policy == "preferred" else "--membind", memory] if memory else []
+    if cpus or cpu_nodes:
+        argv += ["--physcpubind", cpus] if cpus else ["--cpunodebind", cpu_nodes]
     return ("numactl", *argv) if argv else ()
 
 
 def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> list[int]:
-    """The physical device id of local ranks 0..count-1 (the bind JSON's `deviceX` keys), as the
-    visible-device variables number them; a rank past the visible devices, or any rank of a
-    machine without accelerators, is keyed by its local rank (msrun's DEVICE_ID)."""
+    """The physical device id (`deviceX`) of local ranks 0..count-1 through the visible-device
+    variables; past the visible devices, the local rank (msrun's DEVICE_ID)."""
     from topo.visible import visible_devices
 
     visible = [d.index for d in visible_devices(topology, env=environ)]
@@ -60,9 +45,8 @@ def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> li
 
 def binding_of(entry: ProcessBinding | None, topology: Topology, *, memory_policy: str | None = "bind",
                path: str | None = None) -> Binding:
-    """The binding of one plan entry (`memory_policy`: the plan's) with msrun's prefix, applied by
-    the prefix's tool, or by system calls when the tool is not on `path` (the children's PATH;
-    None: not looked for)."""
+    """One plan entry's binding with msrun's prefix, applied by the prefix's tool, or by system calls
+    when the tool is not on `path` (the children's PATH; None: not looked for)."""
     from topo.planners.binding import from_entry  # the planners (~60 ms): only when something is bound
 
     binding = from_entry(entry, topology, memory_policy)
@@ -91,23 +75,27 @@ class JobBindings:
     cpu_lists: tuple[str | None, ...] = ()  # by local rank: MSRUN_CPU_LIST, a Python list literal "[0, 1]"
 
 
-def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: Topology | None,
-                     environ: Mapping[str, str], priority_cores: bool = False) -> JobBindings:
-    """Each process's binding for parsed --bind_core / --bind_numa values (False, True, or a
-    planners.bindload.LoadedBind). UsageError, before anything starts, for CPUs or nodes that are
-    not there or not allowed on `topology`. `priority_cores` puts a priority core in each
-    --bind_core=True share, first in its MSRUN_CPU_LIST (MindSpore binds its main thread there)."""
+def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
+                     topology: Topology | Callable[[], Topology] | None, environ: Mapping[str, str],
+                     priority_cores: bool = False) -> JobBindings:
+    """Each process's binding for parsed --bind_core / --bind_numa values (False, True, or a LoadedBind)
+    on `topology` (or a function returning it; None: discover()); UsageError, before anything starts,
+    for CPUs or nodes not there or not allowed. `priority_cores` puts a priority core first in each
+    --bind_core=True share's MSRUN_CPU_LIST (MindSpore binds its main thread there)."""
     if not bind_core and not bind_numa:
         return JobBindings(UNBOUND, (UNBOUND,) * local_worker_num, (), {}, (None,) * local_worker_num)
     if topology is None:
-        raise UsageError("binding needs this machine's topology; none was given")
+        from topo.discovery import discover
+
+        topology = discover()
+    elif callable(topology):
+        topology = topology()
     if not topology.is_this_system:
         raise UsageError(f"refusing to bind from a topology read below {topology.root!r}: it is not this machine")
     physical = device_ids(topology, local_worker_num, environ)
     path = environ.get("PATH", os.defpath)
     warnings: list[str] = []
-    cpu_lists: list[str | None] = [None] * local_worker_num
-    if getattr(bind_numa, "table", True) is False:  # a unified bind JSON
+    if getattr(bind_numa, "table", True) is False:  # a unified bind JSON decides alone
         check_loaded(bind_numa, topology, "--bind_numa", warnings)
         plan = bind_numa.plan
 
@@ -117,59 +105,32 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int, topology: T
         workers = [of(f"device{device}") for device in physical]
         warnings += [f"local rank {rank}: the bind JSON has no process binding for device{device}; it runs unbound"
                      for rank, (device, b) in enumerate(zip(physical, workers)) if not b.is_bound]
-        scheduler = of("scheduler")
         if bind_core:
             warnings.append("--bind_core is ignored: the bind JSON given to --bind_numa decides (as msrun)")
         env = bind_file_env(bind_numa.path, bind_numa.sha256)
-    else:
-        from topo.visible import hidden_warning, visible_devices
-
-        cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
-        hidden = hidden_warning(topology, environ) if cpu_only else None
-        warnings += [hidden] if hidden else []
-        scheduler, workers, cpu_lists = _from_tables(bind_core, bind_numa, physical, topology, warnings, path, cpu_only,
-                                                     priority_cores)
-        env = {}
-    return JobBindings(scheduler, tuple(workers), tuple(warnings), env, tuple(cpu_lists))
-
-
-def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: list[str]) -> None:
-    """UsageError for the first problem that stops a binding (CPUs or nodes that are not there or
-    not allowed), in `topo validate`'s words; overlapping main CPUs only cost speed, and msrun runs
-    such files, so they become warnings."""
-    from topo.planners.bindcheck import check_plan, one_line
-
-    errors = []
-    for problem in check_plan(loaded.plan, topology):
-        if problem.severity == "warning":
-            warnings.append(str(problem))
-        else:
-            errors.append(problem)
-    if errors:
-        raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {one_line(errors)}")
-
-
-def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, warnings: list[str], path: str,
-                 cpu_only: bool, priority_cores: bool = False):
-    """msrun's --bind_core / --bind_numa tables or True: per process a CPU entry C and a NUMA entry
-    N, combined into one entry (C's main CPUs with N's memory, or N alone)."""
+        return JobBindings(of("scheduler"), tuple(workers), tuple(warnings), env, (None,) * local_worker_num)
+    # msrun's tables or True: per process a CPU entry C and a NUMA entry N, combined (C's main CPUs
+    # with N's memory, or N alone)
     from topo.planners.binding import node_cpus
     from topo.planners.bindplan import ProcessBinding
+    from topo.visible import hidden_warning, visible_devices
 
-    n = len(physical)
+    cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
+    hidden = hidden_warning(topology, environ) if cpu_only else None
+    warnings += [hidden] if hidden else []
+    n = local_worker_num
     sched_core = sched_numa = None
     core: list[ProcessBinding | None] = [None] * n
     numa: list[ProcessBinding | None] = [None] * n
     cpu_lists: list[CpuSet | None] = [None] * n
     firsts: dict[str, int] = {}  # device key -> its priority core
     if getattr(bind_core, "table", False):
-        _check_ids(bind_core.plan, topology.allowed_pus, "--bind_core", "CPU")
-        sched_core, core = _by_position(bind_core.plan, physical, "--bind_core", warnings)
+        sched_core, core = _by_position(bind_core.plan, topology.allowed_pus, physical, "--bind_core", "CPU", warnings)
     elif bind_core is True:
         core = _auto(topology, physical, "core", warnings, cpu_only, firsts if priority_cores else None)
     if getattr(bind_numa, "table", False):
-        _check_ids(bind_numa.plan, CpuSet(x.os_index for x in topology.cpu_nodes()), "--bind_numa", "NUMA")
-        sched_numa, numa = _by_position(bind_numa.plan, physical, "--bind_numa", warnings)
+        nodes = CpuSet(x.os_index for x in topology.cpu_nodes())
+        sched_numa, numa = _by_position(bind_numa.plan, nodes, physical, "--bind_numa", "NUMA", warnings)
     elif bind_numa is True:
         numa = _auto(topology, physical, "numa", warnings, cpu_only)
         if bind_core is not True:  # msrun exports the CPUs of the first node for set_cpu_affinity
@@ -191,45 +152,53 @@ def _from_tables(bind_core, bind_numa, physical: list[int], topology: Topology, 
         listed = first + [c for c in cpu_lists[i] or () if c not in first]
         exported.append(str(listed) if listed and b.is_bound else None)
         workers.append(b)
-    return combine(sched_core, sched_numa), workers, exported
+    return JobBindings(combine(sched_core, sched_numa), tuple(workers), tuple(warnings), {}, tuple(exported))
 
 
-def _by_position(plan: BindPlan, physical: list[int], flag: str, warnings: list[str]):
-    """msrun's positional reading of a table: the i-th non-scheduler key is local rank i's, and its
-    number must be that rank's physical device id."""
-    entries = plan.workers()
-    out: list[ProcessBinding | None] = []
-    for rank, device in enumerate(physical):
-        if rank >= len(entries):
-            warnings.append(f"{flag} has no entry for local rank {rank} (device{device}); it runs unbound")
-            out.append(None)
-        elif entries[rank].key != f"device{device}":
-            warnings.append(f"{flag}: entry #{rank} is {entries[rank].key}, but local rank {rank} drives "
-                            f"device{device}; it runs unbound (msrun reads the table by position; list every "
-                            "device in order)")
-            out.append(None)
+def check_loaded(loaded: LoadedBind, topology: Topology, what: str, warnings: list[str]) -> None:
+    """UsageError for the first problem that stops a binding (CPUs or nodes not there or not allowed),
+    in `topo validate`'s words; its warnings (overlapping main CPUs: msrun runs them) go to `warnings`."""
+    from topo.planners.bindcheck import check_plan, one_line
+
+    errors = []
+    for problem in check_plan(loaded.plan, topology):
+        if problem.severity == "warning":
+            warnings.append(str(problem))
         else:
-            out.append(entries[rank])
-    return plan.get("scheduler"), out
+            errors.append(problem)
+    if errors:
+        raise UsageError(f"{what} {loaded.path or 'inline bind JSON'}: {one_line(errors)}")
 
 
-def _check_ids(plan: BindPlan, allowed: CpuSet, flag: str, label: str) -> None:
+def _by_position(plan: BindPlan, allowed: CpuSet, physical: list[int], flag: str, label: str, warnings: list[str]):
+    """A table as msrun reads it, by position: the i-th non-scheduler key is local rank i's and must
+    name its device. UsageError for a CPU or node id not in `allowed`."""
     for p in plan.processes:
         bad = (p.cpus("main") if label == "CPU" else (p.cpu_node_set or CpuSet())) - allowed
         if bad:
-            if label == "CPU":
-                what = f"this machine allows CPUs {allowed} (see `topo show`)"
-            else:
-                what = f"the NUMA nodes with CPUs this process may use are {allowed}"
+            what = (f"this machine allows CPUs {allowed} (see `topo show`)" if label == "CPU"
+                    else f"the NUMA nodes with CPUs this process may use are {allowed}")
             which = f"{label} {bad} of {p.key} is" if bad.weight() == 1 else f"{label}s {bad} of {p.key} are"
             raise UsageError(f"{flag}: {which} not available: {what}")
+    entries = plan.workers()
+    out: list[ProcessBinding | None] = []
+    for rank, device in enumerate(physical):
+        entry = entries[rank] if rank < len(entries) else None
+        if entry is None:
+            warnings.append(f"{flag} has no entry for local rank {rank} (device{device}); it runs unbound")
+        elif entry.key != f"device{device}":
+            warnings.append(f"{flag}: entry #{rank} is {entry.key}, but local rank {rank} drives "
+                            f"device{device}; it runs unbound (msrun reads the table by position; list every "
+                            "device in order)")
+            entry = None
+        out.append(entry)
+    return plan.get("scheduler"), out
 
 
 def _auto(topology: Topology, physical: list[int], kind: str, warnings: list[str],
           cpu_only: bool, firsts: dict[str, int] | None = None) -> list[ProcessBinding | None]:
-    """The `msrun-auto` plan's entries by local rank: main CPUs per process (`kind="core"`) or one
-    NUMA node for CPUs and memory (`kind="numa"`); planners/msrun.py says where it differs from msrun.
-    With `firsts`, planned with priority cores, which it fills with each device key's."""
+    """The `msrun-auto` plan's entries by local rank: main CPUs (`kind="core"`) or one NUMA node for
+    CPUs and memory (`kind="numa"`). With `firsts`, planned with priority cores, filled with each device key's."""
     from topo import planners
     from topo.planners.core import Job, accelerators
 

@@ -1,9 +1,6 @@
-"""This process's local rank and how many processes its node runs, as the launcher that started
-it says: every rank of a node reads its own pair, so all of them plan the node alike without a
-shared file (`topo bind --mode`). The launchers are tried innermost first (LAUNCHERS: torchrun
-started by srun reads torchrun's pair); Slurm's count is this node's entry of
-SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE ("2(x3),1", at SLURM_NODEID).
-"""
+"""This process's local rank and how many processes its node runs, as the launcher that started it
+says, so every rank of a node plans it alike without a shared file (`topo bind --mode`). Launchers
+are tried innermost first: torchrun started by srun reads torchrun's pair."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ OVERRIDE = "pass --local-rank and --nproc-per-node"
 
 
 def local_rank(environ: Mapping[str, str], given: int | None = None, *, fix: str = "pass --local-rank") -> int:
-    """This process's local rank: `given`, else the innermost launcher's variable (LAUNCHERS).
-    UsageError naming the variable and `fix` when none is set or it is malformed."""
+    """`given`, else the innermost launcher's variable; UsageError naming it and `fix` when none is set or it is bad."""
     if given is not None:
         if given < 0:
             raise UsageError(f"--local-rank={given} must be 0 or more")
@@ -44,9 +40,8 @@ def local_rank(environ: Mapping[str, str], given: int | None = None, *, fix: str
 def local_rank_and_size(environ: Mapping[str, str], given_rank: int | None = None,
                         nproc_per_node: int | None = None) -> tuple[int, int, str]:
     """(local rank, processes on this node, where they came from: "OMPI_COMM_WORLD_LOCAL_RANK=1,
-    OMPI_COMM_WORLD_LOCAL_SIZE=2"). `given_rank` / `nproc_per_node`, when given, win over the
-    variables. UsageError naming the variable and the fix when one is missing, malformed or the
-    rank is not below the size."""
+    OMPI_COMM_WORLD_LOCAL_SIZE=2"); `given_rank` / `nproc_per_node` win over the variables.
+    UsageError naming the variable and the fix when one is missing or bad, or the rank not below the size."""
     found = _launcher(environ)
     rank = local_rank(environ, given_rank, fix=OVERRIDE)
     sources = [] if given_rank is not None else [f"{found[1]}={rank}"]

@@ -1,6 +1,5 @@
 """The plan of a job on this node, as every front end makes it (launcher.job from msrun's flags,
-launcher.torchrun from torchrun's) and launcher.run.execute runs it: each process's argv,
-environment, binding and log files, and the restart policy."""
+launcher.torchrun from torchrun's) and launcher.run.execute runs it."""
 
 from __future__ import annotations
 
@@ -12,12 +11,10 @@ from topo.launcher.procgroup import ProcessSpec
 
 @dataclass(frozen=True)
 class Plan:
-    """Every process of a job on this node, decided before any starts.
-
-    Without `attempt`, `processes` run once and their record (launch.json) is written in `log_dir`.
-    With it, attempt n (0, then one per restart, up to max_restarts) runs `attempt(n, log_dir)`:
-    its processes and its record directory, made on disk; `processes` are then attempt 0's as the
-    dry run shows them."""
+    """Every process of a job on this node, decided before any starts. Without `attempt`, they run
+    once, recorded (launch.json) in `log_dir`; with it, attempt n (0, then one per restart, up to
+    max_restarts) runs `attempt(n, log_dir)`: its processes and its record directory, made on disk,
+    `processes` being attempt 0's as the dry run shows them."""
 
     processes: tuple[ProcessSpec, ...]  # start order: a scheduler first
     base_env: Mapping[str, str]  # the launcher's environment minus MANAGED_VARS

@@ -1,19 +1,9 @@
-"""A group of processes started together and stopped together: start, signal with a grace period,
-reap, and nothing left behind. How each process is contained:
-
-- it starts its own session, so it and whatever it forks are found by the session id;
-- with `die_with_launcher`, the child gets SIGKILL when the launcher's thread dies
-  (PR_SET_PDEATHSIG, set between fork and exec and kept across exec), and exits at once when the
-  launcher died before that: one long-lived thread must start and keep the group;
-- with `adopt_orphans`, the launcher is a child subreaper: a grandchild that daemonises out of its
-  session is re-parented to the launcher and stopped with the rest;
-- every child carries JOB_ID_VAR, which its children inherit: `topo stop` finds a detached job's
-  daemons by it once the launcher is gone.
-
-A binding whose tool (numactl, taskset) is missing is applied in the child between fork and exec by
-topo.syscalls.apply; a refusal goes to the process's log and the child exits 1 before exec, as a
-refusing numactl does.
-"""
+"""A group of processes started and stopped together, nothing left behind. Each starts its own
+session and carries JOB_ID_VAR, which its children inherit (`topo stop` finds a detached job's
+daemons by it). With `join`, each child gets SIGKILL when the launcher's thread dies
+(PR_SET_PDEATHSIG, set between fork and exec), and the launcher is a child subreaper: a grandchild
+that daemonises is re-parented to it and stopped with the rest. A binding by system calls is applied
+between fork and exec; a refusal goes to the log and the child exits 1, as a refusing numactl does."""
 
 from __future__ import annotations
 
@@ -36,10 +26,10 @@ from topo.launcher.files import JOB_ID_VAR, open_log
 from topo.syscalls import prctl
 
 INHERIT = "<inherit>"  # ProcessSpec.stderr_path: the launcher's own stderr, while stdout goes to log_path
-POLL_INTERVAL = 0.005  # s, while stopping: how often the group is re-scanned
+POLL_INTERVAL = 0.005  # s: a trivial job's end is noticed, and a stopping one re-scanned, within this (msrun: 1 s)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
-# descriptors the launcher needs at once: 3 standard streams, a log file being opened, the exec
-# error pipe of subprocess, one log being tailed, launch.json, and room for Python itself
+# descriptors the launcher needs at once: 3 standard streams, a log being opened, subprocess's exec
+# error pipe, a log being tailed, launch.json, and room for Python itself
 FDS_NEEDED = 16
 
 
@@ -70,8 +60,7 @@ class ProcessSpec:
 
 
 def exec_argv(spec: ProcessSpec, binding: Binding) -> tuple[str, ...]:
-    """What a process of `spec` bound as `binding` execs: through the binding's tool, or the command
-    alone when the binding is applied by system calls (or is none)."""
+    """`spec`'s command through `binding`'s tool, or alone when applied by system calls (or unbound)."""
     return (*binding.prefix, *spec.command) if binding.prefix and not binding.direct else spec.command
 
 
@@ -104,28 +93,26 @@ class ProcessGroup:
     specs: Sequence[ProcessSpec]
     base_env: Mapping[str, str]
     job_id: str
-    inherit_stdin: bool = False  # --join=True: workers share our stdin (pdb)
-    die_with_launcher: bool = False
-    adopt_orphans: bool = False
+    join: bool = False  # --join=True: as the module says, and the children share our stdin (pdb)
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
     _children_before: frozenset[int] = frozenset()
 
-    # ---------------------------------------------------------------- start
-    def start(self, on_start: Callable[[Process], None] | None = None,
-              stopping: Callable[[], bool] = lambda: False) -> None:
-        """Start every spec in order, none more once `stopping()` (a stop signal came). On any
-        failure, stop what was started and raise."""
-        if self.adopt_orphans:
-            self._become_subreaper()
+    def start(self, on_start: Callable[[Process], None], stopping: Callable[[], bool]) -> None:
+        """Start the specs in order, none once `stopping()`; on any failure, stop what started and raise."""
+        if self.join:  # as subreaper; not Linux: sessions alone must do
+            self._children_before = frozenset(_children())
+            value = ctypes.c_int(0)
+            with contextlib.suppress(OSError, TopoError):
+                prctl(_PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
+                prctl(_PR_SET_CHILD_SUBREAPER, 1)
+                self._subreaper_before = value.value
         try:
             for spec in self.specs:
                 if stopping():
                     return
-                proc = self.start_one(spec)
-                self.processes.append(proc)
-                if on_start is not None:
-                    on_start(proc)
+                self.processes.append(self.start_one(spec))
+                on_start(self.processes[-1])
         except BaseException:
             self.stop(signal.SIGTERM, 1.0)
             raise
@@ -139,7 +126,7 @@ class ProcessGroup:
             env[BINDING_VAR] = binding.env_value()  # what holds once it runs: set_affinity keeps it
         # a preexec function makes the spawn a full fork of the launcher, not a vfork (8 spawns on a
         # loaded 2-CPU VM: ~40 ms, not ~11): the price of a death signal armed and checked before exec
-        setup = _child_setup(os.getpid() if self.die_with_launcher else None, binding if binding.direct else None)
+        setup = _child_setup(os.getpid() if self.join else None, binding if binding.direct else None)
         with contextlib.ExitStack() as files:
             try:
                 log = files.enter_context(_open_log(spec.log_path, log_mode)) if spec.log_path else None
@@ -151,79 +138,55 @@ class ProcessGroup:
             log_start = log.tell() if log is not None else 0
             stderr = err if err is not None else (subprocess.STDOUT if log and spec.stderr_path is None else None)
             try:
-                popen = subprocess.Popen(
-                    argv, env=env, stdout=log, stderr=stderr,
-                    stdin=None if self.inherit_stdin else subprocess.DEVNULL,
-                    start_new_session=True, close_fds=True, preexec_fn=setup,
-                )
+                popen = subprocess.Popen(argv, env=env, stdout=log, stderr=stderr,
+                                         stdin=None if self.join else subprocess.DEVNULL,
+                                         start_new_session=True, close_fds=True, preexec_fn=setup)
             except OSError as exc:
                 raise LaunchError(f"cannot start {argv[0]!r}, {spec.name}: {exc.strerror or exc}; "
                                   "check --python and PATH") from None
         return Process(spec, popen, binding, argv, log_start)
-
-    # ---------------------------------------------------------------- state
-    def log_files(self) -> list[str]:
-        """Every file the group's processes write (created by topo as each starts)."""
-        paths = (path for spec in self.specs for path in (spec.log_path, spec.stderr_path))
-        return [path for path in paths if path not in (None, INHERIT, os.devnull)]
-
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.processes]
-
-    def poll(self) -> list[int | None]:
-        return [p.popen.poll() for p in self.processes]
 
     def job_pids(self) -> set[int]:
         """Every live process of the job: our children's sessions, plus orphans re-parented to us."""
         # psutil only when a process of the job may still be alive (benchmarks/launch_bench.py, N=8: ~10 ms)
         import psutil
 
-        sessions = set(self.pids())
+        sessions = {p.pid for p in self.processes}
         me = os.getpid() if self._subreaper_before is not None else None
         found = set()
         for proc in psutil.process_iter(["ppid", "status"]):
-            info = proc.info
-            if info["status"] == psutil.STATUS_ZOMBIE or info["ppid"] is None:
+            ppid, pid = proc.info["ppid"], proc.pid
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or ppid is None:
                 continue
-            pid = proc.pid
-            if info["ppid"] == me and pid not in self._children_before:
-                found.add(pid)
-                continue
-            try:
-                if os.getsid(pid) in sessions:
+            with contextlib.suppress(OSError):  # gone: no session to read
+                if ppid == me and pid not in self._children_before or os.getsid(pid) in sessions:
                     found.add(pid)
-            except OSError:
-                continue
         return found
 
     def alive(self) -> set[int]:
-        codes = self.poll()  # reap finished children so they stop looking alive
+        codes = [p.popen.poll() for p in self.processes]  # reap finished children so they stop looking alive
         self._reap_orphans()
-        # no process of the job can exist, known without scanning /proc, when every child we
-        # started has exited and, as subreaper, we have no child at all (every descendant that
-        # lost its parent would have been re-parented to us)
+        # as subreaper with no child at all, once every child we started has exited, no process of
+        # the job can exist (an orphaned descendant would be our child): known without scanning /proc
         if self._subreaper_before is not None and not self._children_before and None not in codes \
-                and not _has_child():
+                and _exited_child() is None:
             return set()
         return self.job_pids()
 
-    # ---------------------------------------------------------------- stop
     def signal(self, sig: int, pids: set[int]) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
     def stop(self, sig: int, grace: float, *, tick: Callable[[], None] | None = None,
-             force: Callable[[], bool] = lambda: False, say: Callable[[str], None] | None = None) -> None:
-        """Send `sig` to every process of the job (sessions, re-parented orphans), wait up to
-        `grace` seconds for all of them, then SIGKILL what is left. One deadline for all.
-        `tick` runs on every poll (log tailing), `force()` cuts the grace period short."""
+             force: Callable[[], bool] = lambda: False, say: Callable[[str], None] = lambda text: None) -> None:
+        """Send `sig` to every process of the job, wait up to `grace` seconds (one deadline for all),
+        then SIGKILL what is left. `tick` runs on every poll (log tailing); `force()` ends the grace."""
         deadline = time.monotonic() + grace
         alive = self.alive()
         signaled: set[int] = set()
         while alive and time.monotonic() < deadline and not force():
-            # each process once; a daemon shows up only after its parent died and it was
-            # re-parented to us, a child forked meanwhile on the next scan
+            # each process once; a re-parented daemon or a child forked meanwhile shows up on a later scan
             self.signal(sig, alive - signaled)
             signaled |= alive
             if tick is not None:
@@ -232,7 +195,7 @@ class ProcessGroup:
             alive = self.alive()
         if alive:
             names = [p.name for p in self.processes if p.popen.poll() is None]
-            if names and say is not None:
+            if names:
                 say(f"{', '.join(names)} still running after {grace:g} s; sending SIGKILL")
             give_up = time.monotonic() + 10
             while alive and time.monotonic() < give_up:
@@ -243,8 +206,7 @@ class ProcessGroup:
             try:
                 p.popen.wait(timeout=10)
             except subprocess.TimeoutExpired:  # unkillable (D state); nothing more we can do
-                if say is not None:
-                    say(f"{p.name} (pid {p.pid}) did not die after SIGKILL")
+                say(f"{p.name} (pid {p.pid}) did not die after SIGKILL")
         self._reap_orphans()
 
     def close(self) -> None:
@@ -253,78 +215,55 @@ class ProcessGroup:
             prctl(_PR_SET_CHILD_SUBREAPER, 0)
         self._subreaper_before = None
 
-    # ---------------------------------------------------------------- subreaper
-    def _become_subreaper(self) -> None:
-        self._children_before = frozenset(_children())
-        value = ctypes.c_int(0)
-        try:
-            prctl(_PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
-            prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        except (OSError, TopoError):  # not Linux: sessions alone must do
-            return
-        self._subreaper_before = value.value
-
     def _reap_orphans(self) -> None:
         """waitpid() the re-parented grandchildren (Popen reaps only its own)."""
         if self._subreaper_before is None:
             return
-        ours = set(self.pids()) | self._children_before
-        while True:
-            try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
-            if info is None or info.si_pid in ours:
-                return  # nothing exited, or one of ours that Popen reaps itself
-            try:
-                os.waitpid(info.si_pid, os.WNOHANG)
-            except ChildProcessError:
-                return
+        ours = {p.pid for p in self.processes} | self._children_before
+        while (pid := _exited_child()) and pid not in ours:  # up to one of ours: Popen reaps it
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def _open_log(path: str, mode: str):
-    """A process's log (launcher.files.open_log), or /dev/null as it is (a rank whose output is
-    not kept)."""
+    """launcher.files.open_log, or /dev/null as it is (a rank whose output is not kept)."""
     return open(os.devnull, "w") if path == os.devnull else open_log(path, mode)
 
 
 def _children() -> list[int]:
-    """This process's children (a host program's own, when launch() is a library call); asking
-    the kernel whether there are any at all spares importing psutil in the usual case."""
-    if not _has_child():
+    """This process's children (a host program's, when launch() is a library call); psutil only when there are any."""
+    if _exited_child() is None:
         return []
     import psutil
 
     return [child.pid for child in psutil.Process().children()]
 
 
-def _has_child() -> bool:
-    """Whether this process has a child, exited or not, asked of the kernel alone."""
+def _exited_child() -> int | None:
+    """An exited child's pid, left unreaped; 0 when none has exited; None when there is no child."""
     try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
-        return False
-    return True
+        return None
+    return 0 if info is None else info.si_pid
 
 
-def check_open_file_limit(needed: int = FDS_NEEDED) -> None:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; LaunchError unless the launcher can then
-    open the descriptors it needs at once (the count does not grow with the job: logs are opened
-    one at a time)."""
+def check_open_file_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard one; LaunchError unless FDS_NEEDED more can then be opened."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
     in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 3
-    if soft != -1 and soft - in_use < needed:
+    if soft != -1 and soft - in_use < FDS_NEEDED:
         raise LaunchError(f"too few file descriptors, open-file limit {soft} with {in_use} in use: "
-                          f"the launcher needs {needed} more; raise it (ulimit -n)")
+                          f"the launcher needs {FDS_NEEDED} more; raise it (ulimit -n)")
 
 
 def _child_setup(launcher_pid: int | None, binding: Binding | None):
-    """The function run in the child between fork and exec: the death signal, then `binding` by
-    topo.syscalls.apply. It must not import or load anything: all it calls is bound here."""
+    """The child's pre-exec function: the death signal, then `binding` by topo.syscalls.apply. It must
+    not import or load anything: all it calls is bound here."""
     if launcher_pid is None and binding is None:
         return None
     syscalls.load()

@@ -1,17 +1,14 @@
-"""launch(): `topo launch`'s plan (launcher.job) run by execute(), the one executor of any plan
-(launcher.plan), restarts included: a ProcessGroup (launcher.procgroup) starts, signals and reaps
-the processes; a Supervisor (launcher.supervisor) verifies their bindings, follows them, reports,
-and records them in launch.json. Under --join=True the launcher copies the children's logs to the
-console itself (no `tail -f` children that could outlive it).
-"""
+"""launch(): `topo launch`'s plan (launcher.job) run by execute(), the one executor of any plan,
+restarts included: per attempt a ProcessGroup starts, signals and reaps the processes, and a
+Supervisor checks their bindings, records them in launch.json, follows them and reports."""
 
 from __future__ import annotations
 
+import itertools
 import os
-import signal
 import sys
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Sequence, TextIO
 
 from topo.launcher.config import LaunchConfig
@@ -20,79 +17,71 @@ from topo.launcher.files import LAUNCH_JSON, check_not_running
 from topo.launcher.job import SCHEDULER, check_program, describe_plan, plan_job
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import LaunchError, Process, ProcessGroup, check_open_file_limit
-from topo.launcher.supervisor import (HANDLED_SIGNALS, Outcome, StopSignals, Supervisor, describe_code,
-                                      write_launch_json)
+from topo.launcher.supervisor import HANDLED_SIGNALS, LaunchResult, StopSignals, Supervisor, describe_code
 
 INTERRUPT_GRACE = 1.0  # s between forwarding a Ctrl-C (SIGINT) to the job and SIGKILL: msrun returns at once
 
 __all__ = ["LaunchError", "LaunchResult", "execute", "launch"]
 
 
-@dataclass(frozen=True)
-class LaunchResult:
-    """How a `topo launch` job ended (or, with join=False, was left running)."""
-
-    exit_code: int
-    plan: Plan
-    processes: tuple[Process, ...] = ()  # empty for a dry run
-    failed: str | None = None  # "rank 1 exited with code 3", "received SIGTERM", ...
-
-
 def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | None = None,
            err: TextIO | None = None) -> LaunchResult:
     """Plan and run `config`: with join=True until the job is over (exit_code as the launcher's),
-    else until every process is started and checked. `out` gets the tailed logs and the dry-run
-    text, `err` the launcher's messages. UsageError before anything is created or started when the
-    job cannot run as asked, LaunchError when a started process could not be bound. Under join the
-    processes die with the calling thread: call it from one that lives as long as the job."""
+    else until every process is started and checked. `out` gets the tailed logs and the dry-run text,
+    `err` the launcher's messages. UsageError before anything starts when the job cannot run as asked,
+    LaunchError when a started process could not be bound. Under join the processes die with the
+    calling thread: call it from one that lives as long as the job."""
     out, err = out or sys.stdout, err or sys.stderr
     plan = plan_job(config, environ=environ, topology=topology)
     check_program(plan, config)
     if config.dry_run:
         print(describe_plan(plan), file=out)
-        return LaunchResult(0, plan)
+        return LaunchResult(0, plan=plan)
 
     def say(text: str) -> None:
         print(f"topo launch: {text}", file=err, flush=True)
 
+    def started(proc: Process) -> None:
+        how = f" (binding applied directly: {proc.binding.note})" if proc.binding.direct else ""
+        say(f"started {proc.name} (pid {proc.pid}), log {proc.spec.log_path}: {' '.join(proc.argv)}{how}")
+
     check_not_running(plan.log_dir, config.log_dir or ".")
     outcome = execute(plan, join=config.join, grace_period=config.grace_period, bind_fallback=config.bind_fallback,
                       out=out, say=say, prepare=_create_logs, scheduler_role=SCHEDULER,
-                      interrupt_grace=INTERRUPT_GRACE, on_start=lambda p: say(_started(p)))
+                      interrupt_grace=INTERRUPT_GRACE, on_start=started)
     if outcome.running:
         say(f"{len(outcome.processes)} processes left running (--join=False); the job is recorded in "
             f"{os.path.join(plan.log_dir, LAUNCH_JSON)}; stop it with: topo stop {plan.log_dir}")
-    return LaunchResult(outcome.exit_code, plan, outcome.processes, outcome.failed)
+    return replace(outcome, plan=plan)
 
 
 def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool, out: TextIO,
             say: Callable[[str], None], err: TextIO | None = None, handled: Sequence[int] = HANDLED_SIGNALS,
             prepare: Callable[[Plan], Plan] | None = None, scheduler_role: str | None = None,
-            interrupt_grace: float | None = None, on_start: Callable[[Process], None] | None = None) -> Outcome:
-    """Run any plan: say its warnings, `prepare` it (make its directories), start an attempt's
-    processes as one group, check their bindings, record it in its directory's launch.json, then
-    (join) follow it to its end; after a failure start the plan's next attempt, up to max_restarts
-    times. Not join: the first attempt is left running. `handled` signals are caught from the first
-    start to the end (not join: to the last start): one received at any moment ends the run and
-    stops what it started. Whatever goes wrong, nothing started outlives it under join."""
+            interrupt_grace: float | None = None, on_start: Callable[[Process], None] | None = None) -> LaunchResult:
+    """Run any plan: say its warnings, `prepare` it (make its directories), then run its attempts
+    (Supervisor.run) until one does not fail, up to max_restarts restarts; not join: the first is left
+    running. `handled` signals are caught throughout (not join: until started): one received at any
+    moment ends the run and stops what it started."""
     check_open_file_limit()
     for warning in plan.warnings:
         say(f"warning: {warning}")
-    threads = describe_threads([p.name for p in plan.processes], [p.binding for p in plan.processes],
-                               [p.env for p in plan.processes])
+    procs = plan.processes
+    threads = describe_threads([p.name for p in procs], [p.binding for p in procs], [p.env for p in procs])
     if threads:
         say(threads)
     plan = prepare(plan) if prepare is not None else plan
     signals = StopSignals()  # not join: caught while starting, so a stop signal stops what started
     signals.install(handled)
-    restart = 0
     try:
-        while True:
-            specs, record_dir = (plan.processes, plan.log_dir) if plan.attempt is None else plan.attempt(restart,
-                                                                                                          plan.log_dir)
-            outcome = _run_once(specs, plan.base_env, record_dir, join, grace_period, bind_fallback, out, err,
-                                say, signals, scheduler_role, interrupt_grace, on_start)
-            outcome = replace(outcome, restarts=restart, signal=signals.received)
+        for restart in itertools.count():
+            specs, record_dir = ((plan.processes, plan.log_dir) if plan.attempt is None
+                                 else plan.attempt(restart, plan.log_dir))
+            group = ProcessGroup(specs, plan.base_env, job_id=uuid.uuid4().hex, join=join)
+            supervisor = Supervisor(group=group, record_dir=record_dir, grace_period=grace_period,
+                                    bind_fallback=bind_fallback, out=out, err=err, say=say, signals=signals,
+                                    scheduler_role=scheduler_role, interrupt_grace=interrupt_grace)
+            outcome = replace(supervisor.run(on_start), restarts=restart, signal=signals.received)
             first = outcome.failed_process
             if first is None or signals.received is not None or restart >= plan.max_restarts:
                 return outcome
@@ -101,66 +90,13 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
                 f"{plan.max_restarts} restarts left")
             if signals.received is not None:  # it came while that was said: still no further attempt
                 return replace(outcome, signal=signals.received)
-            restart += 1
     finally:
         signals.restore()
 
 
-def _run_once(specs, base_env, record_dir, join, grace_period, bind_fallback, out, err, say, signals,
-              scheduler_role, interrupt_grace, on_start) -> Outcome:
-    group = ProcessGroup(specs, base_env, job_id=uuid.uuid4().hex, inherit_stdin=join, die_with_launcher=join,
-                         adopt_orphans=join)
-
-    def record(start_times: bool) -> None:
-        write_launch_json(os.path.join(record_dir, LAUNCH_JSON), group, join=join, log_dir=record_dir,
-                          grace_period=grace_period, start_times=start_times)
-
-    def started(proc: Process) -> None:
-        # rewritten after 1, 2, 4, ... starts (linear in all); one started since is found by topo
-        # stop through the job id the record already holds
-        count = len(group.processes)
-        if count & (count - 1) == 0:
-            record(start_times=False)
-        if on_start is not None:
-            on_start(proc)
-
-    # a --join job's start times are recorded once it has run a second; a detached job's at once
-    supervisor = Supervisor(group, grace_period=grace_period, bind_fallback=bind_fallback, out=out, err=err,
-                            say=say, scheduler_role=scheduler_role, after_a_second=lambda: record(True),
-                            signals=signals, interrupt_grace=interrupt_grace)
-    try:
-        record(start_times=False)  # the job id is on record before the first process starts
-        group.start(on_start=started, stopping=lambda: signals.received is not None)
-        if signals.received is None:
-            supervisor.verify_all()
-        record(start_times=not join)
-        if join:
-            return supervisor.join()
-        if signals.received is not None:
-            name = signal.Signals(signals.received).name
-            say(f"received {name} while starting; stopping the {len(group.processes)} started process(es)")
-            group.stop(signals.received, grace_period, say=say)
-            return Outcome(128 + signals.received, tuple(group.processes), f"received {name}")
-        return Outcome(0, tuple(group.processes), running=True)
-    except BaseException:
-        # whatever went wrong in here (a refused binding, a broken console, an interrupt in a
-        # host program), nothing we started may outlive it
-        group.stop(signal.SIGTERM, grace_period, say=say)
-        raise
-    finally:
-        if join:
-            group.close()
-
-
-def _started(proc: Process) -> str:
-    how = f" (binding applied directly: {proc.binding.note})" if proc.binding.direct else ""
-    return f"started {proc.name} (pid {proc.pid}), log {proc.spec.log_path}: {' '.join(proc.argv)}{how}"
-
-
 def _create_logs(plan: Plan) -> Plan:
-    """The log directory (private, 0700, as msrun makes it) and its subdirectories, and the logs of
-    a previous job there removed (plan_job vetted each as one topo created): each process's log is
-    created anew (O_EXCL) as it starts. A failure here leaves nothing running."""
+    """The log directory (private, 0700, as msrun makes it) and its subdirectories; a previous job's
+    logs there (plan_job vetted each as topo's) removed, so each is created anew (O_EXCL) as it starts."""
     try:
         if not os.path.isdir(plan.log_dir):
             old = os.umask(0o077)

@@ -1,7 +1,6 @@
-"""The supervisor of a started process group: check each binding in /proc, follow the job to its
-end (tailing logs, stopping everything when one process fails or a signal arrives), report, and
-record the job in launch.json. It decides *when* to stop; the process group knows *how*.
-"""
+"""The supervisor of one attempt of a job: start its process group, check each binding in /proc,
+record the job in launch.json, follow it to its end (tailing logs, stopping everything when one
+process fails or a signal arrives) and report. It decides *when* to stop; the group knows *how*."""
 
 from __future__ import annotations
 
@@ -10,52 +9,49 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence, TextIO
 
 from topo.binding import observe
 from topo.cpuset import CpuSet
 from topo.launcher import verify
 from topo.launcher.binding import UNBOUND
-from topo.launcher.files import SCHEMA, write_record
-from topo.launcher.procgroup import INHERIT, LaunchError, Process, ProcessGroup
+from topo.launcher.files import LAUNCH_JSON, SCHEMA, write_record
+from topo.launcher.plan import Plan
+from topo.launcher.procgroup import INHERIT, POLL_INTERVAL, LaunchError, Process, ProcessGroup
 from topo.launcher.tail import LogTailer
 
-POLL_INTERVAL = 0.005  # s; a trivial job's end is noticed within this (msrun polls every 1 s)
 MAX_POLL_INTERVAL = 0.1  # s; the join loop backs off to this, so a day-long job costs no CPU
 EXEC_TIMEOUT = 5.0  # s for numactl / taskset to apply a binding and exec the interpreter
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """How a supervised job ended, or that it was left running (join=False)."""
+class LaunchResult:
+    """How a job ended, or that it was left running (join=False)."""
 
     exit_code: int
-    processes: tuple[Process, ...] = ()
+    processes: tuple[Process, ...] = ()  # empty for a dry run
     failed: str | None = None  # "rank 1 exited with exit code 3", "received SIGTERM", ...
     failed_process: Process | None = None  # the first process seen failing, whose code exit_code is
     restarts: int = 0  # attempts started again after a failure
     signal: int | None = None  # the stop signal received, if one was
     running: bool = False  # left running: not joined
+    plan: Plan | None = None  # what `topo launch` ran
 
 
+@dataclass
 class StopSignals:
-    """The signals that stop a job, caught from install() to restore(): for `topo run`, across
-    every attempt and the shutdown of a failed one, so a stop signal at any moment ends the run.
-    The first one received is kept; a second one asks to skip the grace period."""
+    """The signals that stop a job, caught from install() to restore() (only the main thread can;
+    a library caller on another handles its own). The first received is kept; a second one asks to
+    skip the grace period."""
 
-    def __init__(self):
-        self.received: int | None = None
-        self.force = False
-        self._old: dict[int, object] = {}
+    received: int | None = None
+    force: bool = False
+    _old: dict[int, object] = field(default_factory=dict)
 
     def install(self, signals: Sequence[int] = HANDLED_SIGNALS) -> None:
-        """Only the main thread can install handlers; a library caller on another thread handles
-        its own signals."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in signals:
+        for sig in signals if threading.current_thread() is threading.main_thread() else ():
             self._old[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
@@ -70,31 +66,73 @@ class StopSignals:
         self._old.clear()
 
 
+@dataclass(kw_only=True)
 class Supervisor:
-    """Runs one started ProcessGroup to its end. `say` prints the launcher's own messages.
-    `interrupt_grace`: the grace period after a SIGINT when it is shorter than after other signals
-    (msrun: Ctrl-C returns at once)."""
+    """Runs one ProcessGroup: `run()` starts, checks and records it in `record_dir`, then with
+    `join` follows it to its end. `say` prints the launcher's own messages."""
 
-    def __init__(self, group: ProcessGroup, *, grace_period: float, bind_fallback: bool,
-                 out: TextIO, say: Callable[[str], None], scheduler_role: str | None = None,
-                 after_a_second: Callable[[], None] | None = None, err: TextIO | None = None,
-                 signals: StopSignals | None = None, interrupt_grace: float | None = None):
-        self.group = group
-        self.grace_period = grace_period
-        self.interrupt_grace = interrupt_grace
-        self.bind_fallback = bind_fallback
-        self.out = out
-        self.err = err or out  # where a separate stderr log is copied
-        self.say = say
-        self.scheduler_role = scheduler_role  # a process whose end is awaited after the workers'
-        self.after_a_second = after_a_second  # run once if the job is still going after 1 s
-        self.signals = signals if signals is not None else StopSignals()
-        self.allowed = CpuSet(os.sched_getaffinity(0))  # what the children's cgroup lets them have
+    group: ProcessGroup
+    record_dir: str
+    grace_period: float
+    bind_fallback: bool
+    out: TextIO
+    say: Callable[[str], None]
+    err: TextIO | None = None  # where a separate stderr log is copied; None: `out`
+    signals: StopSignals = field(default_factory=StopSignals)
+    scheduler_role: str | None = None  # a process whose end is awaited after the workers'
+    interrupt_grace: float | None = None  # after a SIGINT, when shorter (msrun: Ctrl-C returns at once)
+    allowed: CpuSet = field(init=False, default_factory=lambda: CpuSet(os.sched_getaffinity(0)))  # the cgroup's
 
-    # ---------------------------------------------------------------- verification
+    def run(self, on_start: Callable[[Process], None] | None = None) -> LaunchResult:
+        """Start the group, check its bindings, record it, then follow it (join) or leave it running."""
+        group, signals = self.group, self.signals
+
+        def started(proc: Process) -> None:
+            # recorded after 1, 2, 4, ... starts (linear in all): `topo stop` finds one started since by the job id
+            if len(group.processes) & (len(group.processes) - 1) == 0:
+                self.record(start_times=False)
+            if on_start is not None:
+                on_start(proc)
+
+        try:
+            self.record(start_times=False)  # the job id is on record before the first process starts
+            group.start(on_start=started, stopping=lambda: signals.received is not None)
+            if signals.received is None:
+                self.verify_all()
+            self.record(start_times=not group.join)  # a --join job's once it has run a second
+            if group.join:
+                return self.join()
+            if signals.received is not None:
+                name = signal.Signals(signals.received).name
+                self.say(f"received {name} while starting; stopping the {len(group.processes)} started process(es)")
+                group.stop(signals.received, self.grace_period, say=self.say)
+                return LaunchResult(128 + signals.received, tuple(group.processes), f"received {name}")
+            return LaunchResult(0, tuple(group.processes), running=True)
+        except BaseException:
+            # a refused binding, a broken console, an interrupt in a host program: nothing we started may outlive it
+            group.stop(signal.SIGTERM, self.grace_period, say=self.say)
+            raise
+        finally:
+            group.close()
+
+    def record(self, start_times: bool) -> None:
+        """The job's launch.json: what `topo stop` needs (pids, the job id its processes carry, with
+        `start_times` each pid's, so a reused pid is never signalled) and what each process was asked and got."""
+        group = self.group
+        for proc in group.processes if start_times else ():
+            proc.create_time = _create_time(proc.pid)
+        logs = [path for spec in group.specs for path in (spec.log_path, spec.stderr_path)
+                if path not in (None, INHERIT, os.devnull)]
+        data = {"schema": SCHEMA, "job_id": group.job_id, "launcher_pid": os.getpid(),
+                "launcher_create_time": _create_time(os.getpid()) if start_times else None, "join": group.join,
+                "grace_period": self.grace_period, "log_dir": self.record_dir, "logs": logs,
+                "processes": [process_record(p) for p in group.processes]}
+        # written whole: `topo stop` never reads half a file
+        write_record(os.path.join(self.record_dir, LAUNCH_JSON), json.dumps(data, indent=2) + "\n")
+
     def verify_all(self) -> None:
-        """Read each process's CPUs and memory policy back from /proc and compare them with its
-        binding. LaunchError for the first problem, unless --bind-fallback works around it."""
+        """Compare each process's binding with /proc: LaunchError for the first problem that
+        --bind-fallback does not solve."""
         problems = []
         for i, proc in enumerate(self.group.processes):
             problem = self._verify(proc)
@@ -109,10 +147,9 @@ class Supervisor:
             raise LaunchError(problems[0] + more)
 
     def _fall_back(self, index: int, proc: Process, problem: str, memory_refused: bool):
-        """--bind-fallback: a process that runs bound otherwise is kept. One refused before it ran
-        starts again with less: a memory policy its tool could not set, by system calls; one the
-        kernel refused, one rung down the ladder (bind, preferred, CPUs alone); anything else,
-        unbound. Returns the process and its problem, if it has one still."""
+        """--bind-fallback: a process that runs bound otherwise is kept; one refused before it ran starts
+        again with less (a memory policy its tool could not set, by system calls; one the kernel refused,
+        one rung down: bind, preferred, CPUs alone; anything else, unbound). Returns it and its problem."""
         if proc.popen.poll() is None:
             self.say(f"{problem}; --bind-fallback: keeping it as the kernel placed it")
             proc.status = "bound differently, kept (--bind-fallback)"
@@ -128,17 +165,15 @@ class Supervisor:
         else:
             binding = UNBOUND
             self.say(f"{problem}; --bind-fallback: running it unbound")
-        proc = self.group.start_one(proc.spec, binding, log_mode="a")
-        self.group.processes[index] = proc
-        if binding.is_bound:
-            return proc, self._verify(proc)
-        proc.observed = observe(proc.pid, numa_maps=False)
-        proc.status = "unbound (--bind-fallback)"
-        return proc, None
+        proc = self.group.processes[index] = self.group.start_one(proc.spec, binding, log_mode="a")
+        problem = self._verify(proc)
+        if not binding.is_bound:
+            proc.status = "unbound (--bind-fallback)"
+        return proc, problem
 
     def _verify(self, proc: Process) -> tuple[str, bool] | None:
-        """Check one process: None when it is fine, else a message naming the problem and the fix,
-        and whether it was the memory binding the kernel refused."""
+        """None when `proc` is fine, else a message naming the problem and the fix, and whether it was
+        the memory binding the kernel refused."""
         spec, binding = proc.spec, proc.binding
         if not binding.is_bound:
             proc.observed = observe(proc.pid, numa_maps=False)
@@ -154,13 +189,13 @@ class Supervisor:
             if refusal:
                 memory = "mempolicy" in refusal or "mbind" in refusal
                 if self.bind_fallback:
-                    return f"{spec.name}: {who} refused the binding ({refusal})", memory
-                if memory:
-                    fix = ("drop the memory binding (bind_memory_mode \"none\", or no --bind_numa) or grant the "
+                    fix = ""
+                elif memory:
+                    fix = ("; drop the memory binding (bind_memory_mode \"none\", or no --bind_numa) or grant the "
                            "container CAP_SYS_NICE, or rerun with --bind-fallback to keep only the CPU binding")
                 else:
-                    fix = "bind only CPUs this container may use (see `topo show`), or rerun with --bind-fallback"
-                return f"{spec.name}: {who} refused the binding ({refusal}); {fix}", memory
+                    fix = "; bind only CPUs this container may use (see `topo show`), or rerun with --bind-fallback"
+                return f"{spec.name}: {who} refused the binding ({refusal}){fix}", memory
             if code is None:
                 return (f"{spec.name}: {who} did not exec the interpreter within {EXEC_TIMEOUT:.0f} s; "
                         f"is {who} on PATH the real one?"), False
@@ -171,8 +206,7 @@ class Supervisor:
             return None
         problem = verify.mismatch(binding, proc.observed)
         if problem and verify.changed_after_start(binding, proc.observed, self.allowed):
-            # the binding was applied before the program ran: the program, or another tool,
-            # changed it since; the job is left running
+            # applied before the program ran: the program, or another tool, changed it since
             self.say(f"{spec.name}: bound to {binding.describe()}; it now runs with {proc.observed.describe()}: "
                      "changed after start (by the process itself or another tool); the job goes on")
             proc.status = f"{how}; changed after start"
@@ -188,19 +222,19 @@ class Supervisor:
         proc.status = how
         return None
 
-    # ---------------------------------------------------------------- join
-    def join(self) -> Outcome:
-        """Follow the job until every process ended, one failed, or a signal came; then stop
-        whatever is left (the rest of the job, or daemons it left) and report."""
+    def join(self) -> LaunchResult:
+        """Follow the job until every process ended, one failed, or a signal came; then stop whatever
+        is left (the rest of the job, or daemons it left) and report."""
         procs = self.group.processes
-        tailer = LogTailer([(_prefix(p), path, stream) for p in procs if p.spec.tail
-                            for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, self.err))
+        err = self.err or self.out
+        tailer = LogTailer([(p.spec.tail_prefix if p.spec.tail_prefix is not None else f"[{p.name}] ", path, stream)
+                            for p in procs if p.spec.tail
+                            for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, err))
                             if path and path != INHERIT])
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
         failure: tuple[Process, int] | None = None
         waiting_for_scheduler = False
-        delay = POLL_INTERVAL
-        started = time.monotonic()
+        delay, started = POLL_INTERVAL, time.monotonic()
         try:
             while self.signals.received is None:
                 codes = [p.popen.poll() for p in procs]
@@ -215,25 +249,22 @@ class Supervisor:
                 tailer.pump()
                 time.sleep(delay)
                 if time.monotonic() - started > 1.0:  # short jobs keep the fast poll
+                    if delay == POLL_INTERVAL:  # the first poll past 1 s: the start times go on record
+                        self.record(start_times=True)
                     delay = min(delay * 1.25, MAX_POLL_INTERVAL)
-                    if self.after_a_second is not None:
-                        self.after_a_second()
-                        self.after_a_second = None
+            # when every process ended by itself, only their leftovers (daemonised grandchildren) remain
+            sig, grace = signal.SIGTERM, self.grace_period
             if failure is not None:
                 proc, code = failure
                 self.say(f"{proc.name} (pid {proc.pid}) exited with {describe_code(code)}; "
-                         f"stopping the others (SIGTERM, SIGKILL after {self.grace_period:g} s)")
-                self.stop(signal.SIGTERM, tailer)
+                         f"stopping the others (SIGTERM, SIGKILL after {grace:g} s)")
             elif self.signals.received is not None:
-                name = signal.Signals(self.signals.received).name
-                grace = self.grace_period
-                if self.signals.received == signal.SIGINT and self.interrupt_grace is not None:
+                sig = self.signals.received
+                if sig == signal.SIGINT and self.interrupt_grace is not None:
                     grace = min(grace, self.interrupt_grace)
-                self.say(f"received {name}; forwarding it to every process (SIGKILL after {grace:g} s)")
-                self.stop(self.signals.received, tailer, grace)
-            else:
-                # every process ended by itself: only their leftovers (daemonised grandchildren) remain
-                self.stop(signal.SIGTERM, tailer)
+                self.say(f"received {signal.Signals(sig).name}; forwarding it to every process "
+                         f"(SIGKILL after {grace:g} s)")
+            self.group.stop(sig, grace, tick=tailer.pump, force=lambda: self.signals.force, say=self.say)
         finally:
             tailer.pump(final=True)
         if failure is not None:
@@ -244,48 +275,22 @@ class Supervisor:
             else:
                 lines = read_log(log, tail=True).splitlines()[-10:] if log else []
                 where = f"; last lines of {log}:" if log else ""
-            self.say(f"{proc.name} failed with {describe_code(code)}{where}" + "".join(f"\n    {line}" for line in lines))
+            self.say(f"{proc.name} failed with {describe_code(code)}{where}"
+                     + "".join(f"\n    {line}" for line in lines))
             if proc.spec.role == self.scheduler_role:
                 self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
                          "other jobs (PyTorch) need none: pass --no-scheduler")
-            return Outcome(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
+            return LaunchResult(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
         if self.signals.received is not None:
             name = signal.Signals(self.signals.received).name
-            return Outcome(128 + self.signals.received, tuple(procs), f"received {name}")
-        if waiting_for_scheduler:
-            self.say("the scheduler exited too; the job is done")
-        else:
-            self.say(f"all {len(workers)} workers exited successfully")
-        return Outcome(0, tuple(procs))
-
-    def stop(self, sig: int, tailer: LogTailer, grace: float | None = None) -> None:
-        self.group.stop(sig, self.grace_period if grace is None else grace,
-                        tick=tailer.pump, force=lambda: self.signals.force, say=self.say)
-
-
-def _prefix(proc: Process) -> str:
-    return proc.spec.tail_prefix if proc.spec.tail_prefix is not None else f"[{proc.name}] "
-
-
-# -------------------------------------------------------------------- launch.json
-def write_launch_json(path: str, group: ProcessGroup, *, join: bool, log_dir: str, grace_period: float,
-                      start_times: bool = True) -> None:
-    """The job's record: what `topo stop` needs (pids, the job id its processes carry, each pid's
-    start time, so a reused pid is never signalled) and what each process was asked and got.
-    `start_times=False` leaves the start times out: `topo stop` then proves a process by the job id
-    in its environment alone."""
-    for proc in group.processes if start_times else ():
-        proc.create_time = _create_time(proc.pid)
-    data = {"schema": SCHEMA, "job_id": group.job_id, "launcher_pid": os.getpid(),
-            "launcher_create_time": _create_time(os.getpid()) if start_times else None, "join": join,
-            "grace_period": grace_period, "log_dir": log_dir, "logs": group.log_files(),
-            "processes": [process_record(p) for p in group.processes]}
-    write_record(path, json.dumps(data, indent=2) + "\n")  # `topo stop` never reads half a file
+            return LaunchResult(128 + self.signals.received, tuple(procs), f"received {name}")
+        self.say("the scheduler exited too; the job is done" if waiting_for_scheduler
+                 else f"all {len(workers)} workers exited successfully")
+        return LaunchResult(0, tuple(procs))
 
 
 def _create_time(pid: int) -> float | None:
-    # a --join job's record gets start times after its first second: a short job imports no
-    # psutil (benchmarks/launch_bench.py, N=8: ~10 ms of a launch)
+    # a --join job's start times wait a second: a short job imports no psutil (benchmarks/launch_bench.py, N=8: ~10 ms)
     import psutil
 
     try:
@@ -311,9 +316,8 @@ def process_record(proc: Process) -> dict:
     }
 
 
-# -------------------------------------------------------------------- reporting
 def report(proc: Process) -> str:
-    """One process's binding line: what it is bound to and how that was checked, memory included."""
+    """One process's binding line: what it is bound to and how that was checked."""
     if not proc.binding.is_bound:
         cpus = f" (runs on CPUs {proc.observed.cpus})" if proc.observed is not None else ""
         return f"{proc.name}: not bound{cpus}"
@@ -353,8 +357,7 @@ LOG_READ_LIMIT = 1 << 20  # bytes of a log read for a report: its first (refusal
 
 
 def read_log(path: str | None, *, tail: bool = False, start: int = 0) -> str:
-    """LOG_READ_LIMIT bytes of a log from `start`, or with `tail` its last ones, as text ("" when
-    it cannot be read)."""
+    """LOG_READ_LIMIT bytes of a log from `start`, or with `tail` its last ones ("" when unreadable)."""
     if not path:
         return ""
     try:

@@ -1,5 +1,4 @@
-"""Check a started process's binding in /proc (topo.binding.observe) instead of assuming numactl,
-taskset or the system calls did their job."""
+"""Check a started process's binding in /proc instead of assuming numactl, taskset or the system calls did their job."""
 
 from __future__ import annotations
 
@@ -9,20 +8,18 @@ from typing import Sequence
 from topo.binding import POLICY_WORDS, Binding, Observed, node_words
 from topo.cpuset import CpuSet
 
-# numactl's words when the kernel (a container without CAP_SYS_NICE, a seccomp profile) refuses it.
+# numactl's words when the kernel (a container without CAP_SYS_NICE, a seccomp profile) refuses it
 REFUSALS = ("Operation not permitted", "Permission denied")
 
 
 def wait_for_exec(pid: int, prefixes: Sequence[tuple[str, ...]], timeout: float) -> bool:
-    """Wait until `pid` has left every argv prefix in `prefixes` (the death-signal shim, then
-    numactl / taskset: each applied its part and exec'd what follows). Its new command line is not
-    compared with the one asked for: `python` may be a wrapper (pyenv's shim) that execs the real
-    interpreter under another name. False if it exited, or the timeout passed, first."""
+    """Wait until `pid` has left every argv prefix in `prefixes` (numactl / taskset applied its part
+    and exec'd what follows; what it became is not compared: `python` may be pyenv's shim). False
+    if it exited, or the timeout passed, first."""
     import psutil  # only when a process is bound (benchmarks/launch_bench.py, N=8: ~10 ms of a launch)
 
     wants = [list(p) for p in prefixes if p]
-    deadline = time.monotonic() + timeout
-    delay = 0.0005
+    deadline, delay = time.monotonic() + timeout, 0.0005
     try:
         process = psutil.Process(pid)
         while True:
@@ -30,9 +27,8 @@ def wait_for_exec(pid: int, prefixes: Sequence[tuple[str, ...]], timeout: float)
             if got and not any(got[:len(want)] == want for want in wants):
                 return True
             # empty: a zombie, or a process in the middle of exec, whose new mm has no arguments yet
-            if not got and process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-                return False
-            if time.monotonic() >= deadline:
+            if not got and process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) \
+                    or time.monotonic() >= deadline:
                 return False
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
@@ -55,9 +51,8 @@ def mismatch(binding: Binding, observed: Observed) -> str | None:
 
 
 def changed_after_start(binding: Binding, observed: Observed, allowed: CpuSet) -> bool:
-    """Whether a process whose binding was applied shows other CPUs because it, or something else,
-    changed them after the start, rather than because the kernel narrowed them to the CPUs the
-    cgroup allows (`allowed`, the launcher's own)."""
+    """Whether a bound process shows other CPUs because it, or something else, changed them after the
+    start, not because the kernel narrowed them to the cgroup's `allowed` CPUs (the launcher's own)."""
     if binding.cpus is not None and observed.cpus != binding.cpus:
         return observed.cpus != binding.cpus & allowed
     return True

@@ -139,7 +139,7 @@ def test_unknown_module_is_a_warning_everywhere(tmp_path, topology_file):
     job = plan_job(LaunchConfig.from_flags(script=str(script), worker_num=1, local_worker_num=1, bind_numa=str(path),
                                 python="python"), environ=ENV, topology=LIVE)
     assert job.processes[-1].argv[:3] == ("taskset", "-c", "0")
-    assert plan_bind(["app"], bind_file=str(path), local_rank=0, environ=ENV, topology=LIVE)[1] == CpuSet([0])
+    assert plan_bind(["app"], bind_file=str(path), local_rank=0, environ=ENV, topology=LIVE)[2].cpus == CpuSet([0])
 
 
 # ------------------------------------------------------------------ the real CLI, on this machine

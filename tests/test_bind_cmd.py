@@ -63,9 +63,9 @@ def test_local_rank_errors():
 
 # ------------------------------------------------------------------ what it will exec
 def test_cpu_only_binding_needs_no_numactl(bind_file):
-    argv, cpus, env, binding, key = plan_bind(["app", "-v"], bind_file=bind_file, environ={**BUS_ORDER, "LOCAL_RANK": "0"},
-                                              topology=BIG)
-    assert (argv, str(cpus), key) == (["app", "-v"], "1", "device0")
+    argv, env, binding, key = plan_bind(["app", "-v"], bind_file=bind_file, environ={**BUS_ORDER, "LOCAL_RANK": "0"},
+                                        topology=BIG)
+    assert (argv, str(binding.cpus), key) == (["app", "-v"], "1", "device0")
     assert env == {"MSRUN_BIND_FILE": bind_file, "MSRUN_BIND_FILE_HASH": env["MSRUN_BIND_FILE_HASH"],
                    "OMP_NUM_THREADS": "1"}
 
@@ -82,21 +82,21 @@ def fake_tools(tmp_path, *names):
 
 def test_memory_binding_execs_through_numactl_like_msrun(bind_file, tmp_path):
     environ = {**BUS_ORDER, "PATH": fake_tools(tmp_path, "numactl")}
-    argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
+    argv, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
     assert argv == ["numactl", "--membind", "0", "--physcpubind", "0", "app"]
-    assert cpus is None and binding.describe() == "CPUs 0, memory bound to node 0"
+    assert binding.applied_by == "numactl" and binding.describe() == "CPUs 0, memory bound to node 0"
 
 
 def test_memory_binding_is_applied_directly_without_numactl(bind_file, tmp_path):
     environ = {**BUS_ORDER, "PATH": fake_tools(tmp_path)}
-    argv, cpus, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
-    assert (argv, str(cpus), str(binding.memory_nodes), binding.memory_policy) == (["app"], "0", "0", "bind")
+    argv, _, binding, _ = plan_bind(["app"], bind_file=bind_file, local_rank=1, environ=environ, topology=BIG)
+    assert (argv, str(binding.cpus), str(binding.memory_nodes), binding.memory_policy) == (["app"], "0", "0", "bind")
 
 
 def test_visible_devices_pick_the_entry(bind_file):
-    _, cpus, _, _, key = plan_bind(["app"], bind_file=bind_file, local_rank=0,
+    _, _, binding, key = plan_bind(["app"], bind_file=bind_file, local_rank=0,
                                    environ={**BUS_ORDER, "CUDA_VISIBLE_DEVICES": "2,3"}, topology=BIG)
-    assert (key, str(cpus)) == ("device2", "0-1")
+    assert (key, str(binding.cpus)) == ("device2", "0-1")
 
 
 def test_local_rank_beyond_the_file_is_an_error(bind_file):
@@ -109,7 +109,7 @@ def test_local_rank_beyond_the_file_is_an_error(bind_file):
 def test_cpus_shared_with_other_ranks_divide_omp_num_threads(bind_file):
     """issue 18: device2's CPUs 0-1 each have 2 processes (CPU 0: device1 and device2, CPU 1:
     device0 and device2): 2 // 2 -> 1."""
-    _, _, env, _, _ = plan_bind(["app"], bind_file=bind_file, local_rank=2, environ=BUS_ORDER, topology=BIG)
+    _, env, _, _ = plan_bind(["app"], bind_file=bind_file, local_rank=2, environ=BUS_ORDER, topology=BIG)
     assert env["OMP_NUM_THREADS"] == "1"
 
 
@@ -134,8 +134,8 @@ def test_bind_file_errors(tmp_path):
 
 
 def test_bind_file_from_msrun_environment(bind_file):
-    _, cpus, _, _, _ = plan_bind(["app"], local_rank=0, environ={**BUS_ORDER, "MSRUN_BIND_FILE": bind_file}, topology=BIG)
-    assert str(cpus) == "1"
+    _, _, binding, _ = plan_bind(["app"], local_rank=0, environ={**BUS_ORDER, "MSRUN_BIND_FILE": bind_file}, topology=BIG)
+    assert str(binding.cpus) == "1"
 
 
 # ------------------------------------------------------------------ real exec

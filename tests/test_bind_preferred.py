@@ -80,7 +80,7 @@ def test_launch_and_bind_apply_numactl_preferred(tmp_path):
     binding = job.processes[2].binding
     assert (binding.memory_policy, str(binding.memory_nodes)) == ("preferred", "2")
     assert binding.describe() == "CPUs 16-23, memory preferred on node 2"
-    argv, _, _, bound, key = plan_bind(["app"], bind_file=str(path), local_rank=1, environ=ENV, topology=LIVE)
+    argv, _, bound, key = plan_bind(["app"], bind_file=str(path), local_rank=1, environ=ENV, topology=LIVE)
     assert key == "device1" and argv == ["numactl", "--preferred", "1", "--physcpubind", "8-15", "app"]
     assert bound.memory_policy == "preferred"
 
