@@ -10,10 +10,8 @@ the command line is refused.
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
-import uuid
 
 import click
 from click.core import ParameterSource
@@ -101,46 +99,15 @@ def check_output(path: str, force: bool = False) -> None:
 
 
 def write_text(path: str, text: str, force: bool = False) -> None:
-    """Write a command's output file (bind JSON, picture, machine) whole or not at all.
+    """Write a command's output file (bind JSON, picture, machine) whole or not at all, never over a
+    file that appeared since check_output unless `force` (launcher.files.write_whole). The directory
+    must exist, as lstopo's output file's must."""
+    from topo.launcher.files import write_whole
 
-    The text goes to a new file beside it, created with O_EXCL|O_NOFOLLOW (a link planted under
-    that name is never followed), then takes the file's name: by link(), which fails if the name
-    was taken meanwhile, or with `force` by rename(), which replaces the name (a link itself, not
-    what it points to). The directory must exist, as lstopo's output file's must."""
     check_output(path, force)
-    directory, name = os.path.split(path)
-    temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:16]}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(temporary, flags, 0o666)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        if force:
-            os.replace(temporary, path)
-        else:
-            _link_new(temporary, path)
+        write_whole(path, text, replace=force)
     except FileExistsError:
         raise UsageError(f"cannot write {path}: File exists; give -f/--force to overwrite it") from None
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc
-    finally:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-
-
-def _link_new(temporary: str, path: str) -> None:
-    """Give `temporary`'s file the name `path`, which must still be free."""
-    try:
-        os.link(temporary, path, follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS):
-            raise
-        # a filesystem without hard links (vfat, some FUSE): look again, then rename
-        if os.path.lexists(path):
-            raise FileExistsError(errno.EEXIST, "File exists", path) from None
-        os.rename(temporary, path)
