@@ -1,8 +1,5 @@
 """`topo plan` and `topo validate`: read the machine and the environment, call the planners, render.
-
-Everything impure (files, the environment, the live machine) happens here; the strategies only see
-a Topology, a Job and Options.
-"""
+Everything impure happens here; the strategies only see a Topology, a Job and Options."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ from topo.cli.numbers import WholeRange
 
 
 class _ModeOption(click.Option):
-    """--mode, whose help lists the modes of the planner registry (plug-ins included) when shown."""
+    """--mode: a mode of the planner registry (plug-ins included), which its help lists when shown."""
 
     def get_help_record(self, ctx):
         from topo import planners
@@ -30,11 +27,10 @@ class _ModeOption(click.Option):
         self.help = f"Binding strategy: {', '.join(planners.modes())} ('_' or '-'); see --list-modes."
         return super().get_help_record(ctx)
 
+    def type_cast_value(self, ctx, value):
+        from topo import planners
 
-def _mode_name(ctx, param, value):
-    from topo import planners
-
-    return None if value is None else planners.get_planner(value).name  # its UsageError names the modes
+        return None if value is None else planners.get_planner(value).name  # its UsageError names the modes
 
 
 class _Choice(click.Choice):
@@ -55,31 +51,24 @@ def _option(name: str, values=None, **kwargs):
 def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
     """--devices: physical ids in local-rank order ("3,1", "0-3"), GPU/MIG UUIDs or PCI bus ids
     (found in `topology`), or none/cpu for a CPU-only job."""
-    if text is None:
-        return None
-    t = text.strip().lower()
-    if t in ("", "none", "cpu"):
-        return ()
+    if text is None or text.strip().lower() in ("", "none", "cpu"):
+        return None if text is None else ()
     from topo.cpuset import CpuSet
     from topo.visible import find_device
 
     ids: list[int] = []
-    for item in text.split(","):
-        item = item.strip()
+    fix = "give physical device ids such as 0,1,3 (or 'none')"
+    for item in (item.strip() for item in text.split(",")):
         if not item:
-            raise UsageError(f"--devices {text!r} has an empty item: give physical device ids such as 0,1,3 "
-                             "(or 'none')")
-        if all(c.isdigit() or c == "-" for c in item) and item.count("-") <= 1:  # an id or a range of ids
-            try:
+            raise UsageError(f"--devices {text!r} has an empty item: {fix}")
+        numbers = all(c.isdigit() or c == "-" for c in item) and item.count("-") <= 1  # an id or a range of ids
+        try:
+            if numbers:
                 ids.extend(CpuSet.parse(item))
-            except ParseError as exc:
-                raise UsageError(f"--devices {text!r}: {exc}: give physical device ids such as 0,1,3 "
-                                 "(or 'none')") from None
-            continue
-        try:  # a UUID or a PCI bus id
-            ids.append(find_device(topology, item)[0].index)
+            else:  # a UUID or a PCI bus id
+                ids.append(find_device(topology, item)[0].index)
         except TopoError as exc:
-            raise UsageError(f"--devices {text!r}: {exc}") from None
+            raise UsageError(f"--devices {text!r}: {exc}" + (f": {fix}" if numbers else "")) from None
     return tuple(ids)
 
 
@@ -93,7 +82,7 @@ def _list_modes() -> str:
 
 @click.command(context_settings=CONTEXT)
 @machine_options
-@click.option("--mode", metavar="MODE", callback=_mode_name, cls=_ModeOption)
+@click.option("--mode", metavar="MODE", cls=_ModeOption)
 @click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
 @click.option("--nproc-per-node", type=WholeRange(min=1), default=None,
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
@@ -241,10 +230,8 @@ def validate(machine, file):
         keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
         report = [f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}"]
     for p in problems:
-        tag = "warning: " if p.severity == "warning" else ""
-        report.append(f"  {p.path or '(file)'}: {tag}{p.message}")
-        if p.fix:
-            report.append(f"    fix: {p.fix}")
+        report.append(f"  {p.path or '(file)'}: {'warning: ' if p.severity == 'warning' else ''}{p.message}")
+        report += [f"    fix: {p.fix}"] if p.fix else []
     for line in report:  # each line escaped where it is printed: a newline in a message stays on its line
         click.echo(printable(line))
     if errors:
