@@ -1,10 +1,7 @@
-"""The `topo` command: a thin click layer over the libraries `topo`, `planners` and `launcher`.
-
-Each subcommand lives in a module of this package and is imported only when it runs, so `topo
-show` pays for neither planning nor launching. Errors are translated here, once, for every
-command: a TopoError and a click usage error both become one line `topo: error: ...` on stderr,
-exit 2 for usage and input errors, 1 for runtime failures.
-"""
+"""The `topo` command: a thin click layer over `topo`, `planners` and `launcher`. Each subcommand is
+imported only when it runs (`topo show` pays for neither planning nor launching). Errors are
+translated here, once: each becomes one line `topo: error: ...` on stderr, exit 2 for usage and
+input errors, 1 for runtime failures."""
 
 from __future__ import annotations
 

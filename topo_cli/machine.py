@@ -1,27 +1,21 @@
-"""Where the machine comes from, declared once for every command that reads one; where a
-command's output file goes (`write_text`).
-
-`--root DIR` (env `TOPO_ROOT`) reads a captured sysfs/procfs below DIR, like hwloc's
-`HWLOC_FSROOT`; `--topology FILE` (also spelled `--from`) reads a saved `topo show --json` or an
-hwloc XML export; neither means this machine. A file named on the command line wins over
-`TOPO_ROOT` from the environment, so `TOPO_ROOT=... topo plan --topology F` plans F; naming both on
-the command line is refused.
-"""
+"""Where the machine comes from (`machine_options`), declared once for every command that reads
+one, and where a command's output file goes (`write_text`). A file named on the command line wins
+over `TOPO_ROOT` from the environment; --root and --topology both on the command line are refused."""
 
 from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import click
 from click.core import ParameterSource
 
-from topo.errors import UsageError
+from topo.errors import ProbeError, UsageError
 from topo.fsroot import file_kind
 
-# Replaying a captured machine: run the live-only probes (NVML, npu-smi, lscpu) against a --root
-# that is not "/", with stand-in tools (a fake pynvml, a fake npu-smi on PATH). Never needed on a
-# real machine.
+# "1": run the live-only probes (NVML, npu-smi, lscpu) below a --root that is not "/", with
+# stand-in tools (a fake pynvml, a fake npu-smi on PATH): a captured machine replayed
 REPLAY_ENV = "TOPO_REPLAY_LIVE_PROBES"
 
 
@@ -37,9 +31,8 @@ def machine_options(func):
     @click.pass_context
     @functools.wraps(func)
     def wrapper(ctx, root, topology_file, **kwargs):
-        root_given = ctx.get_parameter_source("root") == ParameterSource.COMMANDLINE
         if topology_file is not None and root is not None:
-            if root_given:
+            if ctx.get_parameter_source("root") == ParameterSource.COMMANDLINE:
                 raise UsageError("--root DIR and --topology FILE both name a machine: give one of them")
             root = None  # TOPO_ROOT from the environment yields to a file named on the command line
         return func(machine=MachineSource(root, topology_file), **kwargs)
@@ -47,18 +40,17 @@ def machine_options(func):
     return wrapper
 
 
+@dataclass(frozen=True)
 class MachineSource:
     """The machine a command works on: `root` (a directory, or None for this machine) or `file`."""
 
-    def __init__(self, root: str | None, file: str | None):
-        self.root, self.file = root, file
+    root: str | None
+    file: str | None
 
     def load(self, *, include_disallowed: bool = False, probes=None):
-        """The Topology: read from the file, else discovered below the root (this machine by default).
-
-        A file or root the user named that cannot be read is bad input (exit 2); this machine's own
-        /sys or /proc that cannot be read is a runtime failure (exit 1)."""
-        from topo.errors import ProbeError
+        """The Topology of the file, else discovered below the root (this machine by default). A file
+        or root the user named that cannot be read is bad input (exit 2); this machine's own /sys or
+        /proc a runtime failure (exit 1)."""
 
         try:
             if self.file is not None:
