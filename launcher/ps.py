@@ -125,10 +125,9 @@ def _stat(path: str) -> list[str]:
 
 
 def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
-    try:
+    names = []
+    with contextlib.suppress(OSError):
         names = [n for n in os.listdir(f"{proc}/{pid}/task") if n.isascii() and n.isdigit()]
-    except OSError:
-        return (), 0
     threads = []
     for name in sorted(names, key=int)[:MAX_THREADS]:
         try:
@@ -212,24 +211,18 @@ def _nvidia_bus(root: str, minor: int) -> str | None:
     except OSError:
         return None
     for bus in buses:
-        try:
+        with contextlib.suppress(OSError):
             text = read_bounded(os.path.join(base, bus, "information"), SMALL_LIMIT).decode("ascii", "replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Device Minor" and value.strip() == str(minor):
+            if re.search(rf"^[ \t]*Device Minor[ \t]*:[ \t]*{minor}[ \t]*$", text, re.MULTILINE):
                 return bus.lower()
     return None
 
 
 def _pci_node(root: str, busid: str) -> int | None:
-    try:
-        text = read_bounded(os.path.join(root, "sys", "bus", "pci", "devices", busid, "numa_node"), 64)
-    except OSError:
-        return None
-    text = text.decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() else None
+    with contextlib.suppress(OSError):
+        text = read_bounded(os.path.join(root, "sys", "bus", "pci", "devices", busid, "numa_node"), 64).strip()
+        return int(text) if text.isdigit() else None
+    return None
 
 
 def nvml_processes() -> dict[int, set[str]]:
