@@ -101,17 +101,11 @@ def prove(pid: int, job_id: str | None, recorded: float | None, *, name: str,
             os.close(fd)
 
 
-def _exited(pidfd: int, timeout: float) -> bool:
-    """Whether the pidfd's process has exited, waiting up to `timeout` seconds (poll, not select:
-    the pidfds of a large job pass FD_SETSIZE)."""
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(max(0, int(timeout * 1000))))
-
-
 def _running(member: Member) -> bool:
-    if member.pidfd is not None:
-        return not _exited(member.pidfd, 0)
+    if member.pidfd is not None:  # readable once the process has exited (poll: a large job's pass FD_SETSIZE)
+        poller = select.poll()
+        poller.register(member.pidfd, select.POLLIN)
+        return not poller.poll(0)
     try:
         return member.process.is_running() and member.process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
