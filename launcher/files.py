@@ -16,7 +16,7 @@ import stat
 import uuid
 from dataclasses import dataclass
 
-from topo.binding import MAX_PROCESSES
+from topo.binding import MAX_PROCESSES, read_bounded
 from topo.cpuset import excerpt
 from topo.errors import UsageError
 from topo.numbers import MAX_SECONDS
@@ -191,9 +191,9 @@ def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) ->
 
 def _load(log_dir: str, path: str):
     try:
-        # O_NOFOLLOW: a link planted as launch.json (to /dev/zero, a FIFO, another file) is refused;
-        # O_NONBLOCK: a FIFO must not hang topo stop waiting for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        # no link followed (one planted as launch.json, to /dev/zero or another file, is refused), no
+        # wait on a FIFO for a writer, a regular file only
+        raw = read_bounded(path, RECORD_LIMIT + 1)
     except FileNotFoundError:
         raise UsageError(f"no job record, {path} does not exist: {_NO_RECORD}") from None
     except NotADirectoryError:
@@ -202,21 +202,13 @@ def _load(log_dir: str, path: str):
         if exc.errno == errno.ELOOP:
             raise UsageError(f"not a job record, {path} is a symbolic link (topo writes launch.json as a "
                              f"file): {_NO_RECORD}") from None
-        raise UsageError(f"unreadable job record, {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if exc.errno == errno.EINVAL:
             raise UsageError(f"not a job record, {path} is not a regular file (a FIFO, device or directory): "
-                             f"{_NO_RECORD}")
-        # a regular file gives all of it at once, up to the limit
-        raw = os.read(fd, RECORD_LIMIT + 1) if info.st_size <= RECORD_LIMIT else b""
-    except OSError as exc:
+                             f"{_NO_RECORD}") from None
         raise UsageError(f"unreadable job record, {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > RECORD_LIMIT or info.st_size > RECORD_LIMIT:
-        raise UsageError(f"not a job record, {path} is {max(len(raw), info.st_size)} bytes, more than the "
-                         f"{RECORD_LIMIT} a record can be; {_FIX}")
+    if len(raw) > RECORD_LIMIT:
+        raise UsageError(f"not a job record, {path} is {len(raw)}+ bytes, more than the {RECORD_LIMIT} a record "
+                         f"can be; {_FIX}")
     from topo.loader import read_json  # bounded: a record of empty lists costs no more than its size
 
     try:
