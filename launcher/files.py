@@ -33,10 +33,6 @@ _FIX = "stop the processes by hand"
 _NO_RECORD = "give the --log_dir of a job started by topo launch or topo run"
 
 
-class LogFileError(OSError):
-    """A log could not be opened as a file topo may write."""
-
-
 def open_log(path: str, mode: str = "x"):
     """A log file opened for writing: "x" creates it (O_EXCL), "a" appends to one topo created (a
     process started again): a regular file of this user, never through a link or blocking on a FIFO."""
@@ -46,12 +42,12 @@ def open_log(path: str, mode: str = "x"):
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise LogFileError(errno.ELOOP, "is a symbolic link; topo does not write through one", path) from None
+            raise OSError(errno.ELOOP, "is a symbolic link; topo does not write through one", path) from None
         raise
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
         os.close(fd)
-        raise LogFileError(errno.EEXIST, "is not a log topo created; topo does not write into it", path)
+        raise OSError(errno.EEXIST, "is not a log topo created; topo does not write into it", path)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "w" if mode == "x" else "a")
 

@@ -85,10 +85,8 @@ class ProcessView:
 
 
 # -------------------------------------------------------------------- reading one process
-def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, set[str]] | None = None,
-                 devices_by_bus: dict[str, DeviceUse] | None = None) -> ProcessView:
-    """What /proc shows of `pid`, not judged yet. `devices_by_bus` maps a PCI bus id to its device;
-    `nvml` maps pids to the bus ids NVML says they use."""
+def _read(pid: int, root: str, label: str, by_bus: dict[str, DeviceUse], nvml_buses: set[str]) -> ProcessView:
+    """What /proc shows of `pid`, not judged yet; `nvml_buses`: the bus ids NVML says it uses."""
     proc = os.path.join(root, "proc")
     try:
         fields = _stat(f"{proc}/{pid}/stat")
@@ -109,7 +107,7 @@ def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, 
                        memory_policy=policy or None, other_policies=seen.other_policies,
                        pages_by_node=seen.pages_by_node, numa_maps=seen.numa_maps, threads=threads,
                        thread_count=count,
-                       devices=_devices(root, pid, devices_by_bus or {}, (nvml or {}).get(pid, set())))
+                       devices=_devices(root, pid, by_bus, nvml_buses))
 
 
 def _stat(path: str) -> list[str]:
@@ -147,7 +145,7 @@ def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[
     except OSError:
         targets = []  # another user's fds: NVML may still name its GPUs
     for target in targets:
-        use = device_of(root, target, by_bus)
+        use = _device_of(root, target, by_bus)
         found.setdefault(use.busid or use.path, use)
     if "/dev/kfd" in found and any(use.path.startswith("/dev/dri/") for use in found.values()):
         del found["/dev/kfd"]
@@ -172,16 +170,14 @@ def _device_files(root: str, pid: int) -> list[str]:
     return found
 
 
-def device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse | None:
-    """The accelerator a device file names (None for no accelerator's): its bus id from the driver
+def _device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse:
+    """The accelerator an accelerator's device file names: its bus id from the driver
     (NVIDIA's information files; the device link of /sys/class/{drm,accel,habanalabs}/NAME), then
     its index and node from the topology. /dev/kfd names no one GPU."""
-    for pattern, family, kind in _DEVICE_FILES:
+    for pattern, family, kind in _DEVICE_FILES:  # _device_files found it there
         m = pattern.fullmatch(target)
         if m:
             break
-    else:
-        return None
     if family == "kfd":
         return DeviceUse(target, kind, None, None, None)
     number = int(m.group(1))
@@ -351,8 +347,7 @@ def inspect(pids: list[int], *, root: str = "/", labels: dict[int, str] | None =
     # the topology's accelerators (not NICs or disks) by bus id
     by_bus = {d.busid.lower(): DeviceUse("", d.kind, d.index, d.busid.lower(), d.numa_node)
               for d in topology.devices if d.busid and d.kind not in ("nic", "nvme")}
-    views = [read_process(pid, root=root, label=(labels or {}).get(pid, ""), nvml=nvml, devices_by_bus=by_bus)
-             for pid in pids]
+    views = [_read(pid, root, (labels or {}).get(pid, ""), by_bus, (nvml or {}).get(pid, set())) for pid in pids]
     return judge(views, {n.os_index: n.cpuset for n in topology.numa_nodes})
 
 
