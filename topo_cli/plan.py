@@ -126,9 +126,8 @@ def _list_modes() -> str:
               help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
 @click.option("-f", "--force", is_flag=True,
               help="Overwrite the -o and --picture files if they exist (else refused, as lstopo).")
-def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced, priority_cores,
-         min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
-         scheduler_base, explain, output, picture, force):
+def plan(machine, mode, list_modes, nproc_per_node, devices, modules, scheduler_range, explain, output, picture,
+         force, **options):
     """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
 
     \b
@@ -149,8 +148,7 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
         raise UsageError(f"--mode is required: one of {', '.join(planners.modes())} (see --list-modes)")
     if picture is not None and os.path.splitext(picture)[1].lower() not in (".svg", ".html", ".htm"):
         raise UsageError(f"--picture {picture}: name the file .svg or .html")
-    if output in STDOUT_NAMES:
-        output = None
+    output = None if output in STDOUT_NAMES else output
     if output is not None and output == picture:
         raise UsageError(f"-o {output} and --picture {picture} name the same file: give two names")
     for path in (output, picture):
@@ -158,14 +156,10 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
             check_output(path, force)  # before any work: nothing is written if one cannot be
     topology = machine.load()
     ids = parse_devices(devices, topology)  # None: planners.plan applies the visible-device variables
-    result = planners.plan(
-        topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
-        balanced=balanced, priority_cores=priority_cores, min_physical_cores=min_physical_cores,
-        max_physical_cores=max_physical_cores, memory=memory, msrun_bind=msrun_bind, share=share,
+    result = planners.plan(  # the planner options (--scope, --memory, ...) as Options reads them
+        topology, mode, devices=ids, nproc=nproc_per_node, **options,
         modules=parse_modules(modules, "--modules") if modules else None,
-        scheduler_range=parse_range("--scheduler-range", scheduler_range) if scheduler_range else None,
-        scheduler_base=scheduler_base,
-    )
+        scheduler_range=parse_range("--scheduler-range", scheduler_range) if scheduler_range else None)
     text = json.dumps(result.to_json(), indent=2) + "\n"
     if output is not None:
         write_text(output, text, force)
