@@ -22,10 +22,9 @@ REPLAY_ENV = "TOPO_REPLAY_LIVE_PROBES"
 def machine_options(func):
     """Add --root and --topology/--from to a command; it receives `machine` (a MachineSource)."""
 
-    @click.option("--root", "root", envvar="TOPO_ROOT", default=None, metavar="DIR",
+    @click.option("--root", "root", envvar="TOPO_ROOT", metavar="DIR",
                   help="Read DIR/sys and DIR/proc instead of /sys and /proc (like HWLOC_FSROOT). Env: TOPO_ROOT.")
-    @click.option("--topology", "--from", "topology_file", type=click.Path(dir_okay=False), default=None,
-                  metavar="FILE",
+    @click.option("--topology", "--from", "topology_file", type=click.Path(dir_okay=False), metavar="FILE",
                   help="Read the machine from FILE: the output of `topo show --json` or an hwloc XML export "
                        "(`lstopo --of xml FILE`).")
     @click.pass_context

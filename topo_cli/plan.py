@@ -84,9 +84,9 @@ def _list_modes() -> str:
 @machine_options
 @click.option("--mode", metavar="MODE", cls=_ModeOption)
 @click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
-@click.option("--nproc-per-node", type=WholeRange(min=1), default=None,
+@click.option("--nproc-per-node", type=WholeRange(min=1),
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
-@click.option("--devices", default=None, metavar="IDS",
+@click.option("--devices", metavar="IDS",
               help="Physical device ids, GPU/MIG UUIDs or PCI bus ids, comma separated, in local-rank order; "
                    "'none' for a CPU-only job. "
                    "Default: the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible.")
@@ -110,19 +110,18 @@ def _list_modes() -> str:
                                                "node assignment.")
 @_option("--share", core.SHARE, help="msrun-auto: divide CPUs among this job's devices, or among all host "
                                      "devices (msrun).")
-@click.option("--modules", default=None, metavar="LAYOUT",
+@click.option("--modules", metavar="LAYOUT",
               help="Thread modules at relative positions of each process's CPUs, gen_bind_json style: "
                    "runtime=4-8,minddata=9-12,main=13-19 (adds a scheduler entry).")
-@click.option("--scheduler-range", default=None, metavar="START-END",
+@click.option("--scheduler-range", metavar="START-END",
               help="Scheduler CPUs: relative positions in the scheduler base (default 20-23 with --modules).")
 @_option("--scheduler-base", core.SCHEDULER_BASES,
          help="Scheduler CPUs taken from: CPUs of no device, all, or device0's.")
 @click.option("--explain", is_flag=True,
               help="Print a table per process (device, node, CPUs, cores, L3, memory, locality) and "
                    "warnings instead of the JSON (the JSON still goes to -o FILE).")
-@click.option("-o", "--output", default=None, metavar="FILE",
-              help="Write the bind JSON to FILE (default: stdout; '-' is stdout).")
-@click.option("--picture", default=None, metavar="FILE",
+@click.option("-o", "--output", metavar="FILE", help="Write the bind JSON to FILE (default: stdout; '-' is stdout).")
+@click.option("--picture", metavar="FILE",
               help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
 @click.option("-f", "--force", is_flag=True,
               help="Overwrite the -o and --picture files if they exist (else refused, as lstopo).")

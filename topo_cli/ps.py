@@ -18,7 +18,7 @@ from topo.numbers import ascii_number
 
 @click.command(context_settings=CONTEXT)
 @click.argument("pids", nargs=-1, metavar="[PID]...")
-@click.option("--job", "log_dir", metavar="LOG_DIR", default=None,
+@click.option("--job", "log_dir", metavar="LOG_DIR",
               help="The processes of the job topo launch or topo run recorded in LOG_DIR (each checked as topo "
                    "stop checks it: the job's TOPO_JOB_ID and its recorded start time).")
 @click.option("--threads", is_flag=True, help="List every thread: its state and the CPU it last ran on.")

@@ -30,18 +30,15 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
 @click.argument("file", required=False, metavar="[FILE]")
 @click.option("-i", "--input", "input_path", metavar="PATH", help="As lstopo -i: a directory or archive (as --root), "
               "a file (as --from) or a synthetic description (\"pack:2 core:4 pu:2\").")
-@click.option("-o", "--output", default=None, metavar="FILE",
+@click.option("-o", "--output", metavar="FILE",
               help="Write to FILE (as the positional FILE) instead of stdout; '-' is stdout.")
-@click.option("--of", "output_format", default=None, metavar="FORMAT",
-              type=click.Choice([*FORMATS, "txt"], case_sensitive=False),
+@click.option("--of", "output_format", metavar="FORMAT", type=click.Choice([*FORMATS, "txt"], case_sensitive=False),
               help="Output format, as lstopo's --of: console (or txt), ascii (the tree drawn in text), json, "
                    "svg, html, xml (hwloc v2 XML, which lstopo -i FILE reads). "
                    "Default: from FILE's extension, else console.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists (else refused, as lstopo).")
-@click.option("-p", "--physical", "index", flag_value="physical",
-              help="Show physical (OS) indexes P#, as lstopo -p.")
-@click.option("-l", "--logical", "index", flag_value="logical",
-              help="Show logical indexes L# only, as lstopo -l.")
+@click.option("-p", "--physical", "index", flag_value="physical", help="Show physical (OS) indexes P#, as lstopo -p.")
+@click.option("-l", "--logical", "index", flag_value="logical", help="Show logical indexes L# only, as lstopo -l.")
 @click.option("-v", "--verbose", count=True, help="Each object with its attributes, then the summary (lstopo -v).")
 @click.option("-s", "--silent", count=True, help="Only the summary of levels (lstopo -s).")
 @click.option("--only", metavar="TYPE", help="Only objects of TYPE (core, pu, numa, l3, pci, ...).")
@@ -73,7 +70,7 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
               help="Print the topology as JSON (schema topo.topology/1), as --of json.")
 @click.option("--include-disallowed", "--disallowed", is_flag=True,
               help="Also show CPUs and NUMA nodes the cgroup cpuset / affinity does not allow.")
-@click.option("--probes", default=None, metavar="LIST",
+@click.option("--probes", metavar="LIST",
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
 def show(machine, file, input_path, output, output_format, force, index, verbose, silent, only, cpuset, taskset,
          no_caches, no_icaches, no_smt, merge, filters, restrict, distances, cpukinds, long_form, io, no_bridges,
