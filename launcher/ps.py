@@ -105,8 +105,7 @@ def _read(pid: int, root: str, label: str, by_bus: dict[str, DeviceUse], nvml_bu
     policy = f"{seen.policy}:{seen.policy_nodes}" if seen.policy_nodes else seen.policy
     return ProcessView(pid, label, fields[1], cpus_allowed=seen.cpus, mems_allowed=seen.mems_allowed,
                        memory_policy=policy or None, other_policies=seen.other_policies,
-                       pages_by_node=seen.pages_by_node, numa_maps=seen.numa_maps, threads=threads,
-                       thread_count=count,
+                       pages_by_node=seen.pages_by_node, numa_maps=seen.numa_maps, threads=threads, thread_count=count,
                        devices=_devices(root, pid, by_bus, nvml_buses))
 
 
@@ -140,10 +139,9 @@ def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
 def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[str]) -> tuple[DeviceUse, ...]:
     """The accelerators `pid` has open, each once."""
     found: dict[str, DeviceUse] = {}
-    try:
+    targets = []  # unless another user's: NVML may still name its GPUs
+    with contextlib.suppress(OSError):
         targets = _device_files(root, pid)
-    except OSError:
-        targets = []  # another user's fds: NVML may still name its GPUs
     for target in targets:
         use = _device_of(root, target, by_bus)
         found.setdefault(use.busid or use.path, use)
@@ -369,11 +367,10 @@ def as_json(views: list[ProcessView], notes: list[str]) -> dict:
 def as_text(views: list[ProcessView], *, threads: bool = False) -> str:
     lines = []
     for v in views:
-        head = f"pid {v.pid}" + (f" ({v.label})" if v.label else "") + (f" {printable(v.name)}" if v.name else "")
+        lines.append(f"pid {v.pid}" + (f" ({v.label})" if v.label else "") + (f" {printable(v.name)}" if v.name else "")
+                     + (f": {v.error}" if v.error is not None else ""))
         if v.error is not None:
-            lines.append(f"{head}: {v.error}")
             continue
-        lines.append(head)
         lines.append(f"  CPUs allowed {v.cpus_allowed} ({v.cpus_allowed.weight()}); {v.thread_count} thread(s), "
                      f"{v.running} running, last on CPU(s) {v.last_cpus or '-'}")
         extra = "; other mappings: " + ", ".join(f"{p} ({n})" for p, n in v.other_policies.items()) \
