@@ -358,8 +358,10 @@ def as_json(views: list[ProcessView], notes: list[str]) -> dict:
             processes.append({"pid": v.pid, "label": v.label or None, "error": v.error})
             continue
         entry = {key: str(value) if isinstance(value, CpuSet) else value for key, value in asdict(v).items()}
-        entry.update(label=v.label or None, page_kb=BASE_PAGE_KB, last_cpus=str(v.last_cpus), running_threads=v.running,
-                     remote_fraction=None if v.remote_fraction is None else round(v.remote_fraction, 4))
+        entry.update(label=v.label or None, pages_by_node={str(n): p for n, p in v.pages_by_node.items()},
+                     page_kb=BASE_PAGE_KB, last_cpus=str(v.last_cpus), running_threads=v.running,
+                     remote_fraction=None if v.remote_fraction is None else round(v.remote_fraction, 4),
+                     threads=list(entry["threads"]), devices=list(entry["devices"]), problems=list(v.problems))
         processes.append(entry)
     return {"schema": SCHEMA, "processes": processes, "notes": notes}
 
