@@ -72,14 +72,6 @@ def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
     return tuple(ids)
 
 
-def _list_modes() -> str:
-    from topo.planners import registry
-
-    reg = registry()
-    width = max(len(n) for n in reg)
-    return "\n".join(f"{name.ljust(width)}  {p.summary}" for name, p in reg.items())
-
-
 @click.command(context_settings=CONTEXT)
 @machine_options
 @click.option("--mode", metavar="MODE", cls=_ModeOption)
@@ -141,7 +133,9 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, modules, scheduler_
     from topo.visible import default_kind
 
     if list_modes:
-        click.echo(_list_modes())
+        registry = planners.registry()
+        width = max(len(name) for name in registry)
+        click.echo("\n".join(f"{name.ljust(width)}  {p.summary}" for name, p in registry.items()))
         return
     if not mode:
         raise UsageError(f"--mode is required: one of {', '.join(planners.modes())} (see --list-modes)")
