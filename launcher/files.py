@@ -1,7 +1,7 @@
-"""The files of a log directory: logs and launch.json, written without following a link topo did
-not make (a log opened O_NOFOLLOW; launch.json written to a mkstemp file renamed over it), and
-launch.json read back as the hostile input anyone who can write the directory can make of it:
-without following a link or blocking, bounded, every field checked.
+"""The files topo writes, never through a link it did not make (logs opened O_NOFOLLOW, a whole
+file written beside its name and renamed), and launch.json read back as the hostile input anyone who
+can write its directory can make of it: without following a link or blocking, bounded, every field
+checked.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import math
 import os
 import re
 import stat
-import tempfile
+import uuid
 from dataclasses import dataclass
 
-from topo.binding import MAX_PROCESSES
+from topo.binding import MAX_PROCESSES, read_bounded
 from topo.cpuset import excerpt
 from topo.errors import UsageError
 from topo.numbers import MAX_SECONDS
@@ -33,35 +33,28 @@ _FIX = "stop the processes by hand"
 _NO_RECORD = "give the --log_dir of a job started by topo launch or topo run"
 
 
-class LogFileError(OSError):
-    """A log could not be opened as a file topo may write."""
-
-
 def open_log(path: str, mode: str = "x"):
-    """A log file opened for writing: "x" creates it (O_EXCL: never a file, FIFO or link that is
-    already there), "a" appends to one topo created (a process started again), refused unless it
-    is a regular file of this user. Neither follows a link at its name nor blocks on a FIFO.
-    OSError (ELOOP for a link) when it cannot be."""
+    """A log file opened for writing: "x" creates it (O_EXCL), "a" appends to one topo created (a
+    process started again): a regular file of this user, never through a link or blocking on a FIFO."""
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     flags |= os.O_CREAT | os.O_EXCL if mode == "x" else os.O_APPEND
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise LogFileError(errno.ELOOP, "is a symbolic link; topo does not write through one", path) from None
+            raise OSError(errno.ELOOP, "is a symbolic link; topo does not write through one", path) from None
         raise
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
         os.close(fd)
-        raise LogFileError(errno.EEXIST, "is not a log topo created; topo does not write into it", path)
+        raise OSError(errno.EEXIST, "is not a log topo created; topo does not write into it", path)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "w" if mode == "x" else "a")
 
 
 def replaceable(path: str, logs: frozenset[str]) -> bool:
-    """Whether the entry at `path` (in a log directory) is one topo may remove and create again: a
-    regular file of this user with no other link, listed in `logs` (its previous record's, see
-    previous_logs); launch.json need not be listed."""
+    """Whether topo may remove and create again `path` in a log directory: a regular file of this
+    user with no other link, listed in `logs` (previous_logs) or launch.json."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -71,8 +64,8 @@ def replaceable(path: str, logs: frozenset[str]) -> bool:
 
 
 def previous_logs(log_dir: str) -> frozenset[str]:
-    """The log files the record in `log_dir` lists ("logs", and each process's "log"), when that
-    record is a regular file of this user: the files a rerun into the directory may replace."""
+    """The log files a rerun into `log_dir` may replace: those its record lists ("logs", and each
+    process's "log"), when that record is a regular file of this user."""
     path = os.path.join(log_dir, LAUNCH_JSON)
     try:
         if os.lstat(path).st_uid != os.geteuid():
@@ -88,18 +81,37 @@ def previous_logs(log_dir: str) -> frozenset[str]:
     return frozenset(os.path.abspath(p) for p in logs if isinstance(p, str) and "\0" not in p)
 
 
-def write_record(path: str, text: str) -> None:
-    """Replace `path` with `text` at once: readers see the old record or the new, never half."""
+def write_whole(path: str, text: str, *, replace: bool = True, mode: int = 0o666) -> None:
+    """Write `path` whole or not at all: `text` goes to a new file beside it, created O_EXCL and
+    O_NOFOLLOW (a link planted under that name is never followed), which then takes the name: by
+    rename(), which replaces what is there (a link itself, not what it points to), or, unless
+    `replace`, by link(), which fails (FileExistsError) if the name was taken meanwhile."""
     directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=f"{name}.", suffix=".tmp", dir=directory or ".")
+    temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:16]}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if replace:
+            os.replace(temporary, path)
+        else:
+            try:
+                os.link(temporary, path, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+                # a filesystem without hard links (vfat, some FUSE): look again, then rename
+                if os.path.lexists(path):
+                    raise FileExistsError(errno.EEXIST, "File exists", path) from None
+                os.rename(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def write_record(path: str, text: str) -> None:
+    """Replace the record at `path` at once, readable by this user alone: readers see the old one or the new."""
+    write_whole(path, text, mode=0o600)
 
 
 @dataclass(frozen=True)
@@ -123,9 +135,8 @@ class JobRecord:
 
 
 def record_path(log_dir: str) -> str:
-    """`log_dir`/launch.json, or the record of the one run below it where topo run keeps them
-    (LOG_DIR/<run id>_<random>/attempt_<n>/launch.json): its last attempt, the only one that can
-    still run. UsageError when records of several runs are there."""
+    """`log_dir`/launch.json, or where topo run keeps them, the last attempt's of the one run below
+    it (LOG_DIR/<run id>_<random>/attempt_<n>/launch.json). UsageError when several runs are there."""
     path = os.path.join(log_dir, LAUNCH_JSON)
     if os.path.lexists(path) or not os.path.isdir(log_dir):
         return path
@@ -143,9 +154,8 @@ def _attempt_number(record: str) -> int:
 
 
 def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) -> JobRecord:
-    """The job record in `log_dir` (at `path`, when record_path has found it), every field checked
-    (the grace period only with `grace`); a UsageError naming the file otherwise, before anything
-    is signalled."""
+    """The job record in `log_dir` (at `path` when record_path found it), every field checked (the
+    grace period only with `grace`); a UsageError naming the file otherwise."""
     path = path or record_path(log_dir)
     data = _load(log_dir, path)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("processes"), list):
@@ -177,9 +187,9 @@ def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) ->
 
 def _load(log_dir: str, path: str):
     try:
-        # O_NOFOLLOW: a link planted as launch.json (to /dev/zero, a FIFO, another file) is refused;
-        # O_NONBLOCK: a FIFO must not hang topo stop waiting for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        # no link followed (one planted as launch.json, to /dev/zero or another file, is refused), no
+        # wait on a FIFO for a writer, a regular file only
+        raw = read_bounded(path, RECORD_LIMIT + 1)
     except FileNotFoundError:
         raise UsageError(f"no job record, {path} does not exist: {_NO_RECORD}") from None
     except NotADirectoryError:
@@ -188,21 +198,13 @@ def _load(log_dir: str, path: str):
         if exc.errno == errno.ELOOP:
             raise UsageError(f"not a job record, {path} is a symbolic link (topo writes launch.json as a "
                              f"file): {_NO_RECORD}") from None
-        raise UsageError(f"unreadable job record, {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if exc.errno == errno.EINVAL:
             raise UsageError(f"not a job record, {path} is not a regular file (a FIFO, device or directory): "
-                             f"{_NO_RECORD}")
-        # a regular file gives all of it at once, up to the limit
-        raw = os.read(fd, RECORD_LIMIT + 1) if info.st_size <= RECORD_LIMIT else b""
-    except OSError as exc:
+                             f"{_NO_RECORD}") from None
         raise UsageError(f"unreadable job record, {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > RECORD_LIMIT or info.st_size > RECORD_LIMIT:
-        raise UsageError(f"not a job record, {path} is {max(len(raw), info.st_size)} bytes, more than the "
-                         f"{RECORD_LIMIT} a record can be; {_FIX}")
+    if len(raw) > RECORD_LIMIT:
+        raise UsageError(f"not a job record, {path} is {len(raw)}+ bytes, more than the {RECORD_LIMIT} a record "
+                         f"can be; {_FIX}")
     from topo.loader import read_json  # bounded: a record of empty lists costs no more than its size
 
     try:
@@ -242,10 +244,9 @@ def _time(path: str, data: dict, key: str) -> float | None:
 
 
 def check_not_running(log_dir: str, stop_hint: str) -> None:
-    """UsageError when `log_dir` holds the record of a job with a process still running (one that
-    carries the job's id): a second job there would overwrite its logs and record, and `topo stop`
-    could no longer find it. `stop_hint` is the directory as the user should pass it to `topo stop`.
-    No record, or one topo stop could not use, protects nothing."""
+    """UsageError when `log_dir` holds the record of a job with a recorded process still running
+    that carries the job's id: a second job there would overwrite its logs and record, hiding it from
+    `topo stop` (`stop_hint`: the directory as the user gives it there). No usable record protects nothing."""
     path = os.path.join(log_dir, LAUNCH_JSON)
     try:
         record = read_record(log_dir, path, grace=False)
@@ -255,16 +256,12 @@ def check_not_running(log_dir: str, stop_hint: str) -> None:
         try:
             os.kill(p.pid, 0)
         except ProcessLookupError:
-            # a finished job's, the usual case: no psutil to import (benchmarks/launch_bench.py, N=8: ~10 ms
-            continue
+            continue  # a finished job's, the usual case: no psutil to import (benchmarks/launch_bench.py, N=8: ~10 ms)
         except PermissionError:
             pass
         import psutil
 
-        try:
-            running = psutil.Process(p.pid).environ().get(JOB_ID_VAR) == record.job_id
-        except psutil.Error:  # gone, or not ours to read
-            continue
-        if running:
-            raise UsageError(f"the log directory holds a running job, {path} (pid {p.pid}): stop it first "
-                             f"with `topo stop {stop_hint}`, or give another --log_dir")
+        with contextlib.suppress(psutil.Error):  # gone, or not ours to read
+            if psutil.Process(p.pid).environ().get(JOB_ID_VAR) == record.job_id:
+                raise UsageError(f"the log directory holds a running job, {path} (pid {p.pid}): stop it first "
+                                 f"with `topo stop {stop_hint}`, or give another --log_dir")

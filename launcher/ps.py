@@ -1,9 +1,9 @@
 """`topo ps`: where running processes really are. Per process its allowed CPUs, memory policy and
-resident pages per node (topo.binding.observe), the CPU each thread last ran on, the accelerators
-it has open (/proc/PID/fd links to /dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/kfd,
-/dev/accel/accelN, /dev/hlN, or NVML's process lists) and their node, and a verdict: pages remote from its
-device(s) (without one: from its allowed CPUs), threads outside its CPUs or on a CPU another
-listed process runs on, more runnable threads than CPUs. Reads are bounded and below one root.
+resident pages per node (topo.binding.observe), the CPU each thread last ran on, the accelerators it
+has open (device files in /proc/PID/fd, or NVML's process lists) and their node, and a verdict:
+pages remote from its device(s) (without one: from its allowed CPUs), threads outside its CPUs or
+on a CPU another listed process runs on, more runnable threads than CPUs. Reads are bounded and
+below one root.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import topo
 from topo.binding import BASE_PAGE_KB, observe, read_bounded
 from topo.cpuset import CpuSet
 from topo.probes.nvml import normalize_busid
+from topo.text import printable
 
 SCHEMA = "topo.ps/1"
 MAX_THREADS = 1 << 15  # threads read per process; more are counted, not read
@@ -26,13 +27,14 @@ SMALL_LIMIT = 64 << 10  # a stat line, a driver's information file
 # libraries' page cache, first read by another process); a tenth is a binding problem.
 REMOTE_WARN = 0.10
 
+# device file -> (family, kind); the family says where its bus id is found
 _DEVICE_FILES = (
-    (re.compile(r"/dev/nvidia([0-9]{1,4})"), "nvidia"),
-    (re.compile(r"/dev/davinci([0-9]{1,4})"), "davinci"),
-    (re.compile(r"/dev/dri/renderD([0-9]{1,4})"), "drm"),
-    (re.compile(r"/dev/accel/accel([0-9]{1,4})"), "accel"),  # Gaudi (habanalabs) and other accel drivers
-    (re.compile(r"/dev/hl([0-9]{1,4})"), "habanalabs"),  # Gaudi before the driver moved to accel
-    (re.compile(r"/dev/kfd()"), "kfd"),  # ROCm's one file for all AMD GPUs: the render nodes say which
+    (re.compile(r"/dev/nvidia([0-9]{1,4})"), "nvidia", "gpu"),
+    (re.compile(r"/dev/davinci([0-9]{1,4})"), "davinci", "npu"),
+    (re.compile(r"/dev/dri/renderD([0-9]{1,4})"), "drm", "gpu"),
+    (re.compile(r"/dev/accel/accel([0-9]{1,4})"), "accel", "accel"),  # Gaudi (habanalabs) and other accel drivers
+    (re.compile(r"/dev/hl([0-9]{1,4})"), "habanalabs", "accel"),  # Gaudi before the driver moved to accel
+    (re.compile(r"/dev/kfd()"), "kfd", "gpu"),  # ROCm's one file for all AMD GPUs: the render nodes say which
 )
 
 
@@ -83,10 +85,8 @@ class ProcessView:
 
 
 # -------------------------------------------------------------------- reading one process
-def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, set[str]] | None = None,
-                 devices_by_bus: dict[str, DeviceUse] | None = None) -> ProcessView:
-    """What /proc shows of `pid` (no verdict yet: see inspect). `devices_by_bus` maps a PCI bus
-    id to its device (index, NUMA node); `nvml` maps pids to the bus ids NVML says they use."""
+def _read(pid: int, root: str, label: str, by_bus: dict[str, DeviceUse], nvml_buses: set[str]) -> ProcessView:
+    """What /proc shows of `pid`, not judged yet; `nvml_buses`: the bus ids NVML says it uses."""
     proc = os.path.join(root, "proc")
     try:
         fields = _stat(f"{proc}/{pid}/stat")
@@ -94,7 +94,7 @@ def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, 
             return ProcessView(pid, label, fields[1], error="exited (a zombie)")
         seen = observe(pid, proc)
     except (FileNotFoundError, ProcessLookupError):
-        seen = fields = None
+        seen = None
     except PermissionError as exc:
         return ProcessView(pid, label, error=f"permission denied ({exc.filename}): another user's process")
     except OSError as exc:
@@ -104,15 +104,14 @@ def read_process(pid: int, *, root: str = "/", label: str = "", nvml: dict[int, 
     threads, count = _threads(proc, pid)
     policy = f"{seen.policy}:{seen.policy_nodes}" if seen.policy_nodes else seen.policy
     return ProcessView(pid, label, fields[1], cpus_allowed=seen.cpus, mems_allowed=seen.mems_allowed,
-                       memory_policy=policy or None,
-                       other_policies=seen.other_policies, pages_by_node=seen.pages_by_node, numa_maps=seen.numa_maps,
-                       threads=threads, thread_count=count,
-                       devices=_devices(root, pid, devices_by_bus or {}, (nvml or {}).get(pid, set())))
+                       memory_policy=policy or None, other_policies=seen.other_policies,
+                       pages_by_node=seen.pages_by_node, numa_maps=seen.numa_maps, threads=threads, thread_count=count,
+                       devices=_devices(root, pid, by_bus, nvml_buses))
 
 
 def _stat(path: str) -> list[str]:
-    """A stat line split into proc(5)'s fields from 1 (fields[1]: the name, which may hold spaces
-    and ")", so it ends at the last ")"; fields[2] the state)."""
+    """A stat line as proc(5)'s fields from 1: the name (fields[1]) may hold spaces and ")", so it
+    ends at the last ")"."""
     text = read_bounded(path, SMALL_LIMIT).decode("ascii", "replace")
     head, sep, rest = text.rpartition(")")
     first, _, name = head.partition(" (")
@@ -123,10 +122,9 @@ def _stat(path: str) -> list[str]:
 
 
 def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
-    try:
+    names = []
+    with contextlib.suppress(OSError):
         names = [n for n in os.listdir(f"{proc}/{pid}/task") if n.isascii() and n.isdigit()]
-    except OSError:
-        return (), 0
     threads = []
     for name in sorted(names, key=int)[:MAX_THREADS]:
         try:
@@ -141,12 +139,11 @@ def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
 def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[str]) -> tuple[DeviceUse, ...]:
     """The accelerators `pid` has open, each once."""
     found: dict[str, DeviceUse] = {}
-    try:
+    targets = []  # unless another user's: NVML may still name its GPUs
+    with contextlib.suppress(OSError):
         targets = _device_files(root, pid)
-    except OSError:
-        targets = []  # another user's fds: NVML may still name its GPUs
     for target in targets:
-        use = device_of(root, target, by_bus)
+        use = _device_of(root, target, by_bus)
         found.setdefault(use.busid or use.path, use)
     if "/dev/kfd" in found and any(use.path.startswith("/dev/dri/") for use in found.values()):
         del found["/dev/kfd"]
@@ -158,8 +155,7 @@ def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[
 
 
 def _device_files(root: str, pid: int) -> list[str]:
-    """The accelerator device files among `pid`'s open files, by descriptor; OSError when they
-    cannot be looked at (another user's)."""
+    """The accelerator device files among `pid`'s open files; OSError when they cannot be looked at."""
     fd_dir = os.path.join(root, "proc", str(pid), "fd")
     found = []
     for fd in sorted((n for n in os.listdir(fd_dir) if n.isascii() and n.isdigit()), key=int)[:MAX_FDS]:
@@ -167,77 +163,65 @@ def _device_files(root: str, pid: int) -> list[str]:
             target = os.readlink(os.path.join(fd_dir, fd))
         except OSError:
             continue  # closed meanwhile
-        if any(pattern.fullmatch(target) for pattern, _ in _DEVICE_FILES):
+        if any(pattern.fullmatch(target) for pattern, _, _ in _DEVICE_FILES):
             found.append(target)
     return found
 
 
-def device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse | None:
-    """The accelerator a device file names, or None when `target` is not one: its bus id from the
-    driver (/proc/driver/nvidia/gpus/*/information for an NVIDIA minor number; the device link of
-    /sys/class/drm/renderDN, /sys/class/accel/accelN or /sys/class/habanalabs/hlN), then its index
-    and node from the topology. /dev/kfd names no one GPU."""
-    for pattern, family in _DEVICE_FILES:
+def _device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse:
+    """The accelerator an accelerator's device file names: its bus id from the driver
+    (NVIDIA's information files; the device link of /sys/class/{drm,accel,habanalabs}/NAME), then
+    its index and node from the topology. /dev/kfd names no one GPU."""
+    for pattern, family, kind in _DEVICE_FILES:  # _device_files found it there
         m = pattern.fullmatch(target)
         if m:
             break
-    else:
-        return None
     if family == "kfd":
-        return DeviceUse(target, "gpu", None, None, None)
+        return DeviceUse(target, kind, None, None, None)
     number = int(m.group(1))
     busid = None
     if family == "nvidia":
         busid = _nvidia_bus(root, number)
-    elif family in ("drm", "accel", "habanalabs"):
-        link = os.path.join(root, "sys", "class", family, os.path.basename(target), "device")
-        try:
+    elif family != "davinci":
+        with contextlib.suppress(OSError):
+            link = os.path.join(root, "sys", "class", family, os.path.basename(target), "device")
             busid = os.path.basename(os.readlink(link)).lower()
-        except OSError:
-            busid = None
-    if busid is not None and busid in by_bus:
+    if busid in by_bus:
         known = by_bus[busid]
         return DeviceUse(target, known.kind, known.index, busid, known.numa_node)
     if family == "davinci":  # the davinci number is the NPU's physical id
         known = next((d for d in by_bus.values() if d.kind == "npu" and d.index == number), None)
-        return DeviceUse(target, "npu", number, known and known.busid, known and known.numa_node)
-    kind = {"nvidia": "gpu", "drm": "gpu", "accel": "accel", "habanalabs": "accel"}[family]
-    index = number if family in ("nvidia", "accel", "habanalabs") and busid is None else None
+        return DeviceUse(target, kind, number, known and known.busid, known and known.numa_node)
+    index = number if family != "drm" and busid is None else None
     return DeviceUse(target, kind, index, busid, _pci_node(root, busid) if busid else None)
 
 
 def _nvidia_bus(root: str, minor: int) -> str | None:
-    """The PCI bus id of the NVIDIA GPU with this device minor number, from the driver's
-    /proc/driver/nvidia/gpus/<busid>/information ("Device Minor:" line)."""
+    """The bus id of the NVIDIA GPU with this minor number: the "Device Minor:" line of the driver's
+    /proc/driver/nvidia/gpus/<busid>/information."""
     base = os.path.join(root, "proc", "driver", "nvidia", "gpus")
     try:
         buses = sorted(os.listdir(base))
     except OSError:
         return None
     for bus in buses:
-        try:
+        with contextlib.suppress(OSError):
             text = read_bounded(os.path.join(base, bus, "information"), SMALL_LIMIT).decode("ascii", "replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Device Minor" and value.strip() == str(minor):
+            if re.search(rf"^[ \t]*Device Minor[ \t]*:[ \t]*{minor}[ \t]*$", text, re.MULTILINE):
                 return bus.lower()
     return None
 
 
 def _pci_node(root: str, busid: str) -> int | None:
-    try:
-        text = read_bounded(os.path.join(root, "sys", "bus", "pci", "devices", busid, "numa_node"), 64)
-    except OSError:
-        return None
-    text = text.decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() else None
+    with contextlib.suppress(OSError):
+        text = read_bounded(os.path.join(root, "sys", "bus", "pci", "devices", busid, "numa_node"), 64).strip()
+        return int(text) if text.isdigit() else None
+    return None
 
 
 def nvml_processes() -> dict[int, set[str]]:
-    """pid -> bus ids of the GPUs NVML says it runs on (compute and graphics); {} without pynvml
-    or a driver that answers. Bus ids are written as sysfs writes them (0000:07:00.0)."""
+    """pid -> bus ids (as sysfs writes them) of the GPUs NVML says it runs on, compute and graphics;
+    {} without pynvml or a driver that answers."""
     try:
         import pynvml
 
@@ -250,11 +234,9 @@ def nvml_processes() -> dict[int, set[str]]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             busid = normalize_busid(pynvml.nvmlDeviceGetPciInfo(handle).busId)
             for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
-                try:
+                with contextlib.suppress(Exception):
                     for p in query(handle):
                         found.setdefault(int(p.pid), set()).add(busid)
-                except Exception:
-                    continue
     except Exception:
         return found
     finally:
@@ -281,12 +263,6 @@ def accelerator_pids(root: str = "/", nvml: dict[int, set[str]] | None = None) -
 
 
 # -------------------------------------------------------------------- verdicts
-def devices_by_bus(topology) -> dict[str, DeviceUse]:
-    """The topology's accelerators (not NICs or disks) by PCI bus id."""
-    return {d.busid.lower(): DeviceUse("", d.kind, d.index, d.busid.lower(), d.numa_node)
-            for d in topology.devices if d.busid and d.kind not in ("nic", "nvme")}
-
-
 def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessView]:
     """Each readable view with its local nodes, remote fraction and problems."""
     readable = [v for v in views if v.error is None]
@@ -319,15 +295,13 @@ def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessVie
         if outside:
             problems.append(f"{len(outside)} thread(s) last ran outside its allowed CPUs {view.cpus_allowed}: "
                             + ", ".join(f"{t.tid} on CPU {t.cpu}" for t in outside[:8]))
-        busy = {t.cpu for t in view.threads if t.state == "R"}
-        shared = CpuSet(cpu for cpu in busy if len(running_on[cpu]) > 1)
+        shared = CpuSet(t.cpu for t in view.threads if t.state == "R" and len(running_on[t.cpu]) > 1)
         if shared:
             sharers = {pid for cpu in shared for pid in running_on[cpu]} - {view.pid}
             problems.append(f"its running threads share CPU(s) {shared} with running threads of {_pids(sharers)}")
         overlap, others = overlaps[view.cpus_allowed]
-        others = others - {view.pid}
-        if others:
-            problems.append(f"its allowed CPUs overlap those of {_pids(others)} on CPU(s) {overlap}")
+        if others - {view.pid}:
+            problems.append(f"its allowed CPUs overlap those of {_pids(others - {view.pid})} on CPU(s) {overlap}")
         width = view.cpus_allowed.weight()
         if view.running > width:
             problems.append(f"{view.running} threads ready to run on {width} allowed CPU(s)")
@@ -368,50 +342,43 @@ def inspect(pids: list[int], *, root: str = "/", labels: dict[int, str] | None =
     with disallowed CPUs and nodes included (a process may be allowed what this one is not)."""
     if topology is None:
         topology = topo.discover(root, include_disallowed=True)
-    by_bus = devices_by_bus(topology)
-    views = [read_process(pid, root=root, label=(labels or {}).get(pid, ""), nvml=nvml, devices_by_bus=by_bus)
-             for pid in pids]
+    # the topology's accelerators (not NICs or disks) by bus id
+    by_bus = {d.busid.lower(): DeviceUse("", d.kind, d.index, d.busid.lower(), d.numa_node)
+              for d in topology.devices if d.busid and d.kind not in ("nic", "nvme")}
+    views = [_read(pid, root, (labels or {}).get(pid, ""), by_bus, (nvml or {}).get(pid, set())) for pid in pids]
     return judge(views, {n.os_index: n.cpuset for n in topology.numa_nodes})
 
 
 # -------------------------------------------------------------------- output
 def as_json(views: list[ProcessView], notes: list[str]) -> dict:
-    """The `topo.ps/1` object."""
+    """The `topo.ps/1` object: each view's fields (CPU and node sets as lists), and what they imply."""
     processes = []
     for v in views:
         if v.error is not None:
             processes.append({"pid": v.pid, "label": v.label or None, "error": v.error})
             continue
-        processes.append({
-            "pid": v.pid, "label": v.label or None, "name": v.name, "error": None,
-            "cpus_allowed": str(v.cpus_allowed), "mems_allowed": None if v.mems_allowed is None else str(v.mems_allowed),
-            "memory_policy": v.memory_policy, "other_policies": v.other_policies,
-            "pages_by_node": {str(n): p for n, p in v.pages_by_node.items()}, "page_kb": BASE_PAGE_KB,
-            "numa_maps": v.numa_maps, "local_nodes": str(v.local_nodes), "local_from": v.local_from,
-            "remote_fraction": None if v.remote_fraction is None else round(v.remote_fraction, 4),
-            "last_cpus": str(v.last_cpus), "thread_count": v.thread_count, "running_threads": v.running,
-            "threads": [asdict(t) for t in v.threads],
-            "devices": [asdict(d) for d in v.devices],
-            "problems": list(v.problems),
-        })
+        entry = {key: str(value) if isinstance(value, CpuSet) else value for key, value in asdict(v).items()}
+        entry.update(label=v.label or None, pages_by_node={str(n): p for n, p in v.pages_by_node.items()},
+                     page_kb=BASE_PAGE_KB, last_cpus=str(v.last_cpus), running_threads=v.running,
+                     remote_fraction=None if v.remote_fraction is None else round(v.remote_fraction, 4),
+                     threads=list(entry["threads"]), devices=list(entry["devices"]), problems=list(v.problems))
+        processes.append(entry)
     return {"schema": SCHEMA, "processes": processes, "notes": notes}
 
 
 def as_text(views: list[ProcessView], *, threads: bool = False) -> str:
     lines = []
     for v in views:
-        head = f"pid {v.pid}" + (f" ({v.label})" if v.label else "") + (f" {_printable(v.name)}" if v.name else "")
+        lines.append(f"pid {v.pid}" + (f" ({v.label})" if v.label else "") + (f" {printable(v.name)}" if v.name else "")
+                     + (f": {v.error}" if v.error is not None else ""))
         if v.error is not None:
-            lines.append(f"{head}: {v.error}")
             continue
-        lines.append(head)
         lines.append(f"  CPUs allowed {v.cpus_allowed} ({v.cpus_allowed.weight()}); {v.thread_count} thread(s), "
                      f"{v.running} running, last on CPU(s) {v.last_cpus or '-'}")
-        policy = v.memory_policy or "unknown"
         extra = "; other mappings: " + ", ".join(f"{p} ({n})" for p, n in v.other_policies.items()) \
             if v.other_policies else ""
         mems = f"; memory nodes allowed {v.mems_allowed}" if v.mems_allowed is not None else ""
-        lines.append(f"  memory policy {policy}{extra}{mems}")
+        lines.append(f"  memory policy {v.memory_policy or 'unknown'}{extra}{mems}")
         if v.pages_by_node:
             pages = ", ".join(f"node {n} {_size(p)}" for n, p in v.pages_by_node.items())
             lines.append(f"  resident: {pages}" + ("" if v.numa_maps == "read" else f" ({v.numa_maps})"))
@@ -424,18 +391,9 @@ def as_text(views: list[ProcessView], *, threads: bool = False) -> str:
                 for d in v.devices))
         remote = "-" if v.remote_fraction is None else f"{v.remote_fraction:.1%}"
         lines.append(f"  local node(s) {v.local_nodes or '-'} (of its {v.local_from}); remote pages {remote}")
-        if v.problems:
-            lines.extend(f"  ! {p}" for p in v.problems)
-        else:
-            lines.append("  ok")
+        lines.extend([f"  ! {p}" for p in v.problems] or ["  ok"])
         if threads:
-            for t in v.threads:
-                lines.append(f"    thread {t.tid} {_printable(t.name)}: {t.state} on CPU {t.cpu}")
+            lines.extend(f"    thread {t.tid} {printable(t.name)}: {t.state} on CPU {t.cpu}" for t in v.threads)
             if v.thread_count > len(v.threads):
                 lines.append(f"    ... {v.thread_count - len(v.threads)} more thread(s) not read")
     return "\n".join(lines)
-
-
-def _printable(text: str) -> str:
-    """A process or thread name as the terminal may show it (a name can hold escape sequences)."""
-    return "".join(c if c.isprintable() else "?" for c in text)

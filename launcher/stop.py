@@ -6,9 +6,6 @@ environment it was started with (children inherit it) and, for a recorded pid wi
 start time, started then, so a reused pid is never signalled. Each is signalled alone through a
 pidfd opened before the proof, never through its session or process group. A launcher still
 following its job (--join=True) is asked instead (SIGTERM) when it is provably the job's.
-
-Exit status: 0 when the job's processes are gone; 1 when a process survived SIGKILL or a recorded
-process that still runs could not be proven the job's (it is left alone and named).
 """
 
 from __future__ import annotations
@@ -45,6 +42,8 @@ class StopReport:
 
     @property
     def exit_code(self) -> int:
+        """0 when the job's processes are gone; 1 when one survived SIGKILL or a recorded one that
+        still runs could not be proven the job's (it is left alone and named)."""
         return 1 if self.survivors or self.unproven or self.unreadable else 0
 
 
@@ -52,8 +51,7 @@ class StopReport:
 @dataclass
 class Member:
     """A process proven the job's, held by a pidfd opened before the proof (a signal through it
-    reaches that process or none), or, where the kernel has no pidfds, by psutil's identity of it
-    (pid and start time)."""
+    reaches that process or none), or, without pidfds, by psutil's pid and start time."""
     pid: int
     process: psutil.Process
     name: str
@@ -66,19 +64,18 @@ def _pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except ProcessLookupError:
         return None
-    except (OSError, AttributeError) as exc:
-        if isinstance(exc, OSError) and exc.errno not in (errno.ENOSYS, errno.EPERM):
-            return None
+    except AttributeError:
         return -1
+    except OSError as exc:
+        return -1 if exc.errno in (errno.ENOSYS, errno.EPERM) else None
 
 
 def prove(pid: int, job_id: str | None, recorded: float | None, *, name: str,
           belongs: Callable[[psutil.Process], bool] | None = None) -> tuple[str, Member | None]:
     """("job", Member) when the process at `pid` carries JOB_ID_VAR=`job_id` (or `belongs` to the
     job) and, when `recorded` is a start time, started then. Otherwise (verdict, None): "gone"
-    (exited, a zombie, or the pid names a process started at another time), "unproven" (started at
-    the recorded time, but its environment does not carry the id), "unreadable" (its environment
-    cannot be read: another user's)."""
+    (exited, a zombie, or started at another time), "unproven" (started at the recorded time but
+    not carrying the id), "unreadable" (its environment cannot be read: another user's)."""
     fd = _pidfd(pid)
     if fd is None:
         return "gone", None
@@ -93,30 +90,22 @@ def prove(pid: int, job_id: str | None, recorded: float | None, *, name: str,
             verdict = "unproven"
         if not (belongs(process) if belongs else process.environ().get(JOB_ID_VAR) == job_id):
             return verdict, None
-        member, fd = Member(pid, process, name, None if fd == -1 else fd), None
+        member, fd = Member(pid, process, name, None if fd == -1 else fd), None  # the member holds the pidfd
         return "job", member
-    except psutil.NoSuchProcess:  # a zombie too
-        return "gone", None
     except psutil.AccessDenied:  # another user's: whether it carries the id is unknown, not "no"
         return "unreadable", None
-    except psutil.Error:
+    except psutil.Error:  # NoSuchProcess, a zombie too
         return "gone", None
     finally:
         if fd is not None and fd >= 0:
             os.close(fd)
 
 
-def _exited(pidfd: int, timeout: float) -> bool:
-    """Whether the pidfd's process has exited, waiting up to `timeout` seconds (poll, not select:
-    the pidfds of a large job pass FD_SETSIZE)."""
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(max(0, int(timeout * 1000))))
-
-
 def _running(member: Member) -> bool:
-    if member.pidfd is not None:
-        return not _exited(member.pidfd, 0)
+    if member.pidfd is not None:  # readable once the process has exited (poll: a large job's pass FD_SETSIZE)
+        poller = select.poll()
+        poller.register(member.pidfd, select.POLLIN)
+        return not poller.poll(0)
     try:
         return member.process.is_running() and member.process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -140,12 +129,16 @@ def _close(members) -> None:
 
 def find_members(record: JobRecord, report: StopReport | None = None, *,
                  known: dict[int, Member] | None = None) -> dict[int, Member]:
-    """The job's live processes by pid: the recorded ones and every other process that carries its
-    id. Each recorded one that has exited, is not provably the job's or whose environment cannot be
-    read is listed in `report` (as gone, unproven, unreadable).
-    Given the processes `known` from an earlier call, those still running are kept as they are and
-    the recorded ones are not proven again. The caller closes the pidfds."""
-    members: dict[int, Member] = {pid: m for pid, m in (known or {}).items() if _running(m)}
+    """The job's live processes by pid: the recorded ones, each that is gone, unproven or unreadable
+    listed in `report`, and every other process that carries its id. Given the `known` ones of an
+    earlier call, those still running are kept (the recorded ones are not proven again) and the
+    pidfds of the others closed. The caller closes the pidfds of those returned."""
+    members: dict[int, Member] = {}
+    for pid, member in (known or {}).items():
+        if _running(member):
+            members[pid] = member
+        else:
+            _close([member])
     for entry in record.processes if known is None else ():
         verdict, member = prove(entry.pid, record.job_id, entry.create_time, name=entry.name)
         if member is not None:
@@ -163,44 +156,14 @@ def find_members(record: JobRecord, report: StopReport | None = None, *,
 
 
 def running(record: JobRecord) -> tuple[dict[int, str], StopReport]:
-    """The job's live processes (pid -> name, recorded ones first), and the recorded ones that have
-    exited, are not provably the job's or unreadable: find_members without holding pidfds."""
+    """The job's live processes (pid -> name, recorded ones first), and the recorded ones that are
+    gone, unproven or unreadable: find_members without holding pidfds."""
     report = StopReport()
     members = find_members(record, report)
     _close(members.values())
     order = [p.pid for p in record.processes if p.pid in members] + sorted(
         set(members) - {p.pid for p in record.processes})
     return {pid: members[pid].name for pid in order}, report
-
-
-def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
-    """The launcher, when it still runs and is provably the job's: the parent of a live process
-    of the job, started at the recorded time (when one is recorded)."""
-    pid = record.launcher_pid
-    if pid is None or pid == os.getpid():
-        return None
-    return prove(pid, None, record.launcher_create_time, name="the launcher",
-                 belongs=lambda _: any(m.process.ppid() == pid and _running(m) for m in members.values()))[1]
-
-
-def _keep(everyone: dict[int, Member], found: dict[int, Member]) -> None:
-    """Add `found` to `everyone` (whose pidfds are closed at the end), closing a pidfd replaced by
-    a new process at the same pid."""
-    for pid, member in found.items():
-        old = everyone.get(pid)
-        if old is not None and old is not member:
-            _close([old])
-        everyone[pid] = member
-
-
-def _wait_exit(member: Member, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _running(member) and time.monotonic() < deadline:
-        if member.pidfd is not None:
-            _exited(member.pidfd, min(1.0, deadline - time.monotonic()))
-        else:
-            time.sleep(POLL_INTERVAL)
-    return not _running(member)
 
 
 # -------------------------------------------------------------------- stopping
@@ -233,10 +196,19 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
         launcher = _launcher(record, members) if record.join else None
         if launcher is not None:
             everyone[launcher.pid] = launcher
-            members = _ask_launcher(record, launcher, members, everyone, grace, say)
-        signaled, survivors = _terminate(record, members, everyone, grace, say)
+            say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
+            _send(launcher, signal.SIGTERM)
+            deadline = time.monotonic() + grace + 15  # its own grace period, then its SIGKILL round
+            while _running(launcher) and time.monotonic() < deadline:
+                time.sleep(POLL_INTERVAL)
+            if _running(launcher):
+                say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
+            else:
+                say("the launcher stopped the job and exited (its report is on its own console)")
+            members = find_members(record, known=members)
+            everyone.update(members)
+        signaled, report.survivors = _terminate(record, members, everyone, grace, say)
         report.stopped = [f"{everyone[pid].name} (pid {pid}): {how}" for pid, how in signaled.items()]
-        report.survivors = survivors
     finally:
         _close(everyone.values())
     for text in report.stopped:
@@ -249,18 +221,14 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
     return report
 
 
-def _ask_launcher(record: JobRecord, launcher: Member, members: dict[int, Member], everyone: dict[int, Member],
-                  grace: float, say: Callable[[str], None]) -> dict[int, Member]:
-    """SIGTERM to a launcher following its job (it stops the job and reports); what is left after."""
-    say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
-    _send(launcher, signal.SIGTERM)
-    if _wait_exit(launcher, grace + 15):  # its own grace period, then its SIGKILL round
-        say("the launcher stopped the job and exited (its report is on its own console)")
-    else:
-        say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
-    members = find_members(record, known=members)
-    _keep(everyone, members)
-    return members
+def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
+    """The launcher, when it still runs and is provably the job's: the parent of a live process
+    of the job, started at the recorded time (when one is recorded)."""
+    pid = record.launcher_pid
+    if pid is None or pid == os.getpid():
+        return None
+    return prove(pid, None, record.launcher_create_time, name="the launcher",
+                 belongs=lambda _: any(m.process.ppid() == pid and _running(m) for m in members.values()))[1]
 
 
 def _terminate(record: JobRecord, members: dict[int, Member], everyone: dict[int, Member], grace: float,
@@ -276,7 +244,7 @@ def _terminate(record: JobRecord, members: dict[int, Member], everyone: dict[int
                 signaled[pid] = "SIGTERM"
         time.sleep(POLL_INTERVAL)
         members = find_members(record, known=members)
-        _keep(everyone, members)
+        everyone.update(members)
     if members:
         say(f"{len(members)} process(es) still running after {grace:g} s; sending SIGKILL")
         for pid, member in members.items():

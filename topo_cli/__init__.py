@@ -1,10 +1,7 @@
-"""The `topo` command: a thin click layer over the libraries `topo`, `planners` and `launcher`.
-
-Each subcommand lives in a module of this package and is imported only when it runs, so `topo
-show` pays for neither planning nor launching. Errors are translated here, once, for every
-command: a TopoError and a click usage error both become one line `topo: error: ...` on stderr,
-exit 2 for usage and input errors, 1 for runtime failures.
-"""
+"""The `topo` command: a thin click layer over `topo`, `planners` and `launcher`. Each subcommand is
+imported only when it runs (`topo show` pays for neither planning nor launching). Errors are
+translated here, once: each becomes one line `topo: error: ...` on stderr, exit 2 for usage and
+input errors, 1 for runtime failures."""
 
 from __future__ import annotations
 
@@ -47,6 +44,8 @@ class _Group(click.Group):
         return getattr(importlib.import_module(module), attr)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        from topo.errors import TopoError
+
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -59,41 +58,26 @@ class _Group(click.Group):
             code = 130
         except click.exceptions.Exit as exc:
             code = exc.exit_code
-        except click.ClickException as exc:
-            code = _report(exc)
+        except (click.ClickException, TopoError) as exc:
+            # one line for every error, usage errors included; control characters it quotes escaped
+            message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+            if isinstance(exc, click.UsageError):
+                path = exc.ctx.command_path if exc.ctx is not None else getattr(exc, "help_path", "topo")
+                message = f"{message} (see `{path} --help`)"
+            click.echo(f"topo: error: {printable(message)}", err=True)
+            code = exc.exit_code
         except BrokenPipeError:  # `topo show | head`: the reader is gone, nothing left to say
             sys.stderr.close()
             code = 141
         sys.exit(code)
 
     def invoke(self, ctx):
-        from topo.errors import TopoError
-
         try:
             return super().invoke(ctx)
-        except TopoError as exc:
-            raise _TopoClickError(exc) from None
         except click.UsageError as exc:
             if exc.ctx is None:  # some parser errors carry no context: name the subcommand's help
                 exc.help_path = f"{ctx.command_path} {ctx.invoked_subcommand or ''}".strip()
             raise
-
-
-class _TopoClickError(click.ClickException):
-    def __init__(self, error):
-        super().__init__(str(error))
-        self.exit_code = error.exit_code
-
-
-def _report(exc: click.ClickException) -> int:
-    """One line for every error, usage errors included: `topo: error: <message>`, control
-    characters from a machine or file it quotes escaped."""
-    message = exc.format_message()
-    if isinstance(exc, click.UsageError):
-        path = exc.ctx.command_path if exc.ctx is not None else getattr(exc, "help_path", "topo")
-        message = f"{message} (see `{path} --help`)"
-    click.echo(f"topo: error: {printable(message)}", err=True)
-    return exc.exit_code
 
 
 @click.group("topo", cls=_Group, context_settings=CONTEXT)

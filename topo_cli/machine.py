@@ -1,47 +1,37 @@
-"""Where the machine comes from, declared once for every command that reads one; where a
-command's output file goes (`write_text`).
-
-`--root DIR` (env `TOPO_ROOT`) reads a captured sysfs/procfs below DIR, like hwloc's
-`HWLOC_FSROOT`; `--topology FILE` (also spelled `--from`) reads a saved `topo show --json` or an
-hwloc XML export; neither means this machine. A file named on the command line wins over
-`TOPO_ROOT` from the environment, so `TOPO_ROOT=... topo plan --topology F` plans F; naming both on
-the command line is refused.
-"""
+"""Where the machine comes from (`machine_options`), declared once for every command that reads
+one, and where a command's output file goes (`write_text`). A file named on the command line wins
+over `TOPO_ROOT` from the environment; --root and --topology both on the command line are refused."""
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
-import uuid
+from dataclasses import dataclass
 
 import click
 from click.core import ParameterSource
 
-from topo.errors import UsageError
+from topo.errors import ProbeError, UsageError
 from topo.fsroot import file_kind
 
-# Replaying a captured machine: run the live-only probes (NVML, npu-smi, lscpu) against a --root
-# that is not "/", with stand-in tools (a fake pynvml, a fake npu-smi on PATH). Never needed on a
-# real machine.
+# "1": run the live-only probes (NVML, npu-smi, lscpu) below a --root that is not "/", with
+# stand-in tools (a fake pynvml, a fake npu-smi on PATH): a captured machine replayed
 REPLAY_ENV = "TOPO_REPLAY_LIVE_PROBES"
 
 
 def machine_options(func):
     """Add --root and --topology/--from to a command; it receives `machine` (a MachineSource)."""
 
-    @click.option("--root", "root", envvar="TOPO_ROOT", default=None, metavar="DIR",
+    @click.option("--root", "root", envvar="TOPO_ROOT", metavar="DIR",
                   help="Read DIR/sys and DIR/proc instead of /sys and /proc (like HWLOC_FSROOT). Env: TOPO_ROOT.")
-    @click.option("--topology", "--from", "topology_file", type=click.Path(dir_okay=False), default=None,
-                  metavar="FILE",
+    @click.option("--topology", "--from", "topology_file", type=click.Path(dir_okay=False), metavar="FILE",
                   help="Read the machine from FILE: the output of `topo show --json` or an hwloc XML export "
                        "(`lstopo --of xml FILE`).")
     @click.pass_context
     @functools.wraps(func)
     def wrapper(ctx, root, topology_file, **kwargs):
-        root_given = ctx.get_parameter_source("root") == ParameterSource.COMMANDLINE
         if topology_file is not None and root is not None:
-            if root_given:
+            if ctx.get_parameter_source("root") == ParameterSource.COMMANDLINE:
                 raise UsageError("--root DIR and --topology FILE both name a machine: give one of them")
             root = None  # TOPO_ROOT from the environment yields to a file named on the command line
         return func(machine=MachineSource(root, topology_file), **kwargs)
@@ -49,18 +39,17 @@ def machine_options(func):
     return wrapper
 
 
+@dataclass(frozen=True)
 class MachineSource:
     """The machine a command works on: `root` (a directory, or None for this machine) or `file`."""
 
-    def __init__(self, root: str | None, file: str | None):
-        self.root, self.file = root, file
+    root: str | None
+    file: str | None
 
     def load(self, *, include_disallowed: bool = False, probes=None):
-        """The Topology: read from the file, else discovered below the root (this machine by default).
-
-        A file or root the user named that cannot be read is bad input (exit 2); this machine's own
-        /sys or /proc that cannot be read is a runtime failure (exit 1)."""
-        from topo.errors import ProbeError
+        """The Topology of the file, else discovered below the root (this machine by default). A file
+        or root the user named that cannot be read is bad input (exit 2); this machine's own /sys or
+        /proc a runtime failure (exit 1)."""
 
         try:
             if self.file is not None:
@@ -101,46 +90,15 @@ def check_output(path: str, force: bool = False) -> None:
 
 
 def write_text(path: str, text: str, force: bool = False) -> None:
-    """Write a command's output file (bind JSON, picture, machine) whole or not at all.
+    """Write a command's output file (bind JSON, picture, machine) whole or not at all, never over a
+    file that appeared since check_output unless `force` (launcher.files.write_whole). The directory
+    must exist, as lstopo's output file's must."""
+    from topo.launcher.files import write_whole
 
-    The text goes to a new file beside it, created with O_EXCL|O_NOFOLLOW (a link planted under
-    that name is never followed), then takes the file's name: by link(), which fails if the name
-    was taken meanwhile, or with `force` by rename(), which replaces the name (a link itself, not
-    what it points to). The directory must exist, as lstopo's output file's must."""
     check_output(path, force)
-    directory, name = os.path.split(path)
-    temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:16]}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(temporary, flags, 0o666)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        if force:
-            os.replace(temporary, path)
-        else:
-            _link_new(temporary, path)
+        write_whole(path, text, replace=force)
     except FileExistsError:
         raise UsageError(f"cannot write {path}: File exists; give -f/--force to overwrite it") from None
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}; name a file in a directory you can write") from exc
-    finally:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-
-
-def _link_new(temporary: str, path: str) -> None:
-    """Give `temporary`'s file the name `path`, which must still be free."""
-    try:
-        os.link(temporary, path, follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS):
-            raise
-        # a filesystem without hard links (vfat, some FUSE): look again, then rename
-        if os.path.lexists(path):
-            raise FileExistsError(errno.EEXIST, "File exists", path) from None
-        os.rename(temporary, path)

@@ -1,8 +1,5 @@
 """`topo plan` and `topo validate`: read the machine and the environment, call the planners, render.
-
-Everything impure (files, the environment, the live machine) happens here; the strategies only see
-a Topology, a Job and Options.
-"""
+Everything impure happens here; the strategies only see a Topology, a Job and Options."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ from topo.cli.numbers import WholeRange
 
 
 class _ModeOption(click.Option):
-    """--mode, whose help lists the modes of the planner registry (plug-ins included) when shown."""
+    """--mode: a mode of the planner registry (plug-ins included), which its help lists when shown."""
 
     def get_help_record(self, ctx):
         from topo import planners
@@ -30,11 +27,10 @@ class _ModeOption(click.Option):
         self.help = f"Binding strategy: {', '.join(planners.modes())} ('_' or '-'); see --list-modes."
         return super().get_help_record(ctx)
 
+    def type_cast_value(self, ctx, value):
+        from topo import planners
 
-def _mode_name(ctx, param, value):
-    from topo import planners
-
-    return None if value is None else planners.get_planner(value).name  # its UsageError names the modes
+        return None if value is None else planners.get_planner(value).name  # its UsageError names the modes
 
 
 class _Choice(click.Choice):
@@ -55,49 +51,34 @@ def _option(name: str, values=None, **kwargs):
 def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
     """--devices: physical ids in local-rank order ("3,1", "0-3"), GPU/MIG UUIDs or PCI bus ids
     (found in `topology`), or none/cpu for a CPU-only job."""
-    if text is None:
-        return None
-    t = text.strip().lower()
-    if t in ("", "none", "cpu"):
-        return ()
+    if text is None or text.strip().lower() in ("", "none", "cpu"):
+        return None if text is None else ()
     from topo.cpuset import CpuSet
     from topo.visible import find_device
 
     ids: list[int] = []
-    for item in text.split(","):
-        item = item.strip()
+    fix = "give physical device ids such as 0,1,3 (or 'none')"
+    for item in (item.strip() for item in text.split(",")):
         if not item:
-            raise UsageError(f"--devices {text!r} has an empty item: give physical device ids such as 0,1,3 "
-                             "(or 'none')")
-        if all(c.isdigit() or c == "-" for c in item) and item.count("-") <= 1:  # an id or a range of ids
-            try:
+            raise UsageError(f"--devices {text!r} has an empty item: {fix}")
+        numbers = all(c.isdigit() or c == "-" for c in item) and item.count("-") <= 1  # an id or a range of ids
+        try:
+            if numbers:
                 ids.extend(CpuSet.parse(item))
-            except ParseError as exc:
-                raise UsageError(f"--devices {text!r}: {exc}: give physical device ids such as 0,1,3 "
-                                 "(or 'none')") from None
-            continue
-        try:  # a UUID or a PCI bus id
-            ids.append(find_device(topology, item)[0].index)
+            else:  # a UUID or a PCI bus id
+                ids.append(find_device(topology, item)[0].index)
         except TopoError as exc:
-            raise UsageError(f"--devices {text!r}: {exc}") from None
+            raise UsageError(f"--devices {text!r}: {exc}" + (f": {fix}" if numbers else "")) from None
     return tuple(ids)
-
-
-def _list_modes() -> str:
-    from topo.planners import registry
-
-    reg = registry()
-    width = max(len(n) for n in reg)
-    return "\n".join(f"{name.ljust(width)}  {p.summary}" for name, p in reg.items())
 
 
 @click.command(context_settings=CONTEXT)
 @machine_options
-@click.option("--mode", metavar="MODE", callback=_mode_name, cls=_ModeOption)
+@click.option("--mode", metavar="MODE", cls=_ModeOption)
 @click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
-@click.option("--nproc-per-node", type=WholeRange(min=1), default=None,
+@click.option("--nproc-per-node", type=WholeRange(min=1),
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
-@click.option("--devices", default=None, metavar="IDS",
+@click.option("--devices", metavar="IDS",
               help="Physical device ids, GPU/MIG UUIDs or PCI bus ids, comma separated, in local-rank order; "
                    "'none' for a CPU-only job. "
                    "Default: the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible.")
@@ -121,25 +102,23 @@ def _list_modes() -> str:
                                                "node assignment.")
 @_option("--share", core.SHARE, help="msrun-auto: divide CPUs among this job's devices, or among all host "
                                      "devices (msrun).")
-@click.option("--modules", default=None, metavar="LAYOUT",
+@click.option("--modules", metavar="LAYOUT",
               help="Thread modules at relative positions of each process's CPUs, gen_bind_json style: "
                    "runtime=4-8,minddata=9-12,main=13-19 (adds a scheduler entry).")
-@click.option("--scheduler-range", default=None, metavar="START-END",
+@click.option("--scheduler-range", metavar="START-END",
               help="Scheduler CPUs: relative positions in the scheduler base (default 20-23 with --modules).")
 @_option("--scheduler-base", core.SCHEDULER_BASES,
          help="Scheduler CPUs taken from: CPUs of no device, all, or device0's.")
 @click.option("--explain", is_flag=True,
               help="Print a table per process (device, node, CPUs, cores, L3, memory, locality) and "
                    "warnings instead of the JSON (the JSON still goes to -o FILE).")
-@click.option("-o", "--output", default=None, metavar="FILE",
-              help="Write the bind JSON to FILE (default: stdout; '-' is stdout).")
-@click.option("--picture", default=None, metavar="FILE",
+@click.option("-o", "--output", metavar="FILE", help="Write the bind JSON to FILE (default: stdout; '-' is stdout).")
+@click.option("--picture", metavar="FILE",
               help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
 @click.option("-f", "--force", is_flag=True,
               help="Overwrite the -o and --picture files if they exist (else refused, as lstopo).")
-def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreading, balanced, priority_cores,
-         min_physical_cores, max_physical_cores, memory, msrun_bind, share, modules, scheduler_range,
-         scheduler_base, explain, output, picture, force):
+def plan(machine, mode, list_modes, nproc_per_node, devices, modules, scheduler_range, explain, output, picture,
+         force, **options):
     """Plan which CPUs and memory each process of a job uses; write MindSpore's bind JSON.
 
     \b
@@ -154,14 +133,15 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
     from topo.visible import default_kind
 
     if list_modes:
-        click.echo(_list_modes())
+        registry = planners.registry()
+        width = max(len(name) for name in registry)
+        click.echo("\n".join(f"{name.ljust(width)}  {p.summary}" for name, p in registry.items()))
         return
     if not mode:
         raise UsageError(f"--mode is required: one of {', '.join(planners.modes())} (see --list-modes)")
     if picture is not None and os.path.splitext(picture)[1].lower() not in (".svg", ".html", ".htm"):
         raise UsageError(f"--picture {picture}: name the file .svg or .html")
-    if output in STDOUT_NAMES:
-        output = None
+    output = None if output in STDOUT_NAMES else output
     if output is not None and output == picture:
         raise UsageError(f"-o {output} and --picture {picture} name the same file: give two names")
     for path in (output, picture):
@@ -169,14 +149,10 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, scope, multithreadi
             check_output(path, force)  # before any work: nothing is written if one cannot be
     topology = machine.load()
     ids = parse_devices(devices, topology)  # None: planners.plan applies the visible-device variables
-    result = planners.plan(
-        topology, mode, devices=ids, nproc=nproc_per_node, scope=scope, multithreading=multithreading,
-        balanced=balanced, priority_cores=priority_cores, min_physical_cores=min_physical_cores,
-        max_physical_cores=max_physical_cores, memory=memory, msrun_bind=msrun_bind, share=share,
+    result = planners.plan(  # the planner options (--scope, --memory, ...) as Options reads them
+        topology, mode, devices=ids, nproc=nproc_per_node, **options,
         modules=parse_modules(modules, "--modules") if modules else None,
-        scheduler_range=parse_range("--scheduler-range", scheduler_range) if scheduler_range else None,
-        scheduler_base=scheduler_base,
-    )
+        scheduler_range=parse_range("--scheduler-range", scheduler_range) if scheduler_range else None)
     text = json.dumps(result.to_json(), indent=2) + "\n"
     if output is not None:
         write_text(output, text, force)
@@ -241,10 +217,8 @@ def validate(machine, file):
         keys = set(data.get("bind_cpu") or {}) | set(data.get("bind_memory") or {})
         report = [f"{file}: ok ({len(keys)} process{'' if len(keys) == 1 else 'es'}){warnings}"]
     for p in problems:
-        tag = "warning: " if p.severity == "warning" else ""
-        report.append(f"  {p.path or '(file)'}: {tag}{p.message}")
-        if p.fix:
-            report.append(f"    fix: {p.fix}")
+        report.append(f"  {p.path or '(file)'}: {'warning: ' if p.severity == 'warning' else ''}{p.message}")
+        report += [f"    fix: {p.fix}"] if p.fix else []
     for line in report:  # each line escaped where it is printed: a newline in a message stays on its line
         click.echo(printable(line))
     if errors:

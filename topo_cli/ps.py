@@ -1,4 +1,4 @@
-"""`topo ps`: where running processes' threads and pages really are (see launcher.ps)."""
+"""`topo ps`: where running processes' threads and pages really are (launcher.ps)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from topo.numbers import ascii_number
 
 @click.command(context_settings=CONTEXT)
 @click.argument("pids", nargs=-1, metavar="[PID]...")
-@click.option("--job", "log_dir", metavar="LOG_DIR", default=None,
+@click.option("--job", "log_dir", metavar="LOG_DIR",
               help="The processes of the job topo launch or topo run recorded in LOG_DIR (each checked as topo "
                    "stop checks it: the job's TOPO_JOB_ID and its recorded start time).")
 @click.option("--threads", is_flag=True, help="List every thread: its state and the CPU it last ran on.")
@@ -45,20 +45,19 @@ def ps(pids, log_dir, threads, as_json, root):
     """
     if log_dir is not None and pids:
         raise UsageError("give PIDs or --job LOG_DIR, not both")
-    numbers = []
-    for text in pids:
-        value = ascii_number(text, PID_MAX)
-        if value is None or value < 1:
+    numbers = [ascii_number(text, PID_MAX) for text in pids]
+    for text, value in zip(pids, numbers):
+        if not value:  # None or 0
             raise UsageError(f"PID {excerpt(text)!r} is not a process id from 1 to {PID_MAX}; give the pids "
                              "`ps` or `pgrep` prints")
-        numbers.append(value)
     if not os.path.isdir(os.path.join(root, "proc")):
         raise UsageError(f"--root {root!r} has no proc directory; give a directory holding proc/ and sys/")
     notes: list[str] = []
     labels: dict[int, str] = {}
     nvml = psmod.nvml_processes() if root == "/" else {}
     if log_dir is not None:
-        numbers, labels, notes = _job(log_dir, root)
+        labels, notes = _job(log_dir, root)
+        numbers = list(labels)
     elif not numbers:
         numbers, hidden = psmod.accelerator_pids(root, nvml)
         if hidden:
@@ -77,8 +76,8 @@ def ps(pids, log_dir, threads, as_json, root):
         sys.exit(1)
 
 
-def _job(log_dir: str, root: str) -> tuple[list[int], dict[int, str], list[str]]:
-    """The running processes of the job recorded in `log_dir`, their labels and notes."""
+def _job(log_dir: str, root: str) -> tuple[dict[int, str], list[str]]:
+    """The running processes of the job recorded in `log_dir` (pid -> label), and notes on the others."""
     import psutil
 
     from topo.launcher.stop import running
@@ -94,4 +93,4 @@ def _job(log_dir: str, root: str) -> tuple[list[int], dict[int, str], list[str]]
               "run topo ps as the job's user or as root" for text in seen.unreadable]
     if not labels and not seen.unreadable:
         notes.append(f"the job recorded in {path} is not running")
-    return list(labels), labels, notes
+    return labels, notes

@@ -3,6 +3,7 @@ JSON, as hwloc XML, or drawn."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -19,7 +20,6 @@ from topo.cli.machine import STDOUT_NAMES, MachineSource, check_output, machine_
 # --of FORMAT -> the file name endings that mean it (lstopo: the output format from the extension)
 FORMATS = {"console": (".txt",), "json": (".json",), "svg": (".svg",), "html": (".html", ".htm"),
            "xml": (".xml",), "ascii": ()}
-FORMAT_ALIASES = {"txt": "console"}
 _CACHES = ("L1Cache", "L2Cache", "L3Cache", "L4Cache", "L5Cache", "L1iCache", "L2iCache", "L3iCache")
 _NORMAL = ("Package", "Die", "Group", "Core", "MemCache", *_CACHES)
 _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _CACHES[5:], "io": ("io",)}
@@ -30,18 +30,15 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
 @click.argument("file", required=False, metavar="[FILE]")
 @click.option("-i", "--input", "input_path", metavar="PATH", help="As lstopo -i: a directory or archive (as --root), "
               "a file (as --from) or a synthetic description (\"pack:2 core:4 pu:2\").")
-@click.option("-o", "--output", default=None, metavar="FILE",
+@click.option("-o", "--output", metavar="FILE",
               help="Write to FILE (as the positional FILE) instead of stdout; '-' is stdout.")
-@click.option("--of", "output_format", default=None, metavar="FORMAT",
-              type=click.Choice([*FORMATS, *FORMAT_ALIASES], case_sensitive=False),
+@click.option("--of", "output_format", metavar="FORMAT", type=click.Choice([*FORMATS, "txt"], case_sensitive=False),
               help="Output format, as lstopo's --of: console (or txt), ascii (the tree drawn in text), json, "
                    "svg, html, xml (hwloc v2 XML, which lstopo -i FILE reads). "
                    "Default: from FILE's extension, else console.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists (else refused, as lstopo).")
-@click.option("-p", "--physical", "index", flag_value="physical",
-              help="Show physical (OS) indexes P#, as lstopo -p.")
-@click.option("-l", "--logical", "index", flag_value="logical",
-              help="Show logical indexes L# only, as lstopo -l.")
+@click.option("-p", "--physical", "index", flag_value="physical", help="Show physical (OS) indexes P#, as lstopo -p.")
+@click.option("-l", "--logical", "index", flag_value="logical", help="Show logical indexes L# only, as lstopo -l.")
 @click.option("-v", "--verbose", count=True, help="Each object with its attributes, then the summary (lstopo -v).")
 @click.option("-s", "--silent", count=True, help="Only the summary of levels (lstopo -s).")
 @click.option("--only", metavar="TYPE", help="Only objects of TYPE (core, pu, numa, l3, pci, ...).")
@@ -73,7 +70,7 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
               help="Print the topology as JSON (schema topo.topology/1), as --of json.")
 @click.option("--include-disallowed", "--disallowed", is_flag=True,
               help="Also show CPUs and NUMA nodes the cgroup cpuset / affinity does not allow.")
-@click.option("--probes", default=None, metavar="LIST",
+@click.option("--probes", metavar="LIST",
               help="Comma-separated optional probes to run (e.g. nvml,npu-smi); default: all that apply.")
 def show(machine, file, input_path, output, output_format, force, index, verbose, silent, only, cpuset, taskset,
          no_caches, no_icaches, no_smt, merge, filters, restrict, distances, cpukinds, long_form, io, no_bridges,
@@ -95,14 +92,14 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
     if file is not None and output is not None:
         raise UsageError(f"FILE {file} and --output {output} both name the output file: give one of them")
     path = output if output is not None else file
-    if path in STDOUT_NAMES:
-        path = None
+    path = None if path in STDOUT_NAMES else path
     fmt = _format(path, output_format, as_json)
-    shaping = [name for name, given in (("--long", long_form), (f"-{(index or 'x')[0]}", index), ("-v", verbose),
-                                        ("-s", silent), ("--only", only), ("-c", cpuset), ("--taskset", taskset),
+    index_flag = f"-{(index or 'x')[0]}"
+    shaping = [name for name, given in (("--long", long_form), (index_flag, index), ("-v", verbose), ("-s", silent),
+                                        ("--only", only), ("-c", cpuset), ("--taskset", taskset),
                                         ("--distances", distances), ("--cpukinds", cpukinds),
                                         ("--no-smt", no_smt)) if given]
-    if fmt != "console" and shaping and not (fmt == "ascii" and shaping == [f"-{(index or 'x')[0]}"]):
+    if fmt != "console" and shaping and not (fmt == "ascii" and shaping == [index_flag]):
         raise UsageError(f"{shaping[0]} shapes the console form, not {fmt}: leave it out or write the console "
                          "form (--of console)")
     if long_form and len(shaping) > 1:
@@ -111,19 +108,29 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
         check_output(path, force)  # a file that may not be written fails before the machine is read
     options, io, no_bridges = _filters(filters, io, no_bridges, merge=merge, no_caches=no_caches,
                                        no_icaches=no_icaches, no_smt=no_smt)
-    options.update(index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset, taskset=taskset,
-                   distances=distances, cpukinds=cpukinds, collapse=not no_collapse,
-                   only=_type(only, "--only") if only else None)
+    only = _type(only, "--only") if only else None
     topology = load(machine, input_path, include_disallowed=include_disallowed, probes=probes)
     from topo.numa_mode import locality_conflicts
     from topo.text import printable
+    from topo.views import ascii, console, html, hwloc_xml, svg
 
     for line in locality_conflicts(topology):
         click.echo(printable(f"topo: warning: {line}"), err=True)
-    # the I/O objects lstopo shows with the same flags, in every format
-    topology = topology.io_view(io or "important", bridges=not no_bridges)
-    options["restrict"] = _restriction(restrict, topology) if restrict else None
-    text = _render(topology, fmt, options, long_form)
+    topology = topology.io_view(io or "important", bridges=not no_bridges)  # lstopo's I/O objects, in every format
+    restrict = _restriction(restrict, topology) if restrict else None
+    if fmt == "json":
+        text = json.dumps(topology.to_dict(), indent=2) + "\n"
+    elif fmt in ("svg", "html", "xml"):
+        text = {"svg": svg.draw_svg, "html": html.draw_html, "xml": hwloc_xml.to_xml}[fmt](topology)
+    elif fmt == "ascii":
+        text = ascii.draw_ascii(topology, index or "default") + "\n"
+    else:
+        options = console.Options(
+            **options, index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset,
+            taskset=taskset, distances=distances, cpukinds=cpukinds, collapse=not no_collapse, only=only,
+            restrict=restrict)
+        text = console.render_text(topology) if long_form else console.render_console(topology, options)
+        text = text + "\n" if text else ""
     if path is not None:
         write_text(path, text, force)
     else:
@@ -133,11 +140,10 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
         sys.stdout.flush()
 
 
-def load(machine: MachineSource, input_path: str | None, **kwargs):
+def load(machine: MachineSource, input_path: str | None, *, probes: str | None = None, **kwargs):
     """The machine of --root/--from, or of lstopo's -i PATH: a directory or an archive is a root, a
-    file starting as JSON or XML is a saved topology, a path that does not exist a synthetic
-    description."""
-    probes = kwargs.pop("probes", None)
+    file starting as JSON or XML a saved topology, a path that does not exist a synthetic description.
+    `probes`: --probes' comma-separated list."""
     kwargs["probes"] = tuple(p.strip() for p in probes.split(",") if p.strip()) if probes else None
     if input_path is None:
         return machine.load(**kwargs)
@@ -198,11 +204,10 @@ def _restriction(text: str, topology):
     if text == "binding":
         cpus = CpuSet(os.sched_getaffinity(0))
     else:
-        try:
-            cpus = parse_bitmap(text)
-        except ParseError:
-            cpus = None
-        if cpus is None or text.startswith("nodeset="):
+        cpus = None
+        with contextlib.suppress(ParseError):
+            cpus = None if text.startswith("nodeset=") else parse_bitmap(text)
+        if cpus is None:
             raise UsageError(f"--restrict {text}: not a cpuset; give an hwloc bitmap such as 0x000000ff, or binding")
     if not cpus & topology.allowed_pus:
         raise UsageError(f"--restrict {text}: none of these CPUs is in the machine's allowed CPUs "
@@ -215,14 +220,13 @@ def _format(path: str | None, output_format: str | None, as_json: bool) -> str:
     if as_json and path is not None:
         raise UsageError(f"--json prints to stdout and {path} is a file to write: give one of them "
                          "(FILE.json, or --of json FILE, writes the JSON)")
+    fmt = "console" if output_format == "txt" else output_format  # click's Choice gives it in lower case
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and --of {output_format} ask for two formats: give one of them")
     if as_json:
-        if output_format is not None and FORMAT_ALIASES.get(output_format, output_format) != "json":
-            raise UsageError(f"--json and --of {output_format} ask for two formats: give one of them")
         return "json"
-    if output_format is not None:
-        return FORMAT_ALIASES.get(output_format.lower(), output_format.lower())
-    if path is None:
-        return "console"
+    if fmt is not None or path is None:
+        return fmt or "console"
     suffix = os.path.splitext(path)[1].lower()
     for fmt, suffixes in FORMATS.items():
         if suffix in suffixes:
@@ -230,16 +234,3 @@ def _format(path: str | None, output_format: str | None, as_json: bool) -> str:
     endings = ", ".join(s for suffixes in FORMATS.values() for s in suffixes)
     raise UsageError(f"{path}: unknown format {suffix or '(no extension)'!r}; name the file {endings}, "
                      f"or give --of {'|'.join(FORMATS)}")
-
-
-def _render(topology, fmt: str, options, long_form: bool) -> str:
-    if fmt == "json":
-        return json.dumps(topology.to_dict(), indent=2) + "\n"
-    from topo.views import ascii, console, html, hwloc_xml, svg
-
-    if fmt in ("svg", "html", "xml"):
-        return {"svg": svg.draw_svg, "html": html.draw_html, "xml": hwloc_xml.to_xml}[fmt](topology)
-    if fmt == "ascii":
-        return ascii.draw_ascii(topology, options["index"]) + "\n"
-    text = console.render_text(topology) if long_form else console.render_console(topology, console.Options(**options))
-    return text + "\n" if text else ""

@@ -12,7 +12,7 @@ from topo.cli.numbers import SECONDS
 
 @click.command(context_settings=CONTEXT)
 @click.argument("log_dir", metavar="LOG_DIR")
-@click.option("--grace-period", "--grace_period", "grace_period", type=SECONDS, default=None,
+@click.option("--grace-period", "--grace_period", "grace_period", type=SECONDS,
               help="Seconds between SIGTERM and SIGKILL [default: the job's own --grace-period].")
 def stop(log_dir, grace_period):
     """Stop the job whose launch.json is in LOG_DIR (for topo run, in LOG_DIR/<run>/attempt_<n>/):
