@@ -1,16 +1,13 @@
 """Reading a `topo capture` archive (or an hwloc test tarball) for `--root FILE`, and the names
 under which a capture stores tool outputs.
 
-The archive is hostile until read: its tar headers are read here block by block, decompressed
-stream by stream (gzip, xz, bzip2, or none), every bound below checked before the work it limits,
-and no member costs more than a few dict look-ups and system calls, whatever the archive repeats.
-Members are written below a private temporary directory through directories topo made and opened
-with O_NOFOLLOW, files created with O_EXCL|O_NOFOLLOW, so no member is written through a link,
-whatever an earlier member planted. Only files, directories and symlinks are taken; a symlink's
-target must be relative, climb (with leading `..`) no higher than the unpack directory, have no
-`..` after its first name and pass through no other link. Every link then resolves as its name
-reads, inside the copy: from its own directory, a real one (no member lies below a link), through
-real directories.
+The archive is hostile: its tar headers are read here block by block, decompressed stream by
+stream (gzip, xz, bzip2, or none), each bound below checked before the work it limits; no member
+costs more than a few dict look-ups and system calls. Members are written below a private temporary
+directory through directories topo made and opened with O_NOFOLLOW, files created with
+O_EXCL|O_NOFOLLOW. Only files, directories and symlinks are taken; a symlink's target must be
+relative, climb (leading `..`) no higher than the unpack directory, have no later `..` and pass
+through no other link, so every link resolves as its name reads, inside the copy.
 """
 
 from __future__ import annotations
@@ -61,17 +58,16 @@ _ERRORS = (OSError, EOFError, zlib.error)  # what the decompressors raise on bad
 
 
 class _Stopped(BaseException):
-    """A stop signal arrived while unpacking."""
+    pass
 
 
 def open_archive(path: str) -> tuple[TemporaryDirectory, str]:
     """A private temporary copy of the capture `path`, checked member by member, and the root to
     read in it (the archive's top folder when it has a single one holding sys/, as hwloc's have).
-    The copy is removed when the TemporaryDirectory is, and on every error or stop signal
-    (SIGTERM, SIGHUP, SIGINT) while unpacking; the signal then takes its usual course."""
-    # Imported here, as the decompressors are below: tempfile (with shutil) costs 5 ms or more at
-    # start-up (`python -S -X importtime`), and only an archive needs it.
-    import tempfile
+    The copy is removed with the TemporaryDirectory, and on every error or stop signal (SIGTERM,
+    SIGHUP, SIGINT) while unpacking; the signal then takes its usual course."""
+    import tempfile  # 5 ms or more at start-up (`python -S -X importtime`); only an archive needs it
+
 
     with _StopSignals(path) as stop:
         tmp = tempfile.TemporaryDirectory(prefix="topo-capture-")

@@ -11,7 +11,7 @@ field order, each value converted by its field's type (`CpuSet` <-> cpulist text
 from __future__ import annotations
 
 import functools
-from collections import abc
+from collections import Counter, abc
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from types import UnionType
 from typing import Iterable, Mapping, get_args, get_origin, get_type_hints
@@ -245,33 +245,22 @@ class Topology:
 
     def cpu_nodes(self) -> tuple[NumaNode, ...]:
         """NUMA nodes that own CPUs (never memory-only), allowed ones only."""
-        return tuple(
-            n for n in self.numa_nodes
-            if not n.memory_only and n.os_index in self.allowed_numa_nodes and n.cpuset
-        )
+        return tuple(n for n in self.numa_nodes if not n.memory_only and n.os_index in self.allowed_numa_nodes
+                     and n.cpuset)
 
     def last_level_caches(self) -> tuple[Cache, ...]:
         """The highest-level data/unified caches (L3 on most servers), the 'core complexes'."""
-        levels = [c.level for c in self.caches if c.type != "instruction" and c.cpuset]
-        if not levels:
-            return ()
-        top = max(levels)
-        return tuple(c for c in self.caches if c.level == top and c.type != "instruction" and c.cpuset)
+        caches = [c for c in self.caches if c.type != "instruction" and c.cpuset]
+        top = max((c.level for c in caches), default=None)
+        return tuple(c for c in caches if c.level == top)
 
     def summary(self) -> str:
-        parts = [
-            _count(len(self.packages), "package"),
-            _count(len(self.numa_nodes), "NUMA node"),
-            _count(len(self.cores), "core"),
-            _count(self.pus.weight(), "PU"),
-        ]
-        kinds: dict[str, int] = {}
-        for d in self.devices:
-            kinds[d.kind] = kinds.get(d.kind, 0) + 1
-        for kind in ("gpu", "npu", "accel", "nic"):
-            if kinds.get(kind):
-                parts.append(_count(kinds[kind], kind.upper() if kind != "accel" else "accelerator"))
-        return ", ".join(parts)
+        kinds = Counter(d.kind for d in self.devices)
+        counts = [(len(self.packages), "package"), (len(self.numa_nodes), "NUMA node"), (len(self.cores), "core"),
+                  (self.pus.weight(), "PU")]
+        counts += [(kinds[k], noun) for k, noun in (("gpu", "GPU"), ("npu", "NPU"), ("accel", "accelerator"),
+                                                    ("nic", "NIC")) if kinds[k]]
+        return ", ".join(f"{n} {noun}{'' if n == 1 else 's'}" for n, noun in counts)
 
     def io_view(self, io: str = "important", bridges: bool = True) -> "Topology":
         """The I/O objects lstopo shows with the same flags: `io` "important" (its default: storage,
@@ -283,28 +272,25 @@ class Topology:
             raise ValueError(f"io must be 'important', 'whole' or 'none', not {io!r}")
         if io == "none":
             return replace(self, pci_devices=(), pci_bridges=(), os_devices=())
-        functions = self.pci_devices
-        osdevs = self.os_devices
+        functions, osdevs = self.pci_devices, self.os_devices
         if io == "important":
             functions = tuple(d for d in functions if _important(d.class_id))
             osdevs = tuple(o for o in osdevs if o.type not in ("dma", "gpu"))
         kept = {d.busid for d in functions}
-        by_id = {b.id: b for b in self.pci_bridges}
         osdevs = tuple(o if o.parent is None or o.parent in kept else replace(o, parent=None) for o in osdevs)
         if not bridges:
-            return replace(self, pci_devices=tuple(replace(d, parent=None) for d in functions), pci_bridges=(),
-                           os_devices=osdevs)
-        used = set()
-        if io == "important":  # bridges with nothing below them go, as hwloc__filter_bridges removes them
+            functions, shown = tuple(replace(d, parent=None) for d in functions), ()
+        elif io == "whole":
+            shown = self.pci_bridges
+        else:  # bridges with nothing below them go, as hwloc__filter_bridges removes them
+            by_id, used = {b.id: b for b in self.pci_bridges}, set()
             for d in functions:
                 up = d.parent
                 while up is not None and up not in used and up in by_id:
                     used.add(up)
                     up = by_id[up].parent
-        else:
-            used = set(by_id)
-        return replace(self, pci_devices=functions, pci_bridges=tuple(b for b in self.pci_bridges if b.id in used),
-                       os_devices=osdevs)
+            shown = tuple(b for b in self.pci_bridges if b.id in used)
+        return replace(self, pci_devices=functions, pci_bridges=shown, os_devices=osdevs)
 
     def with_devices(self, devices: Iterable[Device], **changes) -> "Topology":
         return replace(self, devices=tuple(devices), **changes)
@@ -333,14 +319,14 @@ class Topology:
                 f"not a topo topology: schema is {_short(found)!r}, expected {SCHEMA!r} "
                 "(write one with `topo show --json`)"
             )
-        source = data.get("source")
-        if not isinstance(source, Mapping) or not isinstance(source.get("root"), str):
-            raise _malformed("source", "expected an object with a 'root' string and 'probes'", source)
         try:
+            source = data.get("source")
+            if not isinstance(source, Mapping) or not isinstance(source.get("root"), str):
+                raise _Malformed("source", "expected an object with a 'root' string and 'probes'")
             probes = _from_json(Mapping[str, str], source.get("probes", {}), "source.probes")
+            return _decode(cls, data, "", root=source["root"], probes=probes)
         except _Malformed as exc:
-            raise _malformed(exc.where, exc.what, source.get("probes")) from None
-        return _decode(cls, data, "", root=source["root"], probes=probes)
+            raise _malformed(exc, data) from None
 
 
 # hwloc_filter_check_pcidev_subtype_important: unclassified (BXI), storage, network, display,
@@ -351,10 +337,6 @@ _IMPORTANT_CLASSES = ("0c04", "0c06", "0502")
 
 def _important(class_id: str) -> bool:
     return class_id[:2] in _IMPORTANT_BASES or class_id in _IMPORTANT_CLASSES
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _short(obj, limit: int = 60) -> str:
@@ -468,8 +450,14 @@ class _Malformed(Exception):
         self.where, self.what = where, what
 
 
-def _malformed(where: str, what: str, found) -> ProbeError:
-    return ProbeError(f"malformed topology JSON: {where or 'top level'}: {what}, found {_short(repr(found))} "
+def _malformed(exc: _Malformed, data) -> ProbeError:
+    found = data
+    for part in exc.where.replace("[", ".[").split("."):
+        try:
+            found = found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
+        except (AttributeError, LookupError, TypeError, ValueError):
+            break
+    return ProbeError(f"malformed topology JSON: {exc.where}: {exc.what}, found {_short(repr(found))} "
                       "(regenerate it with `topo show --json`)")
 
 
@@ -505,26 +493,18 @@ def _to_json(tp, value):
 def _decode(cls, data: Mapping, where: str, **values):
     """An object of dataclass `cls` from its JSON object; a field without its key takes its default."""
     prefix = f"{where}." if where else ""
-    try:
-        for f, key, tp in _schema(cls):
-            path = prefix + key
-            if key not in data:
-                if f.default is MISSING and f.default_factory is MISSING:
-                    raise _Malformed(path, "missing")
-            elif key == "id" and cls is PciDevice:
-                text = _from_json(str, data[key], path)
-                if text.count(":") != 1:
-                    raise _Malformed(path, "expected 'vendor:device' such as '10de:20b0'")
-                values["vendor_id"], values["device_id"] = text.split(":")
-            else:
-                values[f.name] = _from_json(tp, data[key], path)
-    except _Malformed as exc:
-        if where:
-            raise
-        found = data
-        for part in exc.where.replace("[", ".[").split("."):
-            found = _step(found, part)
-        raise _malformed(exc.where, exc.what, found) from None
+    for f, key, tp in _schema(cls):
+        path = prefix + key
+        if key not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise _Malformed(path, "missing")
+        elif key == "id" and cls is PciDevice:
+            text = _from_json(str, data[key], path)
+            if text.count(":") != 1:
+                raise _Malformed(path, "expected 'vendor:device' such as '10de:20b0'")
+            values["vendor_id"], values["device_id"] = text.split(":")
+        else:
+            values[f.name] = _from_json(tp, data[key], path)
     return cls(**values)
 
 
@@ -559,11 +539,3 @@ def _from_json(tp, value, where: str):
             raise _Malformed(f"{where}.{_short(k, 20)}", "expected a NUMA node number as key")
         out[int(k) if args[0] is int else k] = _from_json(args[1], v, f"{where}.{_short(k, 20)}")
     return out
-
-
-def _step(found, part: str):
-    """The value at one step of an error's path (for the message's `found ...`)."""
-    try:
-        return found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
-    except (AttributeError, LookupError, TypeError, ValueError):
-        return found
