@@ -16,7 +16,6 @@ import os
 import signal
 import stat
 import struct
-import threading
 import zlib
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -51,14 +50,15 @@ MAX_STREAMS = 4096  # gzip members, bzip2 or xz streams one after another (pbzip
 BLOCK = 512
 CHUNK = 1 << 16  # read from the archive, decompressed, written to a file at a time
 _ZERO = bytes(BLOCK)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_TYPES = (b"0", b"\0", b"7")  # regular, old regular, contiguous (read as regular by every tar)
 _NOT_TAR = "not a topo capture archive (not a tar archive, compressed or not)"
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 _ERRORS = (OSError, EOFError, zlib.error)  # what the decompressors raise on bad data (and lzma.LZMAError)
 
 
 class _Stopped(BaseException):
-    pass
+    """A stop signal (its number) is waiting."""
 
 
 def open_archive(path: str) -> tuple[TemporaryDirectory, str]:
@@ -68,15 +68,21 @@ def open_archive(path: str) -> tuple[TemporaryDirectory, str]:
     SIGHUP, SIGINT) while unpacking; the signal then takes its usual course."""
     import tempfile  # 5 ms or more at start-up (`python -S -X importtime`); only an archive needs it
 
-
-    with _StopSignals(path) as stop:
+    # Stop signals wait while unpacking, seen between members, so the copy is removed before one acts.
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
         tmp = tempfile.TemporaryDirectory(prefix="topo-capture-")
         try:
-            _unpack_file(path, tmp.name, stop)
-            stop.release()
+            _unpack_file(path, tmp.name)
+            _check_stop()
         except BaseException:
             tmp.cleanup()
             raise
+    except _Stopped as stop:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)  # SIG_DFL ends the process here, SIGINT's raises
+        raise ProbeError(f"{path}: unpacking stopped by {signal.Signals(stop.args[0]).name}") from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
     top = os.listdir(tmp.name)
     if "sys" not in top and len(top) == 1:
         inner = os.path.join(tmp.name, top[0])
@@ -85,43 +91,14 @@ def open_archive(path: str) -> tuple[TemporaryDirectory, str]:
     return tmp, tmp.name
 
 
-class _StopSignals:
-    """While unpacking, a stop signal is only noted, and acted on between members (so the copy is
-    removed before anything else happens); then the previous handlers come back and the signal is
-    raised again. Main thread only (Python's rule); an ignored signal stays ignored."""
-
-    def __init__(self, shown: str) -> None:
-        self.shown, self.signum, self.saved = shown, 0, {}
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in _STOP_SIGNALS:
-                if signal.getsignal(sig) not in (signal.SIG_IGN, None):
-                    self.saved[sig] = signal.signal(sig, self._note)
-        return self
-
-    def _note(self, signum: int, frame) -> None:
-        self.signum = self.signum or signum
-
-    def check(self) -> None:
-        if self.signum:
-            raise _Stopped
-
-    def release(self) -> None:
-        """The previous handlers back; _Stopped if a signal came."""
-        while self.saved:
-            signal.signal(*self.saved.popitem())
-        self.check()
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        while self.saved:
-            signal.signal(*self.saved.popitem())
-        if self.signum:
-            signal.raise_signal(self.signum)  # SIG_DFL ends the process here; SIGINT's raises KeyboardInterrupt
-            raise ProbeError(f"{self.shown}: unpacking stopped by {signal.Signals(self.signum).name}")
+def _check_stop() -> None:
+    """_Stopped when a stop signal this process does not ignore is waiting."""
+    for sig in signal.sigpending() & _STOP_SIGNALS:
+        if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+            raise _Stopped(sig)
 
 
-def _unpack_file(path: str, dest: str, stop: _StopSignals) -> None:
+def _unpack_file(path: str, dest: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
     except OSError as exc:
@@ -133,9 +110,9 @@ def _unpack_file(path: str, dest: str, stop: _StopSignals) -> None:
                              "make one with `topo capture FILE.tar.gz`")
         new, errors = _decompressor(f.read(6))
         f.seek(0)
-        reader = _Reader(f, new, path, os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
+        reader = _Reader(f, new, path, os.open(dest, _DIR))
         try:
-            reader.unpack(stop)
+            reader.unpack()
         except errors as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise ProbeError(f"{path}: cannot unpack ({reason.splitlines()[0][:100]}); "
@@ -216,11 +193,11 @@ class _Reader:
         if self.members > MAX_MEMBERS:
             raise self.error(f"more than {MAX_MEMBERS} members, more than any capture")
 
-    def unpack(self, stop: _StopSignals) -> None:
+    def unpack(self) -> None:
         pax: dict[bytes, bytes] = {}
         long_name = long_link = None
         while True:
-            stop.check()
+            _check_stop()
             block = self.read(BLOCK, exact=False)
             if len(block) != BLOCK:
                 if not block and self.members:
@@ -332,26 +309,17 @@ class _Reader:
                 os.symlink(link, leaf, dir_fd=parent)
                 node[leaf] = None
             else:
-                fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                             dir_fd=parent)
-                try:
-                    left = size
-                    while left:
-                        chunk = memoryview(self.read(min(left, CHUNK)))
-                        left -= len(chunk)
-                        while chunk:
-                            chunk = chunk[os.write(fd, chunk):]
-                finally:
-                    os.close(fd)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                with open(os.open(leaf, flags, 0o600, dir_fd=parent), "wb") as out:
+                    for left in range(size, 0, -CHUNK):
+                        out.write(self.read(min(left, CHUNK)))
                 self.read(-size % BLOCK)
+
         except FileExistsError:
             raise self.error(f"member {shown!r} is there already (the same member twice, or a link of its "
                              "name)") from None
         except NotADirectoryError:
             raise self.error(f"member {shown!r} lies below a link or a file") from None
-
-
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _Tree:

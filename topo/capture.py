@@ -6,7 +6,7 @@ path, with cpuinfo, meminfo, mounts and self/status for a bug report; under `top
 outputs (topo.archive.TOOLS) and what NVML said (nvml.json), which a replay reads back as the
 live machine's. Nothing private: no process environment or command line, of the kernel's command
 line only its numa= options, nothing under /etc, no file longer than a kernel writes
-(fsroot.limit_for).
+(fsroot.read_bytes).
 """
 
 from __future__ import annotations
