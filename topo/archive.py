@@ -12,6 +12,7 @@ through no other link, so every link resolves as its name reads, inside the copy
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import stat
@@ -108,8 +109,19 @@ def _unpack_file(path: str, dest: str) -> None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ARCHIVE:
             raise ProbeError(f"{path}: not a topo capture archive (a file of at most {MAX_ARCHIVE >> 20} MiB); "
                              "make one with `topo capture FILE.tar.gz`")
-        new, errors = _decompressor(f.read(6))
+        magic = f.read(6)
         f.seek(0)
+        new, errors = None, _ERRORS  # bz2 and lzma are imported only here
+        if magic[:2] == b"\x1f\x8b":
+            new = functools.partial(zlib.decompressobj, 16 + zlib.MAX_WBITS)  # one gzip member
+        elif magic[:3] == b"BZh":
+            import bz2
+
+            new = bz2.BZ2Decompressor
+        elif magic == b"\xfd7zXZ\x00":
+            import lzma
+
+            new, errors = lzma.LZMADecompressor, (*_ERRORS, lzma.LZMAError)
         reader = _Reader(f, new, path, os.open(dest, _DIR))
         try:
             reader.unpack()
@@ -119,22 +131,6 @@ def _unpack_file(path: str, dest: str) -> None:
                              "make a new one with `topo capture FILE.tar.gz`") from None
         finally:
             reader.tree.close()
-
-
-def _decompressor(magic: bytes) -> tuple[Callable | None, tuple[type[BaseException], ...]]:
-    """A maker of decompressors for the format the first bytes tell (gzip, bzip2, xz; None: a plain
-    tar, or no archive) and the errors they raise on bad data; bz2 and lzma imported only here."""
-    if magic[:2] == b"\x1f\x8b":
-        return lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), _ERRORS  # one gzip member
-    if magic[:3] == b"BZh":
-        import bz2
-
-        return bz2.BZ2Decompressor, _ERRORS
-    if magic == b"\xfd7zXZ\x00":
-        import lzma
-
-        return lzma.LZMADecompressor, (*_ERRORS, lzma.LZMAError)
-    return None, _ERRORS
 
 
 class _Reader:
@@ -175,8 +171,8 @@ class _Reader:
         raise self.error(f"more than {MAX_STREAMS} compressed streams, more than any capture")
 
     def read(self, size: int, exact: bool = True) -> bytes:
-        """The next `size` bytes, counted against MAX_UNPACKED before they are read; fewer only at
-        the end, an error where `exact`."""
+        """The next `size` bytes, counted against MAX_UNPACKED first; fewer only at the end, unless `exact`."""
+
         self.read_so_far += size
         if self.read_so_far > MAX_UNPACKED:
             raise self.error(f"more than {MAX_UNPACKED >> 20} MiB unpacked, more than any capture")
@@ -314,7 +310,6 @@ class _Reader:
                     for left in range(size, 0, -CHUNK):
                         out.write(self.read(min(left, CHUNK)))
                 self.read(-size % BLOCK)
-
         except FileExistsError:
             raise self.error(f"member {shown!r} is there already (the same member twice, or a link of its "
                              "name)") from None
