@@ -16,7 +16,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from types import UnionType
 from typing import Iterable, Mapping, get_args, get_origin, get_type_hints
 
-from topo.cpuset import EMPTY, CpuSet
+from topo.cpuset import EMPTY, CpuSet, excerpt
 from topo.errors import ParseError, ProbeError
 
 SCHEMA = "topo.topology/1"
@@ -103,10 +103,8 @@ class NumaNode:
 
 @dataclass(frozen=True)
 class CpuKind:
-    """PUs of one kind (hwloc's CPU kinds, `lstopo --cpukinds`): P- and E-cores, priority cores
-    with a higher base frequency, big and little ARM cores. `efficiency` ranks the kinds, 0 the
-    least efficient (lowest frequency or capacity); None (lstopo's -1) when hwloc's rules cannot
-    rank them."""
+    """PUs of one kind (hwloc's CPU kinds, `lstopo --cpukinds`: P- and E-cores, big and little ARM
+    cores, ...). `efficiency` ranks them, 0 the least efficient; None (lstopo's -1) when unranked."""
 
     cpuset: CpuSet
     efficiency: int | None
@@ -115,8 +113,7 @@ class CpuKind:
 
 @dataclass(frozen=True)
 class Group:
-    """A level hwloc inserts where no package/die/cache matches: NUMA nodes spanning several
-    packages, or nodes clustered by their distances."""
+    """A level hwloc inserts where no package/die/cache matches (nodes across packages, or by distance)."""
 
     cpuset: CpuSet
     numa_nodes: tuple[int, ...]
@@ -195,10 +192,8 @@ class Device:
 
 @dataclass(frozen=True, kw_only=True)
 class Topology:
-    """One machine: its PU sets, its objects by type, and how each probe fared.
-
-    Fields are in the order of the JSON keys; `root` and `probes` go under "source".
-    """
+    """One machine: its PU sets, its objects by type, and how each probe fared. Fields are in the
+    order of the JSON keys; `root` and `probes` go under "source"."""
 
     root: str
     probes: Mapping[str, str] = field(default_factory=dict)
@@ -224,7 +219,6 @@ class Topology:
     cpukinds: tuple[CpuKind, ...] = ()  # by efficiency when ranked
     include_disallowed: bool = False  # the view `discover(include_disallowed=...)` asked for
 
-    # ---- queries ------------------------------------------------------
     @property
     def is_this_system(self) -> bool:
         return self.root in ("/", "")
@@ -295,7 +289,6 @@ class Topology:
     def with_devices(self, devices: Iterable[Device], **changes) -> "Topology":
         return replace(self, devices=tuple(devices), **changes)
 
-    # ---- invariants ---------------------------------------------------
     def check(self) -> None:
         """Raise ProbeError if the topology breaks an invariant, as `hwloc_topology_check()` does
         (in time linear in the objects and PUs)."""
@@ -303,22 +296,17 @@ class Topology:
         if problems:
             raise ProbeError("topology check failed: " + "; ".join(problems[:5]))
 
-    # ---- JSON ---------------------------------------------------------
     def to_dict(self) -> dict:
         """The `topo show --json` form (schema topo.topology/1)."""
-        out = {"schema": SCHEMA, "source": {"root": self.root, "probes": dict(self.probes)}}
-        out.update(_encode(self))
-        return out
+        return {"schema": SCHEMA, "source": {"root": self.root, "probes": dict(self.probes)}, **_encode(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Topology":
         """Read back what `to_dict` wrote; ProbeError naming the key when something is wrong."""
         if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
             found = data.get("schema") if isinstance(data, Mapping) else type(data).__name__
-            raise ProbeError(
-                f"not a topo topology: schema is {_short(found)!r}, expected {SCHEMA!r} "
-                "(write one with `topo show --json`)"
-            )
+            raise ProbeError(f"not a topo topology: schema is {excerpt(str(found))!r}, expected {SCHEMA!r} "
+                             "(write one with `topo show --json`)")
         try:
             source = data.get("source")
             if not isinstance(source, Mapping) or not isinstance(source.get("root"), str):
@@ -326,22 +314,20 @@ class Topology:
             probes = _from_json(Mapping[str, str], source.get("probes", {}), "source.probes")
             return _decode(cls, data, "", root=source["root"], probes=probes)
         except _Malformed as exc:
-            raise _malformed(exc, data) from None
-
-
-# hwloc_filter_check_pcidev_subtype_important: unclassified (BXI), storage, network, display,
-# processor, accelerator base classes; fibre channel, InfiniBand and CXL memory.
-_IMPORTANT_BASES = ("00", "01", "02", "03", "0b", "12")
-_IMPORTANT_CLASSES = ("0c04", "0c06", "0502")
+            found = data  # the value at the error's path, for the message
+            for part in exc.where.replace("[", ".[").split("."):
+                try:
+                    found = found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
+                except (AttributeError, LookupError, TypeError, ValueError):
+                    break
+            raise ProbeError(f"malformed topology JSON: {exc.where}: {exc.what}, found {excerpt(repr(found))} "
+                             "(regenerate it with `topo show --json`)") from None
 
 
 def _important(class_id: str) -> bool:
-    return class_id[:2] in _IMPORTANT_BASES or class_id in _IMPORTANT_CLASSES
-
-
-def _short(obj, limit: int = 60) -> str:
-    text = obj if isinstance(obj, str) else repr(obj)
-    return text if len(text) <= limit else text[:limit] + f"...({len(text)} characters)"
+    """hwloc_filter_check_pcidev_subtype_important: unclassified (BXI), storage, network, display,
+    processor, accelerator base classes; fibre channel, InfiniBand and CXL memory."""
+    return class_id[:2] in ("00", "01", "02", "03", "0b", "12") or class_id in ("0c04", "0c06", "0502")
 
 
 # ---- invariants ------------------------------------------------------------------------------
@@ -354,11 +340,11 @@ def _problems(t: Topology) -> list[str]:
         return [f"{t.complete_pus.weight()} PUs, more than the {MAX_PUS} any Linux machine has"]
     # allowed <= shown <= online <= complete: discovery starts from the online PUs and narrows them.
     if not t.allowed_pus <= t.pus:
-        problems.append(f"allowed PUs {_short(str(t.allowed_pus - t.pus))} not among the PUs")
+        problems.append(f"allowed PUs {excerpt(str(t.allowed_pus - t.pus))} not among the PUs")
     if not t.pus <= t.online_pus:
-        problems.append(f"PUs {_short(str(t.pus - t.online_pus))} not online")
+        problems.append(f"PUs {excerpt(str(t.pus - t.online_pus))} not online")
     if not t.online_pus <= t.complete_pus:
-        problems.append(f"online PUs {_short(str(t.online_pus - t.complete_pus))} outside the complete set")
+        problems.append(f"online PUs {excerpt(str(t.online_pus - t.complete_pus))} outside the complete set")
 
     packages: dict[int | None, list[CpuSet]] = {}  # ia64 dumps reuse one id for several packages
     seen = EMPTY
@@ -378,12 +364,12 @@ def _problems(t: Topology) -> list[str]:
         if not core.cpuset:
             problems.append(f"core P#{core.os_index} of package {core.package} has no PU")
         if covered.intersects(core.cpuset):
-            problems.append(f"PUs {_short(str(covered & core.cpuset))} in two cores")
+            problems.append(f"PUs {excerpt(str(covered & core.cpuset))} in two cores")
         covered |= core.cpuset
         if len(problems) > 5:
             return problems  # a broken file would otherwise list every core
     if t.cores and covered != t.pus:  # no core at all: sysfs had no core masks (hwloc has none)
-        problems.append(f"PUs not in exactly one core: {_short(str(covered ^ t.pus))}")
+        problems.append(f"PUs not in exactly one core: {excerpt(str(covered ^ t.pus))}")
 
     for die in t.dies:
         if not any(die.cpuset <= p for p in packages.get(die.package, ())):
@@ -403,7 +389,7 @@ def _problems(t: Topology) -> list[str]:
         if not node.cpuset <= node.locality:
             problems.append(f"NUMA node P#{node.os_index} CPUs outside its locality")
     if not t.allowed_numa_nodes <= CpuSet(i for i in node_ids if i >= 0):
-        problems.append(f"allowed NUMA nodes {_short(str(t.allowed_numa_nodes))} not all listed")
+        problems.append(f"allowed NUMA nodes {excerpt(str(t.allowed_numa_nodes))} not all listed")
 
     problems.extend(_cache_problems(t))
     return problems
@@ -417,7 +403,7 @@ def _cache_problems(t: Topology) -> list[str]:
     by_level: dict[int, list[Cache]] = {}
     for cache in t.caches:
         if not cache.cpuset <= t.pus:
-            problems.append(f"L{cache.level} cache {_short(str(cache.cpuset))} has PUs outside the topology")
+            problems.append(f"L{cache.level} cache {excerpt(str(cache.cpuset))} has PUs outside the topology")
         if cache.type != "instruction":
             by_level.setdefault(cache.level, []).append(cache)
     levels = sorted(by_level)
@@ -427,8 +413,8 @@ def _cache_problems(t: Topology) -> list[str]:
             bigs = {id(holder[pu]): holder[pu] for pu in small.cpuset if pu in holder}
             for big in bigs.values():
                 if not small.cpuset <= big.cpuset:
-                    problems.append(f"L{lo} cache {_short(str(small.cpuset))} straddles "
-                                    f"L{hi} cache {_short(str(big.cpuset))}")
+                    problems.append(f"L{lo} cache {excerpt(str(small.cpuset))} straddles "
+                                    f"L{hi} cache {excerpt(str(big.cpuset))}")
                     break
     return problems
 
@@ -449,16 +435,6 @@ class _Malformed(Exception):
     def __init__(self, where: str, what: str) -> None:
         self.where, self.what = where, what
 
-
-def _malformed(exc: _Malformed, data) -> ProbeError:
-    found = data
-    for part in exc.where.replace("[", ".[").split("."):
-        try:
-            found = found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
-        except (AttributeError, LookupError, TypeError, ValueError):
-            break
-    return ProbeError(f"malformed topology JSON: {exc.where}: {exc.what}, found {_short(repr(found))} "
-                      "(regenerate it with `topo show --json`)")
 
 
 @functools.cache
@@ -536,6 +512,6 @@ def _from_json(tp, value, where: str):
     out = {}
     for k, v in value.items():
         if args[0] is int and not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 7):
-            raise _Malformed(f"{where}.{_short(k, 20)}", "expected a NUMA node number as key")
-        out[int(k) if args[0] is int else k] = _from_json(args[1], v, f"{where}.{_short(k, 20)}")
+            raise _Malformed(f"{where}.{excerpt(str(k), 20)}", "expected a NUMA node number as key")
+        out[int(k) if args[0] is int else k] = _from_json(args[1], v, f"{where}.{excerpt(str(k), 20)}")
     return out
