@@ -1,12 +1,11 @@
 """`topo capture`: this machine's topology files in one archive, like hwloc's hwloc-gather-topology.
 
-Discovery runs over a recording root (once as the process sees the machine, once with everything
-disallowed) and every file it read, directory it listed and symlink on the way is stored at its
-path, with cpuinfo, meminfo, mounts and self/status for a bug report; under `topo-capture/`, tool
-outputs (topo.archive.TOOLS) and what NVML said (nvml.json), which a replay reads back as the
-live machine's. Nothing private: no process environment or command line, of the kernel's command
-line only its numa= options, nothing under /etc, no file longer than a kernel writes
-(fsroot.read_bytes).
+Discovery runs over a recording root (as the process sees the machine, then with everything
+disallowed); every file it read, directory it listed and symlink on the way is stored at its path,
+with cpuinfo, meminfo, mounts and self/status; under `topo-capture/`, tool outputs
+(topo.archive.TOOLS) and what NVML said (nvml.json), which a replay reads back as the live
+machine's. Nothing private: no process environment or command line, of the kernel's command line
+only its numa= options, nothing under /etc, no file longer than a kernel writes.
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ from topo.probes.tools import ToolNotFound, run_tool
 
 EXTRA_FILES = ("/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/status")
 # Never stored, whatever discovery reads: path components naming a process's environment, command
-# line, memory or open files, and the trees holding host keys and users' files. Of the kernel's own
-# command line (/proc/cmdline) the numa= options discovery reads are stored, nothing else (the
-# rest can name hosts, ports and tokens).
+# line, memory or open files, and the trees holding host keys and users' files. Of /proc/cmdline
+# only the numa= options discovery reads are stored (the rest can name hosts, ports and tokens).
 _PRIVATE_NAMES = frozenset({"environ", "cmdline", "mem", "maps", "smaps", "fd", "keys", "auxv"})
 _PRIVATE_TREES = ("/etc/", "/root/", "/home/", "/var/")
 
@@ -187,16 +185,16 @@ class _Writer:
         except TopoError as exc:
             self.notes.append(str(exc))
             return
-        if data is not None and path == "/proc/cmdline":
-            data = b" ".join(t for t in data.split() if t.startswith(b"numa=")) + b"\n"
         if data is not None:
+            if path == "/proc/cmdline":
+                data = b" ".join(t for t in data.split() if t.startswith(b"numa=")) + b"\n"
             self.add(path, data=data)
 
 
 def _private(path: str) -> bool:
-    if path == "/proc/cmdline":
-        return False
-    return path.startswith(_PRIVATE_TREES) or not _PRIVATE_NAMES.isdisjoint(path.split("/"))
+    return path != "/proc/cmdline" and (path.startswith(_PRIVATE_TREES)
+                                        or not _PRIVATE_NAMES.isdisjoint(path.split("/")))
+
 
 
 def _tool_outputs(notes: list[str]) -> dict[str, str]:
