@@ -142,15 +142,15 @@ class _Reader:
         self.buffer, self.pos = b"", 0
         self.read_so_far = self.members = 0
         self.tree = _Tree(root_fd, self.count)
-        self.links: list[tuple[str, bytes]] = []  # (a link's name, the directories its target passes)
+        self.links: list[tuple[str, list[bytes]]] = []  # (a link's name, the directories its target passes)
 
     def error(self, what: str) -> ProbeError:
         return ProbeError(f"{self.shown}: {what}; a topo capture is made by `topo capture FILE.tar.gz`")
 
     def decompressed(self, f, new: Callable) -> Iterator[bytes]:
-        """The data of the compressed streams in `f`, one after another (gzip, bzip2 and xz allow
-        several, and zero bytes between them), in pieces of at most CHUNK bytes. An empty stream
-        costs microseconds and no unpacked byte, hence MAX_STREAMS."""
+        """The data of the compressed streams in `f`, one after another (zero bytes between them
+        allowed), in pieces of at most CHUNK bytes. An empty stream costs no unpacked byte, hence MAX_STREAMS."""
+
         data = f.read(CHUNK)
         for _ in range(MAX_STREAMS):
             decompressor, hungry = new(), False
@@ -227,8 +227,7 @@ class _Reader:
         """No link names a path through another link (so each resolves as its name reads, inside):
         each target's directories are walked once down the record of those made, to the first that
         is not one (at most MAX_DEPTH + 1 look-ups), which must not be a link."""
-        for shown, passes in self.links:
-            parts = passes.split(b"/") if passes else []
+        for shown, parts in self.links:
             node, depth = self.tree.made(parts)
             if depth < len(parts) and parts[depth] in node:  # not a directory made, but there: a link
                 through = b"/".join(parts[:depth + 1])[:80].decode("utf-8", "replace")
@@ -291,8 +290,7 @@ class _Reader:
             if target is None:
                 raise self.error(f"member {shown!r} is a link to {link[:80].decode('utf-8', 'replace')!r}, "
                                  "which is absolute, empty or climbs out of the archive")
-            # the directories the target passes, as deep as any can be
-            self.links.append((shown, b"/".join(target[:-1][:MAX_DEPTH + 1])))
+            self.links.append((shown, target[:-1][:MAX_DEPTH + 1]))  # the directories it passes, as deep as any can be
         if kind == b"5" and self.tree.made(parts)[1] == len(parts):
             return  # a directory made already (a directory may repeat): no system call
         leaf = parts[-1]
@@ -319,10 +317,9 @@ class _Reader:
 
 class _Tree:
     """The unpack directory. Each directory in it is made by topo, opened with O_NOFOLLOW and
-    recorded in `dirs` (names -> a directory's own dict, or None for a link). Nothing is removed or
-    renamed while unpacking, so no part of a recorded path is a link: a recorded directory is
-    opened by its whole path, one system call at any depth. Each directory made for a member's
-    name counts as a member (`count`): one name could otherwise make 48."""
+    recorded in `dirs` (names -> a directory's own dict, or None for a link); nothing is removed or
+    renamed while unpacking, so a recorded directory is opened by its whole path, one system call at
+    any depth. Each directory made for a member's name counts as a member (one name could make 48)."""
 
     def __init__(self, root_fd: int, count: Callable[[], None]) -> None:
         self.root_fd, self.count = root_fd, count
@@ -360,8 +357,7 @@ class _Tree:
 
     @staticmethod
     def mkdir(parent: int, name: bytes) -> int:
-        """The descriptor of the directory `name` in `parent`, made if missing; a link or a file of
-        that name is refused."""
+        """The descriptor of the directory `name` in `parent`, made if missing; NotADirectoryError: a link, a file."""
         try:
             os.mkdir(name, 0o700, dir_fd=parent)
         except FileExistsError:
@@ -377,9 +373,8 @@ class _Tree:
 
 
 def _link_target(directory: list[bytes], target: bytes) -> list[bytes] | None:
-    """The path below the unpack directory that a link in `directory` to `target` names, or None
-    when it names none: absolute, empty, a `..` after a name, or more leading `..` than `directory`
-    has parts."""
+    """The path below the unpack directory that a link in `directory` to `target` names; None when
+    absolute, empty, with a `..` after a name, or more leading `..` than `directory` has parts."""
     parts = [p for p in target.split(b"/") if p not in (b"", b".")]
     ups = 0
     while ups < len(parts) and parts[ups] == b"..":

@@ -69,11 +69,10 @@ class CpuSet:
                 raise ParseError(f"id {excerpt(str(i))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
         object.__setattr__(self, "_mask", _mask_of_runs([(i, i) for i in ids]))
 
-    def __setattr__(self, name, value):
+    def _immutable(self, *args):
         raise AttributeError("CpuSet is immutable")
 
-    def __delattr__(self, name):
-        raise AttributeError("CpuSet is immutable")
+    __setattr__ = __delattr__ = _immutable
 
     @classmethod
     def from_mask(cls, mask: int) -> "CpuSet":
@@ -234,8 +233,8 @@ class CpuSet:
     def __repr__(self) -> str:
         return f"CpuSet({self.to_list()!r})"
 
-    def __str__(self) -> str:
-        return self.to_list()
+    __str__ = to_list
+
 
     def __reduce__(self):
         return (CpuSet.from_mask, (self._mask,))

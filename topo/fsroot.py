@@ -9,7 +9,9 @@ it; only what the kernel does to some attributes (EINVAL, EIO, ENODEV on read) c
 
 from __future__ import annotations
 
+import contextlib
 import errno
+
 import os
 import stat
 from typing import Callable
@@ -135,15 +137,11 @@ class FsRoot:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
+            mode = stat.S_IFREG
             if exc.errno == errno.ENXIO:  # a socket, or a device without its driver
-                try:
+                with contextlib.suppress(OSError):
                     mode = os.stat(self._prefix + path).st_mode
-                except OSError:
-                    mode = stat.S_IFREG
-                self._check_regular(path, mode)
-            if exc.errno in _READ_AS_ABSENT:
-                return None
-            raise self._unreadable(path, exc) from None
+            return self._failed(path, mode, exc)
         try:
             chunks = [os.read(fd, limit + 1)]
             size = len(chunks[0])
@@ -153,10 +151,7 @@ class FsRoot:
                     chunks.append(os.read(fd, limit + 1 - size))
                     size += len(chunks[-1])
         except OSError as exc:
-            self._check_regular(path, os.fstat(fd).st_mode)
-            if exc.errno in _READ_AS_ABSENT:
-                return None
-            raise self._unreadable(path, exc) from None
+            return self._failed(path, os.fstat(fd).st_mode, exc)
         finally:
             os.close(fd)
         data = b"".join(chunks)
@@ -173,9 +168,13 @@ class FsRoot:
             raise ProbeError(f"{self.shown(path)} is {kind}, not a file (read a captured machine's copy of "
                              "/sys and /proc)")
 
-    def _unreadable(self, path: str, exc: OSError) -> ProbeError:  # dropping it would yield a wrong topology
-        return ProbeError(f"cannot read {self.shown(path)}: {exc.strerror} "
-                          "(run topo as a user who can read it, or read a readable copy)")
+    def _failed(self, path: str, mode: int, exc: OSError) -> None:
+        """None where the kernel's error counts as absent; else an error naming the file (dropping
+        it would yield a wrong topology)."""
+        self._check_regular(path, mode)
+        if exc.errno not in _READ_AS_ABSENT:
+            raise ProbeError(f"cannot read {self.shown(path)}: {exc.strerror} "
+                             "(run topo as a user who can read it, or read a readable copy)") from None
 
     def read_int(self, path: str, default: int | None = None) -> int | None:
         """The file's whole number: ASCII digits, "-" before them for the kernel's -1 (an unknown id),
