@@ -314,13 +314,15 @@ class Topology:
             probes = _from_json(Mapping[str, str], source.get("probes", {}), "source.probes")
             return _decode(cls, data, "", root=source["root"], probes=probes)
         except _Malformed as exc:
+            where, what = exc.args
             found = data  # the value at the error's path, for the message
-            for part in exc.where.replace("[", ".[").split("."):
+            for part in where.replace("[", ".[").split("."):
                 try:
                     found = found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
                 except (AttributeError, LookupError, TypeError, ValueError):
                     break
-            raise ProbeError(f"malformed topology JSON: {exc.where}: {exc.what}, found {excerpt(repr(found))} "
+            raise ProbeError(f"malformed topology JSON: {where}: {what}, found {excerpt(repr(found))} "
+
                              "(regenerate it with `topo show --json`)") from None
 
 
@@ -432,9 +434,7 @@ _SCALARS = {int: "expected an integer", str: "expected a string", bool: "expecte
 
 
 class _Malformed(Exception):
-    def __init__(self, where: str, what: str) -> None:
-        self.where, self.what = where, what
-
+    """(where, what): the path of a value in the JSON and what is wrong with it."""
 
 
 @functools.cache
