@@ -51,20 +51,19 @@ class FsRoot:
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         root = os.fspath(root) if root else "/"
+        self.root = os.path.abspath(root)
         self._tmp = None
         # (parser, text) -> CpuSet: the sibling masks of one core or package, and the sharing
         # maps of a shared cache, are the same text in every CPU's file; each is parsed once.
         self._parsed: dict[tuple[Callable[[str], CpuSet], str], CpuSet] = {}
         if os.path.isfile(root):
-            self._tmp, prefix = open_archive(root)  # the copy is removed with this object
-            self._shown = os.path.abspath(root) + ":"
+            self._tmp, self._prefix = open_archive(root)  # the copy is removed with this object
+            self._shown = self.root + ":"
         elif os.path.isdir(root):
-            prefix = os.path.abspath(root)
-            self._shown = "" if prefix == "/" else prefix
+            self._prefix = self._shown = "" if self.root == "/" else self.root
         else:
             raise ProbeError(f"topology root {root!r} is neither a directory nor a `topo capture` archive")
-        self.root = os.path.abspath(root)
-        self._prefix = "" if prefix == "/" else prefix
+
 
     @property
     def is_this_system(self) -> bool:
