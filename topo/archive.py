@@ -191,7 +191,7 @@ class _Reader:
 
     def unpack(self) -> None:
         pax: dict[bytes, bytes] = {}
-        long_name = long_link = None
+        gnu: dict[bytes, bytes] = {}  # GNU long name (L) and link target (K)
         while True:
             _check_stop()
             block = self.read(BLOCK, exact=False)
@@ -209,18 +209,17 @@ class _Reader:
                 data = self.read(size + -size % BLOCK)[:size]
                 if kind == b"x":
                     pax = self.pax_records(data)
-                elif kind == b"L":
-                    long_name = data.split(b"\0", 1)[0]
-                elif kind == b"K":
-                    long_link = data.split(b"\0", 1)[0]
-                continue  # a global pax header (g) changes nothing topo reads
-            name = pax.get(b"path", long_name or name)
-            link = pax.get(b"linkpath", long_link or link)
+                elif kind != b"g":  # a global pax header changes nothing topo reads
+                    gnu[kind] = data.split(b"\0", 1)[0]
+                continue
+            name = pax.get(b"path", gnu.get(b"L") or name)
+            link = pax.get(b"linkpath", gnu.get(b"K") or link)
             if b"size" in pax:
                 size = _decimal(pax[b"size"])
                 if size is None:
                     raise self.error(f"pax size {pax[b'size'][:40]!r} is not a number")
-            pax, long_name, long_link = {}, None, None
+            pax, gnu = {}, {}
+
             self.member(kind, name, link, size)
 
     def check_links(self) -> None:
