@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from topo.cpuset import CpuSet
 from topo.errors import ParseError
-from topo.loader import read_json
+from topo.loader import read_json, read_regular
 
 from topo.planners.bindplan import CPU_MODES, MEMORY_MODES, BindPlan, ProcessBinding, as_written, normalize_key
 
@@ -28,7 +28,6 @@ _TABLE_ITEM = re.compile(r"[0-9]+-[0-9]+|[0-9]+(?:,[0-9]+)*")
 
 class JsonObject(dict):
     """A JSON object as read, plus the keys it held more than once (``json.loads`` keeps the last)."""
-
     duplicate_keys: tuple[str, ...] = ()
 
 
@@ -41,8 +40,7 @@ def _object(pairs: list[tuple[str, Any]]) -> JsonObject:
 
 
 def parse_json(text: str) -> Any:
-    """``read_json`` (bounded ``json.loads``) with duplicate keys recorded (see JsonObject). Raises
-    ValueError."""
+    """``read_json`` (bounded ``json.loads``) with duplicate keys recorded (see JsonObject); ValueError."""
     return read_json(text, object_pairs_hook=_object)
 
 
@@ -77,13 +75,13 @@ def read_bind_json(value: str) -> BindSource:
     if not os.path.isfile(value):
         raise ParseError(f"bind_numa json path '{value}' is not a file.")
     try:
-        raw = _read_limited(value)
+        raw = read_regular(value, BIND_JSON_LIMIT)
         data = parse_json(raw.decode("utf-8"))
-    except ParseError:
-        raise
     except (OSError, ValueError) as exc:
         # msrun's words first (scripts match them), then what is wrong and where
         why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        if getattr(exc, "size", None):
+            why = f"{why}, more than the {BIND_JSON_LIMIT} a bind JSON can be; msrun's are a few KB"
         raise ParseError(f"Failed to load bind_numa json file: {value}. ({why}; fix the file or "
                          "write a new one with `topo plan -o FILE`)") from exc
     if not isinstance(data, dict):
@@ -96,24 +94,6 @@ def read_bind_json(value: str) -> BindSource:
     if str(config.get("bind_memory_mode", "none")).lower() not in MEMORY_MODES:
         raise ParseError("'bind_memory_mode' only supports 'numa'/'none'.")
     return BindSource(data, os.path.abspath(value), hashlib.sha256(raw).hexdigest())
-
-
-def _read_limited(path: str) -> bytes:
-    """The file's bytes; ParseError by its size, before reading, when it is over BIND_JSON_LIMIT."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO swapped in must not block
-    try:
-        size = os.fstat(fd).st_size
-        if size > BIND_JSON_LIMIT:
-            raise ParseError(f"Failed to load bind_numa json file: {path}. (it is {size} bytes, more than the "
-                             f"{BIND_JSON_LIMIT} a bind JSON can be; msrun's are a few KB: write one with "
-                             "`topo plan -o FILE`)")
-        raw = os.read(fd, BIND_JSON_LIMIT + 1)  # a regular file gives all of it at once, up to the limit
-    finally:
-        os.close(fd)
-    if len(raw) > BIND_JSON_LIMIT:
-        raise ParseError(f"Failed to load bind_numa json file: {path}. (it is more than the {BIND_JSON_LIMIT} "
-                         "bytes a bind JSON can be; write one with `topo plan -o FILE`)")
-    return raw
 
 
 def load_bind(value: str) -> LoadedBind:

@@ -1,14 +1,10 @@
 """topo: see a machine's hardware topology and plan where each process of a job runs.
 
-The public names are imported on first use, so `import topo.errors` (and every `topo` command,
-which imports the package first) does not pay for discovery and the model until it needs them.
-
-Stable API (typed: the package ships py.typed):
-- this package's `__all__`: discovery, the model, `set_affinity` and NVIDIA gpu_affinity's names
-  (`Mode`, `Scope`, `Multithreading`, `GPUAffinityError`), so `import topo as gpu_affinity` runs
-  gpu_affinity code unchanged;
-- topo.launcher.spawn: `bound_argv`, `start_bound`, `plan_child` (binding at birth for processes a
-  framework starts itself);
+Public names are imported on first use, so `import topo.errors` (and every `topo` command) does not
+pay for discovery and the model until it needs them. Stable API (typed: the package ships py.typed):
+- `__all__`: discovery, the model, `set_affinity` and NVIDIA gpu_affinity's names (`Mode`, `Scope`,
+  `Multithreading`, `GPUAffinityError`), so `import topo as gpu_affinity` runs its code unchanged;
+- topo.launcher.spawn: `bound_argv`, `start_bound`, `plan_child` (binding at birth);
 - topo.launcher.ps: `inspect`, `as_json`, `as_text`, `ProcessView` (where processes really run);
 - topo.launcher: `launch`, `LaunchConfig`, `LaunchResult`, `LaunchError`.
 """
@@ -30,15 +26,10 @@ __all__ = ["CpuSet", "Topology", "discover", "load_topology", "set_affinity", "b
            "ProbeError", "UsageError"]
 __version__ = "0.1.0"
 
-_AFFINITY = "topo.launcher.affinity"
-_LAZY = {
-    "CpuSet": "topo.cpuset",
-    "Topology": "topo.model",
-    "discover": "topo.discovery",
-    "load_topology": "topo.loader",
-    **dict.fromkeys(["set_affinity", "bind_process", "plan_affinity", "Mode", "Scope", "Multithreading",
-                     "AffinityError", "GPUAffinityError"], _AFFINITY),
-}
-
+_LAZY = {"CpuSet": "topo.cpuset", "Topology": "topo.model", "discover": "topo.discovery",
+         "load_topology": "topo.loader",
+         **dict.fromkeys(["set_affinity", "bind_process", "plan_affinity", "Mode", "Scope", "Multithreading",
+                          "AffinityError", "GPUAffinityError"], "topo.launcher.affinity")}
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+

@@ -1,25 +1,22 @@
 """Reading a `topo capture` archive (or an hwloc test tarball) for `--root FILE`, and the names
 under which a capture stores tool outputs.
 
-The archive is hostile until read: its tar headers are read here block by block, decompressed
-stream by stream (gzip, xz, bzip2, or none), every bound below checked before the work it limits,
-and no member costs more than a few dict look-ups and system calls, whatever the archive repeats.
-Members are written below a private temporary directory through directories topo made and opened
-with O_NOFOLLOW, files created with O_EXCL|O_NOFOLLOW, so no member is written through a link,
-whatever an earlier member planted. Only files, directories and symlinks are taken; a symlink's
-target must be relative, climb (with leading `..`) no higher than the unpack directory, have no
-`..` after its first name and pass through no other link. Every link then resolves as its name
-reads, inside the copy: from its own directory, a real one (no member lies below a link), through
-real directories.
+The archive is hostile: its tar headers are read here block by block, decompressed stream by
+stream (gzip, xz, bzip2, or none), each bound below checked before the work it limits; no member
+costs more than a few dict look-ups and system calls. Members are written below a private temporary
+directory through directories topo made and opened with O_NOFOLLOW, files created with
+O_EXCL|O_NOFOLLOW. Only files, directories and symlinks are taken; a symlink's target must be
+relative, climb (leading `..`) no higher than the unpack directory, have no later `..` and pass
+through no other link, so every link resolves as its name reads, inside the copy.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import stat
 import struct
-import threading
 import zlib
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -54,33 +51,39 @@ MAX_STREAMS = 4096  # gzip members, bzip2 or xz streams one after another (pbzip
 BLOCK = 512
 CHUNK = 1 << 16  # read from the archive, decompressed, written to a file at a time
 _ZERO = bytes(BLOCK)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_TYPES = (b"0", b"\0", b"7")  # regular, old regular, contiguous (read as regular by every tar)
 _NOT_TAR = "not a topo capture archive (not a tar archive, compressed or not)"
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 _ERRORS = (OSError, EOFError, zlib.error)  # what the decompressors raise on bad data (and lzma.LZMAError)
 
 
 class _Stopped(BaseException):
-    """A stop signal arrived while unpacking."""
+    """A stop signal (its number) is waiting."""
 
 
 def open_archive(path: str) -> tuple[TemporaryDirectory, str]:
     """A private temporary copy of the capture `path`, checked member by member, and the root to
     read in it (the archive's top folder when it has a single one holding sys/, as hwloc's have).
-    The copy is removed when the TemporaryDirectory is, and on every error or stop signal
-    (SIGTERM, SIGHUP, SIGINT) while unpacking; the signal then takes its usual course."""
-    # Imported here, as the decompressors are below: tempfile (with shutil) costs 5 ms or more at
-    # start-up (`python -S -X importtime`), and only an archive needs it.
-    import tempfile
+    The copy is removed with the TemporaryDirectory, and on every error or stop signal (SIGTERM,
+    SIGHUP, SIGINT) while unpacking; the signal then takes its usual course."""
+    import tempfile  # 5 ms or more at start-up (`python -S -X importtime`); only an archive needs it
 
-    with _StopSignals(path) as stop:
+    # Stop signals wait while unpacking, seen between members, so the copy is removed before one acts.
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
         tmp = tempfile.TemporaryDirectory(prefix="topo-capture-")
         try:
-            _unpack_file(path, tmp.name, stop)
-            stop.release()
+            _unpack_file(path, tmp.name)
+            _check_stop()
         except BaseException:
             tmp.cleanup()
             raise
+    except _Stopped as stop:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)  # SIG_DFL ends the process here, SIGINT's raises
+        raise ProbeError(f"{path}: unpacking stopped by {signal.Signals(stop.args[0]).name}") from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
     top = os.listdir(tmp.name)
     if "sys" not in top and len(top) == 1:
         inner = os.path.join(tmp.name, top[0])
@@ -89,43 +92,14 @@ def open_archive(path: str) -> tuple[TemporaryDirectory, str]:
     return tmp, tmp.name
 
 
-class _StopSignals:
-    """While unpacking, a stop signal is only noted, and acted on between members (so the copy is
-    removed before anything else happens); then the previous handlers come back and the signal is
-    raised again. Main thread only (Python's rule); an ignored signal stays ignored."""
-
-    def __init__(self, shown: str) -> None:
-        self.shown, self.signum, self.saved = shown, 0, {}
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in _STOP_SIGNALS:
-                if signal.getsignal(sig) not in (signal.SIG_IGN, None):
-                    self.saved[sig] = signal.signal(sig, self._note)
-        return self
-
-    def _note(self, signum: int, frame) -> None:
-        self.signum = self.signum or signum
-
-    def check(self) -> None:
-        if self.signum:
-            raise _Stopped
-
-    def release(self) -> None:
-        """The previous handlers back; _Stopped if a signal came."""
-        while self.saved:
-            signal.signal(*self.saved.popitem())
-        self.check()
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        while self.saved:
-            signal.signal(*self.saved.popitem())
-        if self.signum:
-            signal.raise_signal(self.signum)  # SIG_DFL ends the process here; SIGINT's raises KeyboardInterrupt
-            raise ProbeError(f"{self.shown}: unpacking stopped by {signal.Signals(self.signum).name}")
+def _check_stop() -> None:
+    """_Stopped when a stop signal this process does not ignore is waiting."""
+    for sig in signal.sigpending() & _STOP_SIGNALS:
+        if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+            raise _Stopped(sig)
 
 
-def _unpack_file(path: str, dest: str, stop: _StopSignals) -> None:
+def _unpack_file(path: str, dest: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
     except OSError as exc:
@@ -135,33 +109,28 @@ def _unpack_file(path: str, dest: str, stop: _StopSignals) -> None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ARCHIVE:
             raise ProbeError(f"{path}: not a topo capture archive (a file of at most {MAX_ARCHIVE >> 20} MiB); "
                              "make one with `topo capture FILE.tar.gz`")
-        new, errors = _decompressor(f.read(6))
+        magic = f.read(6)
         f.seek(0)
-        reader = _Reader(f, new, path, os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
+        new, errors = None, _ERRORS  # bz2 and lzma are imported only here
+        if magic[:2] == b"\x1f\x8b":
+            new = functools.partial(zlib.decompressobj, 16 + zlib.MAX_WBITS)  # one gzip member
+        elif magic[:3] == b"BZh":
+            import bz2
+
+            new = bz2.BZ2Decompressor
+        elif magic == b"\xfd7zXZ\x00":
+            import lzma
+
+            new, errors = lzma.LZMADecompressor, (*_ERRORS, lzma.LZMAError)
+        reader = _Reader(f, new, path, os.open(dest, _DIR))
         try:
-            reader.unpack(stop)
+            reader.unpack()
         except errors as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise ProbeError(f"{path}: cannot unpack ({reason.splitlines()[0][:100]}); "
                              "make a new one with `topo capture FILE.tar.gz`") from None
         finally:
             reader.tree.close()
-
-
-def _decompressor(magic: bytes) -> tuple[Callable | None, tuple[type[BaseException], ...]]:
-    """A maker of decompressors for the format the first bytes tell (gzip, bzip2, xz; None: a plain
-    tar, or no archive) and the errors they raise on bad data; bz2 and lzma imported only here."""
-    if magic[:2] == b"\x1f\x8b":
-        return lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), _ERRORS  # one gzip member
-    if magic[:3] == b"BZh":
-        import bz2
-
-        return bz2.BZ2Decompressor, _ERRORS
-    if magic == b"\xfd7zXZ\x00":
-        import lzma
-
-        return lzma.LZMADecompressor, (*_ERRORS, lzma.LZMAError)
-    return None, _ERRORS
 
 
 class _Reader:
@@ -173,15 +142,15 @@ class _Reader:
         self.buffer, self.pos = b"", 0
         self.read_so_far = self.members = 0
         self.tree = _Tree(root_fd, self.count)
-        self.links: list[tuple[str, bytes]] = []  # (a link's name, the directories its target passes)
+        self.links: list[tuple[str, list[bytes]]] = []  # (a link's name, the directories its target passes)
 
     def error(self, what: str) -> ProbeError:
         return ProbeError(f"{self.shown}: {what}; a topo capture is made by `topo capture FILE.tar.gz`")
 
     def decompressed(self, f, new: Callable) -> Iterator[bytes]:
-        """The data of the compressed streams in `f`, one after another (gzip, bzip2 and xz allow
-        several, and zero bytes between them), in pieces of at most CHUNK bytes. An empty stream
-        costs microseconds and no unpacked byte, hence MAX_STREAMS."""
+        """The data of the compressed streams in `f`, one after another (zero bytes between them
+        allowed), in pieces of at most CHUNK bytes. An empty stream costs no unpacked byte, hence MAX_STREAMS."""
+
         data = f.read(CHUNK)
         for _ in range(MAX_STREAMS):
             decompressor, hungry = new(), False
@@ -202,8 +171,8 @@ class _Reader:
         raise self.error(f"more than {MAX_STREAMS} compressed streams, more than any capture")
 
     def read(self, size: int, exact: bool = True) -> bytes:
-        """The next `size` bytes, counted against MAX_UNPACKED before they are read; fewer only at
-        the end, an error where `exact`."""
+        """The next `size` bytes, counted against MAX_UNPACKED first; fewer only at the end, unless `exact`."""
+
         self.read_so_far += size
         if self.read_so_far > MAX_UNPACKED:
             raise self.error(f"more than {MAX_UNPACKED >> 20} MiB unpacked, more than any capture")
@@ -220,11 +189,11 @@ class _Reader:
         if self.members > MAX_MEMBERS:
             raise self.error(f"more than {MAX_MEMBERS} members, more than any capture")
 
-    def unpack(self, stop: _StopSignals) -> None:
+    def unpack(self) -> None:
         pax: dict[bytes, bytes] = {}
-        long_name = long_link = None
+        gnu: dict[bytes, bytes] = {}  # GNU long name (L) and link target (K)
         while True:
-            stop.check()
+            _check_stop()
             block = self.read(BLOCK, exact=False)
             if len(block) != BLOCK:
                 if not block and self.members:
@@ -240,26 +209,24 @@ class _Reader:
                 data = self.read(size + -size % BLOCK)[:size]
                 if kind == b"x":
                     pax = self.pax_records(data)
-                elif kind == b"L":
-                    long_name = data.split(b"\0", 1)[0]
-                elif kind == b"K":
-                    long_link = data.split(b"\0", 1)[0]
-                continue  # a global pax header (g) changes nothing topo reads
-            name = pax.get(b"path", long_name or name)
-            link = pax.get(b"linkpath", long_link or link)
+                elif kind != b"g":  # a global pax header changes nothing topo reads
+                    gnu[kind] = data.split(b"\0", 1)[0]
+                continue
+            name = pax.get(b"path", gnu.get(b"L") or name)
+            link = pax.get(b"linkpath", gnu.get(b"K") or link)
             if b"size" in pax:
                 size = _decimal(pax[b"size"])
                 if size is None:
                     raise self.error(f"pax size {pax[b'size'][:40]!r} is not a number")
-            pax, long_name, long_link = {}, None, None
+            pax, gnu = {}, {}
+
             self.member(kind, name, link, size)
 
     def check_links(self) -> None:
         """No link names a path through another link (so each resolves as its name reads, inside):
         each target's directories are walked once down the record of those made, to the first that
         is not one (at most MAX_DEPTH + 1 look-ups), which must not be a link."""
-        for shown, passes in self.links:
-            parts = passes.split(b"/") if passes else []
+        for shown, parts in self.links:
             node, depth = self.tree.made(parts)
             if depth < len(parts) and parts[depth] in node:  # not a directory made, but there: a link
                 through = b"/".join(parts[:depth + 1])[:80].decode("utf-8", "replace")
@@ -322,8 +289,7 @@ class _Reader:
             if target is None:
                 raise self.error(f"member {shown!r} is a link to {link[:80].decode('utf-8', 'replace')!r}, "
                                  "which is absolute, empty or climbs out of the archive")
-            # the directories the target passes, as deep as any can be
-            self.links.append((shown, b"/".join(target[:-1][:MAX_DEPTH + 1])))
+            self.links.append((shown, target[:-1][:MAX_DEPTH + 1]))  # the directories it passes, as deep as any can be
         if kind == b"5" and self.tree.made(parts)[1] == len(parts):
             return  # a directory made already (a directory may repeat): no system call
         leaf = parts[-1]
@@ -336,17 +302,10 @@ class _Reader:
                 os.symlink(link, leaf, dir_fd=parent)
                 node[leaf] = None
             else:
-                fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                             dir_fd=parent)
-                try:
-                    left = size
-                    while left:
-                        chunk = memoryview(self.read(min(left, CHUNK)))
-                        left -= len(chunk)
-                        while chunk:
-                            chunk = chunk[os.write(fd, chunk):]
-                finally:
-                    os.close(fd)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                with open(os.open(leaf, flags, 0o600, dir_fd=parent), "wb") as out:
+                    for left in range(size, 0, -CHUNK):
+                        out.write(self.read(min(left, CHUNK)))
                 self.read(-size % BLOCK)
         except FileExistsError:
             raise self.error(f"member {shown!r} is there already (the same member twice, or a link of its "
@@ -355,15 +314,11 @@ class _Reader:
             raise self.error(f"member {shown!r} lies below a link or a file") from None
 
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 class _Tree:
     """The unpack directory. Each directory in it is made by topo, opened with O_NOFOLLOW and
-    recorded in `dirs` (names -> a directory's own dict, or None for a link). Nothing is removed or
-    renamed while unpacking, so no part of a recorded path is a link: a recorded directory is
-    opened by its whole path, one system call at any depth. Each directory made for a member's
-    name counts as a member (`count`): one name could otherwise make 48."""
+    recorded in `dirs` (names -> a directory's own dict, or None for a link); nothing is removed or
+    renamed while unpacking, so a recorded directory is opened by its whole path, one system call at
+    any depth. Each directory made for a member's name counts as a member (one name could make 48)."""
 
     def __init__(self, root_fd: int, count: Callable[[], None]) -> None:
         self.root_fd, self.count = root_fd, count
@@ -401,8 +356,7 @@ class _Tree:
 
     @staticmethod
     def mkdir(parent: int, name: bytes) -> int:
-        """The descriptor of the directory `name` in `parent`, made if missing; a link or a file of
-        that name is refused."""
+        """The descriptor of the directory `name` in `parent`, made if missing; NotADirectoryError: a link, a file."""
         try:
             os.mkdir(name, 0o700, dir_fd=parent)
         except FileExistsError:
@@ -418,9 +372,8 @@ class _Tree:
 
 
 def _link_target(directory: list[bytes], target: bytes) -> list[bytes] | None:
-    """The path below the unpack directory that a link in `directory` to `target` names, or None
-    when it names none: absolute, empty, a `..` after a name, or more leading `..` than `directory`
-    has parts."""
+    """The path below the unpack directory that a link in `directory` to `target` names; None when
+    absolute, empty, with a `..` after a name, or more leading `..` than `directory` has parts."""
     parts = [p for p in target.split(b"/") if p not in (b"", b".")]
     ups = 0
     while ups < len(parts) and parts[ups] == b"..":

@@ -1,12 +1,11 @@
 """`topo capture`: this machine's topology files in one archive, like hwloc's hwloc-gather-topology.
 
-Discovery runs over a recording root (once as the process sees the machine, once with everything
-disallowed) and every file it read, directory it listed and symlink on the way is stored at its
-path, with cpuinfo, meminfo, mounts and self/status for a bug report; under `topo-capture/`, tool
-outputs (topo.archive.TOOLS) and what NVML said (nvml.json), which a replay reads back as the
-live machine's. Nothing private: no process environment or command line, of the kernel's command
-line only its numa= options, nothing under /etc, no file longer than a kernel writes
-(fsroot.limit_for).
+Discovery runs over a recording root (as the process sees the machine, then with everything
+disallowed); every file it read, directory it listed and symlink on the way is stored at its path,
+with cpuinfo, meminfo, mounts and self/status; under `topo-capture/`, tool outputs
+(topo.archive.TOOLS) and what NVML said (nvml.json), which a replay reads back as the live
+machine's. Nothing private: no process environment or command line, of the kernel's command line
+only its numa= options, nothing under /etc, no file longer than a kernel writes.
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ from topo.probes.tools import ToolNotFound, run_tool
 
 EXTRA_FILES = ("/proc/cmdline", "/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/status")
 # Never stored, whatever discovery reads: path components naming a process's environment, command
-# line, memory or open files, and the trees holding host keys and users' files. Of the kernel's own
-# command line (/proc/cmdline) the numa= options discovery reads are stored, nothing else (the
-# rest can name hosts, ports and tokens).
+# line, memory or open files, and the trees holding host keys and users' files. Of /proc/cmdline
+# only the numa= options discovery reads are stored (the rest can name hosts, ports and tokens).
 _PRIVATE_NAMES = frozenset({"environ", "cmdline", "mem", "maps", "smaps", "fd", "keys", "auxv"})
 _PRIVATE_TREES = ("/etc/", "/root/", "/home/", "/var/")
 
@@ -120,55 +118,45 @@ class _Writer:
         with `list_it` the directory's entries; returns the real path stored, None if not stored."""
         if _private(path):
             return None
-        real = "/"
-        parts = [p for p in path.split("/") if p]
-        hops = 0
+        real, parts, hops = "/", [p for p in path.split("/") if p], 0
         while parts:
-            part = parts.pop(0)
-            here = os.path.join(real, part)
+            here = os.path.join(real, parts.pop(0))
             try:
-                st = os.lstat(self.base + here)
+                mode = os.lstat(self.base + here).st_mode
             except OSError:
                 return None  # absent: discovery saw it missing, the archive leaves it missing
-            if stat.S_ISLNK(st.st_mode) and here != "/proc/self":
+            if stat.S_ISLNK(mode) and here != "/proc/self":
                 target = os.readlink(self.base + here)
                 hops += 1
                 if hops > 40 or target.startswith("/") and not target.startswith(("/sys/", "/proc/")):
                     return None
                 self.link(here, target)
-                resolved = os.path.normpath(os.path.join(real, target))
-                parts = [p for p in resolved.split("/") if p] + parts
+                parts = [p for p in os.path.normpath(os.path.join(real, target)).split("/") if p] + parts
                 real = "/"
-                continue
-            if stat.S_ISDIR(st.st_mode) or here == "/proc/self":
+            elif stat.S_ISDIR(mode) or here == "/proc/self":
                 self.add(here, tarfile.DIRTYPE)
                 real = here
-                continue
-            if parts:
+            elif parts:
                 return None  # a file in the middle of the path
-            if stat.S_ISREG(st.st_mode):
-                self._file(here)
-            return here
-        if list_it:
-            self._listing(real)
-        return real
-
-    def _listing(self, directory: str) -> None:
-        """The directory's subdirectories and links, so a listing of the copy names them too."""
-        try:
-            names = os.listdir(self.base + directory)
-        except OSError:
-            return
-        for name in names:
-            here = os.path.join(directory, name)
+            else:
+                if stat.S_ISREG(mode) and here.lstrip("/") not in self.done:
+                    self._file(here)
+                return here
+        if list_it:  # the subdirectories and links, so a listing of the copy names them too
             try:
-                mode = os.lstat(self.base + here).st_mode
+                names = os.listdir(self.base + real)
             except OSError:
-                continue
-            if stat.S_ISLNK(mode):
-                self.link(here)
-            elif stat.S_ISDIR(mode):
-                self.add(here, tarfile.DIRTYPE)
+                names = []
+            for here in (os.path.join(real, name) for name in names):
+                try:
+                    mode = os.lstat(self.base + here).st_mode
+                except OSError:
+                    continue
+                if stat.S_ISLNK(mode):
+                    self.link(here)
+                elif stat.S_ISDIR(mode):
+                    self.add(here, tarfile.DIRTYPE)
+        return real
 
     def add(self, path: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", target: str = "") -> None:
         """A member at `path` (a file holding `data`, a directory, a link to `target`), once."""
@@ -192,24 +180,21 @@ class _Writer:
         self.add(path, tarfile.SYMTYPE, target=target)
 
     def _file(self, path: str) -> None:
-        if path.lstrip("/") in self.done:
-            return
         try:
             data = self.fs.read_bytes(path)  # as it is: binary attributes (PCI config) stay binary
         except TopoError as exc:
             self.notes.append(str(exc))
             return
-        if data is not None and path == "/proc/cmdline":
-            data = b" ".join(t for t in data.split() if t.startswith(b"numa=")) + b"\n"
         if data is not None:
+            if path == "/proc/cmdline":
+                data = b" ".join(t for t in data.split() if t.startswith(b"numa=")) + b"\n"
             self.add(path, data=data)
 
 
-
 def _private(path: str) -> bool:
-    if path == "/proc/cmdline":
-        return False
-    return path.startswith(_PRIVATE_TREES) or not _PRIVATE_NAMES.isdisjoint(path.split("/"))
+    return path != "/proc/cmdline" and (path.startswith(_PRIVATE_TREES)
+                                        or not _PRIVATE_NAMES.isdisjoint(path.split("/")))
+
 
 
 def _tool_outputs(notes: list[str]) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 A CpuSet is a Python int used as a bitmask. Ids above ``MAX_ID`` (2**20 - 1) are refused: the
 kernel's NR_CPUS tops out at 8192 and MAX_NUMNODES at 1024, and ``0-99999999999`` would need a
-12 GB mask. Numbers are read by `topo.numbers.ascii_number` (ASCII digits, bounded before int()).
+12 GB mask.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ _MSRUN_WORDS = {"empty": "CPU range '{text}' is invalid due to empty segment.",
 
 
 def excerpt(text: str, limit: int = 60) -> str:
-    """Text for an error message: long inputs are cut, so a 100 MB file does not become the message."""
+    """Text for an error message, cut: a 100 MB file does not become the message."""
     return text if len(text) <= limit else f"{text[:limit]}...({len(text)} characters)"
 
 
 def _mask_of_runs(runs: list[tuple[int, int]]) -> int:
-    """The bitmask of inclusive runs (lo, hi): a few ORed in, more sorted, merged and written out as
-    one binary numeral, so the time grows with the text and the highest id, never runs x width."""
+    """The bitmask of inclusive runs (lo, hi): a few ORed in, more sorted, merged and written as one
+    binary numeral, so the time grows with the text and the highest id, never runs x width."""
     if len(runs) <= _BUILT_RUNS:
         mask = 0
         for lo, hi in runs:
@@ -69,13 +69,11 @@ class CpuSet:
                 raise ParseError(f"id {excerpt(str(i))} in CPU set exceeds {MAX_ID}, the largest CPU or node id")
         object.__setattr__(self, "_mask", _mask_of_runs([(i, i) for i in ids]))
 
-    def __setattr__(self, name, value):
+    def _immutable(self, *args):
         raise AttributeError("CpuSet is immutable")
 
-    def __delattr__(self, name):
-        raise AttributeError("CpuSet is immutable")
+    __setattr__ = __delattr__ = _immutable
 
-    # ---- construction -------------------------------------------------
     @classmethod
     def from_mask(cls, mask: int) -> "CpuSet":
         if mask < 0:
@@ -88,12 +86,9 @@ class CpuSet:
 
     @classmethod
     def parse(cls, text: str, *, msrun: bool = False) -> "CpuSet":
-        """Parse a Linux cpulist (``0-3,8,10-11``); empty text is the empty set.
-
-        By default spaces around the elements are allowed (sysfs files end in a newline). With
-        ``msrun``, as msrun's ``_expand_ranges``: every whitespace character is removed first, and
-        errors use msrun's words (``CPU range '3-1' start should not exceed end.``), which msrun
-        also uses for NUMA node strings."""
+        """Parse a Linux cpulist (``0-3,8,10-11``, spaces around elements allowed); empty text is the
+        empty set. With ``msrun``, as msrun's ``_expand_ranges``: every whitespace character is
+        removed first, and errors use msrun's words (``CPU range '3-1' start should not exceed end.``)."""
         words = _MSRUN_WORDS if msrun else _CPULIST_WORDS
         s = _WHITESPACE.sub("", text) if msrun else text.strip()
         if not s:
@@ -140,7 +135,6 @@ class CpuSet:
             raise ParseError(f"range {lo}-{excerpt(str(hi))} is outside 0-{MAX_ID}, the CPU and node ids topo accepts")
         return cls.from_mask(((1 << (hi - lo + 1)) - 1) << lo)
 
-    # ---- formatting ---------------------------------------------------
     def to_list(self) -> str:
         """Format as a sorted, compacted Linux cpulist; '' for the empty set."""
         return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges())
@@ -152,8 +146,8 @@ class CpuSet:
         return ",".join(digits[i:i + 8] for i in range(0, len(digits), 8))
 
     def ranges(self) -> Iterator[tuple[int, int]]:
-        """The runs of consecutive members, lowest first, as inclusive (lo, hi): the first few by
-        shifting the mask (a step costs its width), the rest from its binary text (one pass)."""
+        """Inclusive (lo, hi) runs of members, lowest first: the first few by shifting the mask (a
+        step costs its width), the rest from its binary text (one pass)."""
         m, base = self._mask, 0
         for _ in range(_READ_RUNS):
             if not m:
@@ -170,8 +164,8 @@ class CpuSet:
             end = bits.rfind("0", 0, one) + 1
             yield base + top - one, base + top - end
 
-    # ---- set algebra --------------------------------------------------
     @property
+
     def mask(self) -> int:
         return self._mask
 
@@ -239,8 +233,8 @@ class CpuSet:
     def __repr__(self) -> str:
         return f"CpuSet({self.to_list()!r})"
 
-    def __str__(self) -> str:
-        return self.to_list()
+    __str__ = to_list
+
 
     def __reduce__(self):
         return (CpuSet.from_mask, (self._mask,))

@@ -1,18 +1,17 @@
-"""Reading files below one filesystem root, like hwloc's HWLOC_FSROOT.
-
-Every probe gets an FsRoot and never touches an absolute path itself, so a captured machine and the
-live one are read by the same code. The root is a directory, or an archive written by `topo
-capture` (read from a private temporary copy; see `topo.archive`).
+"""Reading files below one filesystem root, like hwloc's HWLOC_FSROOT: a directory, or an archive
+written by `topo capture` (read from a private temporary copy; see `topo.archive`). Probes never
+touch an absolute path themselves, so a captured machine and the live one are read by one code.
 
 Reads are strict, as psutil's are: a file that exists but cannot be read, is not a regular file
 (a FIFO would block, a device never ends) or is longer than any kernel writes is an error naming
-it. Only what the kernel itself does to some attributes (EINVAL, EIO, ENODEV on read) counts as
-absent. Files are opened non-blocking.
+it; only what the kernel does to some attributes (EINVAL, EIO, ENODEV on read) counts as absent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+
 import os
 import stat
 from typing import Callable
@@ -40,16 +39,8 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR,
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
 
 
-def limit_for(path: str) -> int:
-    """The most bytes a file at `path` can hold (see SYSFS_LIMIT, PROCFS_LIMIT, TOOL_OUTPUT_LIMIT)."""
-    if path.startswith("/sys/"):
-        return SYSFS_LIMIT
-    return PROCFS_LIMIT if path.startswith("/proc/") else TOOL_OUTPUT_LIMIT
-
-
 def file_kind(mode: int) -> str | None:
-    """What a file that is not a regular one (nor a link) is, for messages: "a FIFO", ...; None for
-    a regular file or a link."""
+    """What a file that is neither a regular one nor a link is, for messages: "a FIFO", ...; else None."""
     if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
         return None
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
@@ -60,20 +51,19 @@ class FsRoot:
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         root = os.fspath(root) if root else "/"
+        self.root = os.path.abspath(root)
         self._tmp = None
         # (parser, text) -> CpuSet: the sibling masks of one core or package, and the sharing
         # maps of a shared cache, are the same text in every CPU's file; each is parsed once.
         self._parsed: dict[tuple[Callable[[str], CpuSet], str], CpuSet] = {}
         if os.path.isfile(root):
-            self._tmp, prefix = open_archive(root)  # the copy is removed with this object
-            self._shown = os.path.abspath(root) + ":"
+            self._tmp, self._prefix = open_archive(root)  # the copy is removed with this object
+            self._shown = self.root + ":"
         elif os.path.isdir(root):
-            prefix = os.path.abspath(root)
-            self._shown = "" if prefix == "/" else prefix
+            self._prefix = self._shown = "" if self.root == "/" else self.root
         else:
             raise ProbeError(f"topology root {root!r} is neither a directory nor a `topo capture` archive")
-        self.root = os.path.abspath(root)
-        self._prefix = "" if prefix == "/" else prefix
+
 
     @property
     def is_this_system(self) -> bool:
@@ -88,7 +78,7 @@ class FsRoot:
         return self._shown + path
 
     def exists(self, path: str) -> bool:
-        """Whether `path` exists; a path that cannot be looked at (EACCES, ELOOP) is an error."""
+        """Whether `path` exists; one that cannot be looked at (EACCES, ELOOP) is an error."""
         try:
             os.stat(self._prefix + path)
         except (FileNotFoundError, NotADirectoryError):
@@ -118,43 +108,39 @@ class FsRoot:
         return None if target is None else os.path.basename(target)
 
     def read(self, path: str, default: str | None = None) -> str | None:
-        """The file's text, stripped; `default` when it does not exist.
-
-        Sysfs attributes that exist but fail with EINVAL/EIO/ENODEV (some firmware files) count as
-        absent, as hwloc treats them. A permission error, a directory, FIFO, socket or device where
-        a file belongs, or a file longer than `limit_for(path)` is an error naming the path.
-        """
+        """The file's text, stripped (of NUL bytes too: the kernel pads a few attributes so);
+        `default` when it does not exist. Errors as for read_bytes."""
         data = self.read_bytes(path)
-        if data is None:
-            return default
-        # Some captured sysfs files end in NUL bytes; the kernel pads a few attributes so.
-        return data.decode("utf-8", "replace").strip(" \t\r\n\x00")
+        return default if data is None else data.decode("utf-8", "replace").strip(" \t\r\n\x00")
 
     def read_bytes(self, path: str, prefix: int | None = None) -> bytes | None:
         """The file's bytes, or only its first `prefix` bytes (a PCI function's `config` header);
-        None when it does not exist. Errors as for `read`.
+        None when it does not exist, or exists but fails with EINVAL/EIO/ENODEV (some firmware
+        files), as hwloc treats them. A permission error, a directory, FIFO, socket or device where a
+        file belongs, or a file longer than its limit (SYSFS_LIMIT, PROCFS_LIMIT, TOOL_OUTPUT_LIMIT)
+        is an error naming the path.
 
         Below /sys, a first read shorter than a page is a whole attribute (the kernel writes one in
-        a single read) and is taken as it is: open, read, close, as hwloc reads it. Anything else
-        is checked to be a regular file (an fstat) and read to its end. benchmarks/discovery_bench.py,
-        in-process discovery of 128arm-2pa2n8cluster4co: 28 ms so, 36 ms checking and reading every
-        file to its end (lstopo: 27 ms). So a FIFO below /sys with a short text waiting is read.
+        a single read) and is taken as it is, as hwloc reads it; anything else is checked to be a
+        regular file (an fstat) and read to its end. benchmarks/discovery_bench.py, in-process
+        discovery of 128arm-2pa2n8cluster4co: 28 ms so, 36 ms checking every file (lstopo: 27 ms).
         """
-        limit = limit_for(path) if prefix is None else prefix
+        if prefix is not None:
+            limit = prefix
+        elif path.startswith("/sys/"):
+            limit = SYSFS_LIMIT
+        else:
+            limit = PROCFS_LIMIT if path.startswith("/proc/") else TOOL_OUTPUT_LIMIT
         try:
             fd = os.open(self._prefix + path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
+            mode = stat.S_IFREG
             if exc.errno == errno.ENXIO:  # a socket, or a device without its driver
-                try:
+                with contextlib.suppress(OSError):
                     mode = os.stat(self._prefix + path).st_mode
-                except OSError:
-                    mode = stat.S_IFREG
-                self._check_regular(path, mode)
-            if exc.errno in _READ_AS_ABSENT:
-                return None
-            raise self._unreadable(path, exc) from None
+            return self._failed(path, mode, exc)
         try:
             chunks = [os.read(fd, limit + 1)]
             size = len(chunks[0])
@@ -164,10 +150,7 @@ class FsRoot:
                     chunks.append(os.read(fd, limit + 1 - size))
                     size += len(chunks[-1])
         except OSError as exc:
-            self._check_regular(path, os.fstat(fd).st_mode)
-            if exc.errno in _READ_AS_ABSENT:
-                return None
-            raise self._unreadable(path, exc) from None
+            return self._failed(path, os.fstat(fd).st_mode, exc)
         finally:
             os.close(fd)
         data = b"".join(chunks)
@@ -184,15 +167,18 @@ class FsRoot:
             raise ProbeError(f"{self.shown(path)} is {kind}, not a file (read a captured machine's copy of "
                              "/sys and /proc)")
 
-    def _unreadable(self, path: str, exc: OSError) -> ProbeError:
-        # Present but unreadable: silently dropping it would yield a wrong topology.
-        return ProbeError(f"cannot read {self.shown(path)}: {exc.strerror} "
-                          "(run topo as a user who can read it, or read a readable copy)")
+    def _failed(self, path: str, mode: int, exc: OSError) -> None:
+        """None where the kernel's error counts as absent; else an error naming the file (dropping
+        it would yield a wrong topology)."""
+        self._check_regular(path, mode)
+        if exc.errno not in _READ_AS_ABSENT:
+            raise ProbeError(f"cannot read {self.shown(path)}: {exc.strerror} "
+                             "(run topo as a user who can read it, or read a readable copy)") from None
 
     def read_int(self, path: str, default: int | None = None) -> int | None:
-        """The file's whole number: ASCII decimal digits, with "-" before them for the -1 the kernel
-        writes for an unknown id, at most SYSFS_INT_MAX either way; `default` when the file is
-        absent or empty. Anything else ("١", "0x10", 5000 digits) is an error naming the file."""
+        """The file's whole number: ASCII digits, "-" before them for the kernel's -1 (an unknown id),
+        at most SYSFS_INT_MAX; `default` when the file is absent or empty; an error naming the file
+        for anything else ("١", "0x10", 5000 digits)."""
         text = self.read(path)
         if not text:
             return default
@@ -214,8 +200,8 @@ class FsRoot:
         return found if found is not None else self.read_cpulist(list_path)
 
     def _read_parsed(self, path: str, parse: Callable[[str], CpuSet]) -> CpuSet | None:
-        """`parse` of the file's text; None when it does not exist; an error naming it when it does not parse."""
         text = self.read(path)
+
         if text is None:
             return None
         found = self._parsed.get((parse, text))

@@ -1,13 +1,12 @@
 """Public names of a package imported on first use (PEP 562 module `__getattr__` and `__dir__`)."""
 
-from __future__ import annotations
-
 import sys
 
 
 def lazy_exports(package: str, table: dict[str, str]):
-    """`__getattr__` and `__dir__` for `package`, where `table` maps each public name to the module
-    defining it; a name is imported when first read, then kept in the package's namespace."""
+    """`__getattr__` and `__dir__` for `package`; `table` maps each public name to the module defining
+    it, imported when the name is first read, the value then kept in the package's namespace."""
+
     namespace = sys.modules[package].__dict__
 
     def __getattr__(name: str):

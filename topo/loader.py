@@ -1,9 +1,9 @@
-"""load_topology(): a Topology from a file, either format a user may have.
+"""load_topology(): a Topology from a file, either format a user may have, and the bounded readers
+of JSON files (topology, bind and job record).
 
 `topo show --json` output (schema topo.topology/1) and hwloc XML (`lstopo --of xml`) are told apart
-by their first character, so a file's name or extension never matters. Either is checked
-(`Topology.check()`) before it is returned: a file is input, and a broken one is refused with its
-name rather than planned on.
+by their first character, never by the file's name; either is checked (`Topology.check()`) before
+it is returned, and a broken one is refused with its name.
 """
 
 from __future__ import annotations
@@ -25,23 +25,43 @@ MAX_JSON_CONTAINERS = 16 * MAX_PUS
 _HOW = "write one with `topo show --json > FILE` or `lstopo --of xml FILE`"
 
 
+class Refused(ValueError):
+    """A file read_regular does not read: not a regular file (`size` None), or `size` bytes, over its limit."""
+
+    def __init__(self, size: int | None = None) -> None:
+        super().__init__("not a regular file" if size is None else f"it is {size} bytes")
+        self.size = size
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The bytes of the regular file `path`, refused (Refused) by its size before they are read
+    when over `limit`; OSError as the system raises it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused()
+        data = os.read(fd, limit + 1) if info.st_size <= limit else b""  # a regular file gives it all at once
+        size = max(len(data), os.fstat(fd).st_size)  # a file grown since the first fstat counts too
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise Refused(size)
+    return data
+
+
 def load_topology(path: str | os.PathLike) -> Topology:
     """The topology saved in `path`: our JSON or an hwloc XML export (v2, or v1)."""
     path = os.fspath(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-        with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ProbeError(f"{path}: not a regular file; {_HOW}")
-            data = f.read(MAX_BYTES + 1)
+        text = read_regular(path, MAX_BYTES).decode("utf-8")
     except OSError as exc:
         raise ProbeError(f"cannot read topology file {path}: {exc.strerror}") from None
-    if len(data) > MAX_BYTES:
-        raise ProbeError(f"{path}: larger than {MAX_BYTES >> 20} MiB, more than any machine's topology; {_HOW}")
-    try:
-        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProbeError(f"{path}: not a text file (byte {exc.start} is not UTF-8); {_HOW}") from None
+    except Refused as exc:
+        what = exc if exc.size is None else f"larger than {MAX_BYTES >> 20} MiB, more than any machine's topology"
+        raise ProbeError(f"{path}: {what}; {_HOW}") from None
     head = text.lstrip()[:1]
     if head == "{":
         return _from_json(text, path)
@@ -53,10 +73,9 @@ def load_topology(path: str | os.PathLike) -> Topology:
 
 
 def read_json(text: str, **hooks) -> Any:
-    """`json.loads(text, **hooks)` of a file's text, its memory in proportion to the text: more than
-    MAX_JSON_CONTAINERS arrays and objects are refused before anything is decoded (brackets within
-    strings count too: a bound from above). json.JSONDecodeError for text that is not JSON,
-    ValueError saying what is refused for the rest."""
+    """`json.loads(text, **hooks)`, its memory in proportion to the text: more than
+    MAX_JSON_CONTAINERS arrays and objects (brackets in strings too) are refused before decoding.
+    json.JSONDecodeError for text that is not JSON, ValueError saying what is refused for the rest."""
     if text.count("[") + text.count("{") > MAX_JSON_CONTAINERS:
         raise ValueError(f"more than {MAX_JSON_CONTAINERS} arrays and objects")
     try:
@@ -71,14 +90,12 @@ def read_json(text: str, **hooks) -> Any:
 
 def _from_json(text: str, path: str) -> Topology:
     try:
-        data = read_json(text)
+        topology = Topology.from_dict(read_json(text))
+        topology.check()
     except json.JSONDecodeError as exc:
         raise ProbeError(f"{path}: not valid JSON ({exc}); write one with `topo show --json`") from None
     except ValueError as exc:
         raise ProbeError(f"{path}: not a topology JSON ({exc}); write one with `topo show --json`") from None
-    try:
-        topology = Topology.from_dict(data)
-        topology.check()
     except ProbeError as exc:
         fix = "" if "topo show --json" in str(exc) else "; write it again with `topo show --json`"
         raise ProbeError(f"{path}: {exc}{fix}") from None

@@ -11,12 +11,12 @@ field order, each value converted by its field's type (`CpuSet` <-> cpulist text
 from __future__ import annotations
 
 import functools
-from collections import abc
+from collections import Counter, abc
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from types import UnionType
 from typing import Iterable, Mapping, get_args, get_origin, get_type_hints
 
-from topo.cpuset import EMPTY, CpuSet
+from topo.cpuset import EMPTY, CpuSet, excerpt
 from topo.errors import ParseError, ProbeError
 
 SCHEMA = "topo.topology/1"
@@ -103,10 +103,8 @@ class NumaNode:
 
 @dataclass(frozen=True)
 class CpuKind:
-    """PUs of one kind (hwloc's CPU kinds, `lstopo --cpukinds`): P- and E-cores, priority cores
-    with a higher base frequency, big and little ARM cores. `efficiency` ranks the kinds, 0 the
-    least efficient (lowest frequency or capacity); None (lstopo's -1) when hwloc's rules cannot
-    rank them."""
+    """PUs of one kind (hwloc's CPU kinds, `lstopo --cpukinds`: P- and E-cores, big and little ARM
+    cores, ...). `efficiency` ranks them, 0 the least efficient; None (lstopo's -1) when unranked."""
 
     cpuset: CpuSet
     efficiency: int | None
@@ -115,8 +113,7 @@ class CpuKind:
 
 @dataclass(frozen=True)
 class Group:
-    """A level hwloc inserts where no package/die/cache matches: NUMA nodes spanning several
-    packages, or nodes clustered by their distances."""
+    """A level hwloc inserts where no package/die/cache matches (nodes across packages, or by distance)."""
 
     cpuset: CpuSet
     numa_nodes: tuple[int, ...]
@@ -195,10 +192,8 @@ class Device:
 
 @dataclass(frozen=True, kw_only=True)
 class Topology:
-    """One machine: its PU sets, its objects by type, and how each probe fared.
-
-    Fields are in the order of the JSON keys; `root` and `probes` go under "source".
-    """
+    """One machine: its PU sets, its objects by type, and how each probe fared. Fields are in the
+    order of the JSON keys; `root` and `probes` go under "source"."""
 
     root: str
     probes: Mapping[str, str] = field(default_factory=dict)
@@ -224,7 +219,6 @@ class Topology:
     cpukinds: tuple[CpuKind, ...] = ()  # by efficiency when ranked
     include_disallowed: bool = False  # the view `discover(include_disallowed=...)` asked for
 
-    # ---- queries ------------------------------------------------------
     @property
     def is_this_system(self) -> bool:
         return self.root in ("/", "")
@@ -245,33 +239,22 @@ class Topology:
 
     def cpu_nodes(self) -> tuple[NumaNode, ...]:
         """NUMA nodes that own CPUs (never memory-only), allowed ones only."""
-        return tuple(
-            n for n in self.numa_nodes
-            if not n.memory_only and n.os_index in self.allowed_numa_nodes and n.cpuset
-        )
+        return tuple(n for n in self.numa_nodes if not n.memory_only and n.os_index in self.allowed_numa_nodes
+                     and n.cpuset)
 
     def last_level_caches(self) -> tuple[Cache, ...]:
         """The highest-level data/unified caches (L3 on most servers), the 'core complexes'."""
-        levels = [c.level for c in self.caches if c.type != "instruction" and c.cpuset]
-        if not levels:
-            return ()
-        top = max(levels)
-        return tuple(c for c in self.caches if c.level == top and c.type != "instruction" and c.cpuset)
+        caches = [c for c in self.caches if c.type != "instruction" and c.cpuset]
+        top = max((c.level for c in caches), default=None)
+        return tuple(c for c in caches if c.level == top)
 
     def summary(self) -> str:
-        parts = [
-            _count(len(self.packages), "package"),
-            _count(len(self.numa_nodes), "NUMA node"),
-            _count(len(self.cores), "core"),
-            _count(self.pus.weight(), "PU"),
-        ]
-        kinds: dict[str, int] = {}
-        for d in self.devices:
-            kinds[d.kind] = kinds.get(d.kind, 0) + 1
-        for kind in ("gpu", "npu", "accel", "nic"):
-            if kinds.get(kind):
-                parts.append(_count(kinds[kind], kind.upper() if kind != "accel" else "accelerator"))
-        return ", ".join(parts)
+        kinds = Counter(d.kind for d in self.devices)
+        counts = [(len(self.packages), "package"), (len(self.numa_nodes), "NUMA node"), (len(self.cores), "core"),
+                  (self.pus.weight(), "PU")]
+        counts += [(kinds[k], noun) for k, noun in (("gpu", "GPU"), ("npu", "NPU"), ("accel", "accelerator"),
+                                                    ("nic", "NIC")) if kinds[k]]
+        return ", ".join(f"{n} {noun}{'' if n == 1 else 's'}" for n, noun in counts)
 
     def io_view(self, io: str = "important", bridges: bool = True) -> "Topology":
         """The I/O objects lstopo shows with the same flags: `io` "important" (its default: storage,
@@ -283,33 +266,29 @@ class Topology:
             raise ValueError(f"io must be 'important', 'whole' or 'none', not {io!r}")
         if io == "none":
             return replace(self, pci_devices=(), pci_bridges=(), os_devices=())
-        functions = self.pci_devices
-        osdevs = self.os_devices
+        functions, osdevs = self.pci_devices, self.os_devices
         if io == "important":
             functions = tuple(d for d in functions if _important(d.class_id))
             osdevs = tuple(o for o in osdevs if o.type not in ("dma", "gpu"))
         kept = {d.busid for d in functions}
-        by_id = {b.id: b for b in self.pci_bridges}
         osdevs = tuple(o if o.parent is None or o.parent in kept else replace(o, parent=None) for o in osdevs)
         if not bridges:
-            return replace(self, pci_devices=tuple(replace(d, parent=None) for d in functions), pci_bridges=(),
-                           os_devices=osdevs)
-        used = set()
-        if io == "important":  # bridges with nothing below them go, as hwloc__filter_bridges removes them
+            functions, shown = tuple(replace(d, parent=None) for d in functions), ()
+        elif io == "whole":
+            shown = self.pci_bridges
+        else:  # bridges with nothing below them go, as hwloc__filter_bridges removes them
+            by_id, used = {b.id: b for b in self.pci_bridges}, set()
             for d in functions:
                 up = d.parent
                 while up is not None and up not in used and up in by_id:
                     used.add(up)
                     up = by_id[up].parent
-        else:
-            used = set(by_id)
-        return replace(self, pci_devices=functions, pci_bridges=tuple(b for b in self.pci_bridges if b.id in used),
-                       os_devices=osdevs)
+            shown = tuple(b for b in self.pci_bridges if b.id in used)
+        return replace(self, pci_devices=functions, pci_bridges=shown, os_devices=osdevs)
 
     def with_devices(self, devices: Iterable[Device], **changes) -> "Topology":
         return replace(self, devices=tuple(devices), **changes)
 
-    # ---- invariants ---------------------------------------------------
     def check(self) -> None:
         """Raise ProbeError if the topology breaks an invariant, as `hwloc_topology_check()` does
         (in time linear in the objects and PUs)."""
@@ -317,49 +296,40 @@ class Topology:
         if problems:
             raise ProbeError("topology check failed: " + "; ".join(problems[:5]))
 
-    # ---- JSON ---------------------------------------------------------
     def to_dict(self) -> dict:
         """The `topo show --json` form (schema topo.topology/1)."""
-        out = {"schema": SCHEMA, "source": {"root": self.root, "probes": dict(self.probes)}}
-        out.update(_encode(self))
-        return out
+        return {"schema": SCHEMA, "source": {"root": self.root, "probes": dict(self.probes)}, **_encode(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Topology":
         """Read back what `to_dict` wrote; ProbeError naming the key when something is wrong."""
         if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
             found = data.get("schema") if isinstance(data, Mapping) else type(data).__name__
-            raise ProbeError(
-                f"not a topo topology: schema is {_short(found)!r}, expected {SCHEMA!r} "
-                "(write one with `topo show --json`)"
-            )
-        source = data.get("source")
-        if not isinstance(source, Mapping) or not isinstance(source.get("root"), str):
-            raise _malformed("source", "expected an object with a 'root' string and 'probes'", source)
+            raise ProbeError(f"not a topo topology: schema is {excerpt(str(found))!r}, expected {SCHEMA!r} "
+                             "(write one with `topo show --json`)")
         try:
+            source = data.get("source")
+            if not isinstance(source, Mapping) or not isinstance(source.get("root"), str):
+                raise _Malformed("source", "expected an object with a 'root' string and 'probes'")
             probes = _from_json(Mapping[str, str], source.get("probes", {}), "source.probes")
+            return _decode(cls, data, "", root=source["root"], probes=probes)
         except _Malformed as exc:
-            raise _malformed(exc.where, exc.what, source.get("probes")) from None
-        return _decode(cls, data, "", root=source["root"], probes=probes)
+            where, what = exc.args
+            found = data  # the value at the error's path, for the message
+            for part in where.replace("[", ".[").split("."):
+                try:
+                    found = found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
+                except (AttributeError, LookupError, TypeError, ValueError):
+                    break
+            raise ProbeError(f"malformed topology JSON: {where}: {what}, found {excerpt(repr(found))} "
 
-
-# hwloc_filter_check_pcidev_subtype_important: unclassified (BXI), storage, network, display,
-# processor, accelerator base classes; fibre channel, InfiniBand and CXL memory.
-_IMPORTANT_BASES = ("00", "01", "02", "03", "0b", "12")
-_IMPORTANT_CLASSES = ("0c04", "0c06", "0502")
+                             "(regenerate it with `topo show --json`)") from None
 
 
 def _important(class_id: str) -> bool:
-    return class_id[:2] in _IMPORTANT_BASES or class_id in _IMPORTANT_CLASSES
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _short(obj, limit: int = 60) -> str:
-    text = obj if isinstance(obj, str) else repr(obj)
-    return text if len(text) <= limit else text[:limit] + f"...({len(text)} characters)"
+    """hwloc_filter_check_pcidev_subtype_important: unclassified (BXI), storage, network, display,
+    processor, accelerator base classes; fibre channel, InfiniBand and CXL memory."""
+    return class_id[:2] in ("00", "01", "02", "03", "0b", "12") or class_id in ("0c04", "0c06", "0502")
 
 
 # ---- invariants ------------------------------------------------------------------------------
@@ -372,11 +342,11 @@ def _problems(t: Topology) -> list[str]:
         return [f"{t.complete_pus.weight()} PUs, more than the {MAX_PUS} any Linux machine has"]
     # allowed <= shown <= online <= complete: discovery starts from the online PUs and narrows them.
     if not t.allowed_pus <= t.pus:
-        problems.append(f"allowed PUs {_short(str(t.allowed_pus - t.pus))} not among the PUs")
+        problems.append(f"allowed PUs {excerpt(str(t.allowed_pus - t.pus))} not among the PUs")
     if not t.pus <= t.online_pus:
-        problems.append(f"PUs {_short(str(t.pus - t.online_pus))} not online")
+        problems.append(f"PUs {excerpt(str(t.pus - t.online_pus))} not online")
     if not t.online_pus <= t.complete_pus:
-        problems.append(f"online PUs {_short(str(t.online_pus - t.complete_pus))} outside the complete set")
+        problems.append(f"online PUs {excerpt(str(t.online_pus - t.complete_pus))} outside the complete set")
 
     packages: dict[int | None, list[CpuSet]] = {}  # ia64 dumps reuse one id for several packages
     seen = EMPTY
@@ -396,12 +366,12 @@ def _problems(t: Topology) -> list[str]:
         if not core.cpuset:
             problems.append(f"core P#{core.os_index} of package {core.package} has no PU")
         if covered.intersects(core.cpuset):
-            problems.append(f"PUs {_short(str(covered & core.cpuset))} in two cores")
+            problems.append(f"PUs {excerpt(str(covered & core.cpuset))} in two cores")
         covered |= core.cpuset
         if len(problems) > 5:
             return problems  # a broken file would otherwise list every core
     if t.cores and covered != t.pus:  # no core at all: sysfs had no core masks (hwloc has none)
-        problems.append(f"PUs not in exactly one core: {_short(str(covered ^ t.pus))}")
+        problems.append(f"PUs not in exactly one core: {excerpt(str(covered ^ t.pus))}")
 
     for die in t.dies:
         if not any(die.cpuset <= p for p in packages.get(die.package, ())):
@@ -421,7 +391,7 @@ def _problems(t: Topology) -> list[str]:
         if not node.cpuset <= node.locality:
             problems.append(f"NUMA node P#{node.os_index} CPUs outside its locality")
     if not t.allowed_numa_nodes <= CpuSet(i for i in node_ids if i >= 0):
-        problems.append(f"allowed NUMA nodes {_short(str(t.allowed_numa_nodes))} not all listed")
+        problems.append(f"allowed NUMA nodes {excerpt(str(t.allowed_numa_nodes))} not all listed")
 
     problems.extend(_cache_problems(t))
     return problems
@@ -435,7 +405,7 @@ def _cache_problems(t: Topology) -> list[str]:
     by_level: dict[int, list[Cache]] = {}
     for cache in t.caches:
         if not cache.cpuset <= t.pus:
-            problems.append(f"L{cache.level} cache {_short(str(cache.cpuset))} has PUs outside the topology")
+            problems.append(f"L{cache.level} cache {excerpt(str(cache.cpuset))} has PUs outside the topology")
         if cache.type != "instruction":
             by_level.setdefault(cache.level, []).append(cache)
     levels = sorted(by_level)
@@ -445,8 +415,8 @@ def _cache_problems(t: Topology) -> list[str]:
             bigs = {id(holder[pu]): holder[pu] for pu in small.cpuset if pu in holder}
             for big in bigs.values():
                 if not small.cpuset <= big.cpuset:
-                    problems.append(f"L{lo} cache {_short(str(small.cpuset))} straddles "
-                                    f"L{hi} cache {_short(str(big.cpuset))}")
+                    problems.append(f"L{lo} cache {excerpt(str(small.cpuset))} straddles "
+                                    f"L{hi} cache {excerpt(str(big.cpuset))}")
                     break
     return problems
 
@@ -464,13 +434,7 @@ _SCALARS = {int: "expected an integer", str: "expected a string", bool: "expecte
 
 
 class _Malformed(Exception):
-    def __init__(self, where: str, what: str) -> None:
-        self.where, self.what = where, what
-
-
-def _malformed(where: str, what: str, found) -> ProbeError:
-    return ProbeError(f"malformed topology JSON: {where or 'top level'}: {what}, found {_short(repr(found))} "
-                      "(regenerate it with `topo show --json`)")
+    """(where, what): the path of a value in the JSON and what is wrong with it."""
 
 
 @functools.cache
@@ -505,26 +469,18 @@ def _to_json(tp, value):
 def _decode(cls, data: Mapping, where: str, **values):
     """An object of dataclass `cls` from its JSON object; a field without its key takes its default."""
     prefix = f"{where}." if where else ""
-    try:
-        for f, key, tp in _schema(cls):
-            path = prefix + key
-            if key not in data:
-                if f.default is MISSING and f.default_factory is MISSING:
-                    raise _Malformed(path, "missing")
-            elif key == "id" and cls is PciDevice:
-                text = _from_json(str, data[key], path)
-                if text.count(":") != 1:
-                    raise _Malformed(path, "expected 'vendor:device' such as '10de:20b0'")
-                values["vendor_id"], values["device_id"] = text.split(":")
-            else:
-                values[f.name] = _from_json(tp, data[key], path)
-    except _Malformed as exc:
-        if where:
-            raise
-        found = data
-        for part in exc.where.replace("[", ".[").split("."):
-            found = _step(found, part)
-        raise _malformed(exc.where, exc.what, found) from None
+    for f, key, tp in _schema(cls):
+        path = prefix + key
+        if key not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise _Malformed(path, "missing")
+        elif key == "id" and cls is PciDevice:
+            text = _from_json(str, data[key], path)
+            if text.count(":") != 1:
+                raise _Malformed(path, "expected 'vendor:device' such as '10de:20b0'")
+            values["vendor_id"], values["device_id"] = text.split(":")
+        else:
+            values[f.name] = _from_json(tp, data[key], path)
     return cls(**values)
 
 
@@ -556,14 +512,6 @@ def _from_json(tp, value, where: str):
     out = {}
     for k, v in value.items():
         if args[0] is int and not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 7):
-            raise _Malformed(f"{where}.{_short(k, 20)}", "expected a NUMA node number as key")
-        out[int(k) if args[0] is int else k] = _from_json(args[1], v, f"{where}.{_short(k, 20)}")
+            raise _Malformed(f"{where}.{excerpt(str(k), 20)}", "expected a NUMA node number as key")
+        out[int(k) if args[0] is int else k] = _from_json(args[1], v, f"{where}.{excerpt(str(k), 20)}")
     return out
-
-
-def _step(found, part: str):
-    """The value at one step of an error's path (for the message's `found ...`)."""
-    try:
-        return found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
-    except (AttributeError, LookupError, TypeError, ValueError):
-        return found

@@ -45,6 +45,19 @@ def parse_description(desc: str) -> list[tuple[str, int]]:
     return levels
 
 
+def _distances(ids: list[int], hosts: dict[int, int], package_of: list[int]) -> dict[int, dict[int, int]]:
+    """SLIT-like distances: a memory-only node (`hosts` maps it to its CPU node) is 80 from its host
+    and the host's other memory nodes, 120 from the rest; CPU nodes 12 within a package, else 20."""
+    def distance(a: int, b: int) -> int:
+        if a == b:
+            return 10
+        if a in hosts or b in hosts:
+            return 80 if hosts.get(a, a) == hosts.get(b, b) else 120
+        return 12 if package_of[a] == package_of[b] else 20
+
+    return {i: {j: distance(i, j) for j in ids} for i in ids}
+
+
 def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", vendor: str = "nvidia",
               gpu_memory_nodes: bool = False, pu_order: str = "compact", allowed: str | None = None,
               allowed_nodes: str | None = None, memory_per_node: int = 64 << 30,
@@ -52,104 +65,60 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
     levels = parse_description(desc)
     counts = dict(levels)
     npu = counts["pu"]
-    # cores_per[level]: how many cores one object of that level holds
-    cores_per: dict[str, int] = {}
-    prod = 1
+    cores_per: dict[str, int] = {}  # how many cores one object of each level holds
+    ncores = 1
     for name, n in reversed(levels[:-1]):  # core, ..., pack
-        cores_per[name] = prod
-        prod *= n
-    ncores = prod
-
-    if pu_order == "compact":
-        def pus_of(c: int) -> CpuSet:
-            return CpuSet.range(c * npu, c * npu + npu - 1)
-    elif pu_order == "scatter":
-        def pus_of(c: int) -> CpuSet:
-            return CpuSet(t * ncores + c for t in range(npu))
-    else:
+        cores_per[name] = ncores
+        ncores *= n
+    if pu_order not in ("compact", "scatter"):
         raise ParseError(f"pu_order must be 'compact' or 'scatter', got {pu_order!r}")
+
+    def pus_of(c: int) -> CpuSet:
+        if pu_order == "compact":
+            return CpuSet.range(c * npu, c * npu + npu - 1)
+        return CpuSet(t * ncores + c for t in range(npu))
 
     def objects(level: str) -> list[CpuSet]:
         per = cores_per[level]
         return [union_all(pus_of(c) for c in range(i * per, (i + 1) * per)) for i in range(ncores // per)]
 
     complete = CpuSet.range(0, ncores * npu - 1)
-    allowed_pus = complete if allowed is None else CpuSet.parse(allowed) & complete
-    pus = allowed_pus
-
+    pus = complete if allowed is None else CpuSet.parse(allowed) & complete
+    per_pack = cores_per["pack"]
     pack_sets = objects("pack")
-    pack_of_core = [c // cores_per["pack"] for c in range(ncores)]
-    packages = tuple(Package(i, s & pus) for i, s in enumerate(pack_sets) if s & pus)
-    cores = tuple(
-        Core(c % cores_per["pack"], pack_of_core[c], pus_of(c) & pus)
-        for c in range(ncores) if pus_of(c) & pus
-    )
+    cores = tuple(Core(c % per_pack, c // per_pack, pus_of(c) & pus) for c in range(ncores) if pus_of(c) & pus)
     caches = []
-    for level_name, level in (("l2", 2), ("l3", 3)):
-        if level_name in counts:
-            size = (1 << 20) if level == 2 else (32 << 20)
-            caches += [Cache(level, "unified", size, s & pus) for s in objects(level_name) if s & pus]
+    for name, level, size in (("l2", 2, 1 << 20), ("l3", 3, 32 << 20)):
+        if name in counts:
+            caches += [Cache(level, "unified", size, s & pus) for s in objects(name) if s & pus]
 
-    node_sets = objects("numa") if "numa" in counts else pack_sets
+    node_level = "numa" if "numa" in counts else "pack"
+    node_sets = objects(node_level)
     nnodes = len(node_sets)
-    node_pack = [(i * (cores_per["numa"] if "numa" in counts else cores_per["pack"])) // cores_per["pack"]
-                 for i in range(nnodes)]
-    if gpu_nodes is not None:  # explicit: accelerator g sits on CPU node gpu_nodes[g]
-        gpus_per_numa = 1
-        hosts = list(gpu_nodes)
-    else:
-        hosts = [n for n in range(nnodes) for _ in range(gpus_per_numa)]
-    ngpus = len(hosts)
-    nall = nnodes + (ngpus if gpu_memory_nodes else 0)
-    allowed_node_set = CpuSet.range(0, nall - 1)
+    # accelerator g sits on CPU node hosts[g]; with gpu_memory_nodes, its memory is node nnodes + g
+    hosts = list(gpu_nodes) if gpu_nodes is not None else [n for n in range(nnodes) for _ in range(gpus_per_numa)]
+    memory_of = {nnodes + g: host for g, host in enumerate(hosts)} if gpu_memory_nodes else {}
+    allowed_node_set = CpuSet.range(0, nnodes + len(memory_of) - 1)
     if allowed_nodes is not None:
         allowed_node_set &= CpuSet.parse(allowed_nodes)
-
-    def distance(a: int, b: int) -> int:
-        if a == b:
-            return 10
-        if a >= nnodes or b >= nnodes:  # HBM node: near its GPU's CPU node, far from the rest
-            ga = a - nnodes if a >= nnodes else None
-            gb = b - nnodes if b >= nnodes else None
-            host_a = hosts[ga] if ga is not None else a
-            host_b = hosts[gb] if gb is not None else b
-            return 80 if host_a == host_b else 120
-        return 12 if node_pack[a] == node_pack[b] else 20
-
-    nodes = []
-    for i in range(nall):  # disallowed nodes are kept, as `discover(include_disallowed=True)` does
-        dist = {j: distance(i, j) for j in range(nall)}
-        if i < nnodes:
-            own = node_sets[i] & pus
-            nodes.append(NumaNode(i, own, memory_per_node, False, own, dist))
-        else:
-            host = hosts[i - nnodes]
-            nodes.append(NumaNode(i, CpuSet(), 96 << 30, True, node_sets[host] & pus, dist, "GPUMemory",
-                                  f"0000:{0x10 + i - nnodes:02x}:00.0"))
-
-    devices = []
-    for g in range(ngpus):
-        host = hosts[g]
-        devices.append(Device(
-            kind=device_kind, vendor=vendor, index=g, busid=f"0000:{0x10 + g:02x}:00.0",
-            numa_node=(nnodes + g) if gpu_memory_nodes else host,
-            local_cpus=node_sets[host] & pus, name=f"synthetic {device_kind} {g}", source="synthetic",
-        ))
-
+    dist = _distances(list(range(nnodes + len(memory_of))), memory_of,
+                      [i * cores_per[node_level] // per_pack for i in range(nnodes)])
+    # disallowed nodes are kept, as `discover(include_disallowed=True)` does
+    nodes = [NumaNode(i, s & pus, memory_per_node, False, s & pus, dist[i]) for i, s in enumerate(node_sets)]
+    nodes += [NumaNode(m, CpuSet(), 96 << 30, True, node_sets[host] & pus, dist[m], "GPUMemory",
+                       f"0000:{0x10 + m - nnodes:02x}:00.0") for m, host in memory_of.items()]
+    devices = tuple(
+        Device(kind=device_kind, vendor=vendor, index=g, busid=f"0000:{0x10 + g:02x}:00.0",
+               numa_node=(nnodes + g) if gpu_memory_nodes else host, local_cpus=node_sets[host] & pus,
+               name=f"synthetic {device_kind} {g}", source="synthetic")
+        for g, host in enumerate(hosts))
+    packages = tuple(Package(i, s & pus) for i, s in enumerate(pack_sets) if s & pus)
     return Topology(
-        root="synthetic:" + desc,
-        pus=pus,
-        allowed_pus=allowed_pus,
-        complete_pus=complete,
-        online_pus=complete,
-        allowed_numa_nodes=allowed_node_set,
-        packages=packages,
-        numa_nodes=tuple(nodes),
-        cores=cores,
-        caches=tuple(caches),
-        devices=tuple(devices),
-        probes={"synthetic": "ok"},
+        root="synthetic:" + desc, pus=pus, allowed_pus=pus, complete_pus=complete, online_pus=complete,
+        allowed_numa_nodes=allowed_node_set, packages=packages, numa_nodes=tuple(nodes), cores=cores,
+        caches=tuple(caches), devices=devices, probes={"synthetic": "ok"},
     )
+
 
 
 def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_per_core: int = 1,
@@ -165,8 +134,7 @@ def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_p
     node_sets = [CpuSet.parse(n) for n in nodes]
     every = union_all(node_sets)
     pkg_sets = [CpuSet.parse(p) for p in packages] if packages else [every]
-    allowed_pus = every if allowed is None else CpuSet.parse(allowed) & every
-    pus = allowed_pus
+    pus = every if allowed is None else CpuSet.parse(allowed) & every
     cores = []
     ids = list(every)
     for i in range(0, len(ids), threads_per_core):
@@ -175,29 +143,15 @@ def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_p
             pkg = next(p for p, s in enumerate(pkg_sets) if s.intersects(cs))
             cores.append(Core(i // threads_per_core, pkg, cs))
     all_ids = list(range(len(node_sets))) + sorted(memory_only)
-
-    def dist(a, b):
-        if a == b:
-            return 10
-        ha, hb = memory_only.get(a, a), memory_only.get(b, b)
-        if a in memory_only or b in memory_only:
-            return 80 if ha == hb else 120
-        return 20
-
-    numa = []
-    for i in all_ids:
-        d = {j: dist(i, j) for j in all_ids}
-        if i in memory_only:
-            numa.append(NumaNode(i, CpuSet(), 16 << 30, True, node_sets[memory_only[i]] & pus, d, "GPUMemory"))
-        else:
-            numa.append(NumaNode(i, node_sets[i] & pus, 16 << 30, False, node_sets[i] & pus, d))
-    devices = tuple(
-        Device(device_kind, vendor, g, f"0000:{0x10 + g:02x}:00.0", n,
-               node_sets[memory_only.get(n, n)] & pus, source="synthetic")
-        for g, n in enumerate(gpu_nodes)
-    )
+    dist = _distances(all_ids, memory_only, list(range(len(node_sets))))  # CPU nodes: 20 apart
+    numa = [NumaNode(i, s & pus, 16 << 30, False, s & pus, dist[i]) for i, s in enumerate(node_sets)]
+    numa += [NumaNode(m, CpuSet(), 16 << 30, True, node_sets[memory_only[m]] & pus, dist[m], "GPUMemory")
+             for m in sorted(memory_only)]
+    devices = tuple(Device(device_kind, vendor, g, f"0000:{0x10 + g:02x}:00.0", n,
+                           node_sets[memory_only.get(n, n)] & pus, source="synthetic")
+                    for g, n in enumerate(gpu_nodes))
     return Topology(
-        root="synthetic:from_nodes", pus=pus, allowed_pus=allowed_pus, complete_pus=every, online_pus=every,
+        root="synthetic:from_nodes", pus=pus, allowed_pus=pus, complete_pus=every, online_pus=every,
         allowed_numa_nodes=CpuSet(all_ids),
         packages=tuple(Package(i, s & pus) for i, s in enumerate(pkg_sets)),
         numa_nodes=tuple(numa), cores=tuple(cores),

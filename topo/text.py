@@ -1,16 +1,12 @@
-"""Text that came from a machine or a file, made safe to print on a terminal.
-
-CPU model names, device and host names, info values and the keys of a loaded JSON or XML file are
-whatever sysfs, /proc or the file says. Printed raw, an ESC or BEL starts a terminal command (clear
-the screen, set the window title), a CR overwrites the line, and a bidi override reorders what the
-reader sees. `printable` escapes them as Python does in a repr (``\\x1b``, ``\\u202e``), and the
-characters no UTF-8 output can carry: a lone surrogate (a name that was not UTF-8, read with
-surrogateescape: byte 0xff shows as ``\\xff``) and the noncharacters U+FFFE and U+FFFF.
+"""Text that came from a machine or a file (model names, device names, a loaded file's keys), made
+safe to print on a terminal: printed raw, an ESC or BEL starts a terminal command, a CR overwrites
+the line, and a bidi override reorders what the reader sees. `printable` escapes them as a repr
+does (``\\x1b``, ``\\u202e``), and what no UTF-8 output can carry: a lone surrogate (a name that was
+not UTF-8, read with surrogateescape: byte 0xff shows as ``\\xff``) and U+FFFE, U+FFFF.
 """
 
-from __future__ import annotations
-
 import re
+
 
 # C0 controls, DEL, C1 controls (U+0080-U+009F), the line and paragraph separators, the
 # bidirectional marks, embeddings, overrides and isolates, surrogates and the two noncharacters.
