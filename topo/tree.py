@@ -1,16 +1,8 @@
-"""hwloc's object tree of a Topology, built once; every text output, the hwloc XML and the
-pictures walk it (`topo.views`).
-
-The model is flat: objects tied by cpusets. The tree nests them as hwloc inserts them
-(`hwloc__insert_object_by_cpuset`): largest cpuset first, objects with equal cpusets in hwloc's type
-order (Machine > Group > MemCache > NUMANode > Package > Die > L3 > L2 > L1 > Core > PU); an
-object goes below the deepest one placed so far that holds its first PU, one that would straddle
-an object is dropped, and a Group with an object's CPUs merges into it. NUMA nodes (behind their
-memory-side caches) are memory children of the highest object below the machine with exactly their
-CPUs, I/O trees I/O children of the highest one (the machine included) with exactly their CPUs;
-where no object has them, a Group of those CPUs is inserted (hwloc's memory and I/O group kinds)
-if it nests, else the smallest object holding them takes them. Logical indexes (L#) count each
-type in hwloc's order: depth first, normal children, then memory, then I/O children.
+"""hwloc's object tree of a Topology, built once (`build`) and walked by every text output, the
+hwloc XML and the pictures (`topo.views`). Objects nest as hwloc inserts them
+(hwloc__insert_object_by_cpuset): largest cpuset first, equal cpusets in hwloc's type order, each
+below the deepest object placed so far that holds its first PU; one that would straddle an object
+is dropped. Logical indexes (L#) count each type depth first: normal, then memory, then I/O children.
 """
 
 from __future__ import annotations
@@ -102,10 +94,10 @@ def bitmap(s: CpuSet) -> str:
 # a bridge's upstream side)
 _TYPE_WORDS = (("osdev", 2, "OSDev", None), ("block", 4, "OSDev", "block"), ("network", 3, "OSDev", "net"),
                ("openfabrics", 7, "OSDev", "openfabrics"), ("dma", 3, "OSDev", "dma"), ("gpu", 3, "OSDev", "gpu"),
-               ("coproc", 5, "OSDev", "coproc"), ("co-processor", 6, "OSDev", "coproc"), ("machine", 2, "Machine", None),
-               ("numanode", 2, "NUMANode", None), ("node", 2, "NUMANode", None), ("memcache", 5, "MemCache", None),
-               ("package", 2, "Package", None), ("socket", 2, "Package", None), ("die", 2, "Die", None),
-               ("core", 2, "Core", None), ("pu", 2, "PU", None), ("bridge", 4, "Bridge", None),
+               ("coproc", 5, "OSDev", "coproc"), ("co-processor", 6, "OSDev", "coproc"),
+               ("machine", 2, "Machine", None), ("numanode", 2, "NUMANode", None), ("node", 2, "NUMANode", None),
+               ("memcache", 5, "MemCache", None), ("package", 2, "Package", None), ("socket", 2, "Package", None),
+               ("die", 2, "Die", None), ("core", 2, "Core", None), ("pu", 2, "PU", None), ("bridge", 4, "Bridge", None),
                ("hostbridge", 6, "Bridge", "host"), ("pcibridge", 5, "Bridge", "pci"), ("pcidev", 3, "PCIDev", None))
 _CACHE_WORD = re.compile(r"l([1-5])([diu]?)(c|ca|cac|cach|cache)?\Z", re.I)
 _GROUP_WORD = re.compile(r"(gr|gro|grou|group)([0-9]{0,3})\Z", re.I)
@@ -149,19 +141,25 @@ def _cpu_objects(t: Topology, drop) -> list[Obj]:
     objs += [Obj("Core", c.cpuset, c.os_index, c) for c in t.cores]
     objs += [Obj("PU", CpuSet.from_mask(1 << pu), pu) for pu in t.pus]
     objs = [o for o in objs if o.type not in drop]
-    if not any(o.type == "Group" for o in objs):
-        return objs
-    # hwloc merges a Group into an object with the same CPUs (hwloc__insert_try_merge_group). Sets
-    # are keyed with their first CPU: the ints of single-CPU masks share few hashes.
-    taken = {(o.cpuset.first(), o.cpuset.mask) for o in objs if o.type != "Group"} | {(t.pus.first(), t.pus.mask)}
+    others = [o for o in objs if o.type != "Group"]
+    return others + merge_groups([o for o in objs if o.type == "Group"], [o.cpuset for o in others], t.pus)
+
+
+def merge_groups(groups: list, others: list[CpuSet], pus: CpuSet) -> list:
+    """The `groups` (anything with a cpuset) hwloc keeps beside objects with the CPU sets `others`:
+    a Group with the CPUs of one of them, of the machine, of one PU or of a Group before it merges
+    into that (hwloc__insert_try_merge_group); one without CPUs stays."""
+    if not groups:
+        return groups
+    # Sets are keyed with their first CPU: the ints of single-CPU masks share few hashes.
+    taken = {(s.first(), s.mask) for s in (*others, pus)}
     kept = []
-    for o in objs:
-        key = (o.cpuset.first(), o.cpuset.mask)
-        if o.type == "Group" and o.cpuset:
-            if key in taken:
-                continue
-            taken.add(key)
-        kept.append(o)
+    for g in groups:
+        key = (g.cpuset.first(), g.cpuset.mask)
+        if g.cpuset and (key in taken or g.cpuset.weight() == 1):
+            continue
+        taken.add(key)
+        kept.append(g)
     return kept
 
 
@@ -173,7 +171,6 @@ def build(t: Topology, drop=()) -> Obj:
     objs = _cpu_objects(t, drop)
     objs.sort(key=lambda o: (-o.cpuset.weight(), o.order, o.cpuset.first()))
     deepest: dict[int, Obj] = {}  # PU -> deepest object placed so far that covers it
-    placed = [machine]
     for o in objs:
         # objects without CPUs (a cgroup left them none, a Group of CPU-less nodes): below the machine
         parent = deepest.get(o.cpuset.first(), machine) if o.cpuset else machine
@@ -181,11 +178,8 @@ def build(t: Topology, drop=()) -> Obj:
             continue  # straddles an object already placed: hwloc drops it
         o.parent = parent
         parent.children.append(o)
-        placed.append(o)
         for pu in o.cpuset:
             deepest[pu] = o
-    for o in placed:
-        o.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, c.order))
     groups = "Group" not in drop
     nodes = {}
     for node in t.numa_nodes:
@@ -212,6 +206,8 @@ def build(t: Topology, drop=()) -> Obj:
             parent = _holder(machine, cpus, below_root=False, kind=GROUP_KINDS["io"][0] if groups else None) \
                 if cpus else machine
             parent.io.append(obj)
+    for o in walk(machine):
+        o.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, c.order))
     number(machine)
     return machine
 
@@ -234,9 +230,7 @@ def _holder(machine: Obj, cpus: CpuSet, *, below_root: bool, kind: int | None) -
     if any(c.cpuset.intersects(cpus) and c not in inside for c in current.children):
         return current  # a Group of these CPUs would straddle an object
     group = Obj("Group", cpus, None, None, kind, children=inside)
-    current.children = [c for c in current.children if c not in inside]
-    current.children.append(group)
-    current.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, c.order))
+    current.children = [c for c in current.children if c not in inside] + [group]
     return group
 
 
@@ -269,10 +263,9 @@ def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
 
 
 def _gpu_os_devices(t: Topology, osdevs: dict[str | None, list[Obj]]) -> None:
-    """The OS devices hwloc's CUDA and NVML components hang below an NVIDIA GPU's PCI function,
-    after the Linux ones and in their order (CUDA's priority is higher): `CoProc(CUDA) "cudaN"`,
-    `GPU(NVML) "nvmlN"`, with their infos. Only for GPUs topo knows from NVML (directly, or from an
-    export made with hwloc's NVML component); N is the NVML index, which is CUDA's in PCI bus order."""
+    """What hwloc's CUDA then NVML components hang below an NVIDIA GPU's PCI function, after the
+    Linux OS devices: `CoProc(CUDA) "cudaN"`, `GPU(NVML) "nvmlN"` with their infos, for GPUs known
+    from NVML (or an export made with it); N is the NVML index, CUDA's in PCI bus order."""
     functions = {d.busid: d.local_cpus for d in t.pci_devices}
     for gpu in t.devices:
         if gpu.kind != "gpu" or gpu.source not in ("nvml", "hwloc-nvml") or gpu.busid not in functions:

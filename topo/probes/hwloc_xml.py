@@ -1,25 +1,19 @@
-"""A Topology from an hwloc XML export (`lstopo --of xml FILE`), hwloc v2 format, v1 as well.
+"""A Topology from an hwloc XML export (`lstopo --of xml FILE`), v2 format and v1.
 
-hwloc XML is a tree of `<object type=...>` elements carrying hex bitmaps (`cpuset="0x000000ff"`,
-32-bit words most significant first, each with its own `0x`). The two formats differ where it
-matters to us:
-- v2 (`<topology version="2.0">` or later): NUMA nodes are *memory children* whose cpuset is their
-  locality; caches are `L1Cache`..`L3Cache`, `L1iCache`; distances are `<distances2>` matrices
-  indexed by OS index; the allowed sets live on the Machine.
-- v1 (`<topology>` without a version): `Socket` for Package, one `Cache` type with `depth`; NUMA
-  nodes sit in the CPU tree with their own CPUs; distances are `<distances>` by logical index,
-  as multiples of `latency_base`.
-
-hwloc does not say which CPUs a NUMA node *owns* when several share a locality (a DDR node and
-the GPU or NVM memory next to it), so we apportion: nodes with a subtype (GPUMemory, NVM, MCDRAM)
-own none, then smaller localities claim before larger ones, lower OS index first.
+v2 (`<topology version="2.0">` or later): NUMA nodes are memory children whose cpuset is their
+locality, caches `L1Cache`..`L5Cache` and `L1iCache`.., distances `<distances2>` matrices by OS
+index, the allowed sets on the Machine. v1: `Socket`, one `Cache` type with `depth`, NUMA nodes in
+the CPU tree with their own CPUs, `<distances>` by logical index in multiples of `latency_base`.
+hwloc does not say which CPUs a NUMA node owns when several share a locality (DDR beside GPU or NVM
+memory): nodes with a subtype own none, then smaller localities claim first, lower OS index first.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field, replace
+from collections import defaultdict
+from dataclasses import replace
 from xml.parsers import expat
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet, excerpt
@@ -28,7 +22,7 @@ from topo.model import (MAX_PUS, Cache, Cluster, Core, CpuKind, Die, Group, Memo
                         Package, PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
 from topo.probes.pci import bus_key
-from topo.tree import CACHE_TYPE, GROUP_KINDS, OSDEV_TYPES
+from topo.tree import CACHE_TYPE, GROUP_KINDS, OSDEV_TYPES, merge_groups
 
 # An export holds four or five elements per PU (PU, Core, caches) and a few per PCI function, each
 # over 100 bytes of XML: four per PU of MAX_PUS is more than fits in a file topo reads. An element
@@ -53,10 +47,8 @@ _V2_CACHES = {"L1Cache": 1, "L2Cache": 2, "L3Cache": 3, "L4Cache": 4, "L5Cache":
 
 
 def parse_bitmap(text: str | None) -> CpuSet:
-    """hwloc's `0xffffffff,0x0000000f` (most significant word first, any number of words, an empty
-    word meaning zero). An infinite set's `0xf...f`
-    leading word (every higher bit set) cannot be a CpuSet; it only appears on complete sets and
-    is dropped."""
+    """hwloc's `0xffffffff,0x0000000f` (most significant word first, an empty word meaning zero);
+    an infinite set's leading `0xf...f` word (on complete sets only) is dropped."""
     if not text:
         return EMPTY
     text = text.strip()
@@ -75,22 +67,6 @@ def parse_bitmap(text: str | None) -> CpuSet:
         return CpuSet.parse_mask(",".join(words))
     except ParseError as exc:
         raise ParseError(f"bad hwloc bitmap {excerpt(text)!r}: {exc}") from None
-
-
-@dataclass
-class _Walk:
-    packages: list = field(default_factory=list)
-    dies: list = field(default_factory=list)
-    clusters: list = field(default_factory=list)
-    cores: list = field(default_factory=list)
-    caches: list = field(default_factory=list)
-    nodes: list = field(default_factory=list)  # (element, locality, parent cpuset)
-    memcaches: list = field(default_factory=list)
-    groups: list = field(default_factory=list)
-    pci: list = field(default_factory=list)  # (PCIDev element, locality, parent bridge id)
-    bridges: list = field(default_factory=list)  # PciBridge
-    osdevs: list = field(default_factory=list)  # (OSDev element, locality, parent bus id)
-    pus: list = field(default_factory=list)
 
 
 def _int(el, name: str, default=None):
@@ -124,23 +100,26 @@ def _real(text: str | None, what: str) -> float:
     return value
 
 
-def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
+def _walk(el, w: defaultdict, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
+    """Collect `el` and the objects below it into `w`, one list per kind: model objects; (element,
+    cpuset) for Groups; (element, cpuset, parent's cpuset) for NUMA nodes; (element, parent's
+    cpuset, bridge or bus id above) for PCI functions and OS devices."""
     t = el.get("type")
     cpuset = parse_bitmap(el.get("cpuset")) & parent_set  # within its parent's, as hwloc's fixup_sets makes it
     if t in ("Package", "Socket"):
-        package = _int(el, "os_index", len(w.packages))
+        package = _int(el, "os_index", len(w["packages"]))
         model = next((i.get("value") for i in el.findall("info") if i.get("name") == "CPUModel"), None)
-        w.packages.append(Package(package, cpuset, model))
+        w["packages"].append(Package(package, cpuset, model))
     elif t == "Die":
-        w.dies.append(Die(_int(el, "os_index", len(w.dies)), package or 0, cpuset))
+        w["dies"].append(Die(_int(el, "os_index", len(w["dies"])), package or 0, cpuset))
     elif t == "Group" and (el.get("subtype") or "").lower() == "cluster":
-        w.clusters.append(Cluster(_int(el, "os_index", len(w.clusters)), package or 0, cpuset))
+        w["clusters"].append(Cluster(_int(el, "os_index", len(w["clusters"])), package or 0, cpuset))
     elif t == "Group" and el.get("kind") != str(GROUP_KINDS["io"][0]):  # I/O locality groups are no level
-        w.groups.append((el, cpuset))
+        w["groups"].append((el, cpuset))
     elif t == "Core":
-        w.cores.append(Core(_int(el, "os_index"), package, cpuset))
+        w["cores"].append(Core(_int(el, "os_index"), package, cpuset))
     elif t == "PU":
-        w.pus.append(_int(el, "os_index"))
+        w["pus"].append(_int(el, "os_index"))
     elif t in _V2_CACHES or t == "Cache":
         level = _V2_CACHES.get(t) or _int(el, "depth", 0)
         kind = _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
@@ -150,23 +129,23 @@ def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str 
             raise ParseError(f"hwloc XML: a cache of level {level}; hwloc knows levels 1-5")
         size = _int(el, "cache_size", 0)
         if size:  # hwloc keeps zero-sized caches out of lstopo's view; so do we
-            w.caches.append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
+            w["caches"].append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
                                   _int(el, "cache_associativity") or None))
     elif t == "MemCache":
         nodes = tuple(parse_bitmap(el.get("nodeset")))
-        w.memcaches.append(MemorySideCache(_int(el, "cache_size", 0), nodes, cpuset))
+        w["memcaches"].append(MemorySideCache(_int(el, "cache_size", 0), nodes, cpuset))
     elif t == "NUMANode":
-        w.nodes.append((el, cpuset, parent_set))
+        w["nodes"].append((el, cpuset, parent_set))
     elif t == "Bridge":
-        bridge = _bridge(el, io_parent, parent_set, len(w.bridges))
+        bridge = _bridge(el, io_parent, parent_set, len(w["bridges"]))
         if bridge is not None:
-            w.bridges.append(bridge)
+            w["bridges"].append(bridge)
             io_parent = bridge.id
     elif t == "PCIDev":
-        w.pci.append((el, parent_set, io_parent))
+        w["pci"].append((el, parent_set, io_parent))
         io_parent = el.get("pci_busid", "").lower() or io_parent
     elif t == "OSDev":
-        w.osdevs.append((el, parent_set, io_parent))
+        w["osdevs"].append((el, parent_set, io_parent))
     if t not in ("Bridge", "PCIDev", "OSDev", "Misc") and cpuset:
         parent_set = cpuset
     for child in el.findall("object"):
@@ -374,15 +353,15 @@ def _element_tree(text: str) -> ET.Element:
 
 
 def _build(root, machine, version: int, source: str) -> Topology:
-    w = _Walk()
+    w: defaultdict[str, list] = defaultdict(list)
     machine_set = parse_bitmap(machine.get("cpuset"))
     _walk(machine, w, None, machine_set)
-    pus = CpuSet(p for p in w.pus if p is not None) if w.pus else machine_set
+    pus = CpuSet(p for p in w["pus"] if p is not None) if w["pus"] else machine_set
     complete = parse_bitmap(machine.get("complete_cpuset")) | pus
     allowed = (parse_bitmap(machine.get("allowed_cpuset")) & pus) if machine.get("allowed_cpuset") else pus
     machine_info = _infos(machine)
     online = CpuSet.parse(machine_info["topoOnlineCPUs"]) if "topoOnlineCPUs" in machine_info else pus
-    node_ids = [_int(el, "os_index", i) for i, (el, _, _) in enumerate(w.nodes)]
+    node_ids = [_int(el, "os_index", i) for i, (el, _, _) in enumerate(w["nodes"])]
     all_nodes = CpuSet(node_ids)
     allowed_nodes = (parse_bitmap(machine.get("allowed_nodeset")) & all_nodes
                      if machine.get("allowed_nodeset") else all_nodes)
@@ -392,12 +371,12 @@ def _build(root, machine, version: int, source: str) -> Topology:
     complete_own: dict[int, CpuSet] = {}
     localities: dict[int, CpuSet] = {}
     if version == 1:
-        for i, (el, cpuset, parent_set) in zip(node_ids, w.nodes):
+        for i, (el, cpuset, parent_set) in zip(node_ids, w["nodes"]):
             complete_own[i] = parse_bitmap(el.get("complete_cpuset")) | cpuset
             localities[i] = cpuset if complete_own[i] else parent_set
     else:
         complete_localities = []  # (node, locality, memory-only: a subtype or topo's flag)
-        for i, (el, cpuset, _) in zip(node_ids, w.nodes):
+        for i, (el, cpuset, _) in zip(node_ids, w["nodes"]):
             # a v2 memory child's cpuset is its locality, unless topo wrote another one
             written = _infos(el).get("topoLocality")
             localities[i] = cpuset if written is None else EMPTY if written == "none" else CpuSet.parse(written)
@@ -410,7 +389,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
         for i, held, memory_only in sorted(complete_localities, key=lambda n: (bool(n[2]), n[1].weight(), n[0])):
             complete_own[i] = EMPTY if memory_only else held - owned
             owned |= complete_own[i]
-    gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
+    gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w["nodes"])}
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
     if len(node_ids) == 1 and "topoNodeDistances" in machine_info:  # the 1x1 matrix hwloc keeps none of
         pairs = [x.partition(":") for x in machine_info["topoNodeDistances"].split()]
@@ -421,59 +400,44 @@ def _build(root, machine, version: int, source: str) -> Topology:
                  _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1", localities[i],
                  {j: v for j, v in distances.get(i, {}).items() if j in all_nodes}, el.get("subtype"),
                  _infos(el).get("PCIBusID"))
-        for i, (el, _, _) in zip(node_ids, w.nodes)
+        for i, (el, _, _) in zip(node_ids, w["nodes"])
     ), key=lambda n: n.os_index))
     if not nodes:  # hwloc always has a node; a hand-written file may not
         nodes = (NumaNode(0, pus, 0, False, pus, {0: 10}),)
         allowed_nodes = CpuSet([0])
 
     groups = []
-    taken = {o.cpuset for o in (*w.packages, *w.dies, *w.cores, *w.caches)} | {pus}
-    for el, written in w.groups:
+    for el, written in w["groups"]:
         cpuset = written & pus  # a CPU without a PU element is none
-        if written and (not cpuset or cpuset in taken or cpuset.weight() == 1):
-            continue  # hwloc merges a Group into an object with its CPUs (hwloc__insert_try_merge_group)
-        taken.add(cpuset)
+        if written and not cpuset:
+            continue
         if cpuset:
             members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
         else:  # topo's Group of the nodes without locality
             members = tuple(n.os_index for n in nodes if not n.locality)
         groups.append(Group(cpuset, members, _group_reason(el, cpuset)))
+    groups = merge_groups(groups, [o.cpuset for o in (*w["packages"], *w["dies"], *w["cores"], *w["caches"])], pus)
     nodes_at: dict[CpuSet, list[int]] = {}  # locality -> nodes: one lookup per PCI device
     for n in nodes:
         nodes_at.setdefault(n.locality, []).append(n.os_index)
-    pci = sorted((_pci_device(el, loc, parent, nodes_at) for el, loc, parent in w.pci), key=lambda d: bus_key(d.busid))
-    pci = tuple(d for d in pci if not d.class_id.startswith("06"))
-    bridges = tuple(sorted(w.bridges, key=lambda b: (b.parent is not None, bus_key(b.id) if b.parent else
+    pci = (_pci_device(el, loc, parent, nodes_at) for el, loc, parent in w["pci"])
+    pci = tuple(sorted((d for d in pci if not d.class_id.startswith("06")), key=lambda d: bus_key(d.busid)))
+    bridges = tuple(sorted(w["bridges"], key=lambda b: (b.parent is not None, bus_key(b.id) if b.parent else
                                                      (b.domain, b.secondary_bus, 0, 0))))
     version3 = (root.get("version") or "").startswith("3")
-    osdevs = tuple(_os_device(el, loc, parent, version3) for el, loc, parent in w.osdevs)
+    osdevs = tuple(_os_device(el, loc, parent, version3) for el, loc, parent in w["osdevs"])
     info = {k: v for k, v in machine_info.items() if not k.startswith("topo")}
-    packages = sorted(w.packages, key=lambda p: p.cpuset.first())
     topology = Topology(
-        root=source,
-        pus=pus,
-        allowed_pus=allowed,
-        complete_pus=complete,
-        online_pus=online | pus,
-        allowed_numa_nodes=allowed_nodes,
-        packages=tuple(packages),
-        numa_nodes=nodes,
-        cores=tuple(sorted(w.cores, key=lambda c: c.cpuset.first())),
-        caches=tuple(sorted(w.caches, key=lambda c: (c.level, c.type != "data", c.cpuset.first()))),
-        dies=tuple(w.dies),
-        clusters=tuple(w.clusters),
-        groups=tuple(groups),
-        memory_side_caches=tuple(w.memcaches),
-        pci_devices=pci,
-        pci_bridges=bridges,
-        os_devices=osdevs,
-        include_disallowed=machine_info.get("topoIncludeDisallowed") == "1",
-        cpukinds=_cpukinds(root, pus),
-        probes={"hwloc-xml": f"ok (hwloc v{version} format)"},
-        info=info,
-    )
-    devices = [numa_from_cpus(d, topology) for d in _with_nvml_identity(sysfs_devices(topology), w.pci)]
+        root=source, pus=pus, allowed_pus=allowed, complete_pus=complete, online_pus=online | pus,
+        allowed_numa_nodes=allowed_nodes, numa_nodes=nodes,
+        packages=tuple(sorted(w["packages"], key=lambda p: p.cpuset.first())),
+        cores=tuple(sorted(w["cores"], key=lambda c: c.cpuset.first())),
+        caches=tuple(sorted(w["caches"], key=lambda c: (c.level, c.type != "data", c.cpuset.first()))),
+        dies=tuple(w["dies"]), clusters=tuple(w["clusters"]), groups=tuple(groups),
+        memory_side_caches=tuple(w["memcaches"]), pci_devices=pci, pci_bridges=bridges, os_devices=osdevs,
+        include_disallowed=machine_info.get("topoIncludeDisallowed") == "1", cpukinds=_cpukinds(root, pus),
+        probes={"hwloc-xml": f"ok (hwloc v{version} format)"}, info=info)
+    devices = [numa_from_cpus(d, topology) for d in _with_nvml_identity(sysfs_devices(topology), w["pci"])]
     devices = sort_devices(devices)
     return topology.with_devices(devices, links=link_matrix(devices, tree_chains(topology), {}))
 
