@@ -334,9 +334,10 @@ def render_text(t: Topology) -> str:
             emit(child, depth + 1)
 
     emit(machine, 0)
-    if t.links:
-        lines.append("")
-        lines.extend(render_links(t))
+    if t.links:  # as `nvidia-smi topo -m` prints it
+        width = max([len(n) for n in t.links] + [4]) + 1
+        lines += ["", " " * width + "".join(f"{n:<{width}}" for n in t.links)]
+        lines += [(f"{a:<{width}}" + "".join(f"{x:<{width}}" for x in row)).rstrip() for a, row in link_rows(t)]
     lines.append("")
     mode = numa_mode(t)
     if mode:
@@ -347,12 +348,6 @@ def render_text(t: Topology) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
-def render_links(t: Topology) -> list[str]:
-    """The device link matrix, as `nvidia-smi topo -m` prints it."""
-    names = list(t.links)
-    width = max([len(n) for n in names] + [4]) + 1
-    out = [" " * width + "".join(f"{n:<{width}}" for n in names)]
-    for a in names:
-        row = f"{a:<{width}}" + "".join(f"{t.links[a].get(b, 'X' if a == b else '-'):<{width}}" for b in names)
-        out.append(row.rstrip())
-    return out
+def link_rows(t: Topology) -> list[tuple[str, list[str]]]:
+    """The device link matrix: each device with its link to every device ("X" to itself)."""
+    return [(a, [t.links[a].get(b, "X" if a == b else "-") for b in t.links]) for a in t.links]

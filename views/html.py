@@ -5,6 +5,7 @@ and the device link matrix shaded as nvidia-smi topo -m reads.
 from __future__ import annotations
 
 from topo.model import Topology
+from topo.views.console import link_rows
 from topo.views.palette import Overlay
 from topo.views.svg import draw_svg, escape
 
@@ -42,12 +43,9 @@ def draw_html(topology: Topology, overlay: Overlay | None = None) -> str:
         parts.append("</table>")
         parts.extend(f"<p>warning: {escape(n)}</p>" for n in overlay.notes)
     if topology.links:
-        names = list(topology.links)
         parts.append("<h2 style=\"font-size:15px\">Device links (as nvidia-smi topo -m)</h2><table><tr><th></th>"
-                     + "".join(f"<th>{escape(n)}</th>" for n in names) + "</tr>")
-        for a in names:
-            cells = "".join(_link_cell(topology.links[a].get(b, "X" if a == b else "-")) for b in names)
-            parts.append(f"<tr><th>{escape(a)}</th>{cells}</tr>")
+                     + "".join(f"<th>{escape(n)}</th>" for n in topology.links) + "</tr>")
+        parts += [f"<tr><th>{escape(a)}</th>{''.join(map(_link_cell, row))}</tr>" for a, row in link_rows(topology)]
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "\n".join(parts)

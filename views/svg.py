@@ -143,7 +143,7 @@ def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, p
 
 
 def _emit_pu(out: list[str], labels: list[str], box: Box, topology: Topology, paint: Paint) -> None:
-    pu = box.os_index
+    pu = box.cpuset.first()
     x, y, w, h = box.x, box.y, box.w, box.h
     owners = paint.owners_of.get(pu, [])
     allowed = pu in topology.allowed_pus
@@ -188,8 +188,8 @@ def _links(root: Box, overlay: Overlay, chip_xy) -> list[str]:
         if b.kind == "Core":
             for pu in b.cpuset:
                 core_top[pu] = (b.x + b.w / 2, b.y)
-        elif b.kind == "PU" and b.os_index not in core_top:
-            core_top[b.os_index] = (b.x + b.w / 2, b.y)
+        elif b.kind == "PU" and b.cpuset.first() not in core_top:
+            core_top[b.cpuset.first()] = (b.x + b.w / 2, b.y)
     out = []
     for o in overlay.owners:
         if o.device is None or o.device not in chip_xy or not o.cpus:
