@@ -10,6 +10,7 @@ the box holding their CPUs, with the node's devices (GPUs, NPUs, NICs, ...) as c
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 from dataclasses import dataclass, field
 
 from topo.cpuset import EMPTY, CpuSet
@@ -137,15 +138,9 @@ def _measure(box: Box, t: Topology, pu_w: float) -> None:
         return
     for c in box.children:
         _measure(c, t, pu_w)
-    if box.kind == "Core":
-        # threads stacked in one column: a core is a narrow tower, easy to fold into rows
-        y = 2.0
-        box.child_pos = []
-        for c in box.children:
-            box.child_pos.append((2.0, y))
-            y += c.h + 1
-        box.w = pu_w + 4
-        box.h = y + 1
+    if box.kind == "Core":  # threads stacked in one column: a narrow tower, easy to fold into rows
+        *ys, bottom = accumulate((c.h + 1 for c in box.children), initial=2.0)
+        box.child_pos, box.w, box.h = [(2.0, y) for y in ys], pu_w + 4, bottom + 1
         return
     cells = [(c.w, c.h) for c in box.children]
     if box.children and all(c.kind == "Core" for c in box.children):
@@ -181,12 +176,10 @@ def _measure(box: Box, t: Topology, pu_w: float) -> None:
         x += block_w + GAP
         row_h = max(row_h, h)
     mem_h = (y + row_h + GAP) if box.memory else 0.0
-    mem_w = max((mx + mw for mx, _, mw, _ in mem_pos), default=0.0)
-    inner_w = max(inner_w, mem_w)
+    inner_w = max(inner_w, max((mx + mw for mx, _, mw, _ in mem_pos), default=0.0))
     box.mem_pos = [(PAD + mx, top + my, mw, chips) for mx, my, mw, chips in mem_pos]
     box.child_pos = [(PAD + px, top + mem_h + py) for px, py in pos]
-    box.w = inner_w + 2 * PAD
-    box.h = top + mem_h + grid_h + PAD
+    box.w, box.h = inner_w + 2 * PAD, top + mem_h + grid_h + PAD
 
 
 def bar_text(node: Obj, t: Topology) -> str:
@@ -261,9 +254,6 @@ def lay_out(topology: Topology, paint: Paint) -> Box:
 
 def chip_centres(root: Box) -> dict[tuple[str, int], tuple[float, float]]:
     """The bottom centre of each device chip, by (kind, index): where its link starts."""
-    chip_xy = {}
-    for box in walk(root):
-        for (node, devices), (mx, my, mw, chips) in zip(box.memory, box.mem_pos):
-            for d, (cx, cy, cw) in zip(devices, chips):
-                chip_xy[(d.kind, d.index)] = (box.x + mx + cx + cw / 2, box.y + my + cy + CHIP_H)
-    return chip_xy
+    return {(d.kind, d.index): (box.x + mx + cx + cw / 2, box.y + my + cy + CHIP_H)
+            for box in walk(root) for (_, devices), (mx, my, _, chips) in zip(box.memory, box.mem_pos)
+            for d, (cx, cy, cw) in zip(devices, chips)}
