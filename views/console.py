@@ -96,8 +96,7 @@ def render_console(t: Topology, options: Options = Options()) -> str:
     if options.only is None and verbose != 1:
         lines += _summary(machine)
     if options.only is None and verbose > 1:
-        lines += _distances(t, machine, options.index)
-        lines += _cpukinds(t)
+        lines += _distances(t, machine, options.index) + _cpukinds(t)
         for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
                            (t.pus - t.allowed_pus, "represented but not allowed")):
             if cpus:
@@ -125,11 +124,10 @@ def _tree_lines(lines: list[str], obj: Obj, parent: Obj | None, depth: int, t: T
 
 
 def _collapsed(machine: Obj) -> dict[int, tuple[int, Obj] | None]:
-    """lstopo's runs of identical PCI functions (lstopo_add_collapse_attributes): walking the
-    functions in logical order, one without I/O children starts a run; the next ones without I/O
-    children, with the same parent and the same vendor, device and subsystem ids join it. A run
-    of n > 1 maps its first function to (n, its n-th function from the first in logical order), the
-    others to None; a function with I/O children between them leaves the run open."""
+    """lstopo's runs of identical PCI functions (lstopo_add_collapse_attributes): in logical order, a
+    function without I/O children starts a run, the next ones without, with its parent and vendor,
+    device and subsystem ids join it (one with I/O children between leaves it open). A run of n > 1
+    maps its first function to (n, its last function), the others to None."""
     functions = [o for o in walk(machine) if o.type == "PCIDev"]
     out: dict[int, tuple[int, Obj] | None] = {}
     first, count = 0, 0  # the run's first function (an index in functions) and its length
@@ -213,8 +211,13 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, 
         size = hwloc_size(m.size, verbose)
         attrs.append(f"size={size} linesize={getattr(m, 'line_size', 0) or 0}"
                      + (f" ways={m.ways}" if getattr(m, "ways", None) else "") if verbose else size)
-    if verbose:
-        attrs += [f'{k}="{v}"' if " " in v else f"{k}={v}" for k, v in _infos(obj, t)]
+    if verbose:  # hwloc's infos: the machine's facts under hwloc's names, a package's CPU model, a GPU's
+        infos = obj.infos
+        if obj.type == "Machine":
+            infos = [(_INFO_NAMES[k], v) for k, v in t.info.items() if k in _INFO_NAMES and v and v != "/"]
+        elif obj.type == "Package" and m.model:
+            infos = (("CPUModel", m.model),)
+        attrs += [f'{k}="{v}"' if " " in v else f"{k}={v}" for k, v in infos]
     inside = " ".join(x for x in (phys, *attrs) if x)
     if inside:
         text += f" ({inside})"
@@ -224,14 +227,6 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, 
     if obj.type == "OSDev":
         text += f' "{m.name}"'
     return text
-
-
-def _infos(obj: Obj, t: Topology) -> list[tuple[str, str]]:
-    if obj.type == "Machine":
-        return [(_INFO_NAMES[k], v) for k, v in t.info.items() if k in _INFO_NAMES and v and v != "/"]
-    if obj.type == "Package" and obj.model.model:
-        return [("CPUModel", obj.model.model)]
-    return list(obj.infos)
 
 
 def _summary(machine: Obj) -> list[str]:

@@ -1,6 +1,5 @@
-"""A machine's picture as one self-contained HTML page: the SVG inline, the legend as a table,
-and the device link matrix shaded as nvidia-smi topo -m reads.
-"""
+"""A machine's picture as one self-contained HTML page: the SVG inline, the legend as a table, and
+the device link matrix shaded as nvidia-smi topo -m reads."""
 
 from __future__ import annotations
 
@@ -10,12 +9,11 @@ from topo.views.palette import Overlay
 from topo.views.svg import draw_svg, escape
 
 _PAGE_CSS = (
-    "body{font:14px 'DejaVu Sans','Liberation Sans',Arial,sans-serif;margin:16px;color:#111}"
-    "h1{font-size:18px;margin:0 0 6px}p{margin:4px 0}table{border-collapse:collapse;margin:8px 0}"
-    "td,th{border:1px solid #bbb;padding:2px 6px;text-align:left;font-size:12px}"
-    "th{background:#eee}.sw{display:inline-block;width:12px;height:12px;border:1px solid #000;"
-    "vertical-align:middle}.figure{overflow:auto}.lnv{background:#b9e3a8}.lsw{background:#d8e8f8}"
-    ".lhb{background:#f6efd6}"
+    "body{font:14px 'DejaVu Sans','Liberation Sans',Arial,sans-serif;margin:16px;color:#111}h1{font-size:18px;"
+    "margin:0 0 6px}p{margin:4px 0}table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #bbb;"
+    "padding:2px 6px;text-align:left;font-size:12px}th{background:#eee}.sw{display:inline-block;width:12px;"
+    "height:12px;border:1px solid #000;vertical-align:middle}.figure{overflow:auto}.lnv{background:#b9e3a8}"
+    ".lsw{background:#d8e8f8}.lhb{background:#f6efd6}"
 )
 
 

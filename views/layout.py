@@ -128,7 +128,7 @@ def pu_label(pu: int, paint: Paint) -> str:
     owners = paint.owners_of.get(pu)
     if not owners:
         return f"P#{pu}"
-    tags = "+".join(paint.overlay.owners[i].pu_label for i in owners)
+    tags = "+".join(o.label or o.tag for o in (paint.overlay.owners[i] for i in owners))
     return f"P#{pu} " + (tags if len(owners) == 1 or len(tags) <= 5 else f"×{len(owners)}")
 
 

@@ -1,11 +1,7 @@
-"""A bind plan as a picture: each process's CPUs painted on the machine (`views`).
-
-`plan_overlay` turns a BindPlan into the drawing's overlay: one owner per process, in its own
-colour, tagged with its local rank ("S" for MindSpore's scheduler entry), with its memory node(s),
-the device it drives, and its CPUs outside that device's home node(s) flagged as remote. A process's
-CPUs are all its thread modules' (runtime, minddata, main, ...). The legend row follows `--explain`:
-rank, device, CPUs, cores, memory node, the device's node, locality; under it, `--explain`'s notes
-on what a NODE `A>B` means, then the warnings.
+"""A bind plan as a picture: `plan_overlay` makes one owner per process, in its own colour, tagged
+with its local rank ("S" for MindSpore's scheduler), with its memory node(s), the device it drives
+and its CPUs (all its thread modules') outside that device's home node(s) flagged as remote. Its
+legend row and notes follow `--explain`'s table and notes, then the warnings.
 """
 
 from __future__ import annotations
