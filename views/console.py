@@ -279,8 +279,7 @@ def format_size(n: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
             value = n / (1 << shift)
-            text = f"{value:.0f}" if value >= 100 else f"{value:.1f}".removesuffix(".0")
-            return text + unit
+            return (f"{value:.0f}" if value >= 100 else f"{value:.1f}".removesuffix(".0")) + unit
     return f"{n}B"
 
 
@@ -312,7 +311,8 @@ def render_text(t: Topology) -> str:
     devices: dict[int | None, list[str]] = {}
     for dev in t.devices:
         details = " ".join(x for x in (dev.name, dev.busid) if x)
-        devices.setdefault(dev.numa_node, []).append(f"{dev.kind.upper()} {dev.index}" + (f" ({details})" if details else ""))
+        entry = f"{dev.kind.upper()} {dev.index}" + (f" ({details})" if details else "")
+        devices.setdefault(dev.numa_node, []).append(entry)
     shown = {o.os_index for o in walk(machine) if o.type == "NUMANode"}
 
     def emit(obj: Obj, depth: int) -> None:  # 'Package L#0 (P#0 "EPYC")', 'L3 L#0 (32MiB)'
@@ -333,11 +333,8 @@ def render_text(t: Topology) -> str:
         width = max([len(n) for n in t.links] + [4]) + 1
         lines += ["", " " * width + "".join(f"{n:<{width}}" for n in t.links)]
         lines += [(f"{a:<{width}}" + "".join(f"{x:<{width}}" for x in row)).rstrip() for a, row in link_rows(t)]
-    lines.append("")
-    mode = numa_mode(t)
-    if mode:
-        lines.append(mode)
-    lines.append(t.summary())
+    mode = numa_mode(t)  # how nodes cut packages, if they do
+    lines += ["", mode, t.summary()] if mode else ["", t.summary()]
     if t.probes:
         lines.append("probes: " + ", ".join(f"{k}: {v}" for k, v in t.probes.items()))
     return "\n".join(printable(line) for line in lines)
