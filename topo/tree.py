@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from topo.cpuset import EMPTY, CpuSet
-from topo.model import Cache, OsDevice, Topology
+from topo.model import OsDevice, Topology
 
 # hwloc's types: (order among objects with equal CPUs, from obj_type_order; hwloc_obj_type_t number)
 TYPES = {"Machine": (0, 0), "Group": (1, 12), "MemCache": (2, 18), "NUMANode": (3, 13), "Package": (4, 1),
@@ -31,8 +31,7 @@ _PRIORITY = {"Machine": 90, "PU": 100, "Core": 60, "Package": 40, "Die": 30, "Gr
 
 @dataclass(slots=True, eq=False)
 class Obj:
-    """One object of hwloc's tree: its type as hwloc's XML names it, its CPUs, P# and L#, and the
-    model object it shows (None for the Machine and the Groups the tree inserts)."""
+    """One object of hwloc's tree; `model` is what it shows (None for the Machine and inserted Groups)."""
 
     type: str
     cpuset: CpuSet
@@ -49,18 +48,9 @@ class Obj:
     depth: int = 0  # a Group's depth among Groups: Group0, Group1
     infos: tuple[tuple[str, str], ...] = ()  # hwloc's infos beyond the model's fields (a GPU's OS devices)
 
-    @property
-    def order(self) -> int:
-        return TYPES[self.type][0]
-
-
-def cache_type(c: Cache) -> str:
-    return f"L{c.level}{'i' if c.type == 'instruction' else ''}Cache"
-
 
 def type_name(obj: Obj, verbose: bool = False) -> str:
-    """The type as lstopo prints it (hwloc_obj_type_snprintf): "L2", "L1d", "Group0", "PCI", "Net";
-    verbose: "L2Cache", "L1dCache", "Network"."""
+    """hwloc_obj_type_snprintf: "L2", "L1d", "Group0", "PCI", "Net"; verbose: "L2Cache", "L1dCache", "Network"."""
     t = obj.type
     if t.startswith("L") and t.endswith("Cache"):
         c = obj.model
@@ -84,14 +74,12 @@ def group_kind(reason: str) -> tuple[int, int, str | None]:
 
 
 def bitmap(s: CpuSet) -> str:
-    """hwloc's bitmap text (hwloc_bitmap_snprintf): 32-bit words, most significant first, each
-    `0x%08x`, an all-zero word left empty but the last ("0x00000001,,0x0")."""
+    """hwloc_bitmap_snprintf: 32-bit words `0x%08x`, most significant first, all-zero ones empty but the last."""
     words = ["" if w == "00000000" else "0x" + w for w in s.to_mask().split(",")]
     return ",".join(words[:-1] + [words[-1] or "0x0"])
 
 
-# hwloc_type_sscanf's words: (word, letters needed, type, what it also says: an OS device kind or
-# a bridge's upstream side)
+# hwloc_type_sscanf's words: (word, letters needed, type, an OS device kind or a bridge's upstream side)
 _TYPE_WORDS = (("osdev", 2, "OSDev", None), ("block", 4, "OSDev", "block"), ("network", 3, "OSDev", "net"),
                ("openfabrics", 7, "OSDev", "openfabrics"), ("dma", 3, "OSDev", "dma"), ("gpu", 3, "OSDev", "gpu"),
                ("coproc", 5, "OSDev", "coproc"), ("co-processor", 6, "OSDev", "coproc"),
@@ -104,9 +92,8 @@ _GROUP_WORD = re.compile(r"(gr|gro|grou|group)([0-9]{0,3})\Z", re.I)
 
 
 def parse_type(text: str) -> tuple[str, object] | None:
-    """A type name as hwloc's tools read it (hwloc_type_sscanf: "core", "numa", "l2", "L1dCache",
-    "group1", "pci", "os", "net"): (hwloc type, what else it says: a Group's depth, an OS device
-    kind, "host"/"pci" for a bridge); None for no type."""
+    """A type name as hwloc_type_sscanf reads it ("core", "numa", "l2", "L1dCache", "group1", "pci", "net"):
+    (hwloc type, a Group's depth, an OS device kind or "host"/"pci" for a bridge), None for no type."""
     word = text.lower()
     for name, letters, kind, extra in _TYPE_WORDS:
         if len(word) >= letters and name.startswith(word):
@@ -137,7 +124,8 @@ def _cpu_objects(t: Topology, drop) -> list[Obj]:
     objs += [Obj("Die", d.cpuset, d.os_index, d) for d in t.dies]
     objs += [Obj("Group", g.cpuset, None, g, *group_kind(g.reason)) for g in t.groups]
     objs += [Obj("Group", c.cpuset, c.os_index, c, CLUSTER_KIND, 0, "Cluster") for c in t.clusters]
-    objs += [Obj(cache_type(c), c.cpuset, None, c) for c in t.caches if cache_type(c) in TYPES]  # hwloc: L1-L5
+    caches = ((f"L{c.level}{'i' if c.type == 'instruction' else ''}Cache", c) for c in t.caches)
+    objs += [Obj(kind, c.cpuset, None, c) for kind, c in caches if kind in TYPES]  # hwloc has L1-L5, L1i-L3i
     objs += [Obj("Core", c.cpuset, c.os_index, c) for c in t.cores]
     objs += [Obj("PU", CpuSet.from_mask(1 << pu), pu) for pu in t.pus]
     objs = [o for o in objs if o.type not in drop]
@@ -146,9 +134,8 @@ def _cpu_objects(t: Topology, drop) -> list[Obj]:
 
 
 def merge_groups(groups: list, others: list[CpuSet], pus: CpuSet) -> list:
-    """The `groups` (anything with a cpuset) hwloc keeps beside objects with the CPU sets `others`:
-    a Group with the CPUs of one of them, of the machine, of one PU or of a Group before it merges
-    into that (hwloc__insert_try_merge_group); one without CPUs stays."""
+    """The `groups` (anything with a cpuset) hwloc keeps beside objects with the CPU sets `others`: one with the
+    CPUs of one of them, of the machine, of one PU or of a Group before it merges into that; none without CPUs."""
     if not groups:
         return groups
     # Sets are keyed with their first CPU: the ints of single-CPU masks share few hashes.
@@ -164,12 +151,11 @@ def merge_groups(groups: list, others: list[CpuSet], pus: CpuSet) -> list:
 
 
 def build(t: Topology, drop=()) -> Obj:
-    """The Machine of `t` with every object below it, numbered. `drop` names hwloc types left out
-    as lstopo's filters leave them (`--no-caches`, `--filter TYPE:none`): the others nest without
-    them, and NUMA nodes and I/O find their place as hwloc finds it then."""
+    """The Machine of `t` with every object below it, numbered, without the hwloc types `drop` names as lstopo's
+    filters leave them out (`--no-caches`, `--filter TYPE:none`): the others nest as hwloc nests them then."""
     machine = Obj("Machine", t.pus, 0)
     objs = _cpu_objects(t, drop)
-    objs.sort(key=lambda o: (-o.cpuset.weight(), o.order, o.cpuset.first()))
+    objs.sort(key=lambda o: (-o.cpuset.weight(), TYPES[o.type][0], o.cpuset.first()))
     deepest: dict[int, Obj] = {}  # PU -> deepest object placed so far that covers it
     for o in objs:
         # objects without CPUs (a cgroup left them none, a Group of CPU-less nodes): below the machine
@@ -207,16 +193,15 @@ def build(t: Topology, drop=()) -> Obj:
                 if cpus else machine
             parent.io.append(obj)
     for o in walk(machine):
-        o.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, c.order))
+        o.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, TYPES[c.type][0]))
     number(machine)
     return machine
 
 
 def _holder(machine: Obj, cpus: CpuSet, *, below_root: bool, kind: int | None) -> Obj:
-    """Where hwloc attaches memory (`below_root`: hwloc__find_insert_memory_parent) or I/O
-    (hwloc_find_insert_io_parent_by_complete_cpuset) local to `cpus`: the highest object with
-    exactly those CPUs (below the machine for memory), else a Group of them (`kind`, None when
-    Groups are filtered out) below the smallest object holding them, if it nests there."""
+    """Where hwloc attaches memory (`below_root`: hwloc__find_insert_memory_parent) or I/O local to `cpus`: the
+    highest object with exactly those CPUs (below the machine for memory), else a Group of them (`kind`, None
+    when Groups are filtered out) below the smallest object holding them, if it nests there."""
     if cpus == machine.cpuset and not below_root:
         return machine
     current = machine
@@ -235,9 +220,8 @@ def _holder(machine: Obj, cpus: CpuSet, *, below_root: bool, kind: int | None) -
 
 
 def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
-    """The I/O objects as hwloc nests them: host bridges with the bridges and PCI functions below
-    them in bus order, each function (or bridge) with its OS devices; functions without a bridge and
-    OS devices without a function stand alone. Each tree comes with the CPUs it is local to."""
+    """The I/O trees as hwloc nests them, with the CPUs each is local to: host bridges, bridges and PCI functions
+    in bus order, each with its OS devices; functions without a bridge and OS devices without one stand alone."""
     osdevs: dict[str | None, list[Obj]] = {}
     for d in t.os_devices:
         osdevs.setdefault(d.parent, []).append(Obj("OSDev", EMPTY, None, d, subtype=d.subtype))
@@ -337,10 +321,9 @@ def levels(machine: Obj) -> list[list[Obj]]:
 
 
 def restrict(machine: Obj, cpus: CpuSet) -> None:
-    """hwloc_topology_restrict to `cpus`: every object keeps its CPUs among them; one left with no
-    CPU, no child and no memory goes, with its I/O (NUMA nodes stay). The children of an object
-    that lost CPUs are ordered again (hwloc__reorder_children): by first CPU, those left without
-    one last, in reverse order. Groups left bringing no structure go too."""
+    """hwloc_topology_restrict to `cpus`: objects keep their CPUs among them; one left with no CPU, child or
+    memory goes, with its I/O (NUMA nodes stay); the children of one that lost CPUs are ordered again by first
+    CPU, those left without one last, in reverse order (hwloc__reorder_children); Groups bringing no structure go."""
 
     def visit(obj: Obj) -> bool:
         if obj.cpuset - cpus:
@@ -360,10 +343,9 @@ def restrict(machine: Obj, cpus: CpuSet) -> None:
 
 
 def merge_levels(machine: Obj, types) -> None:
-    """hwloc_filter_levels_keep_structure for `types` (hwloc type names; Groups always): of a
-    parent level and its child level, where each parent has its child as only normal child (and no
-    memory above a PU), the one `types` lets go goes (both: the lower priority one), its memory and
-    I/O children moving to the one kept."""
+    """hwloc_filter_levels_keep_structure for `types` (Groups always): of a parent level and its child level where
+    each parent has its child as only normal child (and no memory above a PU), the one `types` lets go goes (both:
+    the lower priority one), its memory and I/O children moving to the one kept."""
     lv = levels(machine)
     for i in range(len(lv) - 1, 0, -1):
         up, down = lv[i - 1], lv[i]

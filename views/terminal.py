@@ -27,6 +27,7 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
     label_w = max(len(r[0]) for r in rows) if rows else 0
     for name, cpus, node in rows:
         cells: list[tuple[str, str]] = []
+        last_group = None
         mine = [(next((i for i, c in enumerate(llcs) if core.cpuset <= c.cpuset), len(llcs)), core)
                 for core in topology.cores if core.cpuset <= cpus]
         for group, core in sorted(mine, key=lambda gc: (gc[0], gc[1].cpuset.first())):
