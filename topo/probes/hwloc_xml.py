@@ -71,9 +71,7 @@ def parse_bitmap(text: str | None) -> CpuSet:
 
 def _int(el, name: str, default=None):
     value = el.get(name)
-    if value is None:
-        return default
-    return _number(value, f"{el.get('type') or el.tag} attribute {name}")
+    return default if value is None else _number(value, f"{el.get('type') or el.tag} attribute {name}")
 
 
 def _number(text: str, what: str) -> int:
@@ -137,7 +135,7 @@ def _walk(el, w: defaultdict, package: int | None, parent_set: CpuSet, io_parent
     elif t == "NUMANode":
         w["nodes"].append((el, cpuset, parent_set))
     elif t == "Bridge":
-        bridge = _bridge(el, io_parent, parent_set, len(w["bridges"]))
+        bridge = _bridge(el, io_parent, parent_set)
         if bridge is not None:
             w["bridges"].append(bridge)
             io_parent = bridge.id
@@ -155,9 +153,8 @@ def _walk(el, w: defaultdict, package: int | None, parent_set: CpuSet, io_parent
 _BRIDGE_PCI = re.compile(r"([0-9a-fA-F]{1,8}):\[([0-9a-fA-F]{1,2})-([0-9a-fA-F]{1,2})\]\Z")
 
 
-def _bridge(el, parent: str | None, locality: CpuSet, n: int) -> PciBridge | None:
-    """A Bridge element: a host bridge ("0-1", below a CPU-side object) or a PCI-to-PCI one
-    ("1-1", with its own bus id); None for kinds topo does not model."""
+def _bridge(el, parent: str | None, locality: CpuSet) -> PciBridge | None:
+    """A host bridge ("0-1") or PCI-to-PCI one ("1-1", with its own bus id); None for kinds topo does not model."""
     m = _BRIDGE_PCI.match(el.get("bridge_pci") or "")
     if not m:
         return None
@@ -198,8 +195,7 @@ def _pci_device(el, locality: CpuSet, parent: str | None, nodes_at: dict[CpuSet,
 
 
 def _group_reason(el, cpuset: CpuSet) -> str:
-    """The model's reason for a Group element: by hwloc's kind, else its subtype (topo wrote the
-    reason there before it wrote kinds)."""
+    """A Group element's reason in the model: by hwloc's kind, else its subtype (where topo wrote it once)."""
     kind, subkind, subtype = el.get("kind"), el.get("subkind", "0"), el.get("subtype")
     if kind == str(GROUP_KINDS["numa"][0]):
         return "numa" if cpuset else "cpu-less"
@@ -210,8 +206,7 @@ def _group_reason(el, cpuset: CpuSet) -> str:
 
 
 def _cpukinds(root, pus: CpuSet) -> tuple[CpuKind, ...]:
-    """The `<cpukind>` elements, ranked as hwloc ranks them on import (topo writes each kind's
-    efficiency as its forced_efficiency, so its own files read back equal)."""
+    """The `<cpukind>` elements, ranked as hwloc ranks them on import (topo's own read back with their efficiency)."""
     from topo.probes.cpukinds import rank_kinds
 
     kinds = []
@@ -235,9 +230,8 @@ _OSDEV_V3 = ((1 << 5, "openfabrics"), (1 << 4, "net"), (1 << 0, "block"), (1 << 
 
 
 def _os_device(el, locality: CpuSet, parent: str | None, version3: bool) -> OsDevice:
-    infos = _infos(el)
     value = el.get("osdev_type") or "0"
-    kind = infos.get("topoType")
+    kind = _infos(el).get("topoType")
     if kind is None and version3:
         bits = _number(value, "osdev_type")
         kind = next((name for bit, name in _OSDEV_V3 if bits & bit), "block")
@@ -443,14 +437,14 @@ def _build(root, machine, version: int, source: str) -> Topology:
 
 
 def _with_nvml_identity(devices, pci_elements):
-    """GPUs an export made with hwloc's NVML backend carry their NVML index (`nvml3`), model and
-    UUID on an OSDev: use them, so CUDA_VISIBLE_DEVICES UUIDs resolve on a topology from a file."""
+    """The NVML index (`nvml3`), model and UUID an export made with hwloc's NVML backend gives a GPU's OSDev, so
+    CUDA_VISIBLE_DEVICES UUIDs resolve on a topology from a file."""
     found = {}
     for el, _, _ in pci_elements:
         for osdev in el.iter("object"):
             m = re.fullmatch(r"nvml([0-9]{1,6})", osdev.get("name") or "")
             if osdev.get("type") == "OSDev" and m:
-                info = {i.get("name"): i.get("value") for i in osdev.findall("info")}
+                info = _infos(osdev)
                 found[el.get("pci_busid", "").lower()] = (int(m.group(1)), info.get("GPUModel"), info.get("NVIDIAUUID"))
     out = []
     for d in devices:
