@@ -247,9 +247,8 @@ def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
 
 
 def _gpu_os_devices(t: Topology, osdevs: dict[str | None, list[Obj]]) -> None:
-    """What hwloc's CUDA then NVML components hang below an NVIDIA GPU's PCI function, after the
-    Linux OS devices: `CoProc(CUDA) "cudaN"`, `GPU(NVML) "nvmlN"` with their infos, for GPUs known
-    from NVML (or an export made with it); N is the NVML index, CUDA's in PCI bus order."""
+    """What hwloc's CUDA then NVML components hang below an NVIDIA GPU's PCI function after the Linux OS devices:
+    `CoProc(CUDA) "cudaN"`, `GPU(NVML) "nvmlN"` with their infos, N the NVML index (CUDA's in PCI bus order)."""
     functions = {d.busid: d.local_cpus for d in t.pci_devices}
     for gpu in t.devices:
         if gpu.kind != "gpu" or gpu.source not in ("nvml", "hwloc-nvml") or gpu.busid not in functions:

@@ -1,7 +1,5 @@
-"""`topo show` as text: lstopo's console form (`render_console`, with lstopo's options) and topo's
-long form (`render_text`: every object with its P# and L#, devices, the link matrix, a summary).
-Both walk the one tree of `topo.tree`.
-"""
+"""`topo show` as text, from the one tree of `topo.tree`: lstopo's console form (`render_console`, with lstopo's
+options) and topo's long form (`render_text`: every object with its P# and L#, devices, links, a summary)."""
 
 from __future__ import annotations
 
@@ -69,10 +67,9 @@ class Options:
 
 
 def render_console(t: Topology, options: Options = Options()) -> str:
-    """The machine as `lstopo-no-graphics` prints it with `options`: in the tree an object whose
-    parent has it as only child, with the same CPUs and no memory or I/O child, is printed on its
-    parent's line after " + " (not with -v, -c or -C). The I/O objects shown are those of `t`:
-    `t.io_view()` picks them as lstopo's flags do."""
+    """The machine as `lstopo-no-graphics` prints it with `options`: an only child with its parent's CPUs, and
+    no memory or I/O child beside it, on its parent's line after " + " (not with -v, -c or -C). The I/O objects
+    shown are those of `t`: `t.io_view()` picks them as lstopo's flags do."""
     if options.index not in ("default", "physical", "logical"):  # a library caller's typo: not silently default
         raise ValueError(f"index must be default, physical or logical, not {options.index!r}")
     machine = build(t, options.drop)

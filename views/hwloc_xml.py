@@ -55,8 +55,8 @@ def _nodesets(obj: Obj, inherited: int, out: dict[int, int]) -> int:
     return out[id(obj)]
 
 
-def _attrs(obj: Obj, t: Topology, nodesets: dict[int, int], bridges: int) -> tuple[list, list]:
-    """An object's attributes and infos, in hwloc's order."""
+def _write(out: list[str], obj: Obj, t: Topology, level: int, nodesets: dict[int, int], bridges: int) -> None:
+    """`obj` and what it holds as `<object>` elements, attributes and infos in hwloc's order."""
     m = obj.model
     attrs: list[tuple[str, object]] = [("type", obj.type), ("os_index", obj.os_index)]  # None: not written
     infos: list[tuple[str, str]] = []
@@ -105,12 +105,7 @@ def _attrs(obj: Obj, t: Topology, nodesets: dict[int, int], bridges: int) -> tup
     elif obj.type == "OSDev":
         attrs += [("name", m.name), ("osdev_type", OSDEV_TYPES.get(m.type, 0))]
         infos += [*obj.infos, ("topoType", m.type)]
-    return attrs, infos
-
-
-def _write(out: list[str], obj: Obj, t: Topology, level: int, nodesets: dict[int, int], bridges: int) -> None:
     pad = "  " * level
-    attrs, infos = _attrs(obj, t, nodesets, bridges)
     head = f"{pad}<object " + " ".join(f"{k}={_text(v)}" for k, v in attrs if v is not None)
     kids = (*obj.memory, *obj.children, *obj.io)
     if not infos and not kids:

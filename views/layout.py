@@ -73,9 +73,8 @@ def _short(obj: Obj, t: Topology) -> str:
 
 
 def _convert(node: Obj, t: Topology, devices_by_node: dict[int, list[Device]]) -> Box:
-    """The tree as boxes: same-cpuset chains merged into one box, caches private to a core folded
-    into it; a NUMA node's Group (NPS4 EPYC nodes split a package without a die or cache to
-    match) is titled by its node."""
+    """The tree as boxes: same-cpuset chains in one box, caches private to a core folded into it; a NUMA node's
+    Group (NPS4 EPYC nodes split a package without a die or cache to match) is titled by its node."""
     chain = [node]
     while node.type not in ("Core", "PU") and len(node.children) == 1 and node.children[0].cpuset == node.cpuset:
         node = node.children[0]
@@ -104,8 +103,7 @@ def _convert(node: Obj, t: Topology, devices_by_node: dict[int, list[Device]]) -
 
 
 def _gather_cores(box: Box) -> None:
-    """Cores beside other boxes (a hybrid CPU's P-cores next to its E-core clusters) go into one
-    unframed block, folded into rows like any cores, instead of a grid cell each."""
+    """Cores beside other boxes (a hybrid CPU's P-cores by its E-core clusters) go into one unframed block."""
     children: list[Box] = []
     for c in box.children:
         if c.kind == "Core" and children and children[-1].kind == "Cores":

@@ -1,8 +1,6 @@
-"""A bind plan as a picture: `plan_overlay` makes one owner per process, in its own colour, tagged
-with its local rank ("S" for MindSpore's scheduler), with its memory node(s), the device it drives
-and its CPUs (all its thread modules') outside that device's home node(s) flagged as remote. Its
-legend row and notes follow `--explain`'s table and notes, then the warnings.
-"""
+"""A bind plan as a picture: `plan_overlay` makes one owner per process, in its own colour, tagged with its local
+rank ("S": MindSpore's scheduler), with its memory node(s), the device it drives and its CPUs (all its thread
+modules') outside that device's home node(s) flagged as remote; legend and notes follow `--explain`'s."""
 
 from __future__ import annotations
 

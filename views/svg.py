@@ -1,7 +1,5 @@
-"""A machine's picture as one SVG document: plain shapes and one <style>, no script, no font or
-image to fetch. With an overlay, each owner's CPUs are painted, its device linked to its nearest
-core, and a key (and legend) drawn below the machine.
-"""
+"""A machine's picture as one SVG document: plain shapes and one <style>, no script, font or image to fetch. With
+an overlay, each owner's CPUs are painted, its device linked to its nearest core, a key (and legend) below."""
 
 from __future__ import annotations
 
@@ -37,9 +35,8 @@ GLYPH_W = 0.7 * FONT  # the widest digit of DejaVu Sans Bold; a plate this wide 
 
 
 def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool = True) -> str:
-    """The machine as one SVG document; with ``overlay``, its owners painted on their CPUs and,
-    below the machine, the key to the symbols and (``legend``) the title, one row per owner and
-    the notes."""
+    """The machine as one SVG document; with ``overlay``, its owners painted on their CPUs and, below the machine,
+    the key to the symbols and (``legend``) the title, one row per owner and the notes."""
     paint = Paint(topology, overlay)
     root = lay_out(topology, paint)
     out: list[str] = []
@@ -184,8 +181,7 @@ def _links(root: Box, overlay: Overlay) -> list[str]:
 
 
 def _link(sx: float, sy: float, tx: float, ty: float, fill: str, bend: float | None = None) -> str:
-    """A device-to-core curve: the owner's colour on a white halo, so it reads across the cells of
-    other owners it passes, ending in a dot on the core."""
+    """A device-to-core curve in the owner's colour on a white halo (it crosses other owners), a dot on the core."""
     bend = max(12.0, abs(ty - sy) / 2) if bend is None else bend
     d = f"M{_f(sx)},{_f(sy)} C{_f(sx)},{_f(sy + bend)} {_f(tx)},{_f(ty - bend)} {_f(tx)},{_f(ty)}"
     return (f'<path class="halo" d="{d}"/><path class="link" stroke="{fill}" d="{d}"/>'

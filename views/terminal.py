@@ -8,9 +8,8 @@ from topo.views.palette import Overlay, Paint, ink_on, rgb
 
 
 def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> str:
-    """One line per NUMA node, one cell per core (grouped by last-level cache): the tag of the owner
-    of the core's PUs, ``.`` idle, ``*`` several owners, ``-`` not allowed. After each line: the
-    node's devices, whose memory it holds and whose CPUs on it are remote."""
+    """One line per NUMA node, one cell per core (grouped by last-level cache): its owner's tag, ``.`` idle, ``*``
+    several owners, ``-`` not allowed; then the node's devices, whose memory it holds, whose CPUs are remote."""
     paint = Paint(topology, overlay)
     width = max([len(o.tag) for o in overlay.owners] + [1])
     # last-level caches shared by cores (L3 complexes) split a node's line; private ones do not

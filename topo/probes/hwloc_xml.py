@@ -1,11 +1,10 @@
 """A Topology from an hwloc XML export (`lstopo --of xml FILE`), v2 format and v1.
 
-v2 (`<topology version="2.0">` or later): NUMA nodes are memory children whose cpuset is their
-locality, caches `L1Cache`..`L5Cache` and `L1iCache`.., distances `<distances2>` matrices by OS
-index, the allowed sets on the Machine. v1: `Socket`, one `Cache` type with `depth`, NUMA nodes in
-the CPU tree with their own CPUs, `<distances>` by logical index in multiples of `latency_base`.
-hwloc does not say which CPUs a NUMA node owns when several share a locality (DDR beside GPU or NVM
-memory): nodes with a subtype own none, then smaller localities claim first, lower OS index first.
+v2 (`<topology version="2.0">` or later): NUMA nodes are memory children whose cpuset is their locality,
+`<distances2>` matrices by OS index, the allowed sets on the Machine. v1: `Socket`, one `Cache` type with `depth`,
+NUMA nodes in the CPU tree with their own CPUs, `<distances>` by logical index in multiples of `latency_base`.
+hwloc does not say which CPUs a NUMA node owns when several share a locality (DDR beside GPU or NVM memory):
+nodes with a subtype own none, then smaller localities claim first, lower OS index first.
 """
 
 from __future__ import annotations
@@ -120,9 +119,7 @@ def _walk(el, w: defaultdict, package: int | None, parent_set: CpuSet, io_parent
         w["pus"].append(_int(el, "os_index"))
     elif t in _V2_CACHES or t == "Cache":
         level = _V2_CACHES.get(t) or _int(el, "depth", 0)
-        kind = _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
-        if t in _V2_CACHES and "i" in t[2:]:
-            kind = "instruction"
+        kind = "instruction" if "i" in t[2:] else _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
         if not 1 <= level <= (3 if kind == "instruction" else 5):  # hwloc's cache types: L1-L5, L1i-L3i
             raise ParseError(f"hwloc XML: a cache of level {level}; hwloc knows levels 1-5")
         size = _int(el, "cache_size", 0)
