@@ -154,16 +154,14 @@ def build(t: Topology, drop=()) -> Obj:
     """The Machine of `t` with every object below it, numbered, without the hwloc types `drop` names as lstopo's
     filters leave them out (`--no-caches`, `--filter TYPE:none`): the others nest as hwloc nests them then."""
     machine = Obj("Machine", t.pus, 0)
-    objs = _cpu_objects(t, drop)
-    objs.sort(key=lambda o: (-o.cpuset.weight(), TYPES[o.type][0], o.cpuset.first()))
+    objs = sorted(_cpu_objects(t, drop), key=lambda o: (-o.cpuset.weight(), TYPES[o.type][0], o.cpuset.first()))
     deepest: dict[int, Obj] = {}  # PU -> deepest object placed so far that covers it
     for o in objs:
         # objects without CPUs (a cgroup left them none, a Group of CPU-less nodes): below the machine
         parent = deepest.get(o.cpuset.first(), machine) if o.cpuset else machine
         if not o.cpuset <= parent.cpuset:
             continue  # straddles an object already placed: hwloc drops it
-        o.parent = parent
-        parent.children.append(o)
+        parent.children.append(o)  # (parents are set by `number`)
         for pu in o.cpuset:
             deepest[pu] = o
     groups = "Group" not in drop

@@ -386,13 +386,11 @@ def _build(root, machine, version: int, source: str) -> Topology:
         pairs = [x.partition(":") for x in machine_info["topoNodeDistances"].split()]
         distances = {node_ids[0]: {_number(a, "topoNodeDistances"): _number(b, "topoNodeDistances")
                                    for a, _, b in pairs}}
-    nodes = tuple(sorted((
-        NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0),
-                 _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1", localities[i],
-                 {j: v for j, v in distances.get(i, {}).items() if j in all_nodes}, el.get("subtype"),
-                 _infos(el).get("PCIBusID"))
-        for i, (el, _, _) in zip(node_ids, w["nodes"])
-    ), key=lambda n: n.os_index))
+    nodes = tuple(sorted((NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0),
+                                   _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1",
+                                   localities[i], {j: v for j, v in distances.get(i, {}).items() if j in all_nodes},
+                                   el.get("subtype"), _infos(el).get("PCIBusID"))
+                          for i, (el, _, _) in zip(node_ids, w["nodes"])), key=lambda n: n.os_index))
     if not nodes:  # hwloc always has a node; a hand-written file may not
         nodes = (NumaNode(0, pus, 0, False, pus, {0: 10}),)
         allowed_nodes = CpuSet([0])
