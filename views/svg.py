@@ -47,9 +47,8 @@ def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool
     out += (_links(root, overlay) if overlay is not None else []) + labels  # every label over the links
     if overlay is not None:
         drawn, lw, lh = _legend(overlay, 8, height + 4, rows=legend, wrap=root.w)
-        out.extend(drawn)
-        width = max(width, lw + 16)
-        height += lh + 12
+        out += drawn
+        width, height = max(width, lw + 16), height + lh + 12
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
             f'viewBox="0 0 {width:.0f} {height:.0f}">'
             f"<title>{escape(overlay.title if overlay and overlay.title else topology.summary())}</title>"
