@@ -144,8 +144,7 @@ def _collapsed(machine: Obj) -> dict[int, tuple[int, Obj] | None]:
 
 
 def _collapsed_line(obj: Obj, count: int, last: Obj, t: Topology, options: Options, domains: bool) -> str:
-    """A run's line: `2 x { PCI 00:04.0-05.0 (Other) }`, its bus ids as a range (one device's
-    functions: `00:04.0-3`) and, verbose, its logical indexes as one (`PCI L#4-5 (busid=...`)."""
+    """A run's line: `2 x { PCI 00:04.0-05.0 (Other) }` (one device's functions: `00:04.0-3`; verbose: `L#4-5`)."""
     text = _line(obj, t, options, domains)
     busid = obj.model.busid if domains else obj.model.busid[5:]
     device, last_device = (f.model.busid.rsplit(":", 1)[1] for f in (obj, last))  # "04.0"
@@ -252,8 +251,7 @@ def _cpukinds(t: Topology) -> list[str]:
 
 
 def _distances(t: Topology, machine: Obj, index: str) -> list[str]:
-    """The NUMA latency matrix as lstopo prints it (hwloc_utils_print_distance_matrix), nodes in
-    OS index order, over the nodes with a distance to each other one."""
+    """hwloc_utils_print_distance_matrix over the NUMA nodes with a distance to each other one, by OS index."""
     objs = sorted((o for o in walk(machine) if o.type == "NUMANode" and o.model.distances), key=lambda o: o.os_index)
     if len(objs) < 2 or not all(all(p.os_index in o.model.distances for p in objs) for o in objs):
         return []

@@ -97,23 +97,18 @@ def _convert(node: Obj, t: Topology, devices_by_node: dict[int, list[Device]]) -
     if kind == "PU":
         box.title = f"PU P#{node.cpuset.first()}"
     box.title += "".join(f" · {p}" for p in private)
-    if len({c.kind == "Core" for c in box.children}) > 1:
-        _gather_cores(box)
+    if len({c.kind == "Core" for c in box.children}) > 1:  # cores beside other boxes (a hybrid CPU's P-cores by
+        children: list[Box] = []  # its E-core clusters): each run of them in one unframed block
+        for c in box.children:
+            if c.kind != "Core":
+                children.append(c)
+            elif children and children[-1].kind == "Cores":
+                children[-1].children.append(c)
+                children[-1].cpuset |= c.cpuset
+            else:
+                children.append(Box("Cores", "", c.cpuset, children=[c]))
+        box.children = children
     return box
-
-
-def _gather_cores(box: Box) -> None:
-    """Cores beside other boxes (a hybrid CPU's P-cores by its E-core clusters) go into one unframed block."""
-    children: list[Box] = []
-    for c in box.children:
-        if c.kind == "Core" and children and children[-1].kind == "Cores":
-            children[-1].children.append(c)
-            children[-1].cpuset |= c.cpuset
-        elif c.kind == "Core":
-            children.append(Box("Cores", "", c.cpuset, children=[c]))
-        else:
-            children.append(c)
-    box.children = children
 
 
 def chip_label(d: Device) -> str:

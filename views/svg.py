@@ -73,8 +73,7 @@ def _text(x, y, s, cls="", fill=None) -> str:
 
 
 def _plate(x: float, baseline: float, text: str, right: float, stripes: list[tuple[float, float, str]]) -> str:
-    """The background under a label that starts at ``x`` (at most to ``right``) drawn again over the
-    device links: ``stripes`` are the (left, right, colour) fills below it, so no link crosses a letter."""
+    """The ``stripes`` (left, right, colour) under a label at ``x`` (up to ``right``) again, over the device links."""
     left, end = x - 1, min(x + len(text) * GLYPH_W + 1, right)
     top, height = baseline - 0.8 * FONT, 1.05 * FONT  # DejaVu Sans' ascent and descent, and a little
     return "".join(_rect(max(x0, left), top, min(x1, end) - max(x0, left), height, "plate", fill)

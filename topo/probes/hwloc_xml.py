@@ -98,9 +98,8 @@ def _real(text: str | None, what: str) -> float:
 
 
 def _walk(el, w: defaultdict, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
-    """Collect `el` and the objects below it into `w`, one list per kind: model objects; (element,
-    cpuset) for Groups; (element, cpuset, parent's cpuset) for NUMA nodes; (element, parent's
-    cpuset, bridge or bus id above) for PCI functions and OS devices."""
+    """`el` and the objects below it into `w`, a list per kind: model objects; (element, cpuset) for Groups; (element,
+    cpuset, parent's cpuset) for NUMA nodes; (element, parent's cpuset, bridge or bus id above) for I/O devices."""
     t = el.get("type")
     cpuset = parse_bitmap(el.get("cpuset")) & parent_set  # within its parent's, as hwloc's fixup_sets makes it
     if t in ("Package", "Socket"):
@@ -298,9 +297,8 @@ def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
 
 
 def _element_tree(text: str) -> ET.Element:
-    """The document's elements as a tree, streamed through expat; ParseError at the first sign it
-    is no hwloc export: a DOCTYPE declaring entities (hwloc writes none; one repeated can cost a
-    hundred times the file) or a bound above passed. Memory stays in proportion to the file."""
+    """The document's elements, streamed through expat in memory proportional to the file; ParseError at the first
+    bound passed or DOCTYPE declaring entities (hwloc writes none; one repeated can cost a hundred times the file)."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate("utf-8")
     parser.buffer_text = True
@@ -432,8 +430,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
 
 
 def _with_nvml_identity(devices, pci_elements):
-    """The NVML index (`nvml3`), model and UUID an export made with hwloc's NVML backend gives a GPU's OSDev, so
-    CUDA_VISIBLE_DEVICES UUIDs resolve on a topology from a file."""
+    """GPUs with the NVML index (`nvml3`), model and UUID of their OSDev in an export made with hwloc's NVML."""
     found = {}
     for el, _, _ in pci_elements:
         for osdev in el.iter("object"):
