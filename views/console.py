@@ -77,29 +77,25 @@ def render_console(t: Topology, options: Options = Options()) -> str:
         restrict(machine, options.restrict)
     if options.structure:
         merge_levels(machine, options.structure)
-    lines: list[str] = []
-    if options.distances:
-        return "\n".join(printable(x) for x in _distances(t, machine, options.index))
-    if options.cpukinds:
-        return "\n".join(printable(x) for x in _cpukinds(t))
     verbose, domains = options.verbose, pci_domains(t)
-    if options.only is not None:
-        if verbose > 1:
-            lines.append(f"Only showing {options.only[0]} objects")
+    if options.distances or options.cpukinds:  # these alone
+        lines = _distances(t, machine, options.index) if options.distances else _cpukinds(t)
+    elif options.only is not None:
+        lines = [f"Only showing {options.only[0]} objects"] if verbose > 1 else []
         lines += [_line(o, t, options, domains) for o in walk(machine) if o.type == options.only[0]]
-    elif verbose >= 1:
-        collapsed = _collapsed(machine) if options.collapse else {}
-        _tree_lines(lines, machine, None, 0, t, options, domains, collapsed)
-    if options.only is None and verbose != 1:
-        lines += _summary(machine)
-    if options.only is None and verbose > 1:
-        lines += _distances(t, machine, options.index) + _cpukinds(t)
-        for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
-                           (t.pus - t.allowed_pus, "represented but not allowed")):
-            if cpus:
-                lines.append(f"{cpus.weight()} processors {what}: {bitmap(cpus)}")
-        if not t.is_this_system:
-            lines.append("Topology not from this system")
+    else:
+        lines = []
+        if verbose >= 1:
+            _tree_lines(lines, machine, None, 0, t, options, domains, _collapsed(machine) if options.collapse else {})
+        lines += _summary(machine) if verbose != 1 else []
+        if verbose > 1:
+            lines += _distances(t, machine, options.index) + _cpukinds(t)
+            for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
+                               (t.pus - t.allowed_pus, "represented but not allowed")):
+                if cpus:
+                    lines.append(f"{cpus.weight()} processors {what}: {bitmap(cpus)}")
+            if not t.is_this_system:
+                lines.append("Topology not from this system")
     return "\n".join(printable(x) for x in lines)
 
 
