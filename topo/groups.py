@@ -23,10 +23,9 @@ def node_groups(nodes: list[NumaNode], cpu_side: set[CpuSet], machine: CpuSet, p
             seen.add(loc)
             groups.append(Group(loc & pus, tuple(n.os_index for n in nodes if n.locality & machine == loc), "numa"))
     for loc, members in _distance_groups(nodes, machine):
-        if loc == machine or loc in cpu_side or loc in seen:
-            continue
-        seen.add(loc)
-        groups.append(Group(loc & pus, members, "distance"))
+        if not (loc == machine or loc in cpu_side or loc in seen):
+            seen.add(loc)
+            groups.append(Group(loc & pus, members, "distance"))
     groups.sort(key=lambda g: (g.cpuset.first(), -g.cpuset.weight()))
     return tuple(groups)
 

@@ -26,7 +26,8 @@ CLUSTER_KIND = 222  # hwloc 2.9's Linux cluster groups, subtype "Cluster"
 CACHE_TYPE = {"unified": 0, "data": 1, "instruction": 2}  # hwloc's cache_type attribute
 OSDEV_TYPES = {"block": 0, "gpu": 1, "net": 2, "openfabrics": 3, "dma": 4, "coproc": 5}  # hwloc 2.x osdev_type
 # obj_type_priority: which of a parent and its only child --merge keeps
-_PRIORITY = {"Machine": 90, "PU": 100, "Core": 60, "Package": 40, "Die": 30, "Group": 0}
+_PRIORITY = {"Machine": 90, "PU": 100, "Core": 60, "Package": 40, "Die": 30, "Group": 0, "L1Cache": 20, "L2Cache": 20,
+             "L3Cache": 20, "L4Cache": 20, "L5Cache": 20, "L1iCache": 19, "L2iCache": 19, "L3iCache": 19}
 
 
 @dataclass(slots=True, eq=False)
@@ -351,7 +352,7 @@ def merge_levels(machine: Obj, types) -> None:
                 c.parent is not p or len(p.children) != 1 or (c.type == "PU" and p.memory) for p, c in zip(up, down)):
             continue
         if drop_up and drop_down:
-            drop_up = _priority(up[0]) < _priority(down[0])
+            drop_up = _PRIORITY.get(up[0].type, 0) < _PRIORITY.get(down[0].type, 0)
         for parent, child in zip(up, down):
             if drop_up:  # the child takes the parent's place
                 grand = parent.parent
@@ -366,9 +367,3 @@ def merge_levels(machine: Obj, types) -> None:
                     c.parent = parent
         del lv[i - 1 if drop_up else i]
     number(machine)
-
-
-def _priority(obj: Obj) -> int:
-    if obj.type.endswith("Cache"):
-        return 19 if "i" in obj.type[2:] else 20
-    return _PRIORITY.get(obj.type, 0)
