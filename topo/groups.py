@@ -72,10 +72,9 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
 
 
 def fit_localities(nodes: list[NumaNode], cpu_side: list[CpuSet], machine: CpuSet) -> list[NumaNode]:
-    """Each node's locality as the tree can hold it: hwloc attaches a node below the smallest object covering its
-    CPUs, through a new Group where no object has exactly them; where that Group would straddle an object (CPUs
-    2-3 of package 0 and 6-7 of package 1), the covering object's CPUs become its locality. Nodes with CPUs go
-    first, then CPU-less ones, each in node order, as hwloc inserts them."""
+    """Each node's locality as the tree can hold it: below the smallest object covering its CPUs, through a new Group
+    where none has exactly them; where that Group would straddle an object (CPUs 2-3 of package 0 and 6-7 of package
+    1), the covering object's CPUs. Nodes with CPUs go first, then CPU-less ones, in node order, as hwloc's do."""
     tree = Placed(cpu_side)
     out = {}
     for node in sorted(nodes, key=lambda n: (not n.cpuset, n.os_index)):

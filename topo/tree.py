@@ -1,9 +1,7 @@
-"""hwloc's object tree of a Topology, built once (`build`) and walked by every text output, the
-hwloc XML and the pictures (`topo.views`). Objects nest as hwloc inserts them
-(hwloc__insert_object_by_cpuset): largest cpuset first, equal cpusets in hwloc's type order, each
-below the deepest object placed so far that holds its first PU; one that would straddle an object
-is dropped. Logical indexes (L#) count each type depth first: normal, then memory, then I/O children.
-"""
+"""hwloc's object tree of a Topology, built once (`build`) and walked by every text output, the hwloc XML and the
+pictures (`topo.views`). Objects nest as hwloc__insert_object_by_cpuset inserts them: largest cpuset first, equal
+ones in hwloc's type order, each below the deepest object so far holding its first PU; one that would straddle an
+object is dropped. Logical indexes (L#) count each type depth first: normal, then memory, then I/O children."""
 
 from __future__ import annotations
 
@@ -304,8 +302,7 @@ def _same_type(a: Obj, b: Obj) -> bool:
 
 
 def levels(machine: Obj) -> list[list[Obj]]:
-    """hwloc's levels of normal objects (hwloc_connect_levels): each takes the topmost type among
-    what is left of the level above's children."""
+    """hwloc_connect_levels: each level takes the topmost type among what is left of the level above's children."""
     out = [[machine]]
     frontier = list(machine.children)
     while frontier:

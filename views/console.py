@@ -40,8 +40,7 @@ def pci_class_name(class_id: str) -> str:
 
 
 def hwloc_size(n: int, verbose: bool = False) -> str:
-    """A size as lstopo 2.x prints it: rounded, 1024-based, KB below 10 MiB, MB below 10 GiB, GB
-    below 10 TiB, else TB; always KB in verbose mode."""
+    """A size as lstopo 2.x prints it: rounded, KB below 10 MiB, MB below 10 GiB, GB below 10 TiB, else TB (-v: KB)."""
     for limit, shift, unit in ((10 << 20, 10, "KB"), (10 << 30, 20, "MB"), (10 << 40, 30, "GB")):
         if n < limit or verbose:
             return f"{((n >> (shift - 1)) + 1) >> 1}{unit}"
@@ -117,10 +116,9 @@ def _tree_lines(lines: list[str], obj: Obj, parent: Obj | None, depth: int, t: T
 
 
 def _collapsed(machine: Obj) -> dict[int, tuple[int, Obj] | None]:
-    """lstopo's runs of identical PCI functions (lstopo_add_collapse_attributes): in logical order, a
-    function without I/O children starts a run, the next ones without, with its parent and vendor,
-    device and subsystem ids join it (one with I/O children between leaves it open). A run of n > 1
-    maps its first function to (n, its last function), the others to None."""
+    """lstopo_add_collapse_attributes: in logical order, a PCI function without I/O children starts a run, the next
+    ones without, with its parent and vendor, device and subsystem ids join it (one with I/O children between leaves
+    it open). A run of n > 1 maps its first function to (n, its last function), the others to None."""
     functions = [o for o in walk(machine) if o.type == "PCIDev"]
     out: dict[int, tuple[int, Obj] | None] = {}
     first, count = 0, 0  # the run's first function (an index in functions) and its length
@@ -275,8 +273,7 @@ def format_size(n: int) -> str:
 
 
 def long_detail(obj: Obj, t: Topology) -> str:
-    """What the long form and the pictures say of an object after its type: '(P#0 "EPYC")',
-    '(32MiB)', '(P#1 local=16GiB memory-only)'; for the Machine its architecture, host and cgroup."""
+    """What the long form and pictures say after a type: '(P#0 "EPYC")', '(32MiB)', '(P#1 local=16GiB memory-only)'."""
     m = obj.model
     if obj.type == "Machine":
         details = [t.info.get("architecture", ""), t.info.get("hostname", ""),
@@ -295,8 +292,8 @@ def long_detail(obj: Obj, t: Topology) -> str:
 
 
 def render_text(t: Topology) -> str:
-    """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it,
-    the device link matrix, how nodes cut packages (SNC/NPS), the summary and how each probe fared."""
+    """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it, the device link
+    matrix, how nodes cut packages (SNC/NPS), the summary and how each probe fared."""
     machine = build(t, ("Bridge", "PCIDev", "OSDev"))
     lines: list[str] = []
     devices: dict[int | None, list[str]] = {}

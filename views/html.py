@@ -18,8 +18,7 @@ _PAGE_CSS = (
 
 
 def draw_html(topology: Topology, overlay: Overlay | None = None) -> str:
-    """One self-contained page: a heading, the summary, the SVG inline, then the legend table (with
-    an overlay) and the device link matrix."""
+    """The page: a heading, the summary, the SVG, the legend table (with an overlay) and the device link matrix."""
     title = overlay.title if overlay and overlay.title else "Machine" + (
         f" {topology.info['hostname']}" if topology.info.get("hostname") else "")
     parts = [f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{escape(title)}</title>"

@@ -1,9 +1,8 @@
-"""hwloc v2 XML out (`topo show --output FILE.xml`) for `lstopo-no-graphics -i`, `hwloc-calc --input`,
-`hwloc-bind --input` and `topo.load_topology`: `topo.tree`'s tree, element for element. What hwloc has no
-attribute for is an `<info name="topo...">` of its object (a PCI function's NUMA node, driver and names; a
-NUMA node's own CPUs and a locality its parent's CPUs do not give; the online and disallowed sets), which
-lstopo shows only with -v, so a topology read from its own XML equals the original. Characters XML cannot
-carry (C0 controls but tab and newlines, U+FFFE, U+FFFF, lone surrogates) are escaped as `printable` does.
+"""hwloc v2 XML out (`topo show --output FILE.xml`) for `lstopo-no-graphics -i`, `hwloc-calc --input`, `hwloc-bind
+--input` and `topo.load_topology`: `topo.tree`'s tree, element for element. What hwloc has no attribute for (a PCI
+function's NUMA node, driver and names; a NUMA node's own CPUs and odd locality; the online and disallowed sets) is
+an `<info name="topo...">` of its object, shown by lstopo only with -v, so topo reads its own XML back equal.
+Characters XML cannot carry (C0 controls but tab and newlines, U+FFFE, U+FFFF, lone surrogates): as `printable`.
 """
 
 from __future__ import annotations
@@ -119,8 +118,7 @@ def _write(out: list[str], obj: Obj, t: Topology, level: int, nodesets: dict[int
 
 
 def _distances(t: Topology) -> list[str]:
-    """One NUMALatency matrix (kind 5: from the OS, means latency) over the nodes that have a
-    distance to every node of it, indexed by OS index."""
+    """One NUMALatency matrix (kind 5: from the OS, means latency) by OS index, over the nodes with every distance."""
     nodes = [n for n in t.numa_nodes if n.distances]
     ids = [n.os_index for n in nodes]
     if len(ids) < 2 or not all(all(j in n.distances for j in ids) for n in nodes):

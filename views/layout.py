@@ -1,10 +1,8 @@
-"""Where each box of a machine's picture goes, in lstopo's spirit: boxes nest as `topo.tree` nests
-the objects (no instruction cache, memory-side cache or I/O object), with three changes that keep a
-2,048-PU machine readable: a cache with exactly one core's CPUs is named in the core's tooltip (and,
-when every core has the same ones, once in its package's header), not drawn; an object whose CPUs
-equal its only child's shares that child's box ("Package P#0 · L3 32MiB"); cores fold into rows of
-at most 8, other boxes into the grid closest to a landscape page. NUMA nodes are bars at the top of
-the box holding their CPUs, with the node's devices (GPUs, NPUs, NICs, ...) as chips below the bar.
+"""Where each box of a machine's picture goes, in lstopo's spirit: boxes nest as `topo.tree` nests the objects (no
+instruction cache, memory-side cache or I/O object), but for a 2,048-PU machine to read: a cache with one core's CPUs
+is named in the core's tooltip (and, the same in every core, once in its package's header), not drawn; an object
+with its only child's CPUs shares its box ("Package P#0 · L3 32MiB"); cores fold into rows of at most 8, other boxes
+into the grid closest to a landscape page. NUMA nodes are bars atop the box of their CPUs, their devices chips below.
 """
 
 from __future__ import annotations

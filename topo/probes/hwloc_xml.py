@@ -46,8 +46,7 @@ _V2_CACHES = {"L1Cache": 1, "L2Cache": 2, "L3Cache": 3, "L4Cache": 4, "L5Cache":
 
 
 def parse_bitmap(text: str | None) -> CpuSet:
-    """hwloc's `0xffffffff,0x0000000f` (most significant word first, an empty word meaning zero);
-    an infinite set's leading `0xf...f` word (on complete sets only) is dropped."""
+    """hwloc's `0xffffffff,,0x0000000f` (most significant word first, empty: 0; an infinite set's `0xf...f` dropped)."""
     if not text:
         return EMPTY
     text = text.strip()
