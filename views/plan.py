@@ -59,6 +59,3 @@ def plan_html(topology: Topology, plan: BindPlan) -> str:
 def plan_map(topology: Topology, plan: BindPlan, *, colour: bool = False) -> str:
     """The terminal map for `topo plan --explain`: one line per NUMA node, one cell per core."""
     return text_map(topology, plan_overlay(topology, plan), colour=colour)
-
-
-__all__ = ["plan_overlay", "plan_svg", "plan_html", "plan_map"]
