@@ -133,8 +133,9 @@ def _cpu_objects(t: Topology, drop) -> list[Obj]:
 
 
 def merge_groups(groups: list, others: list[CpuSet], pus: CpuSet) -> list:
-    """The `groups` (anything with a cpuset) hwloc keeps beside objects with the CPU sets `others`: one with the
-    CPUs of one of them, of the machine, of one PU or of a Group before it merges into that; none without CPUs."""
+    """The `groups` (anything with a cpuset) hwloc keeps beside objects with the CPU sets `others`: one with the CPUs
+    of one of them, of the machine, of one PU or of a Group before it merges into that (hwloc__insert_try_merge_group);
+    one without CPUs stays."""
     if not groups:
         return groups
     # Sets are keyed with their first CPU: the ints of single-CPU masks share few hashes.

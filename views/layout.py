@@ -95,8 +95,9 @@ def _convert(node: Obj, t: Topology, devices_by_node: dict[int, list[Device]]) -
     if kind == "PU":
         box.title = f"PU P#{node.cpuset.first()}"
     box.title += "".join(f" · {p}" for p in private)
-    if len({c.kind == "Core" for c in box.children}) > 1:  # cores beside other boxes (a hybrid CPU's P-cores by
-        children: list[Box] = []  # its E-core clusters): each run of them in one unframed block
+    if len({c.kind == "Core" for c in box.children}) > 1:
+        # cores beside other boxes (a hybrid CPU's P-cores by its E-core clusters): each run in one unframed block
+        children: list[Box] = []
         for c in box.children:
             if c.kind != "Core":
                 children.append(c)

@@ -190,7 +190,7 @@ def _pci_device(el, locality: CpuSet, parent: str | None, nodes_at: dict[CpuSet,
 
 
 def _group_reason(el, cpuset: CpuSet) -> str:
-    """A Group element's reason in the model: by hwloc's kind, else its subtype (where topo wrote it once)."""
+    """A Group element's model reason: by hwloc's kind, else its subtype (topo's, from before it wrote kinds)."""
     kind, subkind, subtype = el.get("kind"), el.get("subkind", "0"), el.get("subtype")
     if kind == str(GROUP_KINDS["numa"][0]):
         return "numa" if cpuset else "cpu-less"
@@ -201,7 +201,7 @@ def _group_reason(el, cpuset: CpuSet) -> str:
 
 
 def _cpukinds(root, pus: CpuSet) -> tuple[CpuKind, ...]:
-    """The `<cpukind>` elements, ranked as hwloc ranks them on import (topo's own read back with their efficiency)."""
+    """The `<cpukind>` elements ranked as hwloc ranks them on import (topo writes efficiencies as forced_efficiency)."""
     from topo.probes.cpukinds import rank_kinds
 
     kinds = []
