@@ -1,9 +1,4 @@
-"""Group objects: the levels hwloc inserts where NUMA nodes match no CPU-side object.
-
-A NUMA node spanning several packages, or smaller than a core's cache, gets a Group holding its
-CPUs; a CPU-less node without locality gets a Group of its own with an empty cpuset; nodes closer to
-each other than to the rest (by the distance matrix) are clustered into Groups.
-"""
+"""Group objects: the levels hwloc inserts where NUMA nodes match no CPU-side object."""
 
 from __future__ import annotations
 
@@ -14,9 +9,9 @@ from topo.model import Group, NumaNode
 
 
 def node_groups(nodes: list[NumaNode], cpu_side: set[CpuSet], machine: CpuSet, pus: CpuSet):
-    """Groups as hwloc makes them: one per NUMA locality that matches no package/die/cache/core
-    (a node spanning packages, or smaller than a core), one holding CPU-less nodes that have no
-    locality each, and those found by clustering the distance matrix."""
+    """Groups as hwloc makes them: one per NUMA locality that matches no package, die, cache or core (a node
+    spanning packages, or smaller than a core), one with no CPUs for each CPU-less node without locality, and
+    those found by clustering the distance matrix."""
     seen: set[CpuSet] = set()
     groups = []
     for node in nodes:
@@ -24,25 +19,20 @@ def node_groups(nodes: list[NumaNode], cpu_side: set[CpuSet], machine: CpuSet, p
         if not loc:  # hwloc gives each CPU-less node without locality a Group of its own (by nodeset)
             seen.add(loc)
             groups.append(Group(loc, (node.os_index,), "cpu-less"))
-            continue
-        if loc == machine or loc in cpu_side or loc in seen:
-            continue
-        seen.add(loc)
-        members = tuple(n.os_index for n in nodes if n.locality & machine == loc)
-        groups.append(Group(loc & pus, members, "numa" if loc else "cpu-less"))
+        elif not (loc == machine or loc in cpu_side or loc in seen):
+            seen.add(loc)
+            groups.append(Group(loc & pus, tuple(n.os_index for n in nodes if n.locality & machine == loc), "numa"))
     for loc, members in _distance_groups(nodes, machine):
-        if loc == machine or loc in cpu_side or loc in seen:
-            continue
-        seen.add(loc)
-        groups.append(Group(loc & pus, members, "distance"))
+        if not (loc == machine or loc in cpu_side or loc in seen):
+            seen.add(loc)
+            groups.append(Group(loc & pus, members, "distance"))
     groups.sort(key=lambda g: (g.cpuset.first(), -g.cpuset.weight()))
     return tuple(groups)
 
 
 def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSet, tuple[int, ...]]]:
-    """Clusters of nodes closer to each other than to the rest (hwloc's groups by distances):
-    connect nodes whose distance is the matrix's smallest off-diagonal value; keep the result
-    only if it splits the nodes into several groups, and recurse one level up on the groups."""
+    """hwloc's groups by distances: connect nodes whose distance is the matrix's smallest off-diagonal value,
+    keep the clusters if they split the nodes into several, and do it again one level up on the clusters."""
     ids = [n.os_index for n in nodes if n.distances]
     if len(ids) <= 2:
         return []
@@ -82,14 +72,9 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
 
 
 def fit_localities(nodes: list[NumaNode], cpu_side: list[CpuSet], machine: CpuSet) -> list[NumaNode]:
-    """Each node's locality as the tree can hold it, by hwloc's insertion of memory objects.
-
-    hwloc attaches a NUMA node below the smallest object covering its CPUs, through a new Group
-    when no object has exactly those CPUs. A Group that would straddle an existing object (CPUs
-    2-3 of package 0 and 6-7 of package 1, near a CPU-less node by distance) cannot be inserted:
-    the node then hangs from the covering object, whose CPUs become its locality. Nodes with CPUs
-    are placed first, then CPU-less ones, each in node order, as hwloc inserts them.
-    """
+    """Each node's locality as the tree can hold it: below the smallest object covering its CPUs, through a new Group
+    where none has exactly them; where that Group would straddle an object (CPUs 2-3 of package 0 and 6-7 of package
+    1), the covering object's CPUs. Nodes with CPUs go first, then CPU-less ones, in node order, as hwloc's do."""
     tree = Placed(cpu_side)
     out = {}
     for node in sorted(nodes, key=lambda n: (not n.cpuset, n.os_index)):
@@ -100,10 +85,9 @@ def fit_localities(nodes: list[NumaNode], cpu_side: list[CpuSet], machine: CpuSe
 
 
 class Placed:
-    """The CPU sets of the objects already in the tree, in insertion order, to place new ones by
-    hwloc's rule (hwloc__insert_object_by_cpuset): a set equal to an object's, or nesting with every
-    object (a Group of these CPUs fits), is kept; one that straddles an object conflicts and the
-    new thing hangs from the smallest object covering it (the machine at worst)."""
+    """The CPU sets of the objects in the tree, to place new ones by hwloc__insert_object_by_cpuset: a set equal to
+    an object's, or nesting with every object (a Group of these CPUs fits), is kept; one that straddles an object
+    hangs from the smallest object covering it (the machine at worst)."""
 
     def __init__(self, sets) -> None:
         # Each distinct set once (caches and cores repeat one another's sets), compared as bitmasks.

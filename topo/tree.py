@@ -1,17 +1,7 @@
-"""hwloc's object tree of a Topology, built once; every text output, the hwloc XML and the
-pictures walk it (`topo.views`).
-
-The model is flat: objects tied by cpusets. The tree nests them as hwloc inserts them
-(`hwloc__insert_object_by_cpuset`): largest cpuset first, objects with equal cpusets in hwloc's type
-order (Machine > Group > MemCache > NUMANode > Package > Die > L3 > L2 > L1 > Core > PU); an
-object goes below the deepest one placed so far that holds its first PU, one that would straddle
-an object is dropped, and a Group with an object's CPUs merges into it. NUMA nodes (behind their
-memory-side caches) are memory children of the highest object below the machine with exactly their
-CPUs, I/O trees I/O children of the highest one (the machine included) with exactly their CPUs;
-where no object has them, a Group of those CPUs is inserted (hwloc's memory and I/O group kinds)
-if it nests, else the smallest object holding them takes them. Logical indexes (L#) count each
-type in hwloc's order: depth first, normal children, then memory, then I/O children.
-"""
+"""hwloc's object tree of a Topology, built once (`build`) and walked by every text output, the hwloc XML and the
+pictures (`topo.views`). Objects nest as hwloc__insert_object_by_cpuset inserts them: largest cpuset first, equal
+ones in hwloc's type order, each below the deepest object so far holding its first PU; one that would straddle an
+object is dropped. Logical indexes (L#) count each type depth first: normal, then memory, then I/O children."""
 
 from __future__ import annotations
 
@@ -19,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from topo.cpuset import EMPTY, CpuSet
-from topo.model import Cache, OsDevice, Topology
+from topo.model import OsDevice, Topology
 
 # hwloc's types: (order among objects with equal CPUs, from obj_type_order; hwloc_obj_type_t number)
 TYPES = {"Machine": (0, 0), "Group": (1, 12), "MemCache": (2, 18), "NUMANode": (3, 13), "Package": (4, 1),
@@ -34,13 +24,13 @@ CLUSTER_KIND = 222  # hwloc 2.9's Linux cluster groups, subtype "Cluster"
 CACHE_TYPE = {"unified": 0, "data": 1, "instruction": 2}  # hwloc's cache_type attribute
 OSDEV_TYPES = {"block": 0, "gpu": 1, "net": 2, "openfabrics": 3, "dma": 4, "coproc": 5}  # hwloc 2.x osdev_type
 # obj_type_priority: which of a parent and its only child --merge keeps
-_PRIORITY = {"Machine": 90, "PU": 100, "Core": 60, "Package": 40, "Die": 30, "Group": 0}
+_PRIORITY = {"Machine": 90, "PU": 100, "Core": 60, "Package": 40, "Die": 30, "Group": 0, "L1Cache": 20, "L2Cache": 20,
+             "L3Cache": 20, "L4Cache": 20, "L5Cache": 20, "L1iCache": 19, "L2iCache": 19, "L3iCache": 19}
 
 
 @dataclass(slots=True, eq=False)
 class Obj:
-    """One object of hwloc's tree: its type as hwloc's XML names it, its CPUs, P# and L#, and the
-    model object it shows (None for the Machine and the Groups the tree inserts)."""
+    """One object of hwloc's tree; `model` is what it shows (None for the Machine and inserted Groups)."""
 
     type: str
     cpuset: CpuSet
@@ -57,18 +47,9 @@ class Obj:
     depth: int = 0  # a Group's depth among Groups: Group0, Group1
     infos: tuple[tuple[str, str], ...] = ()  # hwloc's infos beyond the model's fields (a GPU's OS devices)
 
-    @property
-    def order(self) -> int:
-        return TYPES[self.type][0]
-
-
-def cache_type(c: Cache) -> str:
-    return f"L{c.level}{'i' if c.type == 'instruction' else ''}Cache"
-
 
 def type_name(obj: Obj, verbose: bool = False) -> str:
-    """The type as lstopo prints it (hwloc_obj_type_snprintf): "L2", "L1d", "Group0", "PCI", "Net";
-    verbose: "L2Cache", "L1dCache", "Network"."""
+    """hwloc_obj_type_snprintf: "L2", "L1d", "Group0", "PCI", "Net"; verbose: "L2Cache", "L1dCache", "Network"."""
     t = obj.type
     if t.startswith("L") and t.endswith("Cache"):
         c = obj.model
@@ -92,29 +73,26 @@ def group_kind(reason: str) -> tuple[int, int, str | None]:
 
 
 def bitmap(s: CpuSet) -> str:
-    """hwloc's bitmap text (hwloc_bitmap_snprintf): 32-bit words, most significant first, each
-    `0x%08x`, an all-zero word left empty but the last ("0x00000001,,0x0")."""
+    """hwloc_bitmap_snprintf: 32-bit words `0x%08x`, most significant first, all-zero ones empty but the last."""
     words = ["" if w == "00000000" else "0x" + w for w in s.to_mask().split(",")]
     return ",".join(words[:-1] + [words[-1] or "0x0"])
 
 
-# hwloc_type_sscanf's words: (word, letters needed, type, what it also says: an OS device kind or
-# a bridge's upstream side)
+# hwloc_type_sscanf's words: (word, letters needed, type, an OS device kind or a bridge's upstream side)
 _TYPE_WORDS = (("osdev", 2, "OSDev", None), ("block", 4, "OSDev", "block"), ("network", 3, "OSDev", "net"),
                ("openfabrics", 7, "OSDev", "openfabrics"), ("dma", 3, "OSDev", "dma"), ("gpu", 3, "OSDev", "gpu"),
-               ("coproc", 5, "OSDev", "coproc"), ("co-processor", 6, "OSDev", "coproc"), ("machine", 2, "Machine", None),
-               ("numanode", 2, "NUMANode", None), ("node", 2, "NUMANode", None), ("memcache", 5, "MemCache", None),
-               ("package", 2, "Package", None), ("socket", 2, "Package", None), ("die", 2, "Die", None),
-               ("core", 2, "Core", None), ("pu", 2, "PU", None), ("bridge", 4, "Bridge", None),
+               ("coproc", 5, "OSDev", "coproc"), ("co-processor", 6, "OSDev", "coproc"),
+               ("machine", 2, "Machine", None), ("numanode", 2, "NUMANode", None), ("node", 2, "NUMANode", None),
+               ("memcache", 5, "MemCache", None), ("package", 2, "Package", None), ("socket", 2, "Package", None),
+               ("die", 2, "Die", None), ("core", 2, "Core", None), ("pu", 2, "PU", None), ("bridge", 4, "Bridge", None),
                ("hostbridge", 6, "Bridge", "host"), ("pcibridge", 5, "Bridge", "pci"), ("pcidev", 3, "PCIDev", None))
 _CACHE_WORD = re.compile(r"l([1-5])([diu]?)(c|ca|cac|cach|cache)?\Z", re.I)
 _GROUP_WORD = re.compile(r"(gr|gro|grou|group)([0-9]{0,3})\Z", re.I)
 
 
 def parse_type(text: str) -> tuple[str, object] | None:
-    """A type name as hwloc's tools read it (hwloc_type_sscanf: "core", "numa", "l2", "L1dCache",
-    "group1", "pci", "os", "net"): (hwloc type, what else it says: a Group's depth, an OS device
-    kind, "host"/"pci" for a bridge); None for no type."""
+    """A type name as hwloc_type_sscanf reads it ("core", "numa", "l2", "L1dCache", "group1", "pci", "net"):
+    (hwloc type, a Group's depth, an OS device kind or "host"/"pci" for a bridge), None for no type."""
     word = text.lower()
     for name, letters, kind, extra in _TYPE_WORDS:
         if len(word) >= letters and name.startswith(word):
@@ -145,47 +123,47 @@ def _cpu_objects(t: Topology, drop) -> list[Obj]:
     objs += [Obj("Die", d.cpuset, d.os_index, d) for d in t.dies]
     objs += [Obj("Group", g.cpuset, None, g, *group_kind(g.reason)) for g in t.groups]
     objs += [Obj("Group", c.cpuset, c.os_index, c, CLUSTER_KIND, 0, "Cluster") for c in t.clusters]
-    objs += [Obj(cache_type(c), c.cpuset, None, c) for c in t.caches if cache_type(c) in TYPES]  # hwloc: L1-L5
+    caches = ((f"L{c.level}{'i' if c.type == 'instruction' else ''}Cache", c) for c in t.caches)
+    objs += [Obj(kind, c.cpuset, None, c) for kind, c in caches if kind in TYPES]  # hwloc has L1-L5, L1i-L3i
     objs += [Obj("Core", c.cpuset, c.os_index, c) for c in t.cores]
     objs += [Obj("PU", CpuSet.from_mask(1 << pu), pu) for pu in t.pus]
     objs = [o for o in objs if o.type not in drop]
-    if not any(o.type == "Group" for o in objs):
-        return objs
-    # hwloc merges a Group into an object with the same CPUs (hwloc__insert_try_merge_group). Sets
-    # are keyed with their first CPU: the ints of single-CPU masks share few hashes.
-    taken = {(o.cpuset.first(), o.cpuset.mask) for o in objs if o.type != "Group"} | {(t.pus.first(), t.pus.mask)}
+    others = [o for o in objs if o.type != "Group"]
+    return others + merge_groups([o for o in objs if o.type == "Group"], [o.cpuset for o in others], t.pus)
+
+
+def merge_groups(groups: list, others: list[CpuSet], pus: CpuSet) -> list:
+    """The `groups` (anything with a cpuset) hwloc keeps beside objects with the CPU sets `others`: one with the CPUs
+    of one of them, of the machine, of one PU or of a Group before it merges into that (hwloc__insert_try_merge_group);
+    one without CPUs stays."""
+    if not groups:
+        return groups
+    # Sets are keyed with their first CPU: the ints of single-CPU masks share few hashes.
+    taken = {(s.first(), s.mask) for s in (*others, pus)}
     kept = []
-    for o in objs:
-        key = (o.cpuset.first(), o.cpuset.mask)
-        if o.type == "Group" and o.cpuset:
-            if key in taken:
-                continue
-            taken.add(key)
-        kept.append(o)
+    for g in groups:
+        key = (g.cpuset.first(), g.cpuset.mask)
+        if g.cpuset and (key in taken or g.cpuset.weight() == 1):
+            continue
+        taken.add(key)
+        kept.append(g)
     return kept
 
 
 def build(t: Topology, drop=()) -> Obj:
-    """The Machine of `t` with every object below it, numbered. `drop` names hwloc types left out
-    as lstopo's filters leave them (`--no-caches`, `--filter TYPE:none`): the others nest without
-    them, and NUMA nodes and I/O find their place as hwloc finds it then."""
+    """The Machine of `t` with every object below it, numbered, without the hwloc types `drop` names as lstopo's
+    filters leave them out (`--no-caches`, `--filter TYPE:none`): the others nest as hwloc nests them then."""
     machine = Obj("Machine", t.pus, 0)
-    objs = _cpu_objects(t, drop)
-    objs.sort(key=lambda o: (-o.cpuset.weight(), o.order, o.cpuset.first()))
+    objs = sorted(_cpu_objects(t, drop), key=lambda o: (-o.cpuset.weight(), TYPES[o.type][0], o.cpuset.first()))
     deepest: dict[int, Obj] = {}  # PU -> deepest object placed so far that covers it
-    placed = [machine]
     for o in objs:
         # objects without CPUs (a cgroup left them none, a Group of CPU-less nodes): below the machine
         parent = deepest.get(o.cpuset.first(), machine) if o.cpuset else machine
         if not o.cpuset <= parent.cpuset:
             continue  # straddles an object already placed: hwloc drops it
-        o.parent = parent
-        parent.children.append(o)
-        placed.append(o)
+        parent.children.append(o)  # (parents are set by `number`)
         for pu in o.cpuset:
             deepest[pu] = o
-    for o in placed:
-        o.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, c.order))
     groups = "Group" not in drop
     nodes = {}
     for node in t.numa_nodes:
@@ -212,15 +190,16 @@ def build(t: Topology, drop=()) -> Obj:
             parent = _holder(machine, cpus, below_root=False, kind=GROUP_KINDS["io"][0] if groups else None) \
                 if cpus else machine
             parent.io.append(obj)
+    for o in walk(machine):
+        o.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, TYPES[c.type][0]))
     number(machine)
     return machine
 
 
 def _holder(machine: Obj, cpus: CpuSet, *, below_root: bool, kind: int | None) -> Obj:
-    """Where hwloc attaches memory (`below_root`: hwloc__find_insert_memory_parent) or I/O
-    (hwloc_find_insert_io_parent_by_complete_cpuset) local to `cpus`: the highest object with
-    exactly those CPUs (below the machine for memory), else a Group of them (`kind`, None when
-    Groups are filtered out) below the smallest object holding them, if it nests there."""
+    """Where hwloc attaches memory (`below_root`: hwloc__find_insert_memory_parent) or I/O local to `cpus`: the
+    highest object with exactly those CPUs (below the machine for memory), else a Group of them (`kind`, None
+    when Groups are filtered out) below the smallest object holding them, if it nests there."""
     if cpus == machine.cpuset and not below_root:
         return machine
     current = machine
@@ -234,16 +213,13 @@ def _holder(machine: Obj, cpus: CpuSet, *, below_root: bool, kind: int | None) -
     if any(c.cpuset.intersects(cpus) and c not in inside for c in current.children):
         return current  # a Group of these CPUs would straddle an object
     group = Obj("Group", cpus, None, None, kind, children=inside)
-    current.children = [c for c in current.children if c not in inside]
-    current.children.append(group)
-    current.children.sort(key=lambda c: (c.cpuset.first() if c.cpuset else 1 << 30, c.order))
+    current.children = [c for c in current.children if c not in inside] + [group]
     return group
 
 
 def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
-    """The I/O objects as hwloc nests them: host bridges with the bridges and PCI functions below
-    them in bus order, each function (or bridge) with its OS devices; functions without a bridge and
-    OS devices without a function stand alone. Each tree comes with the CPUs it is local to."""
+    """The I/O trees as hwloc nests them, with the CPUs each is local to: host bridges, bridges and PCI functions
+    in bus order, each with its OS devices; functions without a bridge and OS devices without one stand alone."""
     osdevs: dict[str | None, list[Obj]] = {}
     for d in t.os_devices:
         osdevs.setdefault(d.parent, []).append(Obj("OSDev", EMPTY, None, d, subtype=d.subtype))
@@ -269,10 +245,8 @@ def _io_trees(t: Topology) -> list[tuple[Obj, CpuSet]]:
 
 
 def _gpu_os_devices(t: Topology, osdevs: dict[str | None, list[Obj]]) -> None:
-    """The OS devices hwloc's CUDA and NVML components hang below an NVIDIA GPU's PCI function,
-    after the Linux ones and in their order (CUDA's priority is higher): `CoProc(CUDA) "cudaN"`,
-    `GPU(NVML) "nvmlN"`, with their infos. Only for GPUs topo knows from NVML (directly, or from an
-    export made with hwloc's NVML component); N is the NVML index, which is CUDA's in PCI bus order."""
+    """What hwloc's CUDA then NVML components hang below an NVIDIA GPU's PCI function after the Linux OS devices:
+    `CoProc(CUDA) "cudaN"`, `GPU(NVML) "nvmlN"` with their infos, N the NVML index (CUDA's in PCI bus order)."""
     functions = {d.busid: d.local_cpus for d in t.pci_devices}
     for gpu in t.devices:
         if gpu.kind != "gpu" or gpu.source not in ("nvml", "hwloc-nvml") or gpu.busid not in functions:
@@ -329,8 +303,7 @@ def _same_type(a: Obj, b: Obj) -> bool:
 
 
 def levels(machine: Obj) -> list[list[Obj]]:
-    """hwloc's levels of normal objects (hwloc_connect_levels): each takes the topmost type among
-    what is left of the level above's children."""
+    """hwloc_connect_levels: each level takes the topmost type among what is left of the level above's children."""
     out = [[machine]]
     frontier = list(machine.children)
     while frontier:
@@ -344,10 +317,9 @@ def levels(machine: Obj) -> list[list[Obj]]:
 
 
 def restrict(machine: Obj, cpus: CpuSet) -> None:
-    """hwloc_topology_restrict to `cpus`: every object keeps its CPUs among them; one left with no
-    CPU, no child and no memory goes, with its I/O (NUMA nodes stay). The children of an object
-    that lost CPUs are ordered again (hwloc__reorder_children): by first CPU, those left without
-    one last, in reverse order. Groups left bringing no structure go too."""
+    """hwloc_topology_restrict to `cpus`: objects keep their CPUs among them; one left with no CPU, child or
+    memory goes, with its I/O (NUMA nodes stay); the children of one that lost CPUs are ordered again by first
+    CPU, those left without one last, in reverse order (hwloc__reorder_children); Groups bringing no structure go."""
 
     def visit(obj: Obj) -> bool:
         if obj.cpuset - cpus:
@@ -367,10 +339,9 @@ def restrict(machine: Obj, cpus: CpuSet) -> None:
 
 
 def merge_levels(machine: Obj, types) -> None:
-    """hwloc_filter_levels_keep_structure for `types` (hwloc type names; Groups always): of a
-    parent level and its child level, where each parent has its child as only normal child (and no
-    memory above a PU), the one `types` lets go goes (both: the lower priority one), its memory and
-    I/O children moving to the one kept."""
+    """hwloc_filter_levels_keep_structure for `types` (Groups always): of a parent level and its child level where
+    each parent has its child as only normal child (and no memory above a PU), the one `types` lets go goes (both:
+    the lower priority one), its memory and I/O children moving to the one kept."""
     lv = levels(machine)
     for i in range(len(lv) - 1, 0, -1):
         up, down = lv[i - 1], lv[i]
@@ -379,7 +350,7 @@ def merge_levels(machine: Obj, types) -> None:
                 c.parent is not p or len(p.children) != 1 or (c.type == "PU" and p.memory) for p, c in zip(up, down)):
             continue
         if drop_up and drop_down:
-            drop_up = _priority(up[0]) < _priority(down[0])
+            drop_up = _PRIORITY.get(up[0].type, 0) < _PRIORITY.get(down[0].type, 0)
         for parent, child in zip(up, down):
             if drop_up:  # the child takes the parent's place
                 grand = parent.parent
@@ -394,9 +365,3 @@ def merge_levels(machine: Obj, types) -> None:
                     c.parent = parent
         del lv[i - 1 if drop_up else i]
     number(machine)
-
-
-def _priority(obj: Obj) -> int:
-    if obj.type.endswith("Cache"):
-        return 19 if "i" in obj.type[2:] else 20
-    return _PRIORITY.get(obj.type, 0)

@@ -1,5 +1,2 @@
-"""Pictures of a machine and of a plan, drawn above the model and the planners: `views.svg`,
-`views.html` and `views.terminal` draw a Topology (with an optional `views.palette.Overlay`);
-`views.plan` makes the overlay of a bind plan. Each module is imported only when its picture is
-asked for.
-"""
+"""Pictures of a machine and of a plan (`svg`, `html`, `terminal`, drawing a Topology with an optional
+`palette.Overlay`; `plan` makes a bind plan's overlay) and the text forms; each imported when asked for."""

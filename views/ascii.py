@@ -1,6 +1,5 @@
-"""The machine drawn in text (`topo show --of ascii`): the console form's tree as nested boxes,
-an object's memory, normal and I/O children side by side inside it, wrapped to a width. The boxes
-are topo's own layout, in the spirit of lstopo's ASCII art, not its character-exact drawing."""
+"""The machine drawn in text (`topo show --of ascii`): the console form's tree as nested boxes, an object's memory,
+normal and I/O children side by side inside it, wrapped to a width; lstopo's spirit, not its exact drawing."""
 
 from __future__ import annotations
 

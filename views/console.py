@@ -1,7 +1,5 @@
-"""`topo show` as text: lstopo's console form (`render_console`, with lstopo's options) and topo's
-long form (`render_text`: every object with its P# and L#, devices, the link matrix, a summary).
-Both walk the one tree of `topo.tree`.
-"""
+"""`topo show` as text, from the one tree of `topo.tree`: lstopo's console form (`render_console`, with lstopo's
+options) and topo's long form (`render_text`: every object with its P# and L#, devices, links, a summary)."""
 
 from __future__ import annotations
 
@@ -42,8 +40,7 @@ def pci_class_name(class_id: str) -> str:
 
 
 def hwloc_size(n: int, verbose: bool = False) -> str:
-    """A size as lstopo 2.x prints it: rounded, 1024-based, KB below 10 MiB, MB below 10 GiB, GB
-    below 10 TiB, else TB; always KB in verbose mode."""
+    """A size as lstopo 2.x prints it: rounded, KB below 10 MiB, MB below 10 GiB, GB below 10 TiB, else TB (-v: KB)."""
     for limit, shift, unit in ((10 << 20, 10, "KB"), (10 << 30, 20, "MB"), (10 << 40, 30, "GB")):
         if n < limit or verbose:
             return f"{((n >> (shift - 1)) + 1) >> 1}{unit}"
@@ -69,10 +66,9 @@ class Options:
 
 
 def render_console(t: Topology, options: Options = Options()) -> str:
-    """The machine as `lstopo-no-graphics` prints it with `options`: in the tree an object whose
-    parent has it as only child, with the same CPUs and no memory or I/O child, is printed on its
-    parent's line after " + " (not with -v, -c or -C). The I/O objects shown are those of `t`:
-    `t.io_view()` picks them as lstopo's flags do."""
+    """The machine as `lstopo-no-graphics` prints it with `options`: an only child with its parent's CPUs, and
+    no memory or I/O child beside it, on its parent's line after " + " (not with -v, -c or -C). The I/O objects
+    shown are those of `t`: `t.io_view()` picks them as lstopo's flags do."""
     if options.index not in ("default", "physical", "logical"):  # a library caller's typo: not silently default
         raise ValueError(f"index must be default, physical or logical, not {options.index!r}")
     machine = build(t, options.drop)
@@ -80,30 +76,25 @@ def render_console(t: Topology, options: Options = Options()) -> str:
         restrict(machine, options.restrict)
     if options.structure:
         merge_levels(machine, options.structure)
-    lines: list[str] = []
-    if options.distances:
-        return "\n".join(printable(x) for x in _distances(t, machine, options.index))
-    if options.cpukinds:
-        return "\n".join(printable(x) for x in _cpukinds(t))
     verbose, domains = options.verbose, pci_domains(t)
-    if options.only is not None:
-        if verbose > 1:
-            lines.append(f"Only showing {options.only[0]} objects")
+    if options.distances or options.cpukinds:  # these alone
+        lines = _distances(t, machine, options.index) if options.distances else _cpukinds(t)
+    elif options.only is not None:
+        lines = [f"Only showing {options.only[0]} objects"] if verbose > 1 else []
         lines += [_line(o, t, options, domains) for o in walk(machine) if o.type == options.only[0]]
-    elif verbose >= 1:
-        collapsed = _collapsed(machine) if options.collapse else {}
-        _tree_lines(lines, machine, None, 0, t, options, domains, collapsed)
-    if options.only is None and verbose != 1:
-        lines += _summary(machine)
-    if options.only is None and verbose > 1:
-        lines += _distances(t, machine, options.index)
-        lines += _cpukinds(t)
-        for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
-                           (t.pus - t.allowed_pus, "represented but not allowed")):
-            if cpus:
-                lines.append(f"{cpus.weight()} processors {what}: {bitmap(cpus)}")
-        if not t.is_this_system:
-            lines.append("Topology not from this system")
+    else:
+        lines = []
+        if verbose >= 1:
+            _tree_lines(lines, machine, None, 0, t, options, domains, _collapsed(machine) if options.collapse else {})
+        lines += _summary(machine) if verbose != 1 else []
+        if verbose > 1:
+            lines += _distances(t, machine, options.index) + _cpukinds(t)
+            for cpus, what in ((t.complete_pus - t.pus, "not represented in topology"),
+                               (t.pus - t.allowed_pus, "represented but not allowed")):
+                if cpus:
+                    lines.append(f"{cpus.weight()} processors {what}: {bitmap(cpus)}")
+            if not t.is_this_system:
+                lines.append("Topology not from this system")
     return "\n".join(printable(x) for x in lines)
 
 
@@ -125,11 +116,9 @@ def _tree_lines(lines: list[str], obj: Obj, parent: Obj | None, depth: int, t: T
 
 
 def _collapsed(machine: Obj) -> dict[int, tuple[int, Obj] | None]:
-    """lstopo's runs of identical PCI functions (lstopo_add_collapse_attributes): walking the
-    functions in logical order, one without I/O children starts a run; the next ones without I/O
-    children, with the same parent and the same vendor, device and subsystem ids join it. A run
-    of n > 1 maps its first function to (n, its n-th function from the first in logical order), the
-    others to None; a function with I/O children between them leaves the run open."""
+    """lstopo_add_collapse_attributes: in logical order, a PCI function without I/O children starts a run, the next
+    ones without, with its parent and vendor, device and subsystem ids join it (one with I/O children between leaves
+    it open). A run of n > 1 maps its first function to (n, its last function), the others to None."""
     functions = [o for o in walk(machine) if o.type == "PCIDev"]
     out: dict[int, tuple[int, Obj] | None] = {}
     first, count = 0, 0  # the run's first function (an index in functions) and its length
@@ -149,8 +138,7 @@ def _collapsed(machine: Obj) -> dict[int, tuple[int, Obj] | None]:
 
 
 def _collapsed_line(obj: Obj, count: int, last: Obj, t: Topology, options: Options, domains: bool) -> str:
-    """A run's line: `2 x { PCI 00:04.0-05.0 (Other) }`, its bus ids as a range (one device's
-    functions: `00:04.0-3`) and, verbose, its logical indexes as one (`PCI L#4-5 (busid=...`)."""
+    """A run's line: `2 x { PCI 00:04.0-05.0 (Other) }` (one device's functions: `00:04.0-3`; verbose: `L#4-5`)."""
     text = _line(obj, t, options, domains)
     busid = obj.model.busid if domains else obj.model.busid[5:]
     device, last_device = (f.model.busid.rsplit(":", 1)[1] for f in (obj, last))  # "04.0"
@@ -213,8 +201,13 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, 
         size = hwloc_size(m.size, verbose)
         attrs.append(f"size={size} linesize={getattr(m, 'line_size', 0) or 0}"
                      + (f" ways={m.ways}" if getattr(m, "ways", None) else "") if verbose else size)
-    if verbose:
-        attrs += [f'{k}="{v}"' if " " in v else f"{k}={v}" for k, v in _infos(obj, t)]
+    if verbose:  # hwloc's infos: the machine's facts under hwloc's names, a package's CPU model, a GPU's
+        infos = obj.infos
+        if obj.type == "Machine":
+            infos = [(_INFO_NAMES[k], v) for k, v in t.info.items() if k in _INFO_NAMES and v and v != "/"]
+        elif obj.type == "Package" and m.model:
+            infos = (("CPUModel", m.model),)
+        attrs += [f'{k}="{v}"' if " " in v else f"{k}={v}" for k, v in infos]
     inside = " ".join(x for x in (phys, *attrs) if x)
     if inside:
         text += f" ({inside})"
@@ -224,14 +217,6 @@ def label(obj: Obj, t: Topology, index: str = "default", verbose: bool = False, 
     if obj.type == "OSDev":
         text += f' "{m.name}"'
     return text
-
-
-def _infos(obj: Obj, t: Topology) -> list[tuple[str, str]]:
-    if obj.type == "Machine":
-        return [(_INFO_NAMES[k], v) for k, v in t.info.items() if k in _INFO_NAMES and v and v != "/"]
-    if obj.type == "Package" and obj.model.model:
-        return [("CPUModel", obj.model.model)]
-    return list(obj.infos)
 
 
 def _summary(machine: Obj) -> list[str]:
@@ -260,8 +245,7 @@ def _cpukinds(t: Topology) -> list[str]:
 
 
 def _distances(t: Topology, machine: Obj, index: str) -> list[str]:
-    """The NUMA latency matrix as lstopo prints it (hwloc_utils_print_distance_matrix), nodes in
-    OS index order, over the nodes with a distance to each other one."""
+    """hwloc_utils_print_distance_matrix over the NUMA nodes with a distance to each other one, by OS index."""
     objs = sorted((o for o in walk(machine) if o.type == "NUMANode" and o.model.distances), key=lambda o: o.os_index)
     if len(objs) < 2 or not all(all(p.os_index in o.model.distances for p in objs) for o in objs):
         return []
@@ -284,14 +268,12 @@ def format_size(n: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
             value = n / (1 << shift)
-            text = f"{value:.0f}" if value >= 100 else f"{value:.1f}".removesuffix(".0")
-            return text + unit
+            return (f"{value:.0f}" if value >= 100 else f"{value:.1f}".removesuffix(".0")) + unit
     return f"{n}B"
 
 
 def long_detail(obj: Obj, t: Topology) -> str:
-    """What the long form and the pictures say of an object after its type: '(P#0 "EPYC")',
-    '(32MiB)', '(P#1 local=16GiB memory-only)'; for the Machine its architecture, host and cgroup."""
+    """What the long form and pictures say after a type: '(P#0 "EPYC")', '(32MiB)', '(P#1 local=16GiB memory-only)'."""
     m = obj.model
     if obj.type == "Machine":
         details = [t.info.get("architecture", ""), t.info.get("hostname", ""),
@@ -310,14 +292,15 @@ def long_detail(obj: Obj, t: Topology) -> str:
 
 
 def render_text(t: Topology) -> str:
-    """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it,
-    the device link matrix, how nodes cut packages (SNC/NPS), the summary and how each probe fared."""
+    """topo's long form: the tree (no I/O), each NUMA node followed by the devices local to it, the device link
+    matrix, how nodes cut packages (SNC/NPS), the summary and how each probe fared."""
     machine = build(t, ("Bridge", "PCIDev", "OSDev"))
     lines: list[str] = []
     devices: dict[int | None, list[str]] = {}
     for dev in t.devices:
         details = " ".join(x for x in (dev.name, dev.busid) if x)
-        devices.setdefault(dev.numa_node, []).append(f"{dev.kind.upper()} {dev.index}" + (f" ({details})" if details else ""))
+        entry = f"{dev.kind.upper()} {dev.index}" + (f" ({details})" if details else "")
+        devices.setdefault(dev.numa_node, []).append(entry)
     shown = {o.os_index for o in walk(machine) if o.type == "NUMANode"}
 
     def emit(obj: Obj, depth: int) -> None:  # 'Package L#0 (P#0 "EPYC")', 'L3 L#0 (32MiB)'
@@ -334,25 +317,17 @@ def render_text(t: Topology) -> str:
             emit(child, depth + 1)
 
     emit(machine, 0)
-    if t.links:
-        lines.append("")
-        lines.extend(render_links(t))
-    lines.append("")
-    mode = numa_mode(t)
-    if mode:
-        lines.append(mode)
-    lines.append(t.summary())
+    if t.links:  # as `nvidia-smi topo -m` prints it
+        width = max([len(n) for n in t.links] + [4]) + 1
+        lines += ["", " " * width + "".join(f"{n:<{width}}" for n in t.links)]
+        lines += [(f"{a:<{width}}" + "".join(f"{x:<{width}}" for x in row)).rstrip() for a, row in link_rows(t)]
+    mode = numa_mode(t)  # how nodes cut packages, if they do
+    lines += ["", mode, t.summary()] if mode else ["", t.summary()]
     if t.probes:
         lines.append("probes: " + ", ".join(f"{k}: {v}" for k, v in t.probes.items()))
     return "\n".join(printable(line) for line in lines)
 
 
-def render_links(t: Topology) -> list[str]:
-    """The device link matrix, as `nvidia-smi topo -m` prints it."""
-    names = list(t.links)
-    width = max([len(n) for n in names] + [4]) + 1
-    out = [" " * width + "".join(f"{n:<{width}}" for n in names)]
-    for a in names:
-        row = f"{a:<{width}}" + "".join(f"{t.links[a].get(b, 'X' if a == b else '-'):<{width}}" for b in names)
-        out.append(row.rstrip())
-    return out
+def link_rows(t: Topology) -> list[tuple[str, list[str]]]:
+    """The device link matrix: each device with its link to every device ("X" to itself)."""
+    return [(a, [t.links[a].get(b, "X" if a == b else "-") for b in t.links]) for a in t.links]

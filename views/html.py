@@ -1,26 +1,24 @@
-"""A machine's picture as one self-contained HTML page: the SVG inline, the legend as a table,
-and the device link matrix shaded as nvidia-smi topo -m reads.
-"""
+"""A machine's picture as one self-contained HTML page: the SVG inline, the legend as a table, and
+the device link matrix shaded as nvidia-smi topo -m reads."""
 
 from __future__ import annotations
 
 from topo.model import Topology
+from topo.views.console import link_rows
 from topo.views.palette import Overlay
 from topo.views.svg import draw_svg, escape
 
 _PAGE_CSS = (
-    "body{font:14px 'DejaVu Sans','Liberation Sans',Arial,sans-serif;margin:16px;color:#111}"
-    "h1{font-size:18px;margin:0 0 6px}p{margin:4px 0}table{border-collapse:collapse;margin:8px 0}"
-    "td,th{border:1px solid #bbb;padding:2px 6px;text-align:left;font-size:12px}"
-    "th{background:#eee}.sw{display:inline-block;width:12px;height:12px;border:1px solid #000;"
-    "vertical-align:middle}.figure{overflow:auto}.lnv{background:#b9e3a8}.lsw{background:#d8e8f8}"
-    ".lhb{background:#f6efd6}"
+    "body{font:14px 'DejaVu Sans','Liberation Sans',Arial,sans-serif;margin:16px;color:#111}h1{font-size:18px;"
+    "margin:0 0 6px}p{margin:4px 0}table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #bbb;"
+    "padding:2px 6px;text-align:left;font-size:12px}th{background:#eee}.sw{display:inline-block;width:12px;"
+    "height:12px;border:1px solid #000;vertical-align:middle}.figure{overflow:auto}.lnv{background:#b9e3a8}"
+    ".lsw{background:#d8e8f8}.lhb{background:#f6efd6}"
 )
 
 
 def draw_html(topology: Topology, overlay: Overlay | None = None) -> str:
-    """One self-contained page: a heading, the summary, the SVG inline, then the legend table (with
-    an overlay) and the device link matrix."""
+    """The page: a heading, the summary, the SVG, the legend table (with an overlay) and the device link matrix."""
     title = overlay.title if overlay and overlay.title else "Machine" + (
         f" {topology.info['hostname']}" if topology.info.get("hostname") else "")
     parts = [f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{escape(title)}</title>"
@@ -42,12 +40,9 @@ def draw_html(topology: Topology, overlay: Overlay | None = None) -> str:
         parts.append("</table>")
         parts.extend(f"<p>warning: {escape(n)}</p>" for n in overlay.notes)
     if topology.links:
-        names = list(topology.links)
         parts.append("<h2 style=\"font-size:15px\">Device links (as nvidia-smi topo -m)</h2><table><tr><th></th>"
-                     + "".join(f"<th>{escape(n)}</th>" for n in names) + "</tr>")
-        for a in names:
-            cells = "".join(_link_cell(topology.links[a].get(b, "X" if a == b else "-")) for b in names)
-            parts.append(f"<tr><th>{escape(a)}</th>{cells}</tr>")
+                     + "".join(f"<th>{escape(n)}</th>" for n in topology.links) + "</tr>")
+        parts += [f"<tr><th>{escape(a)}</th>{''.join(map(_link_cell, row))}</tr>" for a, row in link_rows(topology)]
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "\n".join(parts)

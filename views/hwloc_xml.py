@@ -1,12 +1,8 @@
-"""hwloc v2 XML out (`topo show --output FILE.xml`): what `lstopo-no-graphics -i FILE`,
-`hwloc-calc --input` and `hwloc-bind --input` read, and what `topo.load_topology` reads back.
-
-The document is `topo.tree`'s tree, element for element. What hwloc's format has no attribute for is
-written as `<info name="topo...">` on the object it belongs to (a PCI function's NUMA node, driver
-and names; a NUMA node's own CPUs and a locality its parent's CPUs do not give; the online and
-disallowed sets): lstopo shows infos only with -v, and topo reads them back, so a topology read from
-its own XML equals the original. Characters XML cannot carry (C0 controls but tab and newlines,
-U+FFFE, U+FFFF, lone surrogates) are written escaped, `\\x1b` as `printable` escapes them.
+"""hwloc v2 XML out (`topo show --output FILE.xml`) for `lstopo-no-graphics -i`, `hwloc-calc --input`, `hwloc-bind
+--input` and `topo.load_topology`: `topo.tree`'s tree, element for element. What hwloc has no attribute for (a PCI
+function's NUMA node, driver and names; a NUMA node's own CPUs and odd locality; the online and disallowed sets) is
+an `<info name="topo...">` of its object, shown by lstopo only with -v, so topo reads its own XML back equal.
+Characters XML cannot carry (C0 controls but tab and newlines, U+FFFE, U+FFFF, lone surrogates): as `printable`.
 """
 
 from __future__ import annotations
@@ -58,23 +54,20 @@ def _nodesets(obj: Obj, inherited: int, out: dict[int, int]) -> int:
     return out[id(obj)]
 
 
-def _attrs(obj: Obj, t: Topology, nodesets: dict[int, int], bridges: int) -> tuple[list[tuple[str, object]], list]:
-    """An object's attributes and infos, in hwloc's order."""
+def _write(out: list[str], obj: Obj, t: Topology, level: int, nodesets: dict[int, int], bridges: int) -> None:
+    """`obj` and what it holds as `<object>` elements, attributes and infos in hwloc's order."""
     m = obj.model
-    attrs: list[tuple[str, object]] = [("type", obj.type)]
+    attrs: list[tuple[str, object]] = [("type", obj.type), ("os_index", obj.os_index)]  # None: not written
     infos: list[tuple[str, str]] = []
-    if obj.os_index is not None:
-        attrs.append(("os_index", obj.os_index))
     if obj.type not in IO_TYPES:
         machine = obj.type == "Machine"
         nodes = CpuSet.from_mask(nodesets[id(obj)])
-        attrs += [("cpuset", bitmap(obj.cpuset)), ("complete_cpuset", bitmap(t.complete_pus if machine else obj.cpuset))]
-        attrs += [("allowed_cpuset", bitmap(t.allowed_pus))] if machine else []
-        attrs += [("nodeset", bitmap(nodes)),
-                  ("complete_nodeset", bitmap(CpuSet(n.os_index for n in t.numa_nodes) if machine else nodes))]
-        attrs += [("allowed_nodeset", bitmap(t.allowed_numa_nodes))] if machine else []
-    if obj.subtype is not None:
-        attrs.append(("subtype", obj.subtype))
+        attrs += [("cpuset", bitmap(obj.cpuset)),
+                  ("complete_cpuset", bitmap(t.complete_pus if machine else obj.cpuset)),
+                  ("allowed_cpuset", bitmap(t.allowed_pus) if machine else None), ("nodeset", bitmap(nodes)),
+                  ("complete_nodeset", bitmap(CpuSet(n.os_index for n in t.numa_nodes) if machine else nodes)),
+                  ("allowed_nodeset", bitmap(t.allowed_numa_nodes) if machine else None)]
+    attrs.append(("subtype", obj.subtype))
     if obj.type == "Group":
         attrs += [("kind", obj.kind)] + ([("subkind", obj.subkind)] if obj.subkind else [])
     elif obj.type == "Machine":
@@ -103,19 +96,15 @@ def _attrs(obj: Obj, t: Topology, nodesets: dict[int, int], bridges: int) -> tup
             attrs += [("pci_busid", m.id), ("pci_type", f"{m.class_id or '0604'} [{m.vendor_id or '0000'}:"
                                                         f"{m.device_id or '0000'}] [0000:0000] 00")]
     elif obj.type == "PCIDev":
-        attrs += [("pci_busid", m.busid), ("pci_type", f"{m.class_id} [{m.vendor_id}:{m.device_id}] [{m.subsystem_id}] 00")]
+        attrs += [("pci_busid", m.busid),
+                  ("pci_type", f"{m.class_id} [{m.vendor_id}:{m.device_id}] [{m.subsystem_id}] 00")]
         infos = [("topoNUMANode", str(m.numa_node) if m.numa_node is not None else "none"),
                  *([("topoDriver", m.driver)] if m.driver else []),
                  ("topoNames", " ".join(m.names)), ("topoRDMANames", " ".join(m.rdma_names))]
     elif obj.type == "OSDev":
         attrs += [("name", m.name), ("osdev_type", OSDEV_TYPES.get(m.type, 0))]
         infos += [*obj.infos, ("topoType", m.type)]
-    return attrs, infos
-
-
-def _write(out: list[str], obj: Obj, t: Topology, level: int, nodesets: dict[int, int], bridges: int) -> None:
     pad = "  " * level
-    attrs, infos = _attrs(obj, t, nodesets, bridges)
     head = f"{pad}<object " + " ".join(f"{k}={_text(v)}" for k, v in attrs if v is not None)
     kids = (*obj.memory, *obj.children, *obj.io)
     if not infos and not kids:
@@ -129,8 +118,7 @@ def _write(out: list[str], obj: Obj, t: Topology, level: int, nodesets: dict[int
 
 
 def _distances(t: Topology) -> list[str]:
-    """One NUMALatency matrix (kind 5: from the OS, means latency) over the nodes that have a
-    distance to every node of it, indexed by OS index."""
+    """One NUMALatency matrix (kind 5: from the OS, means latency) by OS index, over the nodes with every distance."""
     nodes = [n for n in t.numa_nodes if n.distances]
     ids = [n.os_index for n in nodes]
     if len(ids) < 2 or not all(all(j in n.distances for j in ids) for n in nodes):

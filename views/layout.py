@@ -1,21 +1,14 @@
-"""Where each box of a machine's picture goes, in lstopo's spirit.
-
-The drawing nests boxes as `topo.tree` nests the objects (Machine > Package > ... > Core > PU,
-no instruction cache, memory-side cache or I/O object), with three changes that keep a 2,048-PU machine readable:
-
-- a cache whose CPUs are exactly one core's (a private L1/L2) is not drawn as a box: it is named
-  in the core's tooltip and, when every core has the same ones, once in its package's header;
-- an object whose CPUs equal its only child's shares that child's box ("Package P#0 · L3 32MiB");
-- cores fold into rows of at most 8, and other boxes into the grid whose shape is closest to a
-  landscape page, so nothing grows into one endless row.
-
-NUMA nodes are bars at the top of the box holding their CPUs, with the node's devices (GPUs, NPUs,
-NICs, ...) as chips below the bar.
+"""Where each box of a machine's picture goes, in lstopo's spirit: boxes nest as `topo.tree` nests the objects (no
+instruction cache, memory-side cache or I/O object), but for a 2,048-PU machine to read: a cache with one core's CPUs
+is named in the core's tooltip (and, the same in every core, once in its package's header), not drawn; an object
+with its only child's CPUs shares its box ("Package P#0 · L3 32MiB"); cores fold into rows of at most 8, other boxes
+into the grid closest to a landscape page. NUMA nodes are bars atop the box of their CPUs, their devices chips below.
 """
 
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 from dataclasses import dataclass, field
 
 from topo.cpuset import EMPTY, CpuSet
@@ -45,7 +38,6 @@ class Box:
     title: str  # the tooltip, and the header when drawn
     cpuset: CpuSet
     header: str = ""
-    os_index: int | None = None  # PU number for PUs
     children: list["Box"] = field(default_factory=list)
     memory: list[tuple[Obj, list[Device]]] = field(default_factory=list)
     x: float = 0.0
@@ -61,91 +53,61 @@ class Box:
 def _kind(obj: Obj) -> str:
     if obj.type == "Group":
         return obj.subtype or "Group"
-    return "Cache" if _is_cache(obj) else type_name(obj)
+    return "Cache" if obj.type.endswith("Cache") else type_name(obj)
 
 
 def node_label(obj: Obj, t: Topology) -> str:
     """'Package P#0 "EPYC"', 'L3 (16MiB)': the long form's label without the logical index."""
     if obj.type == "Devices":
         return "Devices not local to a NUMA node"
-    return f"{type_name(obj) if _is_cache(obj) else _kind(obj)} {long_detail(obj, t)}".strip()
+    return f"{type_name(obj) if obj.type.endswith('Cache') else _kind(obj)} {long_detail(obj, t)}".strip()
 
 
 def _short(obj: Obj, t: Topology) -> str:
-    """A header's part: 'Package P#0', 'L3 16MiB' (the model name and other details stay in the
-    tooltip)."""
-    detail = long_detail(obj, t).strip("()")
-    if obj.type == "Machine":
-        return "Machine"
-    if _is_cache(obj):
-        return f"{type_name(obj)} {detail}"
-    if obj.os_index is not None:
-        return f"{_kind(obj)} {detail.split(' ', 1)[0]}"
-    return _kind(obj)
-
-
-def _is_cache(obj: Obj) -> bool:
-    return obj.type.endswith("Cache") and obj.type != "MemCache"
+    """A header's part: 'Package P#0', 'L3 16MiB' (other details stay in the tooltip)."""
+    if obj.type.endswith("Cache"):
+        return node_label(obj, t).replace("(", "").replace(")", "")
+    return _kind(obj) + (f" P#{obj.os_index}" if obj.os_index is not None and obj.type != "Machine" else "")
 
 
 def _convert(node: Obj, t: Topology, devices_by_node: dict[int, list[Device]]) -> Box:
-    """The tree as boxes: same-cpuset chains merged into one box, caches private to a core folded
-    into it; a NUMA node's Group (NPS4 EPYC nodes split a package without a die or cache to
-    match) is titled by its node."""
+    """The tree as boxes: same-cpuset chains in one box, caches private to a core folded into it; a NUMA node's
+    Group (NPS4 EPYC nodes split a package without a die or cache to match) is titled by its node."""
     chain = [node]
-    while node.type not in ("Core", "PU") and len(node.children) == 1 \
-            and node.children[0].cpuset == node.cpuset:
+    while node.type not in ("Core", "PU") and len(node.children) == 1 and node.children[0].cpuset == node.cpuset:
         node = node.children[0]
         chain.append(node)
     memory = [m for n in chain for m in n.memory]
-    if node.type == "Core" and all(_is_cache(n) for n in chain[:-1]):
-        private = [node_label(n, t).replace("(", "").replace(")", "") for n in chain[:-1]]
+    private = []
+    if node.type == "Core" and all(n.type.endswith("Cache") for n in chain[:-1]):
+        private = [_short(n, t) for n in chain[:-1]]
         chain = [node]
-    else:
-        private = []
-        if node.type == "Core" and len(chain) > 1:
-            chain.pop()
-            node = chain[-1]
+    elif node.type == "Core" and len(chain) > 1:
+        chain.pop()
+        node = chain[-1]
     kind = _kind(node)
     box = Box(kind, " · ".join(node_label(n, t) for n in chain), node.cpuset,
-              " · ".join(s for s in (_short(n, t) for n in chain) if s != "Group"))
-    box.private = private
+              " · ".join(s for s in (_short(n, t) for n in chain) if s != "Group"), private=private,
+              memory=[(m, devices_by_node.get(m.os_index, [])) for m in memory],
+              children=[_convert(c, t, devices_by_node) for c in node.children])
     if kind == "Group" and len(memory) == 1:  # a NUMA node's Group: the node names it
         box.title = node_label(memory[0], t)
     if kind == "PU":
-        box.os_index = node.cpuset.first()
-        box.title = f"PU P#{box.os_index}"
-    if private:
-        box.title += " · " + " · ".join(private)
-    box.memory = [(m, devices_by_node.get(m.os_index, [])) for m in memory]
-    box.children = [_convert(c, t, devices_by_node) for c in node.children]
+        box.title = f"PU P#{node.cpuset.first()}"
+    box.title += "".join(f" · {p}" for p in private)
     if len({c.kind == "Core" for c in box.children}) > 1:
-        _gather_cores(box)
+        # cores beside other boxes (a hybrid CPU's P-cores by its E-core clusters): each run in one unframed block
+        children: list[Box] = []
+        for c in box.children:
+            if c.kind != "Core":
+                children.append(c)
+            elif children and children[-1].kind == "Cores":
+                children[-1].children.append(c)
+                children[-1].cpuset |= c.cpuset
+            else:
+                children.append(Box("Cores", "", c.cpuset, children=[c]))
+        box.children = children
     return box
-
-
-def _gather_cores(box: Box) -> None:
-    """Cores beside other boxes (a hybrid CPU's P-cores next to its E-core clusters) go into one
-    unframed block, folded into rows like any cores, instead of a grid cell each."""
-    children: list[Box] = []
-    for c in box.children:
-        if c.kind == "Core" and children and children[-1].kind == "Cores":
-            children[-1].children.append(c)
-            children[-1].cpuset |= c.cpuset
-        elif c.kind == "Core":
-            children.append(Box("Cores", "", c.cpuset, children=[c]))
-        else:
-            children.append(c)
-    box.children = children
-
-
-def _note_private_caches(box: Box) -> None:
-    """Name the caches private to each core once, in the package's (or machine's) header."""
-    targets = [b for b in walk(box) if b.kind == "Package"] or [box]
-    for target in targets:
-        kinds = {tuple(b.private) for b in walk(target) if b.kind == "Core"}
-        if len(kinds) == 1 and next(iter(kinds)):
-            target.header += " · per core: " + ", ".join(next(iter(kinds)))
 
 
 def chip_label(d: Device) -> str:
@@ -154,17 +116,11 @@ def chip_label(d: Device) -> str:
     return d.name
 
 
-def _pu_width(topology: Topology, paint: Paint) -> float:
-    """One width for every PU: room for the longest label drawn, "P#2047" or "P#12 r0+r1"."""
-    longest = max((len(pu_label(pu, paint)) for pu in topology.pus), default=3)
-    return longest * CHAR + (12 if paint.remote else 6)  # the remote flag takes the right corner
-
-
 def pu_label(pu: int, paint: Paint) -> str:
     owners = paint.owners_of.get(pu)
     if not owners:
         return f"P#{pu}"
-    tags = "+".join(paint.overlay.owners[i].pu_label for i in owners)
+    tags = "+".join(o.label or o.tag for o in (paint.overlay.owners[i] for i in owners))
     return f"P#{pu} " + (tags if len(owners) == 1 or len(tags) <= 5 else f"×{len(owners)}")
 
 
@@ -174,47 +130,33 @@ def _measure(box: Box, t: Topology, pu_w: float) -> None:
         return
     for c in box.children:
         _measure(c, t, pu_w)
-    if box.kind == "Core":
-        # threads stacked in one column: a core is a narrow tower, easy to fold into rows
-        y = 2.0
-        box.child_pos = []
-        for c in box.children:
-            box.child_pos.append((2.0, y))
-            y += c.h + 1
-        box.w = pu_w + 4
-        box.h = y + 1
+    if box.kind == "Core":  # threads stacked in one column: a narrow tower, easy to fold into rows
+        *ys, bottom = accumulate((c.h + 1 for c in box.children), initial=2.0)
+        box.child_pos, box.w, box.h = [(2.0, y) for y in ys], pu_w + 4, bottom + 1
         return
-    # memory bars and device chips, one block per NUMA node, side by side
-    blocks = []
-    for node, devices in box.memory:
-        bar_w = text_w(bar_text(node, t)) + 40  # room for the memory tags of an overlay
-        chips = [text_w(chip_label(d)) for d in devices]
-        blocks.append((bar_w, chips))
     cells = [(c.w, c.h) for c in box.children]
     if box.children and all(c.kind == "Core" for c in box.children):
-        n = len(cells)
-        rows = math.ceil(n / CORES_PER_ROW)
-        cols = math.ceil(n / rows)
+        cols = math.ceil(len(cells) / math.ceil(len(cells) / CORES_PER_ROW))  # even rows of at most 8
     else:
         cols = _best_cols(cells)
     grid_w, grid_h, pos = _grid(cells, cols)
     if box.kind == "Cores":  # unframed: just the folded rows
         box.w, box.h, box.child_pos = grid_w, grid_h, pos
         return
-    header = HEAD if box.header else 0.0
-    top = PAD + header
+    top = PAD + (HEAD if box.header else 0.0)
     inner_w = max(grid_w, text_w(box.header) if box.header else 0, 60)
-    # lay the memory blocks out within the children's width (wrapping), chips wrapped in each block
+    # memory bars with their device chips, one block per NUMA node, side by side within the
+    # children's width (wrapping), chips wrapped in each block
     mem_pos = []
-    x = y = 0.0
-    row_h = 0.0
-    for (bar_w, chips), (node, devices) in zip(blocks, box.memory):
+    x = y = row_h = 0.0
+    for node, devices in box.memory:
+        bar_w = text_w(bar_text(node, t)) + 40  # room for the memory tags of an overlay
+        chips = [text_w(chip_label(d)) for d in devices]
         block_w = max(bar_w, min(sum(chips) + GAP * (len(chips) - 1), max(inner_w, bar_w)) if chips else 0)
-        if len(blocks) == 1:
+        if len(box.memory) == 1:
             block_w = max(block_w, inner_w)  # one node: its bar spans the box, as in lstopo
         if x > 0 and x + block_w > inner_w:
-            x, y = 0.0, y + row_h + GAP
-            row_h = 0.0
+            x, y, row_h = 0.0, y + row_h + GAP, 0.0
         chip_pos, cx, cy = [], 0.0, BAR_H + 2
         for cw in chips:
             if cx > 0 and cx + cw > block_w:
@@ -226,12 +168,10 @@ def _measure(box: Box, t: Topology, pu_w: float) -> None:
         x += block_w + GAP
         row_h = max(row_h, h)
     mem_h = (y + row_h + GAP) if box.memory else 0.0
-    mem_w = max((mx + mw for mx, _, mw, _ in mem_pos), default=0.0)
-    inner_w = max(inner_w, mem_w)
+    inner_w = max(inner_w, max((mx + mw for mx, _, mw, _ in mem_pos), default=0.0))
     box.mem_pos = [(PAD + mx, top + my, mw, chips) for mx, my, mw, chips in mem_pos]
     box.child_pos = [(PAD + px, top + mem_h + py) for px, py in pos]
-    box.w = inner_w + 2 * PAD
-    box.h = top + mem_h + grid_h + PAD
+    box.w, box.h = inner_w + 2 * PAD, top + mem_h + grid_h + PAD
 
 
 def bar_text(node: Obj, t: Topology) -> str:
@@ -254,13 +194,10 @@ def _grid(cells: list[tuple[float, float]], cols: int) -> tuple[float, float, li
 
 
 def _best_cols(cells: list[tuple[float, float]]) -> int:
-    if len(cells) <= 1:
-        return 1
     best, best_score = 1, float("inf")
     for cols in range(1, len(cells) + 1):
         w, h, _ = _grid(cells, cols)
-        rows = math.ceil(len(cells) / cols)
-        empty = rows * cols - len(cells)
+        empty = math.ceil(len(cells) / cols) * cols - len(cells)
         score = abs(math.log((w + 1) / (h + 1) / ASPECT)) + 0.3 * empty
         if score < best_score - 1e-9:
             best, best_score = cols, score
@@ -281,14 +218,11 @@ def walk(box: Box):
 
 def lay_out(topology: Topology, paint: Paint) -> Box:
     """The machine's boxes, measured and placed; devices off every NUMA node in a box of their own."""
-    devices_by_node: dict[int, list[Device]] = {}
-    loose: list[Device] = []
+    devices_by_node: dict[int | None, list[Device]] = {}  # None: local to no NUMA node
     node_ids = {n.os_index for n in topology.numa_nodes}
     for d in sorted(topology.devices, key=lambda d: (d.kind not in ("gpu", "npu", "accel"), d.kind, d.index)):
-        if d.numa_node in node_ids:
-            devices_by_node.setdefault(d.numa_node, []).append(d)
-        else:
-            loose.append(d)
+        devices_by_node.setdefault(d.numa_node if d.numa_node in node_ids else None, []).append(d)
+    loose = devices_by_node.pop(None, [])
     tree = build(topology, ("L1iCache", "L2iCache", "L3iCache", "MemCache", "Bridge", "PCIDev", "OSDev"))
     root = _convert(tree, topology, devices_by_node)
     root.kind = "Machine"
@@ -297,19 +231,21 @@ def lay_out(topology: Topology, paint: Paint) -> Box:
     machine = "Machine" + (f" ({format_size(total)} total)" if total else "") + (f" {detail}" if detail else "")
     root.header = machine + root.header.removeprefix("Machine")
     root.title = machine + root.title.removeprefix(node_label(tree, topology))
-    _note_private_caches(root)
+    for target in [b for b in walk(root) if b.kind == "Package"] or [root]:  # caches private to each core
+        kinds = {tuple(b.private) for b in walk(target) if b.kind == "Core"}
+        if len(kinds) == 1 and next(iter(kinds)):
+            target.header += " · per core: " + ", ".join(next(iter(kinds)))
     if loose:
         root.memory.append((Obj("Devices", EMPTY), loose))
-    _measure(root, topology, _pu_width(topology, paint))
+    # one width for every PU: room for the longest label, "P#2047" or "P#12 r0+r1", and the remote flag
+    pu_w = max((len(pu_label(pu, paint)) for pu in topology.pus), default=3) * CHAR + (12 if paint.remote else 6)
+    _measure(root, topology, pu_w)
     _place(root, 8, 8)
     return root
 
 
 def chip_centres(root: Box) -> dict[tuple[str, int], tuple[float, float]]:
     """The bottom centre of each device chip, by (kind, index): where its link starts."""
-    chip_xy = {}
-    for box in walk(root):
-        for (node, devices), (mx, my, mw, chips) in zip(box.memory, box.mem_pos):
-            for d, (cx, cy, cw) in zip(devices, chips):
-                chip_xy[(d.kind, d.index)] = (box.x + mx + cx + cw / 2, box.y + my + cy + CHIP_H)
-    return chip_xy
+    return {(d.kind, d.index): (box.x + mx + cx + cw / 2, box.y + my + cy + CHIP_H)
+            for box in walk(root) for (_, devices), (mx, my, _, chips) in zip(box.memory, box.mem_pos)
+            for d, (cx, cy, cw) in zip(devices, chips)}

@@ -1,7 +1,5 @@
-"""What a picture paints on the machine: the overlay (who owns which CPUs, memory nodes and
-devices), the owners' colours, and the per-PU facts drawn from them. Nothing here knows what the
-owners are (a plan's processes, for example).
-"""
+"""What a picture paints on the machine: the overlay (who owns which CPUs, memory nodes and devices),
+the owners' colours, and the per-PU facts drawn from them; nothing here knows what the owners are."""
 
 from __future__ import annotations
 
@@ -24,10 +22,6 @@ class Owner:
     remote: CpuSet = EMPTY  # those of its CPUs to flag as far from its device
     legend: tuple[str, ...] = ()  # its legend row, one text per column
     label: str = ""  # shown in each of its PUs in the SVG ("r0"); default: the tag
-
-    @property
-    def pu_label(self) -> str:
-        return self.label or self.tag
 
 
 @dataclass(frozen=True)
@@ -52,9 +46,8 @@ def colour(i: int) -> str:
     return "#%02x%02x%02x" % tuple(round(v * 255) for v in colorsys.hls_to_rgb(hue / 360, light, 0.65))
 
 
-def rgb(hex_colour: str) -> tuple[int, int, int]:
-    v = hex_colour.lstrip("#")
-    return int(v[0:2], 16), int(v[2:4], 16), int(v[4:6], 16)
+def rgb(hex_colour: str) -> tuple[int, ...]:
+    return tuple(int(hex_colour.lstrip("#")[k:k + 2], 16) for k in (0, 2, 4))
 
 
 def ink_on(fill: str) -> str:

@@ -1,12 +1,6 @@
-"""A bind plan as a picture: each process's CPUs painted on the machine (`views`).
-
-`plan_overlay` turns a BindPlan into the drawing's overlay: one owner per process, in its own
-colour, tagged with its local rank ("S" for MindSpore's scheduler entry), with its memory node(s),
-the device it drives, and its CPUs outside that device's home node(s) flagged as remote. A process's
-CPUs are all its thread modules' (runtime, minddata, main, ...). The legend row follows `--explain`:
-rank, device, CPUs, cores, memory node, the device's node, locality; under it, `--explain`'s notes
-on what a NODE `A>B` means, then the warnings.
-"""
+"""A bind plan as a picture: `plan_overlay` makes one owner per process, in its own colour, tagged with its local
+rank ("S": MindSpore's scheduler), with its memory node(s), the device it drives and its CPUs (all its thread
+modules') outside that device's home node(s) flagged as remote; legend and notes follow `--explain`'s."""
 
 from __future__ import annotations
 
@@ -65,6 +59,3 @@ def plan_html(topology: Topology, plan: BindPlan) -> str:
 def plan_map(topology: Topology, plan: BindPlan, *, colour: bool = False) -> str:
     """The terminal map for `topo plan --explain`: one line per NUMA node, one cell per core."""
     return text_map(topology, plan_overlay(topology, plan), colour=colour)
-
-
-__all__ = ["plan_overlay", "plan_svg", "plan_html", "plan_map"]

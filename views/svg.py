@@ -1,7 +1,5 @@
-"""A machine's picture as one SVG document: plain shapes and one <style>, no script, no font or
-image to fetch. With an overlay, each owner's CPUs are painted, its device linked to its nearest
-core, and a key (and legend) drawn below the machine.
-"""
+"""A machine's picture as one SVG document: plain shapes and one <style>, no script, font or image to fetch. With
+an overlay, each owner's CPUs are painted, its device linked to its nearest core, a key (and legend) below."""
 
 from __future__ import annotations
 
@@ -19,48 +17,38 @@ def escape(text: str) -> str:
     return _html_escape(printable(text))
 
 
-_STYLE = {  # lstopo's colours
-    "Machine": "#ffffff", "Package": "#dedede", "Die": "#e6e6e6", "Group": "#ececec",
-    "Cluster": "#e9e9f9", "Cache": "#ffffff", "Core": "#bebebe",
-}
-
+_STYLE = {"Machine": "#ffffff", "Package": "#dedede", "Die": "#e6e6e6", "Group": "#ececec",  # lstopo's colours
+          "Cluster": "#e9e9f9", "Cache": "#ffffff", "Core": "#bebebe"}
 BAR_FILL = "#d2e7a4"
 NO_FILL = "#9a9a9a"  # a PU not allowed
 CSS = (
     # labels and their plates let the pointer through to the box below, whose title is the tooltip
     "text{font:%gpx 'DejaVu Sans','Liberation Sans',Arial,sans-serif;fill:#000;pointer-events:none}"
-    ".b{stroke:#000;stroke-width:1}.c{stroke:#555;stroke-width:.6}"
-    ".pu{fill:#fff;stroke:#000;stroke-width:.6}.no{fill:%s}text.no{fill:#444}"
-    ".bar{fill:%s;stroke:#000;stroke-width:.8}.plate{pointer-events:none}"
-    ".chip{fill:#f2e2c4;stroke:#000;stroke-width:.8}.n{font-weight:bold}"
-    ".remote{fill:#000;stroke:#fff;stroke-width:.8}"
+    ".b{stroke:#000;stroke-width:1}.c{stroke:#555;stroke-width:.6}.pu{fill:#fff;stroke:#000;stroke-width:.6}"
+    ".no{fill:%s}text.no{fill:#444}.bar{fill:%s;stroke:#000;stroke-width:.8}.plate{pointer-events:none}"
+    ".chip{fill:#f2e2c4;stroke:#000;stroke-width:.8}.n{font-weight:bold}.remote{fill:#000;stroke:#fff;stroke-width:.8}"
     ".h{paint-order:stroke;stroke:#fff;stroke-width:2.6px;stroke-linejoin:round;fill:#000}"
-    ".split{fill:none;stroke:#000;stroke-width:2.2}"
-    ".link{fill:none;stroke-width:2;stroke-opacity:.85}"
+    ".split{fill:none;stroke:#000;stroke-width:2.2}.link{fill:none;stroke-width:2;stroke-opacity:.85}"
     ".halo{fill:none;stroke:#fff;stroke-width:4.4;stroke-opacity:.9}"
 ) % (FONT, NO_FILL, BAR_FILL)
 GLYPH_W = 0.7 * FONT  # the widest digit of DejaVu Sans Bold; a plate this wide per character covers its text
 
 
 def draw_svg(topology: Topology, overlay: Overlay | None = None, *, legend: bool = True) -> str:
-    """The machine as one SVG document; with ``overlay``, its owners painted on their CPUs and,
-    below the machine, the key to the symbols and (``legend``) the title, one row per owner and
-    the notes."""
+    """The machine as one SVG document; with ``overlay``, its owners painted on their CPUs and, below the machine,
+    the key to the symbols and (``legend``) the title, one row per owner and the notes."""
     paint = Paint(topology, overlay)
     root = lay_out(topology, paint)
     out: list[str] = []
     labels: list[str] = []  # drawn last, so the device links run under them
     for box in walk(root):
         _emit_box(out, labels, box, topology, paint)
-    width = root.w + 16
-    height = root.y + root.h + 8
-    links = _links(root, overlay, chip_centres(root)) if overlay is not None else []
-    out += links + labels  # every label over the links
+    width, height = root.w + 16, root.y + root.h + 8
+    out += (_links(root, overlay) if overlay is not None else []) + labels  # every label over the links
     if overlay is not None:
         drawn, lw, lh = _legend(overlay, 8, height + 4, rows=legend, wrap=root.w)
-        out.extend(drawn)
-        width = max(width, lw + 16)
-        height += lh + 12
+        out += drawn
+        width, height = max(width, lw + 16), height + lh + 12
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
             f'viewBox="0 0 {width:.0f} {height:.0f}">'
             f"<title>{escape(overlay.title if overlay and overlay.title else topology.summary())}</title>"
@@ -85,24 +73,17 @@ def _text(x, y, s, cls="", fill=None) -> str:
 
 
 def _plate(x: float, baseline: float, text: str, right: float, stripes: list[tuple[float, float, str]]) -> str:
-    """The background under a label that starts at ``x`` (at most to ``right``) drawn again over the
-    device links: ``stripes`` are the (left, right, colour) fills below it, so no link crosses a letter."""
+    """The ``stripes`` (left, right, colour) under a label at ``x`` (up to ``right``) again, over the device links."""
     left, end = x - 1, min(x + len(text) * GLYPH_W + 1, right)
     top, height = baseline - 0.8 * FONT, 1.05 * FONT  # DejaVu Sans' ascent and descent, and a little
     return "".join(_rect(max(x0, left), top, min(x1, end) - max(x0, left), height, "plate", fill)
                    for x0, x1, fill in stripes if min(x1, end) > max(x0, left))
 
 
-def _fit(text: str, width: float) -> str:
-    n = int((width - 6) / CHAR)
-    return text if len(text) <= n else text[:max(n - 1, 1)] + "…"
-
-
 def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, paint: Paint) -> None:
     """The box's shapes into ``out``; its texts, chips and memory tags into ``labels``."""
     if box.kind == "PU":
-        _emit_pu(out, labels, box, topology, paint)
-        return
+        return _emit_pu(out, labels, box, topology, paint)
     if box.kind == "Cores":
         return
     fill = _STYLE.get(box.kind, "#ffffff")
@@ -112,7 +93,8 @@ def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, p
         out.append(_rect(box.x + 1, box.y + 1, box.w - 2, box.h - 2, "split"))
     out.append("</g>")
     if box.header and box.kind != "Core":
-        header = _fit(box.header, box.w - PAD)
+        fits = int((box.w - PAD - 6) / CHAR)  # characters
+        header = box.header if len(box.header) <= fits else box.header[:max(fits - 1, 1)] + "…"
         x, y = box.x + PAD, box.y + PAD + FONT
         labels.append(_plate(x, y, header, box.x + box.w - 1, [(box.x, box.x + box.w, fill)]) + _text(x, y, header))
     for (node, devices), (mx, my, mw, chips) in zip(box.memory, box.mem_pos):
@@ -143,22 +125,19 @@ def _emit_box(out: list[str], labels: list[str], box: Box, topology: Topology, p
 
 
 def _emit_pu(out: list[str], labels: list[str], box: Box, topology: Topology, paint: Paint) -> None:
-    pu = box.os_index
+    pu = box.cpuset.first()
     x, y, w, h = box.x, box.y, box.w, box.h
-    owners = paint.owners_of.get(pu, [])
+    owners = [paint.overlay.owners[i] for i in paint.owners_of.get(pu, [])]
     allowed = pu in topology.allowed_pus
     title = box.title
     parts = [_rect(x, y, w, h, "pu no" if not allowed else "pu")]
     label, _, tag = pu_label(pu, paint).partition(" ")
-    ink = None
     stripes = [(x, x + w, "#fff" if allowed else NO_FILL)]
     if owners:
-        os_ = [paint.overlay.owners[i] for i in owners]
-        stripe = w / len(os_)
-        stripes = [(x + k * stripe, x + (k + 1) * stripe, o.colour) for k, o in enumerate(os_)]
-        parts += [_rect(x + k * stripe, y, stripe, h, fill=o.colour) for k, o in enumerate(os_)]
-        ink = ink_on(os_[0].colour) if len(os_) == 1 else None
-        title += " · " + ", ".join(" ".join(o.legend[:2]) or o.tag for o in os_)
+        stripe = w / len(owners)
+        stripes = [(x + k * stripe, x + (k + 1) * stripe, o.colour) for k, o in enumerate(owners)]
+        parts += [_rect(x + k * stripe, y, stripe, h, fill=o.colour) for k, o in enumerate(owners)]
+        title += " · " + ", ".join(" ".join(o.legend[:2]) or o.tag for o in owners)
     elif paint.overlay is not None and allowed:
         title += " · idle"
     if not allowed:
@@ -169,7 +148,7 @@ def _emit_pu(out: list[str], labels: list[str], box: Box, topology: Topology, pa
     out.append(f"<g><title>{escape(title)}</title>{''.join(parts)}</g>")
     plate = _plate(x + 3, y + 11, f"{label} {tag}".strip(), x + w - (9 if pu in paint.remote else 1), stripes)
     if owners:
-        look = f'style="fill:{ink}"' if ink else 'class="h"'
+        look = f'style="fill:{ink_on(owners[0].colour)}"' if len(owners) == 1 else 'class="h"'
         labels.append(f'{plate}<text x="{_f(x + 3)}" y="{_f(y + 11)}" {look}>{label} '
                       f'<tspan class="n">{escape(tag)}</tspan></text>')
     else:
@@ -181,31 +160,26 @@ def _corner(x: float, y: float) -> str:
     return f'<path class="remote" d="M{_f(x - 8)},{_f(y)}H{_f(x)}V{_f(y + 8)}Z"/>'
 
 
-def _links(root: Box, overlay: Overlay, chip_xy) -> list[str]:
+def _links(root: Box, overlay: Overlay) -> list[str]:
     """A curve from each device chip to the top of the nearest core of the owner that drives it."""
-    core_top: dict[int, tuple[float, float]] = {}
-    for b in walk(root):
-        if b.kind == "Core":
+    chip_xy = chip_centres(root)
+    core_top: dict[int, tuple[float, float]] = {}  # PU -> the top of its core (or of itself, without cores)
+    for b in walk(root):  # a core comes before its PUs
+        if b.kind in ("Core", "PU"):
             for pu in b.cpuset:
-                core_top[pu] = (b.x + b.w / 2, b.y)
-        elif b.kind == "PU" and b.os_index not in core_top:
-            core_top[b.os_index] = (b.x + b.w / 2, b.y)
+                core_top.setdefault(pu, (b.x + b.w / 2, b.y))
     out = []
     for o in overlay.owners:
-        if o.device is None or o.device not in chip_xy or not o.cpus:
-            continue
-        sx, sy = chip_xy[o.device]
         targets = [core_top[pu] for pu in o.cpus if pu in core_top]
-        if not targets:
-            continue
-        tx, ty = min(targets, key=lambda p: (p[0] - sx) ** 2 + (p[1] - sy) ** 2)
-        out.append(_link(sx, sy, tx, ty, o.colour))
+        if o.device in chip_xy and targets:
+            sx, sy = chip_xy[o.device]
+            tx, ty = min(targets, key=lambda p: (p[0] - sx) ** 2 + (p[1] - sy) ** 2)
+            out.append(_link(sx, sy, tx, ty, o.colour))
     return out
 
 
 def _link(sx: float, sy: float, tx: float, ty: float, fill: str, bend: float | None = None) -> str:
-    """A device-to-core curve: the owner's colour on a white halo, so it reads across the cells of
-    other owners it passes, ending in a dot on the core."""
+    """A device-to-core curve in the owner's colour on a white halo (it crosses other owners), a dot on the core."""
     bend = max(12.0, abs(ty - sy) / 2) if bend is None else bend
     d = f"M{_f(sx)},{_f(sy)} C{_f(sx)},{_f(sy + bend)} {_f(tx)},{_f(ty - bend)} {_f(tx)},{_f(ty)}"
     return (f'<path class="halo" d="{d}"/><path class="link" stroke="{fill}" d="{d}"/>'
@@ -248,9 +222,7 @@ def _symbols(overlay: Overlay) -> list[tuple]:
 
 
 def _legend(overlay: Overlay, x0: float, y0: float, *, rows: bool, wrap: float = 0.0):
-    out = []
-    y = y0
-    width = 0.0
+    out, y, width = [], y0, 0.0
     if overlay.title and rows:
         out.append(_text(x0, y + FONT, overlay.title, "n"))
         width = text_w(overlay.title)
@@ -258,12 +230,10 @@ def _legend(overlay: Overlay, x0: float, y0: float, *, rows: bool, wrap: float =
     table = [overlay.legend_header] + [o.legend for o in overlay.owners] if rows else []
     ncols = max((len(r) for r in table), default=0)
     col_w = [max((text_w(r[j]) for r in table if j < len(r)), default=0) + 14 for j in range(ncols)]
-    sw = 14.0
     for k, row in enumerate(table):
-        x = x0 + sw + 6
+        x = x0 + 20.0  # after the owner's swatch
         if k > 0:
-            o = overlay.owners[k - 1]
-            out.append(_rect(x0, y + 1, sw, 12, "b", o.colour))
+            out.append(_rect(x0, y + 1, 14.0, 12, "b", overlay.owners[k - 1].colour))
         for j, cell in enumerate(row):
             out.append(_text(x, y + FONT + 1, cell, "n" if k == 0 else ""))
             x += col_w[j]

@@ -1,6 +1,4 @@
-"""The terminal map of an overlay (`topo plan --explain`): one line per NUMA node, one cell per
-core, in the owners' colours on a terminal.
-"""
+"""The terminal map of an overlay (`topo plan --explain`): one line per NUMA node, one cell per core."""
 
 from __future__ import annotations
 
@@ -10,9 +8,8 @@ from topo.views.palette import Overlay, Paint, ink_on, rgb
 
 
 def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> str:
-    """One line per NUMA node, one cell per core (grouped by last-level cache): the tag of the owner
-    of the core's PUs, ``.`` idle, ``*`` several owners, ``-`` not allowed. After each line: the
-    node's devices, whose memory it holds and whose CPUs on it are remote."""
+    """One line per NUMA node, one cell per core (grouped by last-level cache): its owner's tag, ``.`` idle, ``*``
+    several owners, ``-`` not allowed; then the node's devices, whose memory it holds, whose CPUs are remote."""
     paint = Paint(topology, overlay)
     width = max([len(o.tag) for o in overlay.owners] + [1])
     # last-level caches shared by cores (L3 complexes) split a node's line; private ones do not
@@ -20,7 +17,6 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
             if sum(1 for core in topology.cores if core.cpuset <= c.cpuset) > 1]
     apart = f", {llcs[0].label} groups apart" if len(llcs) > 1 else ""
     lines = [f"map: one cell per core{apart}: the process owning it, . idle, * shared, - not allowed"]
-    cores = sorted(topology.cores, key=lambda c: c.cpuset.first())
     rows: list[tuple[str, CpuSet, int | None]] = [
         (f"node {n.os_index}", n.cpuset, n.os_index) for n in topology.numa_nodes
         if n.cpuset or paint.memory_of.get(n.os_index)]
@@ -32,30 +28,24 @@ def text_map(topology: Topology, overlay: Overlay, *, colour: bool = False) -> s
         cells: list[tuple[str, str]] = []
         last_group = None
         mine = [(next((i for i, c in enumerate(llcs) if core.cpuset <= c.cpuset), len(llcs)), core)
-                for core in cores if core.cpuset <= cpus]
+                for core in topology.cores if core.cpuset <= cpus]
         for group, core in sorted(mine, key=lambda gc: (gc[0], gc[1].cpuset.first())):
-            if last_group is not None and group != last_group:
+            if cells and group != last_group:
                 cells.append((" ", ""))
             last_group = group
             cells.append(_cell(core.cpuset, topology, overlay, paint, width))
-        body = _join_cells(cells, " " if width > 1 else "", colour)
-        notes = []
         devs = sorted((d for d in topology.devices if d.numa_node == node and node is not None
                        and d.kind in ("gpu", "npu", "accel")), key=lambda d: d.index)
-        if devs:
-            notes.append(f"{devs[0].kind.upper()} " + ",".join(str(d.index) for d in devs))
-        mem = paint.memory_of.get(node, []) if node is not None else []
-        if mem:
-            notes.append("memory of " + " ".join(overlay.owners[i].tag for i in mem))
-        shared = sorted({i for core in cores if core.cpuset <= cpus and len(_owners(core.cpuset, paint)) > 1
-                         for i in _owners(core.cpuset, paint)})
-        if shared:
-            notes.append("shared by " + " ".join(overlay.owners[i].tag for i in shared))
-        remote = sorted({i for pu in cpus if pu in paint.remote for i in paint.owners_of.get(pu, [])
-                         if pu in overlay.owners[i].remote})
-        if remote:
-            notes.append("remote: " + " ".join(overlay.owners[i].tag for i in remote))
-        line = f"{name.ljust(label_w)} |{body}|"
+        notes = [f"{devs[0].kind.upper()} " + ",".join(str(d.index) for d in devs)] if devs else []
+        shared = {i for core in topology.cores if core.cpuset <= cpus and len(_owners(core.cpuset, paint)) > 1
+                  for i in _owners(core.cpuset, paint)}
+        remote = {i for pu in cpus if pu in paint.remote for i in paint.owners_of.get(pu, [])
+                  if pu in overlay.owners[i].remote}
+        for what, owners in (("memory of", paint.memory_of.get(node, [])), ("shared by", sorted(shared)),
+                             ("remote:", sorted(remote))):
+            if owners:
+                notes.append(f"{what} " + " ".join(overlay.owners[i].tag for i in owners))
+        line = f"{name.ljust(label_w)} |{_join_cells(cells, ' ' if width > 1 else '', colour)}|"
         lines.append(line + ("  " + "; ".join(notes) if notes else ""))
     return "\n".join(lines)
 
@@ -71,8 +61,7 @@ def _join_cells(cells: list[tuple[str, str]], sep: str, colour: bool) -> str:
         if k and cells[k - 1][0] != " " and text != " ":
             out.append(sep)
         if colour and code != run_code:
-            out.append("\x1b[0m" if run_code else "")
-            out.append(f"\x1b[{code}m" if code else "")
+            out.append(("\x1b[0m" if run_code else "") + (f"\x1b[{code}m" if code else ""))
             run_code = code
         out.append(text)
     if colour and run_code:
@@ -83,17 +72,14 @@ def _join_cells(cells: list[tuple[str, str]], sep: str, colour: bool) -> str:
 def _cell(core: CpuSet, topology: Topology, overlay: Overlay, paint: Paint, width: int) -> tuple[str, str]:
     """A core's text and its SGR code (colour mode): the owner's colour, underlined when remote."""
     owners = _owners(core, paint)
-    remote = any(pu in paint.remote for pu in core)
     if not core & topology.allowed_pus:
         text, code = "-", "2"  # dim
     elif not owners:
         text, code = ".", ""
     elif len(owners) == 1:
         o = overlay.owners[owners.pop()]
-        text = o.tag
-        r, g, b = rgb(o.colour)
         ink = "30" if ink_on(o.colour) == "#000" else "97"
-        code = f"{ink};48;5;{_xterm(r, g, b)}" + (";4" if remote else "")
+        text, code = o.tag, f"{ink};48;5;{_xterm(*rgb(o.colour))}" + (";4" if paint.remote & set(core) else "")
     else:
         text, code = "*", "1"
     return text.rjust(width), code

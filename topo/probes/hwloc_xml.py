@@ -1,25 +1,18 @@
-"""A Topology from an hwloc XML export (`lstopo --of xml FILE`), hwloc v2 format, v1 as well.
+"""A Topology from an hwloc XML export (`lstopo --of xml FILE`), v2 format and v1.
 
-hwloc XML is a tree of `<object type=...>` elements carrying hex bitmaps (`cpuset="0x000000ff"`,
-32-bit words most significant first, each with its own `0x`). The two formats differ where it
-matters to us:
-- v2 (`<topology version="2.0">` or later): NUMA nodes are *memory children* whose cpuset is their
-  locality; caches are `L1Cache`..`L3Cache`, `L1iCache`; distances are `<distances2>` matrices
-  indexed by OS index; the allowed sets live on the Machine.
-- v1 (`<topology>` without a version): `Socket` for Package, one `Cache` type with `depth`; NUMA
-  nodes sit in the CPU tree with their own CPUs; distances are `<distances>` by logical index,
-  as multiples of `latency_base`.
-
-hwloc does not say which CPUs a NUMA node *owns* when several share a locality (a DDR node and
-the GPU or NVM memory next to it), so we apportion: nodes with a subtype (GPUMemory, NVM, MCDRAM)
-own none, then smaller localities claim before larger ones, lower OS index first.
+v2 (`<topology version="2.0">` or later): NUMA nodes are memory children whose cpuset is their locality,
+`<distances2>` matrices by OS index, the allowed sets on the Machine. v1: `Socket`, one `Cache` type with `depth`,
+NUMA nodes in the CPU tree with their own CPUs, `<distances>` by logical index in multiples of `latency_base`.
+hwloc does not say which CPUs a NUMA node owns when several share a locality (DDR beside GPU or NVM memory):
+nodes with a subtype own none, then smaller localities claim first, lower OS index first.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field, replace
+from collections import defaultdict
+from dataclasses import replace
 from xml.parsers import expat
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet, excerpt
@@ -28,7 +21,7 @@ from topo.model import (MAX_PUS, Cache, Cluster, Core, CpuKind, Die, Group, Memo
                         Package, PciBridge, PciDevice, Topology)
 from topo.probes.devices import link_matrix, numa_from_cpus, sort_devices, sysfs_devices, tree_chains
 from topo.probes.pci import bus_key
-from topo.tree import CACHE_TYPE, GROUP_KINDS, OSDEV_TYPES
+from topo.tree import CACHE_TYPE, GROUP_KINDS, OSDEV_TYPES, merge_groups
 
 # An export holds four or five elements per PU (PU, Core, caches) and a few per PCI function, each
 # over 100 bytes of XML: four per PU of MAX_PUS is more than fits in a file topo reads. An element
@@ -53,10 +46,7 @@ _V2_CACHES = {"L1Cache": 1, "L2Cache": 2, "L3Cache": 3, "L4Cache": 4, "L5Cache":
 
 
 def parse_bitmap(text: str | None) -> CpuSet:
-    """hwloc's `0xffffffff,0x0000000f` (most significant word first, any number of words, an empty
-    word meaning zero). An infinite set's `0xf...f`
-    leading word (every higher bit set) cannot be a CpuSet; it only appears on complete sets and
-    is dropped."""
+    """hwloc's `0xffffffff,,0x0000000f` (most significant word first, empty: 0; an infinite set's `0xf...f` dropped)."""
     if not text:
         return EMPTY
     text = text.strip()
@@ -77,27 +67,9 @@ def parse_bitmap(text: str | None) -> CpuSet:
         raise ParseError(f"bad hwloc bitmap {excerpt(text)!r}: {exc}") from None
 
 
-@dataclass
-class _Walk:
-    packages: list = field(default_factory=list)
-    dies: list = field(default_factory=list)
-    clusters: list = field(default_factory=list)
-    cores: list = field(default_factory=list)
-    caches: list = field(default_factory=list)
-    nodes: list = field(default_factory=list)  # (element, locality, parent cpuset)
-    memcaches: list = field(default_factory=list)
-    groups: list = field(default_factory=list)
-    pci: list = field(default_factory=list)  # (PCIDev element, locality, parent bridge id)
-    bridges: list = field(default_factory=list)  # PciBridge
-    osdevs: list = field(default_factory=list)  # (OSDev element, locality, parent bus id)
-    pus: list = field(default_factory=list)
-
-
 def _int(el, name: str, default=None):
     value = el.get(name)
-    if value is None:
-        return default
-    return _number(value, f"{el.get('type') or el.tag} attribute {name}")
+    return default if value is None else _number(value, f"{el.get('type') or el.tag} attribute {name}")
 
 
 def _number(text: str, what: str) -> int:
@@ -124,49 +96,49 @@ def _real(text: str | None, what: str) -> float:
     return value
 
 
-def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
+def _walk(el, w: defaultdict, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
+    """`el` and the objects below it into `w`, a list per kind: model objects; (element, cpuset) for Groups; (element,
+    cpuset, parent's cpuset) for NUMA nodes; (element, parent's cpuset, bridge or bus id above) for I/O devices."""
     t = el.get("type")
     cpuset = parse_bitmap(el.get("cpuset")) & parent_set  # within its parent's, as hwloc's fixup_sets makes it
     if t in ("Package", "Socket"):
-        package = _int(el, "os_index", len(w.packages))
+        package = _int(el, "os_index", len(w["packages"]))
         model = next((i.get("value") for i in el.findall("info") if i.get("name") == "CPUModel"), None)
-        w.packages.append(Package(package, cpuset, model))
+        w["packages"].append(Package(package, cpuset, model))
     elif t == "Die":
-        w.dies.append(Die(_int(el, "os_index", len(w.dies)), package or 0, cpuset))
+        w["dies"].append(Die(_int(el, "os_index", len(w["dies"])), package or 0, cpuset))
     elif t == "Group" and (el.get("subtype") or "").lower() == "cluster":
-        w.clusters.append(Cluster(_int(el, "os_index", len(w.clusters)), package or 0, cpuset))
+        w["clusters"].append(Cluster(_int(el, "os_index", len(w["clusters"])), package or 0, cpuset))
     elif t == "Group" and el.get("kind") != str(GROUP_KINDS["io"][0]):  # I/O locality groups are no level
-        w.groups.append((el, cpuset))
+        w["groups"].append((el, cpuset))
     elif t == "Core":
-        w.cores.append(Core(_int(el, "os_index"), package, cpuset))
+        w["cores"].append(Core(_int(el, "os_index"), package, cpuset))
     elif t == "PU":
-        w.pus.append(_int(el, "os_index"))
+        w["pus"].append(_int(el, "os_index"))
     elif t in _V2_CACHES or t == "Cache":
         level = _V2_CACHES.get(t) or _int(el, "depth", 0)
-        kind = _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
-        if t in _V2_CACHES and "i" in t[2:]:
-            kind = "instruction"
+        kind = "instruction" if "i" in t[2:] else _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
         if not 1 <= level <= (3 if kind == "instruction" else 5):  # hwloc's cache types: L1-L5, L1i-L3i
             raise ParseError(f"hwloc XML: a cache of level {level}; hwloc knows levels 1-5")
         size = _int(el, "cache_size", 0)
         if size:  # hwloc keeps zero-sized caches out of lstopo's view; so do we
-            w.caches.append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
+            w["caches"].append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
                                   _int(el, "cache_associativity") or None))
     elif t == "MemCache":
         nodes = tuple(parse_bitmap(el.get("nodeset")))
-        w.memcaches.append(MemorySideCache(_int(el, "cache_size", 0), nodes, cpuset))
+        w["memcaches"].append(MemorySideCache(_int(el, "cache_size", 0), nodes, cpuset))
     elif t == "NUMANode":
-        w.nodes.append((el, cpuset, parent_set))
+        w["nodes"].append((el, cpuset, parent_set))
     elif t == "Bridge":
-        bridge = _bridge(el, io_parent, parent_set, len(w.bridges))
+        bridge = _bridge(el, io_parent, parent_set)
         if bridge is not None:
-            w.bridges.append(bridge)
+            w["bridges"].append(bridge)
             io_parent = bridge.id
     elif t == "PCIDev":
-        w.pci.append((el, parent_set, io_parent))
+        w["pci"].append((el, parent_set, io_parent))
         io_parent = el.get("pci_busid", "").lower() or io_parent
     elif t == "OSDev":
-        w.osdevs.append((el, parent_set, io_parent))
+        w["osdevs"].append((el, parent_set, io_parent))
     if t not in ("Bridge", "PCIDev", "OSDev", "Misc") and cpuset:
         parent_set = cpuset
     for child in el.findall("object"):
@@ -176,9 +148,8 @@ def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str 
 _BRIDGE_PCI = re.compile(r"([0-9a-fA-F]{1,8}):\[([0-9a-fA-F]{1,2})-([0-9a-fA-F]{1,2})\]\Z")
 
 
-def _bridge(el, parent: str | None, locality: CpuSet, n: int) -> PciBridge | None:
-    """A Bridge element: a host bridge ("0-1", below a CPU-side object) or a PCI-to-PCI one
-    ("1-1", with its own bus id); None for kinds topo does not model."""
+def _bridge(el, parent: str | None, locality: CpuSet) -> PciBridge | None:
+    """A host bridge ("0-1") or PCI-to-PCI one ("1-1", with its own bus id); None for kinds topo does not model."""
     m = _BRIDGE_PCI.match(el.get("bridge_pci") or "")
     if not m:
         return None
@@ -219,8 +190,7 @@ def _pci_device(el, locality: CpuSet, parent: str | None, nodes_at: dict[CpuSet,
 
 
 def _group_reason(el, cpuset: CpuSet) -> str:
-    """The model's reason for a Group element: by hwloc's kind, else its subtype (topo wrote the
-    reason there before it wrote kinds)."""
+    """A Group element's model reason: by hwloc's kind, else its subtype (topo's, from before it wrote kinds)."""
     kind, subkind, subtype = el.get("kind"), el.get("subkind", "0"), el.get("subtype")
     if kind == str(GROUP_KINDS["numa"][0]):
         return "numa" if cpuset else "cpu-less"
@@ -231,8 +201,7 @@ def _group_reason(el, cpuset: CpuSet) -> str:
 
 
 def _cpukinds(root, pus: CpuSet) -> tuple[CpuKind, ...]:
-    """The `<cpukind>` elements, ranked as hwloc ranks them on import (topo writes each kind's
-    efficiency as its forced_efficiency, so its own files read back equal)."""
+    """The `<cpukind>` elements ranked as hwloc ranks them on import (topo writes efficiencies as forced_efficiency)."""
     from topo.probes.cpukinds import rank_kinds
 
     kinds = []
@@ -256,9 +225,8 @@ _OSDEV_V3 = ((1 << 5, "openfabrics"), (1 << 4, "net"), (1 << 0, "block"), (1 << 
 
 
 def _os_device(el, locality: CpuSet, parent: str | None, version3: bool) -> OsDevice:
-    infos = _infos(el)
     value = el.get("osdev_type") or "0"
-    kind = infos.get("topoType")
+    kind = _infos(el).get("topoType")
     if kind is None and version3:
         bits = _number(value, "osdev_type")
         kind = next((name for bit, name in _OSDEV_V3 if bits & bit), "block")
@@ -328,9 +296,8 @@ def parse_hwloc_xml(text: str, source: str = "<xml>") -> Topology:
 
 
 def _element_tree(text: str) -> ET.Element:
-    """The document's elements as a tree, streamed through expat; ParseError at the first sign it
-    is no hwloc export: a DOCTYPE declaring entities (hwloc writes none; one repeated can cost a
-    hundred times the file) or a bound above passed. Memory stays in proportion to the file."""
+    """The document's elements, streamed through expat in memory proportional to the file; ParseError at the first
+    bound passed or DOCTYPE declaring entities (hwloc writes none; one repeated can cost a hundred times the file)."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate("utf-8")
     parser.buffer_text = True
@@ -374,15 +341,15 @@ def _element_tree(text: str) -> ET.Element:
 
 
 def _build(root, machine, version: int, source: str) -> Topology:
-    w = _Walk()
+    w: defaultdict[str, list] = defaultdict(list)
     machine_set = parse_bitmap(machine.get("cpuset"))
     _walk(machine, w, None, machine_set)
-    pus = CpuSet(p for p in w.pus if p is not None) if w.pus else machine_set
+    pus = CpuSet(p for p in w["pus"] if p is not None) if w["pus"] else machine_set
     complete = parse_bitmap(machine.get("complete_cpuset")) | pus
     allowed = (parse_bitmap(machine.get("allowed_cpuset")) & pus) if machine.get("allowed_cpuset") else pus
     machine_info = _infos(machine)
     online = CpuSet.parse(machine_info["topoOnlineCPUs"]) if "topoOnlineCPUs" in machine_info else pus
-    node_ids = [_int(el, "os_index", i) for i, (el, _, _) in enumerate(w.nodes)]
+    node_ids = [_int(el, "os_index", i) for i, (el, _, _) in enumerate(w["nodes"])]
     all_nodes = CpuSet(node_ids)
     allowed_nodes = (parse_bitmap(machine.get("allowed_nodeset")) & all_nodes
                      if machine.get("allowed_nodeset") else all_nodes)
@@ -392,12 +359,12 @@ def _build(root, machine, version: int, source: str) -> Topology:
     complete_own: dict[int, CpuSet] = {}
     localities: dict[int, CpuSet] = {}
     if version == 1:
-        for i, (el, cpuset, parent_set) in zip(node_ids, w.nodes):
+        for i, (el, cpuset, parent_set) in zip(node_ids, w["nodes"]):
             complete_own[i] = parse_bitmap(el.get("complete_cpuset")) | cpuset
             localities[i] = cpuset if complete_own[i] else parent_set
     else:
         complete_localities = []  # (node, locality, memory-only: a subtype or topo's flag)
-        for i, (el, cpuset, _) in zip(node_ids, w.nodes):
+        for i, (el, cpuset, _) in zip(node_ids, w["nodes"]):
             # a v2 memory child's cpuset is its locality, unless topo wrote another one
             written = _infos(el).get("topoLocality")
             localities[i] = cpuset if written is None else EMPTY if written == "none" else CpuSet.parse(written)
@@ -410,83 +377,65 @@ def _build(root, machine, version: int, source: str) -> Topology:
         for i, held, memory_only in sorted(complete_localities, key=lambda n: (bool(n[2]), n[1].weight(), n[0])):
             complete_own[i] = EMPTY if memory_only else held - owned
             owned |= complete_own[i]
-    gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
+    gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w["nodes"])}
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
     if len(node_ids) == 1 and "topoNodeDistances" in machine_info:  # the 1x1 matrix hwloc keeps none of
         pairs = [x.partition(":") for x in machine_info["topoNodeDistances"].split()]
         distances = {node_ids[0]: {_number(a, "topoNodeDistances"): _number(b, "topoNodeDistances")
                                    for a, _, b in pairs}}
-    nodes = tuple(sorted((
-        NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0),
-                 _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1", localities[i],
-                 {j: v for j, v in distances.get(i, {}).items() if j in all_nodes}, el.get("subtype"),
-                 _infos(el).get("PCIBusID"))
-        for i, (el, _, _) in zip(node_ids, w.nodes)
-    ), key=lambda n: n.os_index))
+    nodes = tuple(sorted((NumaNode(i, complete_own[i] & pus, _int(el, "local_memory", 0),
+                                   _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1",
+                                   localities[i], {j: v for j, v in distances.get(i, {}).items() if j in all_nodes},
+                                   el.get("subtype"), _infos(el).get("PCIBusID"))
+                          for i, (el, _, _) in zip(node_ids, w["nodes"])), key=lambda n: n.os_index))
     if not nodes:  # hwloc always has a node; a hand-written file may not
         nodes = (NumaNode(0, pus, 0, False, pus, {0: 10}),)
         allowed_nodes = CpuSet([0])
 
     groups = []
-    taken = {o.cpuset for o in (*w.packages, *w.dies, *w.cores, *w.caches)} | {pus}
-    for el, written in w.groups:
+    for el, written in w["groups"]:
         cpuset = written & pus  # a CPU without a PU element is none
-        if written and (not cpuset or cpuset in taken or cpuset.weight() == 1):
-            continue  # hwloc merges a Group into an object with its CPUs (hwloc__insert_try_merge_group)
-        taken.add(cpuset)
+        if written and not cpuset:
+            continue
         if cpuset:
             members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
         else:  # topo's Group of the nodes without locality
             members = tuple(n.os_index for n in nodes if not n.locality)
         groups.append(Group(cpuset, members, _group_reason(el, cpuset)))
+    groups = merge_groups(groups, [o.cpuset for o in (*w["packages"], *w["dies"], *w["cores"], *w["caches"])], pus)
     nodes_at: dict[CpuSet, list[int]] = {}  # locality -> nodes: one lookup per PCI device
     for n in nodes:
         nodes_at.setdefault(n.locality, []).append(n.os_index)
-    pci = sorted((_pci_device(el, loc, parent, nodes_at) for el, loc, parent in w.pci), key=lambda d: bus_key(d.busid))
-    pci = tuple(d for d in pci if not d.class_id.startswith("06"))
-    bridges = tuple(sorted(w.bridges, key=lambda b: (b.parent is not None, bus_key(b.id) if b.parent else
+    pci = (_pci_device(el, loc, parent, nodes_at) for el, loc, parent in w["pci"])
+    pci = tuple(sorted((d for d in pci if not d.class_id.startswith("06")), key=lambda d: bus_key(d.busid)))
+    bridges = tuple(sorted(w["bridges"], key=lambda b: (b.parent is not None, bus_key(b.id) if b.parent else
                                                      (b.domain, b.secondary_bus, 0, 0))))
     version3 = (root.get("version") or "").startswith("3")
-    osdevs = tuple(_os_device(el, loc, parent, version3) for el, loc, parent in w.osdevs)
+    osdevs = tuple(_os_device(el, loc, parent, version3) for el, loc, parent in w["osdevs"])
     info = {k: v for k, v in machine_info.items() if not k.startswith("topo")}
-    packages = sorted(w.packages, key=lambda p: p.cpuset.first())
     topology = Topology(
-        root=source,
-        pus=pus,
-        allowed_pus=allowed,
-        complete_pus=complete,
-        online_pus=online | pus,
-        allowed_numa_nodes=allowed_nodes,
-        packages=tuple(packages),
-        numa_nodes=nodes,
-        cores=tuple(sorted(w.cores, key=lambda c: c.cpuset.first())),
-        caches=tuple(sorted(w.caches, key=lambda c: (c.level, c.type != "data", c.cpuset.first()))),
-        dies=tuple(w.dies),
-        clusters=tuple(w.clusters),
-        groups=tuple(groups),
-        memory_side_caches=tuple(w.memcaches),
-        pci_devices=pci,
-        pci_bridges=bridges,
-        os_devices=osdevs,
-        include_disallowed=machine_info.get("topoIncludeDisallowed") == "1",
-        cpukinds=_cpukinds(root, pus),
-        probes={"hwloc-xml": f"ok (hwloc v{version} format)"},
-        info=info,
-    )
-    devices = [numa_from_cpus(d, topology) for d in _with_nvml_identity(sysfs_devices(topology), w.pci)]
+        root=source, pus=pus, allowed_pus=allowed, complete_pus=complete, online_pus=online | pus,
+        allowed_numa_nodes=allowed_nodes, numa_nodes=nodes,
+        packages=tuple(sorted(w["packages"], key=lambda p: p.cpuset.first())),
+        cores=tuple(sorted(w["cores"], key=lambda c: c.cpuset.first())),
+        caches=tuple(sorted(w["caches"], key=lambda c: (c.level, c.type != "data", c.cpuset.first()))),
+        dies=tuple(w["dies"]), clusters=tuple(w["clusters"]), groups=tuple(groups),
+        memory_side_caches=tuple(w["memcaches"]), pci_devices=pci, pci_bridges=bridges, os_devices=osdevs,
+        include_disallowed=machine_info.get("topoIncludeDisallowed") == "1", cpukinds=_cpukinds(root, pus),
+        probes={"hwloc-xml": f"ok (hwloc v{version} format)"}, info=info)
+    devices = [numa_from_cpus(d, topology) for d in _with_nvml_identity(sysfs_devices(topology), w["pci"])]
     devices = sort_devices(devices)
     return topology.with_devices(devices, links=link_matrix(devices, tree_chains(topology), {}))
 
 
 def _with_nvml_identity(devices, pci_elements):
-    """GPUs an export made with hwloc's NVML backend carry their NVML index (`nvml3`), model and
-    UUID on an OSDev: use them, so CUDA_VISIBLE_DEVICES UUIDs resolve on a topology from a file."""
+    """GPUs with the NVML index (`nvml3`), model and UUID of their OSDev in an export made with hwloc's NVML."""
     found = {}
     for el, _, _ in pci_elements:
         for osdev in el.iter("object"):
             m = re.fullmatch(r"nvml([0-9]{1,6})", osdev.get("name") or "")
             if osdev.get("type") == "OSDev" and m:
-                info = {i.get("name"): i.get("value") for i in osdev.findall("info")}
+                info = _infos(osdev)
                 found[el.get("pci_busid", "").lower()] = (int(m.group(1)), info.get("GPUModel"), info.get("NVIDIAUUID"))
     out = []
     for d in devices:
