@@ -32,11 +32,14 @@ from topo.errors import UsageError
 
 def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
              topology: Callable | object | None = None) -> Plan:
-    """The plan the executor runs: per worker its argv, torchrun's environment, binding and log
-    layout (each attempt under `<run dir>/attempt_<n>/`, the run dir given as the plan's log_dir),
-    and the restart policy. UsageError before anything is created or started."""
+    """Per worker its argv, torchrun's environment, binding and log layout (`<run dir>/attempt_<n>/`,
+    the run dir being the plan's log_dir), and the restart policy; UsageError before anything starts."""
     environ, command, bindings, warnings = _prepare(config, environ, topology)
-    port = config.master_port if config.master_port is not None else _free_port()
+    port = config.master_port
+    if port is None:  # a port free on every interface now, for rank 0's TCPStore (torchrun binds port 0 too)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
     run_id = config.run_id or str(uuid.uuid4())
     shared = sharers(bindings)
     # torch 2.15 on: HIP_VISIBLE_DEVICES, when set, is what --virtual-local-rank maps (ROCm reads it first)
@@ -48,9 +51,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     shown = [config.local_ranks_filter is None or r in config.local_ranks_filter for r in range(len(bindings))]
 
     def worker_env(local_rank: int, restart: int, error_file: str) -> dict[str, str]:
-        """torchrun's variables (local_elastic_agent._start_workers), plus OMP_NUM_THREADS if bound."""
-        c = config
-        rank = c.rank(local_rank)
+        c, rank = config, config.rank(local_rank)  # torchrun's variables (local_elastic_agent._start_workers)
         env = {
             "LOCAL_RANK": str(local_rank), "RANK": str(rank), "GROUP_RANK": str(c.node_rank),
             "ROLE_RANK": str(rank), "ROLE_NAME": c.role, "LOCAL_WORLD_SIZE": str(c.nproc_per_node),
@@ -168,13 +169,6 @@ def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings:
         if not b.is_bound:
             warnings.append(f"local rank {rank}: mode {config.numa_binding} gives {key} no binding; it runs unbound")
     return bindings
-
-
-def _free_port() -> int:
-    """A port free on every interface now, for rank 0's TCPStore (torchrun binds port 0 likewise)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology=None,
