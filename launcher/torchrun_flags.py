@@ -49,7 +49,6 @@ class TorchrunRelease:
 
 
 TORCHRUN_RELEASES = (  # oldest first; 2.9 is the first with --numa-binding
-    # release, master_port, signals_variable, cpu_word_allowed, hip_virtual_devices
     TorchrunRelease((2, 9), DEFAULT_MASTER_PORT, False, False, False),
     TorchrunRelease((2, 10), DEFAULT_MASTER_PORT, True, False, False),
     TorchrunRelease((2, 12), None, True, True, False),
@@ -173,7 +172,6 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable,
                              "CUDA_VISIBLE_DEVICES); give a number of workers")
         return cpus
     raise UsageError(f"--nproc-per-node={text!r}: give a number, or gpu, cpu, xpu or auto")
-
 
 
 @dataclass(frozen=True)
@@ -350,9 +348,8 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
 
 def _torch_agent_form(values: Mapping[str, object], min_nodes: int, max_nodes: int, backend: str,
                       node_rank_known: bool, torch: bool) -> str | None:
-    """The flag that makes this a job for torch's rendezvous and agent, or None for one topo's
-    static plan runs: one node under the static or c10d backend, or nodes that each know their
-    --node-rank under the static backend (under c10d too, where torch is not importable)."""
+    """The flag that makes this a job for torch's agent; None for topo's static plan: one node under
+    static or c10d, or nodes that each know their --node-rank (c10d too where torch is missing)."""
     if min_nodes != max_nodes:
         return f"--nnodes={min_nodes}:{max_nodes}"
     if str(values["rdzv_conf"]).strip():
@@ -370,7 +367,6 @@ def _torch_agent_form(values: Mapping[str, object], min_nodes: int, max_nodes: i
 
 
 def _seconds(value, name: str, fix: str = "") -> float:
-    """A duration: a number (click's SECONDS read it), or text read by ascii_seconds."""
     seconds = ascii_seconds(value.strip()) if isinstance(value, str) else float(value)
     if seconds is None:
         raise UsageError(f"{name}={excerpt(value, 40)!r} is not {SECONDS_FORM}{fix}")
