@@ -18,8 +18,8 @@ import psutil
 from topo.launcher import verify
 from topo.launcher.environ import describe_threads, sharers, thread_env
 from topo.launcher.procgroup import LaunchError
-from topo.launcher.supervisor import EXEC_TIMEOUT, describe_code, exit_code
-from topo.launcher.torchrun_errors import format_failures, read_failure
+from topo.launcher.supervisor import EXEC_TIMEOUT, exit_code
+from topo.launcher.torchrun_errors import read_failure, report
 from topo.launcher.torchrun_flags import DEFAULT_LINE_PREFIX, DEFAULT_SIGNALS, RunConfig
 from topo.binding import BINDING_VAR, Binding, observe
 from topo.cpuset import excerpt
@@ -133,21 +133,19 @@ def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[s
         os.environ["OMP_NUM_THREADS"] = "1"
         say(f"OMP_NUM_THREADS=1 for each of the {config.nproc_per_node} workers (they share this node's CPUs); "
             "set OMP_NUM_THREADS to tune it")
-    report = describe_threads([f"local rank {r}" for r in range(len(bindings))], bindings, threads)
-    if report:
-        say(report)
+    if note := describe_threads([f"local rank {r}" for r in range(len(bindings))], bindings, threads):
+        say(note)
     bound = argv[1:1 + len(BINDEXEC)] == list(BINDEXEC)
     check = WorkerCheck(say, argv[:1 + len(BINDEXEC)] if bound else ())
-    code, failure, others = 0, None, ()
+    code, failures = 0, []
     check.start()
     try:
         elastic_launch(launch, argv[0])(*argv[1:])
     except ChildFailedError as exc:
-        failures = {r: read_failure(rank=r, local_rank=f.local_rank, pid=f.pid, exitcode=f.exitcode,
-                                    error_file=f.error_file) for r, f in exc.failures.items()}
-        rank, first = exc.get_first_failure()
-        failure = failures.pop(rank)
-        others = tuple(failures.values())
+        root, first = exc.get_first_failure()
+        failures = [read_failure(rank=r, local_rank=f.local_rank, pid=f.pid, exitcode=f.exitcode,
+                                 error_file=f.error_file)
+                    for r, f in sorted(exc.failures.items(), key=lambda item: item[0] != root)]  # the root cause first
         code = exit_code(first.exitcode)
     except SignalException as exc:
         # torchrun ends with an uncaught SignalException, exit 1; for the others, 128 + n
@@ -158,11 +156,8 @@ def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[s
     finally:
         check.done.set()
         check.join(EXEC_TIMEOUT)
-    run_dir = launch.logs_specs.root_log_dir
-    if failure is not None:
-        print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
-        say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with {describe_code(failure.exitcode)}; "
-            f"logs and error files under {run_dir}")
+    if failures:
+        report(err, config.script, failures, "", launch.logs_specs.root_log_dir)
     return code
 
 

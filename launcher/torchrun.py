@@ -23,8 +23,8 @@ from topo.launcher.job import check_log_dir
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec
 from topo.launcher.run import execute
-from topo.launcher.supervisor import describe_code, read_log
-from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
+from topo.launcher.supervisor import read_log
+from topo.launcher.torchrun_errors import Failure, read_failure, report
 from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, discover_here, parse_signals
 from topo.binding import Binding
 from topo.errors import UsageError
@@ -211,22 +211,18 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
                      err=err, say=say, prepare=make_run_dir,
                      handled=tuple(signal.Signals[name] for name in parse_signals(config.signals_to_handle)))
     restart, received, code, first = result.restarts, result.signal, result.exit_code, result.failed_process
-    failure, others = None, []
-    if first is not None:
-        ended = [first, *(p for p in result.processes if p.popen.returncode not in (None, 0) and p is not first)]
-        failure, *others = [read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid,
-                                         exitcode=p.popen.returncode, error_file=p.spec.env["TORCHELASTIC_ERROR_FILE"])
-                            for p in ended]
+    ended = [] if first is None else [first, *(p for p in result.processes
+                                               if p.popen.returncode not in (None, 0) and p is not first)]
+    failures = [read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid, exitcode=p.popen.returncode,
+                             error_file=p.spec.env["TORCHELASTIC_ERROR_FILE"]) for p in ended]
     if received is not None:
         # torchrun ends with an uncaught SignalException, exit 1; for the others, 128 + n
         code = 1 if received == signal.SIGINT else 128 + received
         say(f"received {signal.Signals(received).name} during attempt {restart}; no further attempt (exit {code})")
-    if failure is not None:
-        print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
-        say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with "
-            f"{describe_code(failure.exitcode)} on attempt {restart}; logs and error files under {run_dir}")
-        hint = _interpreter_hint(plan, config, failure,
-                                 os.path.join(run_dir, f"attempt_{restart}", str(failure.local_rank)))
+    if failures:
+        report(err, config.script, failures, f" on attempt {restart}", run_dir)
+        hint = _interpreter_hint(plan, config, failures[0],
+                                 os.path.join(run_dir, f"attempt_{restart}", str(failures[0].local_rank)))
         if hint:
             say(hint)
     elif config.log_dir is None:  # a success, or a stop by signal: no error file to keep
