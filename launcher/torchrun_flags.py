@@ -58,9 +58,7 @@ TORCHRUN_RELEASES = (  # oldest first; 2.9 is the first with --numa-binding
 
 def torchrun_release(version: tuple[int, int] | None) -> TorchrunRelease:
     """The row for torch `version`: the newest for None (no torch) or newer, the oldest for older."""
-    if version is None:
-        return TORCHRUN_RELEASES[-1]
-    rows = [r for r in TORCHRUN_RELEASES if r.release <= version]
+    rows = [r for r in TORCHRUN_RELEASES if version is None or r.release <= version]
     return rows[-1] if rows else TORCHRUN_RELEASES[0]
 
 
