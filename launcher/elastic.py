@@ -5,6 +5,7 @@ each one back from /proc, and reports a failure as the static plan does."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import signal
@@ -115,9 +116,7 @@ def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[s
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
-    def say(text: str) -> None:
-        print(f"topo run: {text}", file=err, flush=True)
-
+    say = functools.partial(print, "topo run:", file=err, flush=True)  # one line of topo run's own to err
     launch, missing = launch_config(config)
     for name in missing:
         say(f"warning: torch {torch.__version__}'s agent has no {name}; --{name.replace('_', '-')} is not used")

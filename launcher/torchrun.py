@@ -5,6 +5,7 @@ verified in /proc, a failed job exits with the worker's code, a bound worker get
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -186,9 +187,7 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
         print(describe_run(plan, config), file=out)
         return 0
 
-    def say(text: str) -> None:
-        print(f"topo run: {text}", file=err, flush=True)
-
+    say = functools.partial(print, "topo run:", file=err, flush=True)  # one line of topo run's own to err
     run_dir = None
 
     def make_run_dir(plan: Plan) -> Plan:
