@@ -5,6 +5,7 @@ each one back from /proc, and reports a failure as the static plan does."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import signal
@@ -18,8 +19,8 @@ import psutil
 from topo.launcher import verify
 from topo.launcher.environ import describe_threads, sharers, thread_env
 from topo.launcher.procgroup import LaunchError
-from topo.launcher.supervisor import EXEC_TIMEOUT, describe_code, exit_code
-from topo.launcher.torchrun_errors import format_failures, read_failure
+from topo.launcher.supervisor import EXEC_TIMEOUT, exit_code
+from topo.launcher.torchrun_errors import read_failure, report
 from topo.launcher.torchrun_flags import DEFAULT_LINE_PREFIX, DEFAULT_SIGNALS, RunConfig
 from topo.binding import BINDING_VAR, Binding, observe
 from topo.cpuset import excerpt
@@ -62,7 +63,6 @@ def launch_config(config: RunConfig):
     if config.rdzv_backend == "static":
         rdzv_configs["rank"] = config.node_rank
         endpoint = endpoint or f"{config.master_addr}:{config.master_port}"
-    ranks = set(config.local_ranks_filter) if config.local_ranks_filter is not None else None
     wanted = {
         "min_nodes": config.min_nodes or config.nnodes, "max_nodes": config.nnodes,
         "nproc_per_node": config.nproc_per_node, "run_id": config.run_id, "role": config.role,
@@ -71,7 +71,7 @@ def launch_config(config: RunConfig):
         "start_method": str(extras["start_method"]), "local_addr": config.local_addr,
         "event_log_handler": str(extras["event_log_handler"]),
         "logs_specs": logs_specs_class(log_dir=config.log_dir, redirects=Std.from_str(config.redirects),
-                                       tee=Std.from_str(config.tee), local_ranks_filter=ranks),
+                                       tee=Std.from_str(config.tee), local_ranks_filter=config.local_ranks_filter),
         "log_line_prefix_template": None if config.line_prefix == DEFAULT_LINE_PREFIX else config.line_prefix,
         "signals_to_handle": config.signals_to_handle, "virtual_local_rank": config.virtual_local_rank,
         "duplicate_stdout_filters": _filters(extras["duplicate_stdout_filters"]),
@@ -116,9 +116,7 @@ def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[s
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
-    def say(text: str) -> None:
-        print(f"topo run: {text}", file=err, flush=True)
-
+    say = functools.partial(print, "topo run:", file=err, flush=True)  # one line of topo run's own to err
     launch, missing = launch_config(config)
     for name in missing:
         say(f"warning: torch {torch.__version__}'s agent has no {name}; --{name.replace('_', '-')} is not used")
@@ -133,21 +131,21 @@ def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[s
         os.environ["OMP_NUM_THREADS"] = "1"
         say(f"OMP_NUM_THREADS=1 for each of the {config.nproc_per_node} workers (they share this node's CPUs); "
             "set OMP_NUM_THREADS to tune it")
-    report = describe_threads([f"local rank {r}" for r in range(len(bindings))], bindings, threads)
-    if report:
-        say(report)
+    if note := describe_threads([f"local rank {r}" for r in range(len(bindings))], bindings, threads):
+        say(note)
     bound = argv[1:1 + len(BINDEXEC)] == list(BINDEXEC)
-    check = WorkerCheck(say, argv[:1 + len(BINDEXEC)] if bound else ())
-    code, failure, others = 0, None, ()
+    done = threading.Event()  # set, then join: the job has ended
+    check = threading.Thread(target=check_workers, args=(say, argv[:1 + len(BINDEXEC)] if bound else (), done),
+                             name="topo-worker-check", daemon=True)
+    code, failures = 0, []
     check.start()
     try:
         elastic_launch(launch, argv[0])(*argv[1:])
     except ChildFailedError as exc:
-        failures = {r: read_failure(rank=r, local_rank=f.local_rank, pid=f.pid, exitcode=f.exitcode,
-                                    error_file=f.error_file) for r, f in exc.failures.items()}
-        rank, first = exc.get_first_failure()
-        failure = failures.pop(rank)
-        others = tuple(failures.values())
+        root, first = exc.get_first_failure()
+        failures = [read_failure(rank=r, local_rank=f.local_rank, pid=f.pid, exitcode=f.exitcode,
+                                 error_file=f.error_file)
+                    for r, f in sorted(exc.failures.items(), key=lambda item: item[0] != root)]  # the root cause first
         code = exit_code(first.exitcode)
     except SignalException as exc:
         # torchrun ends with an uncaught SignalException, exit 1; for the others, 128 + n
@@ -156,65 +154,55 @@ def run_agent(config: RunConfig, environ: Mapping[str, str], command: Sequence[s
     except (RendezvousError, ValueError, RuntimeError) as exc:
         raise LaunchError(f"torch's rendezvous or agent failed: {type(exc).__name__}: {exc}") from None
     finally:
-        check.done.set()
+        done.set()
         check.join(EXEC_TIMEOUT)
-    run_dir = launch.logs_specs.root_log_dir
-    if failure is not None:
-        print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
-        say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with {describe_code(failure.exitcode)}; "
-            f"logs and error files under {run_dir}")
+    if failures:
+        report(err, config.script, failures, "", launch.logs_specs.root_log_dir)
     return code
 
 
-class WorkerCheck(threading.Thread):
-    """Follows the workers torch's agent starts (this process's children): once one has left
-    `prefix` (bindexec), says whether its CPUs and memory policy in /proc are what bindexec applied
-    (TOPO_BINDING in its environment)."""
-
-    def __init__(self, say, prefix: Sequence[str]):
-        super().__init__(name="topo-worker-check", daemon=True)
-        self.say = say
-        self.prefix = tuple(prefix)
-        self.done = threading.Event()  # set, then join: the job has ended
-
-    def run(self) -> None:
-        me, seen = psutil.Process(), set()
-        mine = tuple(me.cmdline())  # what a child shows between fork and exec
-        while not self.done.wait(0.02):
-            try:
-                children = me.children()
-            except psutil.Error:
-                continue
-            for child in children:
-                if child.pid not in seen:
-                    seen.add(child.pid)
-                    self._check(child, mine)
-
-    def _check(self, child, mine: tuple[str, ...]) -> None:
-        if not verify.wait_for_exec(child.pid, (mine, self.prefix), EXEC_TIMEOUT):
-            return  # it ended first: bindexec said why on its stderr, and the agent reports the exit
+def check_workers(say, prefix: Sequence[str], done: threading.Event) -> None:
+    """Follows the workers torch's agent starts (this process's children) until `done`: once one has
+    left `prefix` (bindexec), says whether its CPUs and memory policy in /proc are what bindexec
+    applied (TOPO_BINDING in its environment)."""
+    me, seen = psutil.Process(), set()
+    prefixes = (tuple(me.cmdline()), tuple(prefix))  # what a child shows between fork and exec, then bindexec
+    while not done.wait(0.02):
         try:
-            env = child.environ()
+            children = me.children()
         except psutil.Error:
-            return
-        if "TORCHELASTIC_RUN_ID" not in env:
-            return  # not a worker (a helper process of the agent's)
-        attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
-        name = f"rank {env.get('RANK', '?')} (local rank {env.get('LOCAL_RANK', '?')}, attempt {attempt})"
-        try:
-            held = Binding.from_env(env.get(BINDING_VAR, ""))
-        except ParseError:
-            held = Binding()
-        try:
-            observed = observe(child.pid)
-        except OSError:
-            observed = None  # it ended
-        if observed is None:
-            self.say(f"{name}: exited before it could be checked")
-        elif not held.is_bound:
-            self.say(f"{name}: not bound (runs on CPUs {observed.cpus})")
-        elif problem := verify.mismatch(held, observed):
-            self.say(f"{name}: bound to {held.describe()}; {problem}: changed after start (by the process "
-                     "itself or another tool); the job goes on")
-        else:
-            self.say(f"{name}: {held.describe()} (verified)")
+            continue
+        for child in children:
+            if child.pid not in seen:
+                seen.add(child.pid)
+                _check_worker(say, child, prefixes)
+
+
+def _check_worker(say, child: psutil.Process, prefixes) -> None:
+    if not verify.wait_for_exec(child.pid, prefixes, EXEC_TIMEOUT):
+        return  # it ended first: bindexec said why on its stderr, and the agent reports the exit
+    try:
+        env = child.environ()
+    except psutil.Error:
+        return
+    if "TORCHELASTIC_RUN_ID" not in env:
+        return  # not a worker (a helper process of the agent's)
+    attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    name = f"rank {env.get('RANK', '?')} (local rank {env.get('LOCAL_RANK', '?')}, attempt {attempt})"
+    try:
+        held = Binding.from_env(env.get(BINDING_VAR, ""))
+    except ParseError:
+        held = Binding()
+    try:
+        observed = observe(child.pid)
+    except OSError:
+        observed = None  # it ended
+    if observed is None:
+        say(f"{name}: exited before it could be checked")
+    elif not held.is_bound:
+        say(f"{name}: not bound (runs on CPUs {observed.cpus})")
+    elif problem := verify.mismatch(held, observed):
+        say(f"{name}: bound to {held.describe()}; {problem}: changed after start (by the process itself or another "
+            "tool); the job goes on")
+    else:
+        say(f"{name}: {held.describe()} (verified)")

@@ -15,7 +15,7 @@ from topo.launcher import environ as envs, network
 from topo.launcher.binding import resolve_bindings
 from topo.launcher.environ import MANAGED_VARS
 from topo.launcher.files import LAUNCH_JSON, previous_logs, replaceable
-from topo.launcher.options import parse_bind_numa
+from topo.launcher.config import parse_bind_numa
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import ProcessSpec
 from topo.numbers import ascii_number

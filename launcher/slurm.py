@@ -111,7 +111,6 @@ class SlurmNode:
 
     @property
     def master_addr(self) -> str | None:
-        """The first node, checked as a host name."""
         if not self.nodelist:
             return None
         host = first_host(self.nodelist)
@@ -141,7 +140,6 @@ def slurm_node(environ: Mapping[str, str]) -> SlurmNode | None:
 
 
 def _count(environ: Mapping[str, str], name: str) -> int | None:
-    """A count variable's value; None when it is not set."""
     text = environ.get(name, "").strip()
     if not text:
         return None

@@ -5,6 +5,7 @@ verified in /proc, a failed job exits with the worker's code, a bound worker get
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -23,8 +24,8 @@ from topo.launcher.job import check_log_dir
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import INHERIT, LaunchError, ProcessSpec
 from topo.launcher.run import execute
-from topo.launcher.supervisor import describe_code, read_log
-from topo.launcher.torchrun_errors import Failure, format_failures, read_failure
+from topo.launcher.supervisor import read_log
+from topo.launcher.torchrun_errors import Failure, read_failure, report
 from topo.launcher.torchrun_flags import STD_ERR, STD_OUT, RunConfig, discover_here, parse_signals
 from topo.binding import Binding
 from topo.errors import UsageError
@@ -32,11 +33,14 @@ from topo.errors import UsageError
 
 def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
              topology: Callable | object | None = None) -> Plan:
-    """The plan the executor runs: per worker its argv, torchrun's environment, binding and log
-    layout (each attempt under `<run dir>/attempt_<n>/`, the run dir given as the plan's log_dir),
-    and the restart policy. UsageError before anything is created or started."""
+    """Per worker its argv, torchrun's environment, binding and log layout (`<run dir>/attempt_<n>/`,
+    the run dir being the plan's log_dir), and the restart policy; UsageError before anything starts."""
     environ, command, bindings, warnings = _prepare(config, environ, topology)
-    port = config.master_port if config.master_port is not None else _free_port()
+    port = config.master_port
+    if port is None:  # a port free on every interface now, for rank 0's TCPStore (torchrun binds port 0 too)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
     run_id = config.run_id or str(uuid.uuid4())
     shared = sharers(bindings)
     # torch 2.15 on: HIP_VISIBLE_DEVICES, when set, is what --virtual-local-rank maps (ROCm reads it first)
@@ -48,9 +52,7 @@ def plan_run(config: RunConfig, *, environ: Mapping[str, str] | None = None,
     shown = [config.local_ranks_filter is None or r in config.local_ranks_filter for r in range(len(bindings))]
 
     def worker_env(local_rank: int, restart: int, error_file: str) -> dict[str, str]:
-        """torchrun's variables (local_elastic_agent._start_workers), plus OMP_NUM_THREADS if bound."""
-        c = config
-        rank = c.rank(local_rank)
+        c, rank = config, config.rank(local_rank)  # torchrun's variables (local_elastic_agent._start_workers)
         env = {
             "LOCAL_RANK": str(local_rank), "RANK": str(rank), "GROUP_RANK": str(c.node_rank),
             "ROLE_RANK": str(rank), "ROLE_NAME": c.role, "LOCAL_WORLD_SIZE": str(c.nproc_per_node),
@@ -170,13 +172,6 @@ def _bindings(config: RunConfig, environ: Mapping[str, str], topology, warnings:
     return bindings
 
 
-def _free_port() -> int:
-    """A port free on every interface now, for rank 0's TCPStore (torchrun binds port 0 likewise)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology=None,
         out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the local worker group (under torch's agent where the job needs its rendezvous), restart
@@ -192,9 +187,7 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
         print(describe_run(plan, config), file=out)
         return 0
 
-    def say(text: str) -> None:
-        print(f"topo run: {text}", file=err, flush=True)
-
+    say = functools.partial(print, "topo run:", file=err, flush=True)  # one line of topo run's own to err
     run_dir = None
 
     def make_run_dir(plan: Plan) -> Plan:
@@ -217,22 +210,18 @@ def run(config: RunConfig, *, environ: Mapping[str, str] | None = None, topology
                      err=err, say=say, prepare=make_run_dir,
                      handled=tuple(signal.Signals[name] for name in parse_signals(config.signals_to_handle)))
     restart, received, code, first = result.restarts, result.signal, result.exit_code, result.failed_process
-    failure, others = None, []
-    if first is not None:
-        ended = [first, *(p for p in result.processes if p.popen.returncode not in (None, 0) and p is not first)]
-        failure, *others = [read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid,
-                                         exitcode=p.popen.returncode, error_file=p.spec.env["TORCHELASTIC_ERROR_FILE"])
-                            for p in ended]
+    ended = [] if first is None else [first, *(p for p in result.processes
+                                               if p.popen.returncode not in (None, 0) and p is not first)]
+    failures = [read_failure(rank=p.spec.rank, local_rank=p.spec.local_rank, pid=p.pid, exitcode=p.popen.returncode,
+                             error_file=p.spec.env["TORCHELASTIC_ERROR_FILE"]) for p in ended]
     if received is not None:
         # torchrun ends with an uncaught SignalException, exit 1; for the others, 128 + n
         code = 1 if received == signal.SIGINT else 128 + received
         say(f"received {signal.Signals(received).name} during attempt {restart}; no further attempt (exit {code})")
-    if failure is not None:
-        print(format_failures(f"{config.script} FAILED", failure, others), file=err, flush=True)
-        say(f"rank {failure.rank} (local rank {failure.local_rank}) failed with "
-            f"{describe_code(failure.exitcode)} on attempt {restart}; logs and error files under {run_dir}")
-        hint = _interpreter_hint(plan, config, failure,
-                                 os.path.join(run_dir, f"attempt_{restart}", str(failure.local_rank)))
+    if failures:
+        report(err, config.script, failures, f" on attempt {restart}", run_dir)
+        hint = _interpreter_hint(plan, config, failures[0],
+                                 os.path.join(run_dir, f"attempt_{restart}", str(failures[0].local_rank)))
         if hint:
             say(hint)
     elif config.log_dir is None:  # a success, or a stop by signal: no error file to keep

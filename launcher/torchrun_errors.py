@@ -7,10 +7,10 @@ import json
 import socket
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from topo.binding import read_bounded
-from topo.launcher.supervisor import signal_name
+from topo.launcher.supervisor import describe_code, signal_name
 
 NO_ERROR_FILE = "<N/A>"
 ERROR_FILE_LIMIT = 4 << 20  # bytes of an error file read at most: a traceback is far smaller
@@ -86,3 +86,11 @@ def format_failures(title: str, root: Failure, others: Sequence[Failure]) -> str
     return "\n".join([
         "=" * width, title, "-" * width, "Failures:", "\n".join(blocks) or "  <NO_OTHER_FAILURES>", "-" * width,
         "Root Cause (first observed failure):", block(0, root), "=" * width])
+
+
+def report(err: TextIO, script: str, failures: Sequence[Failure], when: str, run_dir: str) -> None:
+    """torchrun's report of the failed workers (the first the root cause), and where their logs are."""
+    root = failures[0]
+    print(format_failures(f"{script} FAILED", root, failures[1:]), file=err)
+    print(f"topo run: rank {root.rank} (local rank {root.local_rank}) failed with {describe_code(root.exitcode)}"
+          f"{when}; logs and error files under {run_dir}", file=err, flush=True)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import os
 import re
 import signal
@@ -49,42 +49,27 @@ class TorchrunRelease:
 
 
 TORCHRUN_RELEASES = (  # oldest first; 2.9 is the first with --numa-binding
-    # release, master_port, signals_variable, cpu_word_allowed, hip_virtual_devices
     TorchrunRelease((2, 9), DEFAULT_MASTER_PORT, False, False, False),
     TorchrunRelease((2, 10), DEFAULT_MASTER_PORT, True, False, False),
     TorchrunRelease((2, 12), None, True, True, False),
     TorchrunRelease((2, 15), None, True, True, True),
 )
-TORCH_VERSION_LIMIT = 4096  # bytes of torch/version.py read at most: it is a few lines
 
 
 def torchrun_release(version: tuple[int, int] | None) -> TorchrunRelease:
     """The row for torch `version`: the newest for None (no torch) or newer, the oldest for older."""
-    if version is None:
-        return TORCHRUN_RELEASES[-1]
-    rows = [r for r in TORCHRUN_RELEASES if r.release <= version]
+    rows = [r for r in TORCHRUN_RELEASES if version is None or r.release <= version]
     return rows[-1] if rows else TORCHRUN_RELEASES[0]
 
 
 def installed_torch() -> tuple[int, int] | None:
-    """(major, minor) of the torch this interpreter would import, read from its torch/version.py
+    """(major, minor) of the torch installed for this interpreter, read from its package metadata
     without importing torch (which takes a second); None when there is none."""
     try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
+        m = re.match(r"([0-9]{1,4})\.([0-9]{1,4})", importlib.metadata.version("torch"))
+    except (importlib.metadata.PackageNotFoundError, ValueError):
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for where in spec.submodule_search_locations:
-        try:
-            with open(os.path.join(where, "version.py"), "rb") as fh:
-                text = fh.read(TORCH_VERSION_LIMIT).decode("ascii", "replace")
-        except OSError:
-            continue
-        m = re.search(r"^__version__\s*=\s*['\"]([0-9]{1,4})\.([0-9]{1,4})", text, re.M)
-        if m:
-            return int(m.group(1)), int(m.group(2))
-    return None
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def torchrun_defaults(release: TorchrunRelease) -> dict[str, object]:
@@ -173,7 +158,6 @@ def nproc_from_text(text: str, environ: Mapping[str, str], topology: Callable,
                              "CUDA_VISIBLE_DEVICES); give a number of workers")
         return cpus
     raise UsageError(f"--nproc-per-node={text!r}: give a number, or gpu, cpu, xpu or auto")
-
 
 
 @dataclass(frozen=True)
@@ -350,9 +334,8 @@ def config_from_flags(script: str, script_args: Sequence[str], given: Mapping[st
 
 def _torch_agent_form(values: Mapping[str, object], min_nodes: int, max_nodes: int, backend: str,
                       node_rank_known: bool, torch: bool) -> str | None:
-    """The flag that makes this a job for torch's rendezvous and agent, or None for one topo's
-    static plan runs: one node under the static or c10d backend, or nodes that each know their
-    --node-rank under the static backend (under c10d too, where torch is not importable)."""
+    """The flag that makes this a job for torch's agent; None for topo's static plan: one node under
+    static or c10d, or nodes that each know their --node-rank (c10d too where torch is missing)."""
     if min_nodes != max_nodes:
         return f"--nnodes={min_nodes}:{max_nodes}"
     if str(values["rdzv_conf"]).strip():
@@ -370,7 +353,6 @@ def _torch_agent_form(values: Mapping[str, object], min_nodes: int, max_nodes: i
 
 
 def _seconds(value, name: str, fix: str = "") -> float:
-    """A duration: a number (click's SECONDS read it), or text read by ascii_seconds."""
     seconds = ascii_seconds(value.strip()) if isinstance(value, str) else float(value)
     if seconds is None:
         raise UsageError(f"{name}={excerpt(value, 40)!r} is not {SECONDS_FORM}{fix}")

@@ -14,7 +14,7 @@ import pytest
 from topo.launcher.binding import bind_prefix, device_ids
 from topo.launcher.config import LaunchConfig
 from topo.launcher.job import MANAGED_VARS, plan_job
-from topo.launcher.options import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
+from topo.launcher.config import parse_bind_core, parse_bind_numa, parse_literal_bool, parse_tail_worker_log
 from topo.launcher.procgroup import exec_argv
 from topo.errors import UsageError
 from topo.synthetic import synthetic

@@ -13,37 +13,34 @@ from topo.launcher.config import LaunchConfig
 
 
 def _msrun_option(name: str, **kwargs):
-    """An msrun flag under its own spelling (--worker_num) and the dashed one (--worker-num)."""
+    """An msrun flag under its own spelling (--worker_num) and the dashed one (--worker-num); the
+    default LaunchConfig's unless given as msrun's text."""
     dashed = name.replace("_", "-")
     names = [f"--{name}"] + ([f"--{dashed}"] if dashed != name else [])
     kwargs.setdefault("show_default", True)
+    kwargs.setdefault("default", getattr(LaunchConfig, name))
     return click.option(*names, name, **kwargs)
 
 
 @click.command(context_settings=SCRIPT_CONTEXT)
-@_msrun_option("worker_num", type=WHOLE, default=LaunchConfig.worker_num, help="Workers in the whole job.")
-@_msrun_option("local_worker_num", type=WHOLE, default=LaunchConfig.local_worker_num,
-               help="Workers started on this node.")
-@_msrun_option("master_addr", default=LaunchConfig.master_addr,
-               help="Address of the scheduler (MindSpore) / rank 0 store (PyTorch).")
-@_msrun_option("master_port", type=WHOLE, default=LaunchConfig.master_port, help="Port of the scheduler / store.")
-@_msrun_option("node_rank", type=WHOLE, default=LaunchConfig.node_rank,
-               help="This node's index; -1 lets MindSpore assign ranks.")
-@_msrun_option("log_dir", default="", show_default="the current directory",
+@_msrun_option("worker_num", type=WHOLE, help="Workers in the whole job.")
+@_msrun_option("local_worker_num", type=WHOLE, help="Workers started on this node.")
+@_msrun_option("master_addr", help="Address of the scheduler (MindSpore) / rank 0 store (PyTorch).")
+@_msrun_option("master_port", type=WHOLE, help="Port of the scheduler / store.")
+@_msrun_option("node_rank", type=WHOLE, help="This node's index; -1 lets MindSpore assign ranks.")
+@_msrun_option("log_dir", show_default="the current directory",
                help="Directory for scheduler.log and worker_<rank>.log.")
 @_msrun_option("join", default="False", metavar="True|False",
                help="Wait for the job, show its logs, stop it all when one worker fails.")
-@_msrun_option("cluster_time_out", type=WHOLE, default=LaunchConfig.cluster_time_out,
-               help="MS_TOPO_TIMEOUT in seconds.")
+@_msrun_option("cluster_time_out", type=WHOLE, help="MS_TOPO_TIMEOUT in seconds.")
 @_msrun_option("bind_core", default="False", metavar="True|False|JSON",
                help="Pin CPUs: True (automatic) or '{\"device0\": [\"0-9\"], \"scheduler\": [...]}'.")
 @_msrun_option("bind_numa", default="False", metavar="True|False|JSON|FILE",
                help="Bind NUMA nodes: True, a JSON table of node ids, or a unified bind JSON (file or inline).")
-@_msrun_option("sim_level", type=WholeRange(-1, 3), default=LaunchConfig.sim_level,
-               help="MindSpore simulation level (no scheduler).")
-@_msrun_option("sim_rank_id", type=WHOLE, default=LaunchConfig.sim_rank_id, help="Simulate this one rank.")
-@_msrun_option("rank_table_file", default="", show_default=False, help="Exported as RANK_TABLE_FILE.")
-@_msrun_option("worker_log_name", default="", show_default="worker",
+@_msrun_option("sim_level", type=WholeRange(-1, 3), help="MindSpore simulation level (no scheduler).")
+@_msrun_option("sim_rank_id", type=WHOLE, help="Simulate this one rank.")
+@_msrun_option("rank_table_file", show_default=False, help="Exported as RANK_TABLE_FILE.")
+@_msrun_option("worker_log_name", show_default="worker",
                help="Worker log base name; {ip} and {hostname} are filled in.")
 @_msrun_option("tail_worker_log", default="-1", help="Ranks whose logs --join shows (comma list), -1 for all.")
 @click.option("--scheduler/--no-scheduler", default=None,
