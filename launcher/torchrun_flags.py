@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib.util
 import os
 import re
 import signal
@@ -54,6 +54,7 @@ TORCHRUN_RELEASES = (  # oldest first; 2.9 is the first with --numa-binding
     TorchrunRelease((2, 12), None, True, True, False),
     TorchrunRelease((2, 15), None, True, True, True),
 )
+TORCH_VERSION_LIMIT = 4096  # bytes of torch/version.py read at most: it is a few lines
 
 
 def torchrun_release(version: tuple[int, int] | None) -> TorchrunRelease:
@@ -63,13 +64,24 @@ def torchrun_release(version: tuple[int, int] | None) -> TorchrunRelease:
 
 
 def installed_torch() -> tuple[int, int] | None:
-    """(major, minor) of the torch installed for this interpreter, read from its package metadata
+    """(major, minor) of the torch this interpreter would import, read from its torch/version.py
     without importing torch (which takes a second); None when there is none."""
     try:
-        m = re.match(r"([0-9]{1,4})\.([0-9]{1,4})", importlib.metadata.version("torch"))
-    except (importlib.metadata.PackageNotFoundError, ValueError):
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
         return None
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for where in spec.submodule_search_locations:
+        try:
+            with open(os.path.join(where, "version.py"), "rb") as fh:
+                text = fh.read(TORCH_VERSION_LIMIT).decode("ascii", "replace")
+        except OSError:
+            continue
+        m = re.search(r"^__version__\s*=\s*['\"]([0-9]{1,4})\.([0-9]{1,4})", text, re.M)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
 
 
 def torchrun_defaults(release: TorchrunRelease) -> dict[str, object]:
