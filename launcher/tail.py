@@ -1,11 +1,15 @@
 """Copy the workers' log files to the console as they grow, each line prefixed with its process.
 Each file is opened, read on from the last offset and closed (one descriptor for any number of
-logs). A line without its newline is held back for one poll, then written: pdb's prompt has none."""
+logs). A line without its newline is held back for one poll, then written: pdb's prompt has none.
+A poll reads at most READ_LIMIT bytes of each file, so a worker that floods its log cannot make the
+launcher hold it all in memory; the rest comes on the next polls."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence, TextIO
+
+READ_LIMIT = 1 << 20
 
 
 @dataclass
@@ -26,16 +30,23 @@ class LogTailer:
         self.console_gone = False  # `topo launch ... | head` closed the pipe: the logs still have it all
 
     def pump(self, final: bool = False) -> None:
-        """Write what the files gained since the last call; `final` also flushes partial lines."""
-        wrote = {}
+        """Write what the files gained since the last call; `final` reads them to their ends and
+        flushes partial lines."""
+        while self._poll(final) and final:
+            pass
+
+    def _poll(self, final: bool) -> bool:
+        """One read of each file; whether any had more."""
+        wrote, grew = {}, False
         for f in self.followers:
             try:
                 with open(f.path, "rb") as fh:
                     fh.seek(f.offset)
-                    data = fh.read()
+                    data = fh.read(READ_LIMIT)
             except FileNotFoundError:
                 data = b""
             f.offset += len(data)
+            grew = grew or bool(data)
             if data:
                 f.pending += data
                 f.pending_polls = 0
@@ -45,7 +56,7 @@ class LogTailer:
                 continue
             complete, newline, rest = f.pending.rpartition(b"\n")
             text = complete + newline
-            if rest and (final or f.pending_polls >= 1):
+            if rest and ((final and not data) or f.pending_polls >= 1 or len(rest) >= READ_LIMIT):
                 text, rest = text + rest, b""
             if text and not self.console_gone and self._write(f, text):
                 wrote[id(f.out)] = f.out
@@ -55,6 +66,7 @@ class LogTailer:
                 out.flush()
             except (OSError, ValueError):
                 self.console_gone = True
+        return grew
 
     def _write(self, f: _Follower, data: bytes) -> bool:
         text = data.decode("utf-8", errors="replace")

@@ -73,6 +73,21 @@ def test_tailer_prefixes_lines_and_flushes_a_prompt(tmp_path):
     assert out.getvalue() == "[rank 3] one\n[rank 3] two\n[rank 3] (Pdb) p x\n[rank 3] last"
 
 
+def test_a_flooded_log_is_read_a_bounded_piece_per_poll(tmp_path, monkeypatch):
+    """A worker that writes faster than the console reads never makes the launcher hold its whole log;
+    the last pump still copies all of it."""
+    import topo.launcher.tail as tail
+    monkeypatch.setattr(tail, "READ_LIMIT", 64)
+    log, out = tmp_path / "flood.log", io.StringIO()
+    lines = "".join(f"line {i:03}\n" for i in range(100)) + "x" * 300
+    log.write_text(lines)
+    tailer = LogTailer([("> ", str(log), out)])
+    tailer.pump()
+    assert 0 < len(out.getvalue()) <= 64 + 2 * 8 and tailer.followers[0].offset == 64
+    tailer.pump(final=True)
+    assert out.getvalue() == "".join(f"> line {i:03}\n" for i in range(100)) + "> " + "x" * 300
+
+
 
 def test_the_binding_report_never_has_an_empty_part():
     """issue 18: a worker that exited quickly was reported as `memory node 0 ()`."""
