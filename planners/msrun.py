@@ -122,7 +122,7 @@ class _Pools:
 
     def __init__(self, resources: AllowedResources):
         self.sets = dict(resources.node_cpus)
-        orphans = resources.orphan_cpus()
+        orphans = resources.allowed - union_all(resources.node_cpus.values())
         if orphans:
             self.sets[self.ORPHANS] = orphans
         self.lists = {x: list(s) for x, s in self.sets.items()}
