@@ -43,11 +43,9 @@ def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None
     """Every problem of a bind JSON object: schema first, then (with a topology) resources, then
     overlapping main sets."""
     reader = _Reader(data)
-    problems = reader.problems
-    if reader.entries is not None:
-        problems += _resource_problems(reader.entries, topology) if topology is not None else []
-        problems += _overlap_problems(reader.entries, _overlap_allowed(reader.notes, allow_overlap))
-    return problems
+    if reader.entries is None:
+        return reader.problems
+    return reader.problems + _check(reader.entries, reader.notes, topology, allow_overlap)
 
 
 def read_plan(data: Any) -> tuple[BindPlan | None, list[Problem]]:
@@ -60,8 +58,16 @@ def read_plan(data: Any) -> tuple[BindPlan | None, list[Problem]]:
 
 def check_plan(plan: BindPlan, topology, *, allow_overlap: bool | None = None) -> list[Problem]:
     """What a plan asks of `topology` that it does not have, and overlapping main sets."""
-    return (_resource_problems(plan.processes, topology)
-            + _overlap_problems(plan.processes, _overlap_allowed(plan.meta, allow_overlap)))
+    return _check(plan.processes, plan.meta, topology, allow_overlap)
+
+
+def _check(entries: list[ProcessBinding], notes: Mapping, topology, allow_overlap: bool | None) -> list[Problem]:
+    """Resource problems (with a topology), then overlapping main sets unless allowed (by the caller,
+    else by the file's notes of a CPU-sharing mode)."""
+    problems = _resource_problems(entries, topology) if topology is not None else []
+    if allow_overlap is None:
+        allow_overlap = notes.get("shared_cpus") is True
+    return problems if allow_overlap else problems + _overlap_problems(entries)
 
 
 def one_line(errors: list[Problem]) -> str:
@@ -85,7 +91,42 @@ class _Reader:
             self.problem("", f"bind JSON should be a json object, got {type(data).__name__}.",
                          "write an object with bind_config / bind_cpu / bind_memory keys")
             return
-        self.read(data)
+        self.duplicates(data, "")
+        for k in data:
+            if k not in TOP_KEYS:
+                self.problem(str(k), f"unknown top-level key '{k}'.",
+                             "use only bind_config, bind_cpu, bind_memory (and topo for notes)", "warning")
+        config = self.read_config(data.get("bind_config", {}))
+        notes = data.get("topo")
+        self.notes = notes if isinstance(notes, Mapping) else {}
+        self.read_policy()
+        sections = {s: self.read_section(data, s) for s in ("bind_cpu", "bind_memory")}
+        if self.cpu_mode == "cpu" and "bind_cpu" not in data:
+            self.problem("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
+                         'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
+        # A section its mode turns off (msrun reads bind_cpu only in cpu/numa mode, bind_memory only in
+        # numa mode) binds nothing: say so, as a file that runs unbound is rarely what was meant.
+        for section, mode_key, mode in (("bind_cpu", "bind_cpu_mode", self.cpu_mode),
+                                        ("bind_memory", "bind_memory_mode", self.memory_mode)):
+            written = config.get(mode_key, "none") if config is not None else None
+            if data.get(section) and mode == "none" and isinstance(written, str) and written.lower() == "none":
+                self.problem(section, f"ignored, because {mode_key} is 'none'"
+                                      f"{'' if mode_key in config else ' (the default)'}.",
+                             f'set "{mode_key}" in bind_config to bind what {section} says, or remove {section}',
+                             "warning")
+        cpu = self.read_cpu(sections["bind_cpu"])
+        memory = self.read_memory(sections["bind_memory"])
+        ranks = self.notes.get("local_ranks")
+        ranks = ranks if isinstance(ranks, Mapping) else {}
+        self.entries = []
+        for key in dict.fromkeys([*cpu, *memory]):  # bind_cpu's order, then keys only in bind_memory
+            modules, (cpu_value, cpu_set), has_entry = cpu.get(key, ((), (None, None), False))
+            memory_value, memory_set = memory.get(key, (None, None))
+            rank = ranks.get(key)
+            self.entries.append(ProcessBinding(
+                key, tuple((m, text) for m, text, _ in modules), cpu_value, memory_value,
+                rank if isinstance(rank, int) and not isinstance(rank, bool) else None, has_entry,
+                module_cpus=tuple((m, s) for m, _, s in modules), cpu_node_set=cpu_set, memory_nodes=memory_set))
 
     def problem(self, path: str, message: str, fix: str = "", severity: str = "error") -> None:
         self.problems.append(Problem(path, message, fix, severity))
@@ -96,56 +137,12 @@ class _Reader:
             self.problem(path, f"key '{key}' appears more than once{' in ' + where if where else ''}; "
                                "JSON keeps only the last.", "keep one entry per key")
 
-    def read(self, data: Mapping) -> None:
-        self.duplicates(data, "")
-        for k in data:
-            if k not in TOP_KEYS:
-                self.problem(str(k), f"unknown top-level key '{k}'.",
-                             "use only bind_config, bind_cpu, bind_memory (and topo for notes)", "warning")
-        self.read_config(data.get("bind_config", {}))
-        notes = data.get("topo")
-        self.notes = notes if isinstance(notes, Mapping) else {}
-        self.read_policy()
-        sections = {s: self.read_section(data, s) for s in ("bind_cpu", "bind_memory")}
-        if self.cpu_mode == "cpu" and "bind_cpu" not in data:
-            self.problem("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
-                         'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
-        self.ignored_sections(data)
-        cpu = self.read_cpu(sections["bind_cpu"])
-        memory = self.read_memory(sections["bind_memory"])
-        ranks = self.notes.get("local_ranks")
-        ranks = ranks if isinstance(ranks, Mapping) else {}
-        entries = []
-        for key in dict.fromkeys([*cpu, *memory]):  # bind_cpu's order, then keys only in bind_memory
-            modules, (cpu_value, cpu_set), has_entry = cpu.get(key, ((), (None, None), False))
-            memory_value, memory_set = memory.get(key, (None, None))
-            rank = ranks.get(key)
-            entries.append(ProcessBinding(
-                key, tuple((m, text) for m, text, _ in modules), cpu_value, memory_value,
-                rank if isinstance(rank, int) and not isinstance(rank, bool) else None, has_entry,
-                module_cpus=tuple((m, s) for m, _, s in modules), cpu_node_set=cpu_set, memory_nodes=memory_set))
-        self.entries = entries
-
-    def ignored_sections(self, data: Mapping) -> None:
-        """A section its mode turns off (msrun reads bind_cpu only in cpu/numa mode, bind_memory only
-        in numa mode) binds nothing: say so, as a file that runs unbound is rarely what was meant."""
-        config = data.get("bind_config", {})
-        if not isinstance(config, Mapping):
-            return
-        for section, mode_key, mode in (("bind_cpu", "bind_cpu_mode", self.cpu_mode),
-                                        ("bind_memory", "bind_memory_mode", self.memory_mode)):
-            written = config.get(mode_key, "none")
-            if data.get(section) and mode == "none" and isinstance(written, str) and written.lower() == "none":
-                self.problem(section, f"ignored, because {mode_key} is 'none'"
-                                      f"{'' if mode_key in config else ' (the default)'}.",
-                             f'set "{mode_key}" in bind_config to bind what {section} says, or remove {section}',
-                             "warning")
-
-    def read_config(self, config: Any) -> None:
+    def read_config(self, config: Any) -> Mapping | None:
+        """The modes and actor_thread_fix_bind of bind_config; returns it (None when not an object)."""
         if not isinstance(config, Mapping):
             self.problem("bind_config", "bind_config must be a json object.",
                          'write {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}')
-            return
+            return None
         self.duplicates(config, "bind_config")
         for k in config:
             if k not in CONFIG_KEYS:
@@ -166,6 +163,7 @@ class _Reader:
                 self.problem("bind_config.actor_thread_fix_bind",
                              "'actor_thread_fix_bind' only supports bool type True/False.",
                              "write true or false (JSON booleans, not strings)")
+        return config
 
     def read_policy(self) -> None:
         policy = self.notes.get(MEMORY_POLICY_KEY, "bind")
@@ -303,19 +301,13 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
         for module, cpus in p.module_cpus:
             if cpus <= usable:
                 continue
-            path = f"bind_cpu.{p.key}.{module}"
             written = excerpt(str(dict(p.modules)), 120)
-            missing = cpus - present
-            if missing:
-                problems.append(Problem(path, f"CPU id {missing.first()} in {written} for {p.key} is not available: "
-                                              f"CPUs {missing} are not present on this machine.",
-                                        f"use CPUs from {allowed} (see `topo show`)"))
-            disallowed = (cpus & present) - allowed
-            if disallowed:
-                problems.append(Problem(path, f"CPU id {disallowed.first()} in {written} for {p.key} is not "
-                                              f"available: CPUs {disallowed} are not allowed by the cgroup "
-                                              "cpuset / affinity.",
-                                        f"use CPUs from the allowed set {allowed}"))
+            for bad, why, fix in ((cpus - present, "not present on this machine", f"{allowed} (see `topo show`)"),
+                                  ((cpus & present) - allowed, "not allowed by the cgroup cpuset / affinity",
+                                   f"the allowed set {allowed}")):
+                if bad:
+                    problems.append(Problem(f"bind_cpu.{p.key}.{module}", f"CPU id {bad.first()} in {written} for "
+                                            f"{p.key} is not available: CPUs {bad} are {why}.", f"use CPUs from {fix}"))
         if p.cpu_node_set is not None:
             problems += _node_problems(f"bind_cpu.{p.key}", p.key, p.cpu_nodes, p.cpu_node_set,
                                        nodes, allowed_nodes, cpu_nodes)
@@ -345,18 +337,10 @@ def _node_problems(path, key, value, ids: CpuSet, nodes, allowed_nodes, cpu_node
 
 
 # --------------------------------------------------------------------------- overlaps
-def _overlap_allowed(notes: Mapping, allow_overlap: bool | None) -> bool:
-    if allow_overlap is not None:
-        return allow_overlap
-    return notes.get("shared_cpus") is True
-
-
-def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[Problem]:
+def _overlap_problems(entries: Iterable[ProcessBinding]) -> list[Problem]:
     """A warning per process whose main CPUs overlap an earlier process's, naming the earlier
     owners (three, then "and others"). ``owner[cpu]`` is the first process with that CPU, so the
     work grows with the CPUs listed, not with pairs of processes."""
-    if allowed:
-        return []
     problems: list[Problem] = []
     owner: list[str | None] = []
     seen = CpuSet()
