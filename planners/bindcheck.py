@@ -1,11 +1,10 @@
 """Checking a bind JSON: every problem at once, each with its JSON path, a fix and a severity.
 
-`validate_bind` (what `topo validate` prints) runs the steps `topo launch` and `topo bind` run, so
-all three accept the same files with the same messages: `read_plan` (msrun's schema, each value
-parsed once, carrying on where msrun stops at the first error), then `check_plan` (CPUs and NUMA
-nodes the topology lacks or does not allow, and overlapping main sets: a warning, as msrun runs
-such a file, unless the file's "topo" notes declare a CPU-sharing mode). Messages reuse msrun's
-words. A section its mode turns off is a warning (msrun ignores it); duplicate keys are errors.
+`validate_bind` (`topo validate`) runs the steps `topo launch` and `topo bind` run, so all three
+accept the same files with the same messages (msrun's words): `read_plan` (msrun's schema, carrying
+on where msrun stops at the first error), then `check_plan` (CPUs and NUMA nodes the topology lacks
+or does not allow; overlapping main sets, a warning unless the "topo" notes declare a CPU-sharing
+mode). A section its mode turns off is a warning (msrun ignores it); duplicate keys are errors.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from topo.planners.bindplan import (
     as_written, normalize_key, parse_nodes,
 )
 
-CPULIST_FIX = 'write a cpulist such as "0-4,8" (ranges ascending)'
 NODES_FIX = 'write a node id (0) or a node range string ("0-1,3")'
 
 
@@ -214,7 +212,7 @@ class _Reader:
         for norm, (k, value) in (section or {}).items():
             path = f"bind_cpu.{k}"
             if self.cpu_mode == "numa":
-                nodes = self.nodes(path, k, value, "bind_cpu_mode", "bind_cpu")
+                nodes = self.nodes("bind_cpu", k, value)
                 if nodes is not None:
                     out[norm] = ((), nodes, True)
                 continue
@@ -243,7 +241,7 @@ class _Reader:
                 try:
                     cpus = CpuSet.parse(text, msrun=True)
                 except ParseError as exc:
-                    self.problem(mpath, str(exc), CPULIST_FIX)
+                    self.problem(mpath, str(exc), 'write a cpulist such as "0-4,8" (ranges ascending)')
                     continue
                 modules.append((module, as_written(text), cpus))
             out[norm] = (tuple(modules), (None, None), True)
@@ -255,27 +253,27 @@ class _Reader:
         if self.memory_mode == "none":
             return out
         for norm, (k, value) in (section or {}).items():
-            path = f"bind_memory.{k}"
-            nodes = self.nodes(path, k, value, "bind_memory_mode", "bind_memory")
+            nodes = self.nodes("bind_memory", k, value)
             if nodes is None:
                 continue
             if self.memory_mode == "preferred" and nodes[1].weight() > 1:
-                self.problem(path, f"a preferred memory policy takes one node, got {value!r} for {k} "
+                self.problem(f"bind_memory.{k}", f"a preferred memory policy takes one node, got {value!r} for {k} "
                                    "(numactl --preferred accepts a single node).",
                              f"name one node, e.g. {nodes[1].first()}")
                 continue
             out[norm] = nodes
         return out
 
-    def nodes(self, path, key, value, mode_name, section) -> tuple[int | str, CpuSet] | None:
+    def nodes(self, section: str, key, value) -> tuple[int | str, CpuSet] | None:
+        """A node value of ``section`` (bind_cpu in numa mode, bind_memory): as written, and its set."""
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            self.problem(path, f"{mode_name} is 'numa', in '{section}', type of value for {key}:{value} "
-                               f"should be int/str, but got {type(value)}.", NODES_FIX)
+            self.problem(f"{section}.{key}", f"{section}_mode is 'numa', in '{section}', type of value for "
+                                             f"{key}:{value} should be int/str, but got {type(value)}.", NODES_FIX)
             return None
         try:
             nodes = parse_nodes(value)
         except ParseError as exc:
-            self.problem(path, str(exc), NODES_FIX)
+            self.problem(f"{section}.{key}", str(exc), NODES_FIX)
             return None
         return (value if isinstance(value, int) else as_written(value)), nodes
 
