@@ -361,5 +361,3 @@ def _overlap_problems(entries: Iterable[ProcessBinding]) -> list[Problem]:
         seen |= main
     return problems
 
-
-__all__ = ["Problem", "validate_bind", "read_plan", "check_plan", "one_line"]

@@ -142,15 +142,6 @@ class Options:
                 clean[key] = v.replace("_", "-").lower() if isinstance(v, str) else v
         return cls(**clean)
 
-    def to_meta(self) -> dict:
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if v != f.default:
-                out[f.name] = [list(m) for m in v] if f.name == "modules" else (
-                    list(v) if isinstance(v, tuple) else v)
-        return out
-
 
 # --------------------------------------------------------------------------- allowed resources
 PSEUDO_NODE = -1
@@ -204,11 +195,10 @@ class AllowedResources:
         """(lowest PU, mask, highest PU) of every core with allowed PUs, by lowest PU; the highest
         PUs are None unless every core has one or two PUs.
 
-        A core's mask is as wide as the machine, and each step over it costs that width: a core's
-        highest PU is its bit_length, and without it the highest left is, for two PUs, the lowest.
-        benchmarks/plan_bench.py, exclusive at 16k PUs: 14 ms so, 36 ms (18x the 2k machine, over the
-        10x target) taking each core's allowed part as a CpuSet and its lowest PU with CpuSet.first().
-        """
+        Each step over a core's mask costs the machine's width: a core's highest PU is its
+        bit_length, and without it the highest left is, for two PUs, the lowest. plan_bench.py,
+        exclusive at 16k PUs: 14 ms so, 36 ms (18x the 2k machine, over the 10x target) with each
+        core's allowed part as a CpuSet and its lowest PU from CpuSet.first()."""
         masks = [c.cpuset.mask for c in self.topology.cores]
         if self.allowed != self.topology.pus:
             masks = [m & self.allowed.mask for m in masks if m & self.allowed.mask]
@@ -490,7 +480,7 @@ def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Optio
     `meta` (each rank's priority core), and every warning once (`planners.plan` adds the mode and
     whether it shares CPUs)."""
     meta = dict(meta or {})
-    opts = options.to_meta()
+    opts = {f.name: getattr(options, f.name) for f in fields(options) if getattr(options, f.name) != f.default}
     if opts:
         meta["options"] = opts
     meta["topology"] = resources.topology.root

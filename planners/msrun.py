@@ -202,5 +202,3 @@ def _span(allowed: CpuSet, lst: list[int]) -> CpuSet:
     """The set of a slice of ``allowed``'s ascending list, without building it bit by bit."""
     return allowed & CpuSet.range(lst[0], lst[-1]) if lst else CpuSet()
 
-
-__all__ = ["plan_msrun_auto", "assign_nodes"]
