@@ -360,4 +360,3 @@ def _overlap_problems(entries: Iterable[ProcessBinding]) -> list[Problem]:
                                     "warning"))
         seen |= main
     return problems
-

@@ -187,4 +187,3 @@ class BindPlan:
         if meta:
             out["topo"] = meta
         return out
-

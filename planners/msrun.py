@@ -201,4 +201,3 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
 def _span(allowed: CpuSet, lst: list[int]) -> CpuSet:
     """The set of a slice of ``allowed``'s ascending list, without building it bit by bit."""
     return allowed & CpuSet.range(lst[0], lst[-1]) if lst else CpuSet()
-
