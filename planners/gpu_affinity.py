@@ -1,33 +1,14 @@
-"""NVIDIA gpu_affinity's five modes (`gpu_affinity.set_affinity`).
+"""NVIDIA gpu_affinity's five modes (`gpu_affinity.set_affinity`): all, single, single-unique,
+unique-interleaved, unique-contiguous.
 
-Each device has a NODE affinity (allowed CPUs of its home NUMA node) and a SOCKET affinity
-(NVML's socket-scope CPUs when the probe recorded them, else the allowed CPUs of that node's
-package). Both are cut into physical cores (SMT sibling groups). gpu_affinity then groups by node:
-on each socket, the cores outside every device's node are dealt round-robin to the node cores in
-core order, so each node core heads a *group* (itself, then the socket cores dealt to it), and
-scope ``socket`` reads a device's groups column by column (every group's head, then every
-group's first dealt core, ...).
-
-``all``
-    Every core of the scope, node-local cores (of any device) first. **Ex.:** scope node on DGX
-    A100: GPU 0 gets the 16 cores of node 3.
-``single``
-    The first core of the scope (``min/max_physical_cores`` ignored, as in gpu_affinity).
-``single-unique``
-    The first node core no earlier device took. Where gpu_affinity raises IndexError (more
-    devices than cores), a free core of the socket, then the nearest free one, is used with a
-    warning; an error only when no free core remains at all.
-``unique-interleaved`` / ``unique-contiguous``
-    Devices with the same node share its groups without overlap: every g-th group, or a block of
-    groups, then read in the scope's order. ``balanced`` (default) gives every device the same
-    number of groups (the minimum over nodes); unbalanced, ``contiguous`` gives each device
-    ``groups // devices`` and leaves the remainder unused, ``interleaved`` hands it to the
-    lower-ranked devices - both as gpu_affinity does. **Ex.:** DGX A100 NPS4, scope socket: GPU 0
-    gets node 3's cores 48-55 and the socket cores dealt to them, 32-39 (with their SMT siblings).
-
-``multithreading=all-logical`` keeps all threads of each core, ``single-logical`` the lowest.
-Where gpu_affinity's socket scope drops cores (its ``zip`` stops at the shortest group when a
-node's share of the socket's extra cores is uneven), every core is kept here.
+Each device has a NODE affinity (allowed CPUs of its home NUMA node) and a SOCKET affinity (NVML's
+socket-scope CPUs when the probe recorded them, else the allowed CPUs of that node's package), both
+cut into physical cores. As gpu_affinity does, on each socket the cores outside every device's node
+are dealt round-robin to the node cores, so each node core heads a *group* (itself, then the cores
+dealt to it); scope ``socket`` reads a device's groups column by column. Unique modes share a
+node's groups among its devices without overlap (``balanced``: the same count for all). Where
+gpu_affinity breaks (single-unique's IndexError, socket scope's ``zip`` dropping cores), a free
+core with a warning, and every core kept.
 """
 
 from __future__ import annotations

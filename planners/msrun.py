@@ -1,21 +1,15 @@
-"""msrun's automatic allocation (`--bind_core=True`, `--bind_numa=True`) and gen_bind_json's layout.
+"""msrun's automatic allocation (`--bind_core=True`, `--bind_numa=True`): mode ``msrun-auto``.
 
-``msrun-auto``, ``msrun_bind="core"`` (``--bind_core=True``)
-    ``n = allowed CPUs // processes``. Devices in id order take the next ``n`` CPUs of their own
-    NUMA node, then of the nodes without a device. **Ex.:** 2 devices on node 0 (CPUs 0-31), node
-    1 (32-63) empty: device0 gets 0-31, device1 finds node 0 used up and gets 32-63. With
-    ``memory="numa"`` (``--bind_numa=True`` too) a process's memory is on the node
-    ``--bind_numa=True`` gives its device. Where msrun breaks, we differ: CPUs are the allowed set
-    (cgroup v1 and v2, affinity), not cgroup v1's ``cpuset.cpus``; ``share="job"`` divides by the
-    job's processes, not every NPU of the host (``share="host"``: msrun's division); a device still
-    short of ``n`` takes free CPUs of the nearest nodes. CPU-only jobs: equal slices, the last
-    process getting the remainder. ``affinity=False``: msrun's fallback, device r gets slice r.
-``msrun-auto``, ``msrun_bind="numa"`` (``--bind_numa=True``)
-    A device keeps its node unless another took it, then takes the nearest node with no device
-    (msrun: the lowest-numbered). Where msrun raises StopIteration or binds nothing (too few
-    nodes), nodes are shared, with a warning. Memoryless nodes are never used.
-Thread modules (``modules``, gen_bind_json.py)
-    Each process's CPU list, in allocation order, is cut at relative positions (``core.build_plan``).
+``msrun_bind="core"``: ``n = allowed CPUs // processes``; devices in id order take the next ``n``
+CPUs of their own NUMA node, then of the nodes without a device; memory (``memory="numa"``) on the
+node ``--bind_numa=True`` gives the device. Where msrun breaks we differ: the allowed CPUs (cgroup
+v1 or v2, affinity), not cgroup v1's ``cpuset.cpus``; ``share="job"`` divides by the job, not
+every NPU of the host (``share="host"``); a device still short takes free CPUs of the nearest
+nodes. CPU-only jobs: equal slices, the last taking the remainder. ``affinity=False``: msrun's
+fallback, device r gets slice r.
+``msrun_bind="numa"``: a device keeps its node unless another took it, then takes the nearest node
+with no device (msrun: the lowest-numbered); out of nodes, nodes are shared with a warning (msrun
+raises StopIteration or binds nothing). Memoryless nodes are never used.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Priority cores: each rank's main thread on a core of the machine's most efficient CPU kind.
-
-Intel SST-TF "priority" cores (DGX B300's Xeon 6776P) run at a higher base frequency than the
-rest; hwloc shows them as the most efficient CPU kind (`topo show --cpukinds`). With
-`priority_cores=True` every rank gets one of them as its first CPU, the one its main thread
-runs on: a priority core already in its set that no earlier rank took, else one that another
-rank of the same home holds beyond its own first, swapped for this rank's last ordinary core (so
-both keep their size and unique modes stay disjoint). Ranks left without one are named in a
-warning. Off by default: it hurts workloads whose main thread is not the bottleneck.
+"""Priority cores (`priority_cores=True`): each rank's first CPU, its main thread's, on a PU of the
+most efficient CPU kind (Intel SST-TF's higher-frequency cores, as on DGX B300): one in its set no
+earlier rank took, else one another rank of its home holds beyond its own first, swapped for this
+rank's last ordinary core (sizes kept, unique modes disjoint). Ranks left without one are warned of.
 """
 
 from __future__ import annotations

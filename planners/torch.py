@@ -1,17 +1,8 @@
-"""PyTorch's four NUMA-binding strategies (`torch.numa.binding`'s AffinityMode).
-
-``node``
-    All allowed CPUs of the device's NUMA node. **Ex.:** GPUs 0 and 1 on node 3 (CPUs 48-63,
-    176-191) both get ``48-63,176-191``.
-``socket``
-    All allowed CPUs of the package(s) holding the device's node; CPU-less and disallowed nodes
-    are skipped (where torch's ``min()`` of an empty set fails).
-``exclusive``
-    The node's allowed physical cores split among its devices in device order, the lower-ranked
-    getting the remainder. **Ex.:** node 1 has 16 cores and GPUs 2 and 3: GPU 2 gets cores 0-7.
-``core-complex``
-    The node's last-level-cache groups (L3 / CCX), most allowed CPUs first; the node's i-th
-    device gets group ``i % groups`` (shared, with a warning, when there are more devices).
+"""PyTorch's four NUMA-binding strategies (`torch.numa.binding`'s AffinityMode): ``node`` (all
+allowed CPUs of the device's node), ``socket`` (of its package; CPU-less and disallowed nodes
+skipped, where torch's ``min()`` fails), ``exclusive`` (the node's physical cores split among its
+devices in device order, lower-ranked getting the remainder), ``core-complex`` (the node's
+last-level-cache groups, most allowed CPUs first, the node's i-th device taking group ``i % groups``).
 """
 
 from __future__ import annotations
