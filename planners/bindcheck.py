@@ -216,17 +216,14 @@ class _Reader:
                 if nodes is not None:
                     out[norm] = ((), nodes, True)
                 continue
-            if value is None:
-                out[norm] = ((), (None, None), True)
-                continue
-            if not isinstance(value, Mapping):
+            if value is not None and not isinstance(value, Mapping):
                 self.problem(path, f"'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for "
                                    f"{k}:{value} should be dict, but got {type(value)}.",
                              f'write {{"main": "{value}"}}')
                 continue
             self.duplicates(value, path)
             modules = []
-            for module, text in value.items():
+            for module, text in (value or {}).items():  # null: an entry that binds nothing
                 mpath = f"{path}.{module}"
                 if module not in MODULES:
                     self.problem(mpath, f"unknown module '{module}'.", "modules are main, runtime, pynative, minddata",

@@ -10,6 +10,7 @@ blocks of nodes. Memory goes to the home unless `memory="device"` asks for the d
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field, fields
 from functools import cache, cached_property
 from typing import Callable, Iterable, Sequence
@@ -51,7 +52,7 @@ class Job:
         if nproc is not None and nproc < 1:
             raise UsageError(f"the number of processes must be at least 1, got {nproc}")
         known = accelerators(topology)
-        by_id = {d.index: d for d in known}
+        known_ids = {d.index for d in known}
         if devices is None:
             ids = [d.index for d in known]
         else:
@@ -61,7 +62,7 @@ class Job:
                 if i in seen:
                     raise UsageError(f"device {i} is listed twice in the job's devices; list each device once")
                 seen.add(i)
-                if i not in by_id:
+                if i not in known_ids:
                     have = ",".join(str(d.index) for d in known) or "none"
                     raise UsageError(f"device {i} is not in the topology (devices: {have}); "
                                      "check the device list and CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES")
@@ -165,7 +166,6 @@ class AllowedResources:
         nodes = _cpu_nodes(topology)
         self.node_ids: list[int] = [n.os_index for n in nodes]
         self.node_cpus: dict[int, CpuSet] = {n.os_index: n.cpuset & allowed for n in nodes}
-        self.node_memory: dict[int, int] = {n.os_index: n.local_memory for n in nodes}
         self.all_nodes = {n.os_index: n for n in topology.numa_nodes}
         self.devices = {d.index: d for d in accelerators(topology)}
         if not self.node_ids and allowed:
@@ -174,7 +174,6 @@ class AllowedResources:
             # as a memory node.
             self.node_ids = [PSEUDO_NODE]
             self.node_cpus = {PSEUDO_NODE: allowed}
-            self.node_memory = {PSEUDO_NODE: 0}
         self.warnings: list[str] = []
         # asked per rank, answered once per device or set
         self.home_of = cache(self._home_of)
@@ -414,7 +413,7 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
         else:
             sets = [("main", cpus[r])] if cpus[r] else []
         if mem not in entries:
-            entries[mem] = memory_entry(mem, options)
+            entries[mem] = nodes_entry(mem, options.memory)
         procs.append(process_binding(job.key(r), sets, memory=entries[mem], local_rank=r))
     if options.modules or options.scheduler_range:
         procs.append(_scheduler(cpus, orders, options, resources, warnings))
@@ -434,15 +433,10 @@ def process_binding(key: str, modules: Iterable[tuple[str, CpuSet]] = (), *,
                           module_cpus=modules, cpu_node_set=cpu_set, memory_nodes=memory_set)
 
 
-def memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, CpuSet] | None:
-    """Memory nodes as written: all of them (numa), the first (preferred: one node), or none."""
-    if options.memory == "none":
-        return None
-    return nodes_entry(nodes[:1] if options.memory == "preferred" else nodes)
-
-
-def nodes_entry(nodes: Sequence[int]) -> tuple[int | str, CpuSet] | None:
-    """A memory or cpu-node entry: its JSON value and its set."""
+def nodes_entry(nodes: Sequence[int], memory: str = "numa") -> tuple[int | str, CpuSet] | None:
+    """A cpu-node or memory entry, its JSON value and set: all ``nodes``, the first (``memory``
+    "preferred": one node), or none (memory "none")."""
+    nodes = () if memory == "none" else nodes[:1] if memory == "preferred" else nodes
     if not nodes:
         return None
     s = CpuSet(nodes)
@@ -507,8 +501,6 @@ class Planner:
 
     def load(self) -> Strategy:
         if isinstance(self.strategy, str):
-            import importlib
-
             module, _, attr = self.strategy.partition(":")
             return getattr(importlib.import_module(module), attr)
         return self.strategy

@@ -21,8 +21,8 @@ from topo.errors import UsageError
 from topo.model import Topology
 
 from topo.planners.bindplan import BindPlan
-from topo.planners.core import (PSEUDO_NODE, AllowedResources, Job, Options, build_plan, finish, memory_entry,
-                                 nodes_entry, process_binding)
+from topo.planners.core import (PSEUDO_NODE, AllowedResources, Job, Options, build_plan, finish, nodes_entry,
+                                 process_binding)
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -79,7 +79,7 @@ def _available_numa(resources: AllowedResources) -> tuple[list[int], list[str]]:
     if resources.node_ids == [PSEUDO_NODE]:
         raise UsageError("no allowed NUMA node has CPUs, so there is no node to bind; "
                          "use msrun_bind core")
-    memless = [n for n in resources.node_ids if resources.node_memory.get(n, 1) == 0]
+    memless = [n for n in resources.node_ids if resources.all_nodes[n].local_memory == 0]
     warnings = []
     if memless and len(memless) < len(resources.node_ids):
         warnings.append(f"memoryless NUMA nodes {CpuSet(memless)} are not used for NUMA binding")
@@ -100,7 +100,7 @@ def _bind_numa(resources: AllowedResources, job: Job, options: Options) -> BindP
         warnings += more
         nodes = [mapping[d] for d in job.devices]
     procs = [process_binding(job.key(r), cpu_nodes=nodes_entry((nodes[r],)), local_rank=r,
-                             memory=memory_entry((nodes[r],), options))
+                             memory=nodes_entry((nodes[r],), options.memory))
              for r in range(job.nproc)]
     return finish(procs, cpu_mode="numa", options=options, resources=resources, warnings=warnings)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from topo.cpuset import EMPTY, CpuSet
+from topo.cpuset import EMPTY, CpuSet, union_all
 from topo.errors import ParseError, UsageError
 from topo.model import Topology
 from topo.numbers import MAX_ID
@@ -54,10 +54,7 @@ class Calc:
                     return _cpus(o)
             raise UsageError(f"{given}: no {'OS device' if kind == 'OSDev' else 'PCI device'} {m.group(3)}; "
                              f"`topo show{' --whole-io' if kind == 'PCIDev' else ''}` lists them")
-        out = EMPTY
-        for o in self._pick(self.machine.cpuset, text, given):
-            out |= _cpus(o)
-        return out
+        return union_all(_cpus(o) for o in self._pick(self.machine.cpuset, text, given))
 
     def _pick(self, root: CpuSet, text: str, given: str) -> list[Obj]:
         """The objects `TYPE:RANGE[.TYPE:RANGE...]` names inside `root`."""
@@ -112,7 +109,6 @@ class Calc:
         return found
 
     # ---- the answers ----------------------------------------------------------------------------
-
     def index(self, obj: Obj) -> str:
         if not self.physical_output:
             return str(obj.logical)
@@ -131,8 +127,8 @@ class Calc:
         for n, o in enumerate(inside):
             if not o.cpuset.intersects(cpus):
                 continue
-            name = f"{prefix}{'.' if prefix else ''}{type_name(o, True)}:" + (
-                str(n) if not self.physical_output else str(o.os_index if o.os_index is not None else -1))
+            index = self.index(o) if self.physical_output else n  # logical: counted inside the object above
+            name = f"{prefix}{'.' if prefix else ''}{type_name(o, True)}:{index}"
             out += self.hierarchical(cpus & o.cpuset, words[1:], o.cpuset, name) if words[1:] else [name]
         return out
 
