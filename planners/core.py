@@ -389,12 +389,10 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     warnings = list(warnings)
     firsts: list[int | None] = []
     if options.priority_cores:
-        from topo.planners.priority import first_order, priority_first
+        from topo.planners.priority import priority_first
 
-        old = [list(o) for o in orders] if orders is not None else [list(c) for c in cpus]
-        cpus, firsts = priority_first(cpus, resources.homes(job), resources, warnings,
-                                      [job.key(r) for r in range(job.nproc)])
-        orders = [first_order(f, old[r], cpus[r]) for r, f in enumerate(firsts)]
+        cpus, firsts, orders = priority_first(cpus, orders, resources.homes(job), resources, warnings,
+                                              [job.key(r) for r in range(job.nproc)])
     topology = resources.topology
     procs = []
     entries: dict[tuple[int, ...], tuple[int | str, CpuSet] | None] = {}  # ranks sharing memory nodes

@@ -20,17 +20,19 @@ def priority_pus(resources) -> CpuSet:
     return max(kinds, key=lambda k: k.efficiency).cpuset & resources.allowed
 
 
-def priority_first(cpus: Sequence[CpuSet], homes: Sequence[tuple[int, ...]], resources,
-                   warnings: list[str], keys: Sequence[str]) -> tuple[list[CpuSet], list[int | None]]:
-    """Each rank's CPUs (a swap may change them) and its first CPU, a priority core's PU (None
-    where none is left)."""
+def priority_first(cpus: Sequence[CpuSet], orders: Sequence[Sequence[int]] | None, homes: Sequence[tuple[int, ...]],
+                   resources, warnings: list[str], keys: Sequence[str]) -> tuple[list[CpuSet], list[int | None], list]:
+    """Each rank's CPUs (a swap may change them), its first CPU, a priority core's PU (None where
+    none is left), and its CPU list with that first: the planner's order (``orders``, else
+    ascending), less the CPUs a swap took, then those it gave, ascending."""
     prio = priority_pus(resources)
+    old = [list(o) for o in orders] if orders is not None else [list(c) for c in cpus]
     sets = list(cpus)
     firsts: list[int | None] = [None] * len(sets)
     if not prio:
         warnings.append("priority cores asked for, but this machine has no CPU kind above the others "
                         "(topo show --cpukinds): each rank's CPUs are as planned")
-        return sets, firsts
+        return sets, firsts, old
     core_of = resources.core_of_pu
     taken: set[int] = set()
     for r, s in enumerate(sets):
@@ -56,14 +58,10 @@ def priority_first(cpus: Sequence[CpuSet], homes: Sequence[tuple[int, ...]], res
     left = [keys[r] for r, s in enumerate(sets) if s and firsts[r] is None]
     if left:
         warnings.append(f"no priority core left in the home of {', '.join(left)}: their first CPU is an ordinary core")
-    return sets, firsts
-
-
-def first_order(first: int | None, order: list[int], cpus: CpuSet) -> list[int]:
-    """A rank's CPU list with its priority core first: the planner's order, less the CPUs a swap
-    took, then those it gave, ascending."""
-    kept = set(cpus)
-    listed = set(order)
-    head = [first] if first is not None else []
-    return [*head, *(c for c in order if c != first and c in kept),
-            *(c for c in cpus if c != first and c not in listed)]
+    new_orders = []
+    for first, order, s in zip(firsts, old, sets):
+        kept, listed = set(s), set(order)
+        head = [first] if first is not None else []
+        new_orders.append([*head, *(c for c in order if c != first and c in kept),
+                           *(c for c in s if c != first and c not in listed)])
+    return sets, firsts, new_orders
