@@ -243,10 +243,6 @@ class AllowedResources:
         return out
 
     @cached_property
-    def packages(self) -> list[CpuSet]:
-        return [p.cpuset & self.allowed for p in self.topology.packages if p.cpuset.intersects(self.allowed)]
-
-    @cached_property
     def llcs(self) -> list[CpuSet]:
         """Last-level cache groups (allowed part), by lowest PU."""
         llc = {c.cpuset & self.allowed for c in self.topology.last_level_caches()}
@@ -359,7 +355,7 @@ class AllowedResources:
         return CpuSet.from_mask(mask)
 
     def _package_cpus(self, cpus: CpuSet) -> CpuSet:
-        return union_all(p for p in self.packages if p.intersects(cpus))
+        return union_all(p.cpuset for p in self.topology.packages if p.cpuset.intersects(cpus)) & self.allowed
 
 
 def _lookup(table: list, pus: CpuSet) -> set[int]:
