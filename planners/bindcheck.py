@@ -41,9 +41,7 @@ def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None
     """Every problem of a bind JSON object: schema first, then (with a topology) resources, then
     overlapping main sets."""
     reader = _Reader(data)
-    if reader.entries is None:
-        return reader.problems
-    return reader.problems + _check(reader.entries, reader.notes, topology, allow_overlap)
+    return reader.problems + _check(reader.entries or [], reader.notes, topology, allow_overlap)
 
 
 def read_plan(data: Any) -> tuple[BindPlan | None, list[Problem]]:

@@ -72,10 +72,9 @@ class Job:
         if nproc is None:
             return cls(tuple(ids))
         if nproc > len(ids):
-            raise UsageError(
-                f"{nproc} processes but only {len(ids)} devices ({','.join(map(str, ids))}); bind JSON "
-                "keys are per device, so use at most one process per device (or no devices for a "
-                "CPU-only job)")
+            raise UsageError(f"{nproc} processes but only {len(ids)} devices ({','.join(map(str, ids))}); bind JSON "
+                             "keys are per device, so use at most one process per device (or no devices for a "
+                             "CPU-only job)")
         return cls(tuple(ids[:nproc]))
 
 

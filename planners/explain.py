@@ -79,8 +79,7 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
     for idx in sorted(owners):
         keys, core = sorted(set(owners[idx])), resources.cores[idx]
         if len(keys) > 1 and any(sets[k] & core != core for k in keys):
-            warnings.append(f"SMT siblings of core {core} are split across processes "
-                            f"{', '.join(keys)}")
+            warnings.append(f"SMT siblings of core {core} are split across processes {', '.join(keys)}")
     return rows, list(dict.fromkeys(warnings))
 
 

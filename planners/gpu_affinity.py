@@ -89,15 +89,13 @@ class _Affinity:
             d = self.job.devices[rank]
             have = self.resources.union_of_cores(cores) or "none"
             if d is None:  # gpu_affinity's words would speak of a GPU the machine does not have
-                raise UsageError(
-                    f"local rank {rank} gets {len(cores)} physical cores ({have}), fewer than min_physical_cores="
-                    f"{lo}: without accelerators the allowed cores are split among the job's {self.job.nproc} "
-                    f"process{'es' if self.job.nproc != 1 else ''}; start fewer processes, use a mode that shares "
-                    "cores (node, single) or lower min_physical_cores")
-            raise UsageError(
-                f"Number of available physical cores for GPU {d} is less the predefinied minimum, "
-                f"min_physical_cores={lo}, available physical cores: {have} (count={len(cores)}); lower "
-                "min_physical_cores or use fewer processes")
+                raise UsageError(f"local rank {rank} gets {len(cores)} physical cores ({have}), fewer than "
+                                 f"min_physical_cores={lo}: without accelerators the allowed cores are split among the "
+                                 f"job's {self.job.nproc} process{'es' if self.job.nproc != 1 else ''}; start fewer "
+                                 "processes, use a mode that shares cores (node, single) or lower min_physical_cores")
+            raise UsageError(f"Number of available physical cores for GPU {d} is less the predefinied minimum, "
+                             f"min_physical_cores={lo}, available physical cores: {have} (count={len(cores)}); lower "
+                             "min_physical_cores or use fewer processes")
         return cores if hi is None else cores[:hi]
 
     def plan(self, cpus: list[CpuSet], options: Options, warnings: Iterable[str] = ()) -> BindPlan:
@@ -172,10 +170,9 @@ def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPl
                 where = "elsewhere"
                 pick = next_free(("near", h), lambda: _by_distance_from(resources, h[0]))
             if pick is None:
-                raise UsageError(
-                    f"single-unique needs one physical core per process, but {job.nproc} processes "
-                    f"share {len(resources.cores)} allowed cores; use mode single (shared cores) "
-                    "or fewer processes")
+                raise UsageError(f"single-unique needs one physical core per process, but {job.nproc} processes "
+                                 f"share {len(resources.cores)} allowed cores; use mode single (shared cores) or "
+                                 "fewer processes")
             warnings.append(f"{job.key(r)}: every core of its NUMA node is taken; given core "
                             f"{resources.cores[pick]} {where}")
         taken.add(pick)

@@ -77,8 +77,7 @@ def assign_nodes(resources: AllowedResources, devices: list[int], *, use_affinit
 
 def _available_numa(resources: AllowedResources) -> tuple[list[int], list[str]]:
     if resources.node_ids == [PSEUDO_NODE]:
-        raise UsageError("no allowed NUMA node has CPUs, so there is no node to bind; "
-                         "use msrun_bind core")
+        raise UsageError("no allowed NUMA node has CPUs, so there is no node to bind; use msrun_bind core")
     memless = [n for n in resources.node_ids if resources.all_nodes[n].local_memory == 0]
     warnings = []
     if memless and len(memless) < len(resources.node_ids):

@@ -51,10 +51,9 @@ def plan_exclusive(topology: Topology, job: Job, options: Options) -> BindPlan:
         q, m = divmod(len(cores), len(ranks))
         if q < 1:
             what = "GPUs" if job.devices[ranks[0]] is not None else "processes"
-            raise UsageError(
-                f"There are only {len(cores)} physical cores on numa_node_index={nodes_text(home)}, but there "
-                f"are {len(ranks)} {what} associated with this NUMA node; use mode node (shared CPUs) "
-                "or fewer processes")
+            raise UsageError(f"There are only {len(cores)} physical cores on numa_node_index={nodes_text(home)}, "
+                             f"but there are {len(ranks)} {what} associated with this NUMA node; use mode node "
+                             "(shared CPUs) or fewer processes")
         node_cpus = resources.cpus_of_nodes(home)
         starts = [i * q + min(i, m) for i in range(len(ranks) + 1)]  # the first m get one core more
         return [resources.union_of_cores(cores[a:b]) & node_cpus for a, b in zip(starts, starts[1:])]

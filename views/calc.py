@@ -99,7 +99,8 @@ class Calc:
         if word.isdigit():
             normal = levels(self.machine)
             if int(word) >= len(normal):
-                raise UsageError(f"{given}: depth {word}, but the machine has {len(normal)} levels (0-{len(normal) - 1})")
+                raise UsageError(f"{given}: depth {word}, but the machine has {len(normal)} levels "
+                                 f"(0-{len(normal) - 1})")
             return normal[int(word)]
         wanted = self._kind(word, given)
         found = sorted((o for o in self.objects if matches(o, wanted) or o.type == wanted[0] == "Bridge"),
@@ -127,7 +128,7 @@ class Calc:
         for n, o in enumerate(inside):
             if not o.cpuset.intersects(cpus):
                 continue
-            index = self.index(o) if self.physical_output else n  # logical: counted inside the object above
+            index = self.index(o) if self.physical_output else n  # logical: inside the object above
             name = f"{prefix}{'.' if prefix else ''}{type_name(o, True)}:{index}"
             out += self.hierarchical(cpus & o.cpuset, words[1:], o.cpuset, name) if words[1:] else [name]
         return out
