@@ -301,12 +301,10 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
                 if bad:
                     problems.append(Problem(f"bind_cpu.{p.key}.{module}", f"CPU id {bad.first()} in {written} for "
                                             f"{p.key} is not available: CPUs {bad} are {why}.", f"use CPUs from {fix}"))
-        if p.cpu_node_set is not None:
-            problems += _node_problems(f"bind_cpu.{p.key}", p.key, p.cpu_nodes, p.cpu_node_set,
-                                       nodes, allowed_nodes, cpu_nodes)
-        if p.memory_nodes is not None:
-            problems += _node_problems(f"bind_memory.{p.key}", p.key, p.memory, p.memory_nodes,
-                                       nodes, allowed_nodes, None)
+        for section, value, ids, need in (("bind_cpu", p.cpu_nodes, p.cpu_node_set, cpu_nodes),
+                                          ("bind_memory", p.memory, p.memory_nodes, None)):
+            if ids is not None:
+                problems += _node_problems(f"{section}.{p.key}", p.key, value, ids, nodes, allowed_nodes, need)
     return problems
 
 
@@ -349,9 +347,8 @@ def _overlap_problems(entries: Iterable[ProcessBinding]) -> list[Problem]:
             owner[lo:hi + 1] = [p.key if o is None else o for o in run]
         if owners:
             names = ", ".join(list(owners)[:3]) + (" and others" if len(owners) > 3 else "")
-            problems.append(Problem(f"bind_cpu.{p.key}.main", f"main CPUs {main & seen} of {p.key} overlap those "
-                                                              f"of {names}.",
-                                    "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)",
-                                    "warning"))
+            problems.append(Problem(f"bind_cpu.{p.key}.main", f"main CPUs {main & seen} of {p.key} overlap those of "
+                                    f"{names}.", "give every process its own main CPUs (e.g. `topo plan --mode "
+                                    "exclusive`)", "warning"))
         seen |= main
     return problems

@@ -69,9 +69,7 @@ class Job:
         if not ids:
             n = nproc if nproc is not None else max(1, len(_cpu_nodes(topology)))
             return cls((None,) * n)
-        if nproc is None:
-            return cls(tuple(ids))
-        if nproc > len(ids):
+        if nproc is not None and nproc > len(ids):
             raise UsageError(f"{nproc} processes but only {len(ids)} devices ({','.join(map(str, ids))}); bind JSON "
                              "keys are per device, so use at most one process per device (or no devices for a "
                              "CPU-only job)")
