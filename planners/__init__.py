@@ -5,9 +5,9 @@
     plan = planners.plan(t, "unique-contiguous", scope="socket", nproc=4)
     json.dump(plan.to_json(), open("bind.json", "w"))
 
-Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``, listed in ``BUILTIN``. A
-third party adds one under the entry-point group ``topo.planners`` (``my-mode =
-"pkg.mod:function"``, or a ``Planner``); a function may carry ``summary`` and ``shares_cpus``.
+Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``, listed in ``BUILTIN``; a plug-in
+adds one under the entry-point group ``topo.planners`` (a function, which may carry ``summary`` and
+``shares_cpus``, or a ``Planner``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""`topo plan --explain`: one row per process (rank, key, device, the device's node, ``2>0`` when
-planned on the nearest node with CPUs and ``?>0`` when sysfs gives the device no node, each said in
-a note below, CPUs, cores, L3 groups, memory node, whether the CPUs are local to the device) and
-the warnings a reader should see.
-"""
+"""`topo plan --explain`: one row per process (rank, key, device, its node: ``2>0`` planned on the
+nearest node with CPUs, ``?>0`` sysfs gives none, each noted below; CPUs, cores, L3 groups, memory,
+whether the CPUs are local to the device) and the warnings a reader should see."""
 
 from __future__ import annotations
 

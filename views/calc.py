@@ -1,12 +1,11 @@
-"""hwloc-calc's everyday answers on the one tree (`topo calc`): the CPUs a list of locations covers,
-then, as asked, the objects of a type those CPUs meet (-I), how many (-N), as hierarchical names
-(-H), the largest objects they hold (--largest) or the NUMA nodes local to them (--local-memory).
+"""hwloc-calc's everyday answers on the one tree (`topo calc`): the CPUs of a list of locations, then
+the objects of a type they meet (-I), how many (-N), as hierarchical names (-H), the largest objects
+they hold (--largest) or the NUMA nodes local to them (--local-memory).
 
 A location is `all`, a cpuset (`0x000000ff,0x0000ffff`, or taskset's `0xff0000ffff`), `TYPE:RANGE`
-(`core:2-3`, `pu:1:3` three from 1, `numa:all`, `odd`, `even`) and below it `.TYPE:RANGE`
-(`node:1.pu:2`, indexes counted inside the object above), `TYPE=NAME` for an I/O object
-(`os=eth0`, `pci=0000:01:00.0`: the CPUs of the object it hangs from); a `~` before it removes
-its CPUs, `x` intersects, `^` XORs. Indexes are logical unless asked physical, as in hwloc-calc.
+(`core:2-3`, `pu:1:3` three from 1, `numa:all`, `odd`, `even`), below it `.TYPE:RANGE` (`node:1.pu:2`,
+counted inside the object above), or `os=eth0` / `pci=0000:01:00.0` (the CPUs the device hangs from);
+`~` before it removes its CPUs, `x` intersects, `^` XORs. Indexes are logical unless asked physical.
 """
 
 from __future__ import annotations
