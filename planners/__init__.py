@@ -5,9 +5,9 @@
     plan = planners.plan(t, "unique-contiguous", scope="socket", nproc=4)
     json.dump(plan.to_json(), open("bind.json", "w"))
 
-Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``, listed in ``BUILTIN``. A
-third party adds one under the entry-point group ``topo.planners`` (``my-mode =
-"pkg.mod:function"``, or a ``Planner``); a function may carry ``summary`` and ``shares_cpus``.
+Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``, listed in ``BUILTIN``; a plug-in
+adds one under the entry-point group ``topo.planners`` (a function, which may carry ``summary`` and
+``shares_cpus``, or a ``Planner``).
 """
 
 from __future__ import annotations
@@ -24,27 +24,23 @@ from topo.planners.core import Job, Options, Planner
 
 ENTRY_POINT_GROUP = "topo.planners"
 
-BUILTIN: dict[str, Planner] = {p.name: p for p in (
-    Planner("msrun-auto", "msrun --bind_core=True CPU split (or --msrun-bind numa: --bind_numa=True nodes)",
-            "topo.planners.msrun:plan_msrun_auto"),
-    Planner("node", "torch: all allowed CPUs of the device's NUMA node", "topo.planners.torch:plan_node",
-            shares_cpus=True),
-    Planner("socket", "torch: all allowed CPUs of the device's socket", "topo.planners.torch:plan_socket",
-            shares_cpus=True),
-    Planner("exclusive", "torch: the node's physical cores split among its devices (lower ranks get the rest)",
-            "topo.planners.torch:plan_exclusive"),
-    Planner("core-complex", "torch: one last-level-cache group (L3/CCX) of the node per device",
-            "topo.planners.torch:plan_core_complex", shares_cpus=True),
-    Planner("all", "gpu_affinity: every core of the scope, node-local first", "topo.planners.gpu_affinity:plan_all",
-            shares_cpus=True),
-    Planner("single", "gpu_affinity: the first core of the scope", "topo.planners.gpu_affinity:plan_single",
-            shares_cpus=True),
-    Planner("single-unique", "gpu_affinity: one core per device, never shared",
-            "topo.planners.gpu_affinity:plan_single_unique"),
-    Planner("unique-interleaved", "gpu_affinity: the scope's cores dealt out, every k-th core per device",
-            "topo.planners.gpu_affinity:plan_unique_interleaved"),
-    Planner("unique-contiguous", "gpu_affinity: the scope's cores cut into one block per device",
-            "topo.planners.gpu_affinity:plan_unique_contiguous"),
+BUILTIN: dict[str, Planner] = {name: Planner(name, summary, f"topo.planners.{target}", shares_cpus=shares)
+                                for name, summary, target, shares in (
+    ("msrun-auto", "msrun --bind_core=True CPU split (or --msrun-bind numa: --bind_numa=True nodes)",
+     "msrun:plan_msrun_auto", False),
+    ("node", "torch: all allowed CPUs of the device's NUMA node", "torch:plan_node", True),
+    ("socket", "torch: all allowed CPUs of the device's socket", "torch:plan_socket", True),
+    ("exclusive", "torch: the node's physical cores split among its devices (lower ranks get the rest)",
+     "torch:plan_exclusive", False),
+    ("core-complex", "torch: one last-level-cache group (L3/CCX) of the node per device",
+     "torch:plan_core_complex", True),
+    ("all", "gpu_affinity: every core of the scope, node-local first", "gpu_affinity:plan_all", True),
+    ("single", "gpu_affinity: the first core of the scope", "gpu_affinity:plan_single", True),
+    ("single-unique", "gpu_affinity: one core per device, never shared", "gpu_affinity:plan_single_unique", False),
+    ("unique-interleaved", "gpu_affinity: the scope's cores dealt out, every k-th core per device",
+     "gpu_affinity:plan_unique_interleaved", False),
+    ("unique-contiguous", "gpu_affinity: the scope's cores cut into one block per device",
+     "gpu_affinity:plan_unique_contiguous", False),
 )}
 
 _registry: dict[str, Planner] | None = None
@@ -67,7 +63,9 @@ def registry() -> dict[str, Planner]:
             try:
                 obj = ep.load()
             except Exception as exc:  # a broken plug-in must not break the built-in modes
-                reg[name] = Planner(name, f"(failed to load {ep.value}: {exc})", _broken(ep.value, exc))
+                def broken(topology, job, options, value=ep.value, exc=exc):
+                    raise UsageError(f"planner {value} failed to load: {exc}")
+                reg[name] = Planner(name, f"(failed to load {ep.value}: {exc})", broken)
                 continue
             if isinstance(obj, Planner):
                 reg[normalize_mode(obj.name)] = obj
@@ -82,12 +80,6 @@ def _entry_points():
     from importlib.metadata import entry_points
 
     return list(entry_points(group=ENTRY_POINT_GROUP))
-
-
-def _broken(value, exc):
-    def strategy(topology, job, options):
-        raise UsageError(f"planner {value} failed to load: {exc}")
-    return strategy
 
 
 def modes() -> list[str]:

@@ -1,11 +1,10 @@
 """Checking a bind JSON: every problem at once, each with its JSON path, a fix and a severity.
 
-`validate_bind` (what `topo validate` prints) runs the steps `topo launch` and `topo bind` run, so
-all three accept the same files with the same messages: `read_plan` (msrun's schema, each value
-parsed once, carrying on where msrun stops at the first error), then `check_plan` (CPUs and NUMA
-nodes the topology lacks or does not allow, and overlapping main sets: a warning, as msrun runs
-such a file, unless the file's "topo" notes declare a CPU-sharing mode). Messages reuse msrun's
-words. A section its mode turns off is a warning (msrun ignores it); duplicate keys are errors.
+`validate_bind` (`topo validate`) runs the steps `topo launch` and `topo bind` run, so all three
+accept the same files with the same messages (msrun's words): `read_plan` (msrun's schema, carrying
+on where msrun stops at the first error), then `check_plan` (CPUs and NUMA nodes the topology lacks
+or does not allow; overlapping main sets, a warning unless the "topo" notes declare a CPU-sharing
+mode). A section its mode turns off is a warning (msrun ignores it); duplicate keys are errors.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from topo.planners.bindplan import (
     as_written, normalize_key, parse_nodes,
 )
 
-CPULIST_FIX = 'write a cpulist such as "0-4,8" (ranges ascending)'
 NODES_FIX = 'write a node id (0) or a node range string ("0-1,3")'
 
 
@@ -43,11 +41,7 @@ def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None
     """Every problem of a bind JSON object: schema first, then (with a topology) resources, then
     overlapping main sets."""
     reader = _Reader(data)
-    problems = reader.problems
-    if reader.entries is not None:
-        problems += _resource_problems(reader.entries, topology) if topology is not None else []
-        problems += _overlap_problems(reader.entries, _overlap_allowed(reader.notes, allow_overlap))
-    return problems
+    return reader.problems + _check(reader.entries or [], reader.notes, topology, allow_overlap)
 
 
 def read_plan(data: Any) -> tuple[BindPlan | None, list[Problem]]:
@@ -60,8 +54,16 @@ def read_plan(data: Any) -> tuple[BindPlan | None, list[Problem]]:
 
 def check_plan(plan: BindPlan, topology, *, allow_overlap: bool | None = None) -> list[Problem]:
     """What a plan asks of `topology` that it does not have, and overlapping main sets."""
-    return (_resource_problems(plan.processes, topology)
-            + _overlap_problems(plan.processes, _overlap_allowed(plan.meta, allow_overlap)))
+    return _check(plan.processes, plan.meta, topology, allow_overlap)
+
+
+def _check(entries: list[ProcessBinding], notes: Mapping, topology, allow_overlap: bool | None) -> list[Problem]:
+    """Resource problems (with a topology), then overlapping main sets unless allowed (by the caller,
+    else by the file's notes of a CPU-sharing mode)."""
+    problems = _resource_problems(entries, topology) if topology is not None else []
+    if allow_overlap is None:
+        allow_overlap = notes.get("shared_cpus") is True
+    return problems if allow_overlap else problems + _overlap_problems(entries)
 
 
 def one_line(errors: list[Problem]) -> str:
@@ -85,7 +87,42 @@ class _Reader:
             self.problem("", f"bind JSON should be a json object, got {type(data).__name__}.",
                          "write an object with bind_config / bind_cpu / bind_memory keys")
             return
-        self.read(data)
+        self.duplicates(data, "")
+        for k in data:
+            if k not in TOP_KEYS:
+                self.problem(str(k), f"unknown top-level key '{k}'.",
+                             "use only bind_config, bind_cpu, bind_memory (and topo for notes)", "warning")
+        config = self.read_config(data.get("bind_config", {}))
+        notes = data.get("topo")
+        self.notes = notes if isinstance(notes, Mapping) else {}
+        self.read_policy()
+        sections = {s: self.read_section(data, s) for s in ("bind_cpu", "bind_memory")}
+        if self.cpu_mode == "cpu" and "bind_cpu" not in data:
+            self.problem("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
+                         'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
+        # A section its mode turns off (msrun reads bind_cpu only in cpu/numa mode, bind_memory only in
+        # numa mode) binds nothing: say so, as a file that runs unbound is rarely what was meant.
+        for section, mode_key, mode in (("bind_cpu", "bind_cpu_mode", self.cpu_mode),
+                                        ("bind_memory", "bind_memory_mode", self.memory_mode)):
+            written = config.get(mode_key, "none") if config is not None else None
+            if data.get(section) and mode == "none" and isinstance(written, str) and written.lower() == "none":
+                self.problem(section, f"ignored, because {mode_key} is 'none'"
+                                      f"{'' if mode_key in config else ' (the default)'}.",
+                             f'set "{mode_key}" in bind_config to bind what {section} says, or remove {section}',
+                             "warning")
+        cpu = self.read_cpu(sections["bind_cpu"])
+        memory = self.read_memory(sections["bind_memory"])
+        ranks = self.notes.get("local_ranks")
+        ranks = ranks if isinstance(ranks, Mapping) else {}
+        self.entries = []
+        for key in dict.fromkeys([*cpu, *memory]):  # bind_cpu's order, then keys only in bind_memory
+            modules, (cpu_value, cpu_set), has_entry = cpu.get(key, ((), (None, None), False))
+            memory_value, memory_set = memory.get(key, (None, None))
+            rank = ranks.get(key)
+            self.entries.append(ProcessBinding(
+                key, tuple((m, text) for m, text, _ in modules), cpu_value, memory_value,
+                rank if isinstance(rank, int) and not isinstance(rank, bool) else None, has_entry,
+                module_cpus=tuple((m, s) for m, _, s in modules), cpu_node_set=cpu_set, memory_nodes=memory_set))
 
     def problem(self, path: str, message: str, fix: str = "", severity: str = "error") -> None:
         self.problems.append(Problem(path, message, fix, severity))
@@ -96,56 +133,12 @@ class _Reader:
             self.problem(path, f"key '{key}' appears more than once{' in ' + where if where else ''}; "
                                "JSON keeps only the last.", "keep one entry per key")
 
-    def read(self, data: Mapping) -> None:
-        self.duplicates(data, "")
-        for k in data:
-            if k not in TOP_KEYS:
-                self.problem(str(k), f"unknown top-level key '{k}'.",
-                             "use only bind_config, bind_cpu, bind_memory (and topo for notes)", "warning")
-        self.read_config(data.get("bind_config", {}))
-        notes = data.get("topo")
-        self.notes = notes if isinstance(notes, Mapping) else {}
-        self.read_policy()
-        sections = {s: self.read_section(data, s) for s in ("bind_cpu", "bind_memory")}
-        if self.cpu_mode == "cpu" and "bind_cpu" not in data:
-            self.problem("bind_cpu", "bind_cpu must be a dict when bind_cpu_mode is 'cpu'.",
-                         'add "bind_cpu": {"device0": {"main": "0-9"}} or set bind_cpu_mode to "none"')
-        self.ignored_sections(data)
-        cpu = self.read_cpu(sections["bind_cpu"])
-        memory = self.read_memory(sections["bind_memory"])
-        ranks = self.notes.get("local_ranks")
-        ranks = ranks if isinstance(ranks, Mapping) else {}
-        entries = []
-        for key in dict.fromkeys([*cpu, *memory]):  # bind_cpu's order, then keys only in bind_memory
-            modules, (cpu_value, cpu_set), has_entry = cpu.get(key, ((), (None, None), False))
-            memory_value, memory_set = memory.get(key, (None, None))
-            rank = ranks.get(key)
-            entries.append(ProcessBinding(
-                key, tuple((m, text) for m, text, _ in modules), cpu_value, memory_value,
-                rank if isinstance(rank, int) and not isinstance(rank, bool) else None, has_entry,
-                module_cpus=tuple((m, s) for m, _, s in modules), cpu_node_set=cpu_set, memory_nodes=memory_set))
-        self.entries = entries
-
-    def ignored_sections(self, data: Mapping) -> None:
-        """A section its mode turns off (msrun reads bind_cpu only in cpu/numa mode, bind_memory only
-        in numa mode) binds nothing: say so, as a file that runs unbound is rarely what was meant."""
-        config = data.get("bind_config", {})
-        if not isinstance(config, Mapping):
-            return
-        for section, mode_key, mode in (("bind_cpu", "bind_cpu_mode", self.cpu_mode),
-                                        ("bind_memory", "bind_memory_mode", self.memory_mode)):
-            written = config.get(mode_key, "none")
-            if data.get(section) and mode == "none" and isinstance(written, str) and written.lower() == "none":
-                self.problem(section, f"ignored, because {mode_key} is 'none'"
-                                      f"{'' if mode_key in config else ' (the default)'}.",
-                             f'set "{mode_key}" in bind_config to bind what {section} says, or remove {section}',
-                             "warning")
-
-    def read_config(self, config: Any) -> None:
+    def read_config(self, config: Any) -> Mapping | None:
+        """The modes and actor_thread_fix_bind of bind_config; returns it (None when not an object)."""
         if not isinstance(config, Mapping):
             self.problem("bind_config", "bind_config must be a json object.",
                          'write {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}')
-            return
+            return None
         self.duplicates(config, "bind_config")
         for k in config:
             if k not in CONFIG_KEYS:
@@ -166,6 +159,7 @@ class _Reader:
                 self.problem("bind_config.actor_thread_fix_bind",
                              "'actor_thread_fix_bind' only supports bool type True/False.",
                              "write true or false (JSON booleans, not strings)")
+        return config
 
     def read_policy(self) -> None:
         policy = self.notes.get(MEMORY_POLICY_KEY, "bind")
@@ -216,21 +210,18 @@ class _Reader:
         for norm, (k, value) in (section or {}).items():
             path = f"bind_cpu.{k}"
             if self.cpu_mode == "numa":
-                nodes = self.nodes(path, k, value, "bind_cpu_mode", "bind_cpu")
+                nodes = self.nodes("bind_cpu", k, value)
                 if nodes is not None:
                     out[norm] = ((), nodes, True)
                 continue
-            if value is None:
-                out[norm] = ((), (None, None), True)
-                continue
-            if not isinstance(value, Mapping):
+            if value is not None and not isinstance(value, Mapping):
                 self.problem(path, f"'bind_cpu_mode' is 'cpu', in 'bind_cpu', type of value for "
                                    f"{k}:{value} should be dict, but got {type(value)}.",
                              f'write {{"main": "{value}"}}')
                 continue
             self.duplicates(value, path)
             modules = []
-            for module, text in value.items():
+            for module, text in (value or {}).items():  # null: an entry that binds nothing
                 mpath = f"{path}.{module}"
                 if module not in MODULES:
                     self.problem(mpath, f"unknown module '{module}'.", "modules are main, runtime, pynative, minddata",
@@ -245,7 +236,7 @@ class _Reader:
                 try:
                     cpus = CpuSet.parse(text, msrun=True)
                 except ParseError as exc:
-                    self.problem(mpath, str(exc), CPULIST_FIX)
+                    self.problem(mpath, str(exc), 'write a cpulist such as "0-4,8" (ranges ascending)')
                     continue
                 modules.append((module, as_written(text), cpus))
             out[norm] = (tuple(modules), (None, None), True)
@@ -257,27 +248,27 @@ class _Reader:
         if self.memory_mode == "none":
             return out
         for norm, (k, value) in (section or {}).items():
-            path = f"bind_memory.{k}"
-            nodes = self.nodes(path, k, value, "bind_memory_mode", "bind_memory")
+            nodes = self.nodes("bind_memory", k, value)
             if nodes is None:
                 continue
             if self.memory_mode == "preferred" and nodes[1].weight() > 1:
-                self.problem(path, f"a preferred memory policy takes one node, got {value!r} for {k} "
+                self.problem(f"bind_memory.{k}", f"a preferred memory policy takes one node, got {value!r} for {k} "
                                    "(numactl --preferred accepts a single node).",
                              f"name one node, e.g. {nodes[1].first()}")
                 continue
             out[norm] = nodes
         return out
 
-    def nodes(self, path, key, value, mode_name, section) -> tuple[int | str, CpuSet] | None:
+    def nodes(self, section: str, key, value) -> tuple[int | str, CpuSet] | None:
+        """A node value of ``section`` (bind_cpu in numa mode, bind_memory): as written, and its set."""
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            self.problem(path, f"{mode_name} is 'numa', in '{section}', type of value for {key}:{value} "
-                               f"should be int/str, but got {type(value)}.", NODES_FIX)
+            self.problem(f"{section}.{key}", f"{section}_mode is 'numa', in '{section}', type of value for "
+                                             f"{key}:{value} should be int/str, but got {type(value)}.", NODES_FIX)
             return None
         try:
             nodes = parse_nodes(value)
         except ParseError as exc:
-            self.problem(path, str(exc), NODES_FIX)
+            self.problem(f"{section}.{key}", str(exc), NODES_FIX)
             return None
         return (value if isinstance(value, int) else as_written(value)), nodes
 
@@ -303,25 +294,17 @@ def _resource_problems(entries: Iterable[ProcessBinding], topology) -> list[Prob
         for module, cpus in p.module_cpus:
             if cpus <= usable:
                 continue
-            path = f"bind_cpu.{p.key}.{module}"
             written = excerpt(str(dict(p.modules)), 120)
-            missing = cpus - present
-            if missing:
-                problems.append(Problem(path, f"CPU id {missing.first()} in {written} for {p.key} is not available: "
-                                              f"CPUs {missing} are not present on this machine.",
-                                        f"use CPUs from {allowed} (see `topo show`)"))
-            disallowed = (cpus & present) - allowed
-            if disallowed:
-                problems.append(Problem(path, f"CPU id {disallowed.first()} in {written} for {p.key} is not "
-                                              f"available: CPUs {disallowed} are not allowed by the cgroup "
-                                              "cpuset / affinity.",
-                                        f"use CPUs from the allowed set {allowed}"))
-        if p.cpu_node_set is not None:
-            problems += _node_problems(f"bind_cpu.{p.key}", p.key, p.cpu_nodes, p.cpu_node_set,
-                                       nodes, allowed_nodes, cpu_nodes)
-        if p.memory_nodes is not None:
-            problems += _node_problems(f"bind_memory.{p.key}", p.key, p.memory, p.memory_nodes,
-                                       nodes, allowed_nodes, None)
+            for bad, why, fix in ((cpus - present, "not present on this machine", f"{allowed} (see `topo show`)"),
+                                  ((cpus & present) - allowed, "not allowed by the cgroup cpuset / affinity",
+                                   f"the allowed set {allowed}")):
+                if bad:
+                    problems.append(Problem(f"bind_cpu.{p.key}.{module}", f"CPU id {bad.first()} in {written} for "
+                                            f"{p.key} is not available: CPUs {bad} are {why}.", f"use CPUs from {fix}"))
+        for section, value, ids, need in (("bind_cpu", p.cpu_nodes, p.cpu_node_set, cpu_nodes),
+                                          ("bind_memory", p.memory, p.memory_nodes, None)):
+            if ids is not None:
+                problems += _node_problems(f"{section}.{p.key}", p.key, value, ids, nodes, allowed_nodes, need)
     return problems
 
 
@@ -345,18 +328,10 @@ def _node_problems(path, key, value, ids: CpuSet, nodes, allowed_nodes, cpu_node
 
 
 # --------------------------------------------------------------------------- overlaps
-def _overlap_allowed(notes: Mapping, allow_overlap: bool | None) -> bool:
-    if allow_overlap is not None:
-        return allow_overlap
-    return notes.get("shared_cpus") is True
-
-
-def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[Problem]:
+def _overlap_problems(entries: Iterable[ProcessBinding]) -> list[Problem]:
     """A warning per process whose main CPUs overlap an earlier process's, naming the earlier
     owners (three, then "and others"). ``owner[cpu]`` is the first process with that CPU, so the
     work grows with the CPUs listed, not with pairs of processes."""
-    if allowed:
-        return []
     problems: list[Problem] = []
     owner: list[str | None] = []
     seen = CpuSet()
@@ -372,12 +347,8 @@ def _overlap_problems(entries: Iterable[ProcessBinding], allowed: bool) -> list[
             owner[lo:hi + 1] = [p.key if o is None else o for o in run]
         if owners:
             names = ", ".join(list(owners)[:3]) + (" and others" if len(owners) > 3 else "")
-            problems.append(Problem(f"bind_cpu.{p.key}.main", f"main CPUs {main & seen} of {p.key} overlap those "
-                                                              f"of {names}.",
-                                    "give every process its own main CPUs (e.g. `topo plan --mode exclusive`)",
-                                    "warning"))
+            problems.append(Problem(f"bind_cpu.{p.key}.main", f"main CPUs {main & seen} of {p.key} overlap those of "
+                                    f"{names}.", "give every process its own main CPUs (e.g. `topo plan --mode "
+                                    "exclusive`)", "warning"))
         seen |= main
     return problems
-
-
-__all__ = ["Problem", "validate_bind", "read_plan", "check_plan", "one_line"]

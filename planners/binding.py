@@ -28,6 +28,3 @@ def from_entry(entry: ProcessBinding | None, topology: Topology, memory_policy: 
         cpus = node_cpus(topology, entry.cpu_node_set)
     memory = entry.memory_nodes if memory_policy is not None and entry.memory_nodes else None
     return Binding(cpus or None, memory, memory_policy if memory is not None else None, entry.device)
-
-
-__all__ = ["from_entry", "node_cpus"]

@@ -1,21 +1,14 @@
-"""The bind model: ``BindPlan`` (a whole job's binding) and ``ProcessBinding`` (one process's entry).
-
-A BindPlan is what the planners return and what `topo plan` writes as MindSpore's unified bind
-JSON (``planners.bindload`` reads one back)::
+"""The bind model: ``BindPlan`` (a whole job's binding, MindSpore's unified bind JSON) and
+``ProcessBinding`` (one process's entry)::
 
     {"bind_config": {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa", "actor_thread_fix_bind": true},
      "bind_cpu":    {"device0": {"main": "0-4", "runtime": "5-9"}, "scheduler": {"main": "40-45"}},
      "bind_memory": {"device0": 0, "scheduler": 2},
      "topo":        {...}}          # ours; msrun and MindSpore ignore it
 
-Keys are ``deviceN`` (N = the physical device id) or ``scheduler``; msrun also reads ``device_N``
-and ``device0N`` (``normalize_key``). Range text is kept as written, whitespace removed, as msrun
-passes it to numactl / taskset uncompacted.
-
-``memory_mode`` is msrun's ``bind_memory_mode`` (``numa``: ``numactl --membind``; ``none``) or
-``preferred`` (``numactl --preferred N``), which MindSpore does not know: a preferred plan is
-written with ``"bind_memory_mode": "none"`` (msrun binds no memory), its nodes in ``bind_memory``
-and ``"topo": {"memory_policy": "preferred"}``; each process names at most one node.
+Range text is kept as written less whitespace, as msrun passes it to numactl / taskset. A
+``preferred`` memory mode (``numactl --preferred N``, one node a process), which MindSpore does not
+know, is written as ``"bind_memory_mode": "none"`` with ``"topo": {"memory_policy": "preferred"}``.
 """
 
 from __future__ import annotations
@@ -71,13 +64,9 @@ def parse_nodes(value: int | str) -> CpuSet:
 # --------------------------------------------------------------------------- the plan
 @dataclass(frozen=True)
 class ProcessBinding:
-    """One process's entry: key ``deviceN`` (N = physical device id) or ``scheduler``.
-
-    ``modules`` ((module, cpulist) in output order) in cpu mode; ``cpu_nodes`` (node id or range
-    string) in numa cpu mode; ``memory`` (node id or range string). Text is stored without
-    whitespace; a text that does not parse raises ParseError here, so a ProcessBinding always
-    names valid sets.
-    """
+    """One process's entry, ``deviceN`` (N = physical device id) or ``scheduler``: ``modules``
+    ((module, cpulist), in cpu mode), ``cpu_nodes`` (in numa cpu mode), ``memory`` (node id or range
+    string). Text is stored without whitespace; text that does not parse raises ParseError here."""
 
     key: str
     modules: tuple[tuple[str, str], ...] = ()
@@ -124,11 +113,8 @@ class ProcessBinding:
 
 @dataclass(frozen=True)
 class BindPlan:
-    """A whole job's binding, immutable; ``to_json()`` gives MindSpore's unified bind JSON.
-
-    ``processes`` are in output order (devices by local rank, then ``scheduler``); ``meta`` is the
-    ``"topo"`` object (a fresh dict each time), ``warnings`` the planner's notes.
-    """
+    """A whole job's binding, immutable: ``processes`` in output order (devices by local rank, then
+    ``scheduler``), ``meta`` the ``"topo"`` object (a fresh dict each time), ``warnings`` the notes."""
 
     cpu_mode: str = "cpu"
     memory_mode: str = "numa"
@@ -184,10 +170,7 @@ class BindPlan:
             config["actor_thread_fix_bind"] = self.actor_thread_fix_bind
         out: dict[str, Any] = {"bind_config": config}
         if self.cpu_mode == "cpu":
-            out["bind_cpu"] = {
-                p.key: (dict(p.modules) if p.modules else None)
-                for p in self.processes if p.has_cpu_entry
-            }
+            out["bind_cpu"] = {p.key: dict(p.modules) or None for p in self.processes if p.has_cpu_entry}
         elif self.cpu_mode == "numa":
             out["bind_cpu"] = {p.key: p.cpu_nodes for p in self.processes if p.cpu_nodes is not None}
         mem = {p.key: p.memory for p in self.processes if p.memory is not None}
@@ -204,8 +187,3 @@ class BindPlan:
         if meta:
             out["topo"] = meta
         return out
-
-
-__all__ = ["BindPlan", "ProcessBinding", "device_key", "normalize_key", "as_written", "parse_nodes",
-           "CPU_MODES", "MEMORY_MODES", "PLAN_MEMORY_MODES", "MODULES", "TOP_KEYS", "CONFIG_KEYS",
-           "MEMORY_POLICY_KEY"]

@@ -1,21 +1,18 @@
 """What every strategy shares: the job, the options, and a per-topology index of allowed resources.
 
-A strategy is a pure function ``(Topology, Job, Options) -> BindPlan``: no files, no environment,
-no clock.
-
-A device's *home* (`AllowedResources.home_of`) is the allowed NUMA node(s) with CPUs it belongs to;
-CPUs are never bound to a CPU-less node. A device whose node is memory-only (a GPU's HBM onlined as
-a node: GH200, GB200 without CDMM) or unknown is homed on the CPU nodes its PCI `local_cpus`
-touch, else on the CPU node nearest its memory node by the SLIT distances; a device on a node the
+A strategy is a pure function ``(Topology, Job, Options) -> BindPlan``. A device's *home*
+(`AllowedResources.home_of`) is the allowed NUMA node(s) with CPUs it belongs to. A device whose node
+is memory-only (a GPU's HBM onlined as a node: GH200) or unknown is homed on the CPU nodes its PCI
+`local_cpus` touch, else on the CPU node nearest its memory node by SLIT distance; one on a node the
 cgroup does not allow, on the nearest allowed CPU node. CPU-only ranks are homed on consecutive
-blocks of nodes. Memory goes to the home unless `memory="device"` asks for the device's own
-memory node.
+blocks of nodes. Memory goes to the home unless `memory="device"` asks for the device's own node.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field, fields
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Callable, Iterable, Sequence
 
 from topo.cpuset import CpuSet, union_all
@@ -42,8 +39,7 @@ class Job:
         return all(d is None for d in self.devices)
 
     def key(self, rank: int) -> str:
-        """The bind JSON key: ``device<physical id>``; a CPU-only rank uses its rank, as msrun's
-        DEVICE_ID does."""
+        """The bind JSON key ``deviceN``: the physical id, or a CPU-only rank's rank (msrun's DEVICE_ID)."""
         d = self.devices[rank]
         return device_key(rank if d is None else d)
 
@@ -56,7 +52,7 @@ class Job:
         if nproc is not None and nproc < 1:
             raise UsageError(f"the number of processes must be at least 1, got {nproc}")
         known = accelerators(topology)
-        by_id = {d.index: d for d in known}
+        known_ids = {d.index for d in known}
         if devices is None:
             ids = [d.index for d in known]
         else:
@@ -66,20 +62,17 @@ class Job:
                 if i in seen:
                     raise UsageError(f"device {i} is listed twice in the job's devices; list each device once")
                 seen.add(i)
-                if i not in by_id:
+                if i not in known_ids:
                     have = ",".join(str(d.index) for d in known) or "none"
                     raise UsageError(f"device {i} is not in the topology (devices: {have}); "
                                      "check the device list and CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES")
         if not ids:
             n = nproc if nproc is not None else max(1, len(_cpu_nodes(topology)))
             return cls((None,) * n)
-        if nproc is None:
-            return cls(tuple(ids))
-        if nproc > len(ids):
-            raise UsageError(
-                f"{nproc} processes but only {len(ids)} devices ({','.join(map(str, ids))}); bind JSON "
-                "keys are per device, so use at most one process per device (or no devices for a "
-                "CPU-only job)")
+        if nproc is not None and nproc > len(ids):
+            raise UsageError(f"{nproc} processes but only {len(ids)} devices ({','.join(map(str, ids))}); bind JSON "
+                             "keys are per device, so use at most one process per device (or no devices for a "
+                             "CPU-only job)")
         return cls(tuple(ids[:nproc]))
 
 
@@ -147,15 +140,6 @@ class Options:
                 clean[key] = v.replace("_", "-").lower() if isinstance(v, str) else v
         return cls(**clean)
 
-    def to_meta(self) -> dict:
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if v != f.default:
-                out[f.name] = [list(m) for m in v] if f.name == "modules" else (
-                    list(v) if isinstance(v, tuple) else v)
-        return out
-
 
 # --------------------------------------------------------------------------- allowed resources
 PSEUDO_NODE = -1
@@ -167,11 +151,10 @@ def _cpu_nodes(topology: Topology):
 
 
 class AllowedResources:
-    """Allowed resources of one topology, indexed once per plan.
+    """Allowed resources of one topology, indexed once per plan so planning stays linear in the machine.
 
     Cores are numbered 0..n-1 by their lowest allowed PU (torch's order): ``cores[i]`` is the
     allowed part of core i, ``node_cores[n]`` the numbers of the cores whose lowest PU is on node n.
-    Every per-rank question is asked of these indexes, so planning stays linear in the machine.
     """
 
     def __init__(self, topology: Topology):
@@ -180,7 +163,6 @@ class AllowedResources:
         nodes = _cpu_nodes(topology)
         self.node_ids: list[int] = [n.os_index for n in nodes]
         self.node_cpus: dict[int, CpuSet] = {n.os_index: n.cpuset & allowed for n in nodes}
-        self.node_memory: dict[int, int] = {n.os_index: n.local_memory for n in nodes}
         self.all_nodes = {n.os_index: n for n in topology.numa_nodes}
         self.devices = {d.index: d for d in accelerators(topology)}
         if not self.node_ids and allowed:
@@ -189,13 +171,12 @@ class AllowedResources:
             # as a memory node.
             self.node_ids = [PSEUDO_NODE]
             self.node_cpus = {PSEUDO_NODE: allowed}
-            self.node_memory = {PSEUDO_NODE: 0}
         self.warnings: list[str] = []
-        self._core_indexes: dict[CpuSet, tuple[int, ...]] = {}
-        self._packages: dict[CpuSet, CpuSet] = {}
-        self._homes: dict[int, tuple[int, ...]] = {}
+        # asked per rank, answered once per device or set
+        self.home_of = cache(self._home_of)
+        self.core_indexes = cache(self._core_indexes)
+        self.package_cpus = cache(self._package_cpus)
 
-    # ---- indexes, each built on first use --------------------------------
     @cached_property
     def node_of_pu(self) -> list[int | None]:
         """PU -> the allowed CPU node it is on (None when none is)."""
@@ -210,11 +191,10 @@ class AllowedResources:
         """(lowest PU, mask, highest PU) of every core with allowed PUs, by lowest PU; the highest
         PUs are None unless every core has one or two PUs.
 
-        A core's mask is as wide as the machine, and each step over it costs that width: a core's
-        highest PU is its bit_length, and without it the highest left is, for two PUs, the lowest.
-        benchmarks/plan_bench.py, exclusive at 16k PUs: 15 ms so, 21 ms taking each core's lowest
-        PU with CpuSet.first() and listing its PUs as a set.
-        """
+        Each step over a core's mask costs the machine's width: a core's highest PU is its
+        bit_length, and without it the highest left is, for two PUs, the lowest. plan_bench.py,
+        exclusive at 16k PUs: 14 ms so, 36 ms (18x the 2k machine, over the 10x target) with each
+        core's allowed part as a CpuSet and its lowest PU from CpuSet.first()."""
         masks = [c.cpuset.mask for c in self.topology.cores]
         if self.allowed != self.topology.pus:
             masks = [m & self.allowed.mask for m in masks if m & self.allowed.mask]
@@ -260,24 +240,23 @@ class AllowedResources:
         return out
 
     @cached_property
-    def packages(self) -> list[CpuSet]:
-        return [p.cpuset & self.allowed for p in self.topology.packages if p.cpuset.intersects(self.allowed)]
-
-    @cached_property
     def llcs(self) -> list[CpuSet]:
         """Last-level cache groups (allowed part), by lowest PU."""
         llc = {c.cpuset & self.allowed for c in self.topology.last_level_caches()}
         return sorted((c for c in llc if c), key=CpuSet.first)
 
-    # ---- locality -------------------------------------------------------
-    def home_of(self, device_id: int) -> tuple[int, ...]:
-        """The allowed CPU-bearing node(s) device ``device_id`` is local to (see module doc)."""
-        home = self._homes.get(device_id)
-        if home is None:
-            home = self._homes[device_id] = self._home_of(device_id)
-        return home
+    @cached_property
+    def node_llcs(self) -> dict[int, list[CpuSet]]:
+        """Node -> the last-level cache groups with a PU on it, by lowest PU."""
+        out: dict[int, list[CpuSet]] = {}
+        for llc in self.llcs:
+            for n in _lookup(self.node_of_pu, llc):
+                out.setdefault(n, []).append(llc)
+        return out
 
+    # ---- locality -------------------------------------------------------
     def _home_of(self, device_id: int) -> tuple[int, ...]:
+        """The allowed CPU-bearing node(s) device ``device_id`` is local to (see module doc)."""
         dev = self.devices.get(device_id)
         if dev is None:
             raise UsageError(f"device {device_id} is not in the topology")
@@ -326,7 +305,6 @@ class AllowedResources:
         return sorted(among, key=key)
 
     def nearest(self, node: int, among: Iterable[int]) -> int:
-        """The node of ``among`` nearest to ``node`` (`by_distance`'s first)."""
         ordered = self.by_distance(node, among)
         if not ordered:
             raise UsageError("no allowed CPU in the topology: nothing to plan on")
@@ -337,8 +315,7 @@ class AllowedResources:
         if not self.node_ids:
             raise UsageError("no allowed CPU in the topology: nothing to plan on")
         out: list[tuple[int, ...]] = []
-        m = len(self.node_ids)
-        n = job.nproc
+        m, n = len(self.node_ids), job.nproc
         for r, dev in enumerate(job.devices):
             if dev is not None:
                 out.append(self.home_of(dev))
@@ -347,19 +324,6 @@ class AllowedResources:
             else:
                 out.append((self.node_ids[r * m // n],))
         return out
-
-    def device_memory(self, device_id: int | None) -> tuple[int, ...] | None:
-        """The device's own memory node (`Topology.memory_node_of`) when the cgroup allows it,
-        for `memory="device"`; None when it has none (its memory then goes to its home)."""
-        dev = self.devices.get(device_id) if device_id is not None else None
-        node = self.topology.memory_node_of(dev) if dev is not None else None
-        if node is None or node.os_index not in self.topology.allowed_numa_nodes:
-            return None
-        return (node.os_index,)
-
-    def orphan_cpus(self) -> CpuSet:
-        """Allowed CPUs on no allowed CPU node (their node's memory is outside cpuset.mems)."""
-        return self.allowed - union_all(self.node_cpus.values())
 
     def memory_for(self, cpus: CpuSet) -> tuple[int, ...]:
         """Memory nodes for a process running on ``cpus``: the allowed nodes they are on, else the
@@ -373,19 +337,9 @@ class AllowedResources:
     def cpus_of_nodes(self, nodes: Iterable[int]) -> CpuSet:
         return union_all(self.node_cpus[n] for n in nodes)
 
-    def cores_of_nodes(self, nodes: Iterable[int]) -> list[int]:
-        """Numbers of the cores of ``nodes`` (by lowest PU), from the per-node index."""
-        nodes = list(nodes)
-        if len(nodes) == 1:
-            return list(self.node_cores[nodes[0]])
-        return sorted(i for n in nodes for i in self.node_cores[n])
-
-    def core_indexes(self, cpus: CpuSet) -> tuple[int, ...]:
-        """Numbers of the cores with a PU in ``cpus``, by lowest PU; computed once per set."""
-        hit = self._core_indexes.get(cpus)
-        if hit is None:
-            hit = self._core_indexes[cpus] = tuple(sorted(_lookup(self.core_of_pu, cpus)))
-        return hit
+    def _core_indexes(self, cpus: CpuSet) -> tuple[int, ...]:
+        """Numbers of the cores with a PU in ``cpus``, by lowest PU."""
+        return tuple(sorted(_lookup(self.core_of_pu, cpus)))
 
     def union_of_cores(self, indexes: Iterable[int], multithreading: str = "all-logical") -> CpuSet:
         """The PUs of cores ``indexes``: every thread, or only each core's lowest (single-logical)."""
@@ -397,11 +351,8 @@ class AllowedResources:
             mask |= masks[i]
         return CpuSet.from_mask(mask)
 
-    def package_cpus(self, cpus: CpuSet) -> CpuSet:
-        hit = self._packages.get(cpus)
-        if hit is None:
-            hit = self._packages[cpus] = union_all(p for p in self.packages if p.intersects(cpus))
-        return hit
+    def _package_cpus(self, cpus: CpuSet) -> CpuSet:
+        return union_all(p.cpuset for p in self.topology.packages if p.cpuset.intersects(cpus)) & self.allowed
 
 
 def _lookup(table: list, pus: CpuSet) -> set[int]:
@@ -431,28 +382,29 @@ def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] 
     warnings = list(warnings)
     firsts: list[int | None] = []
     if options.priority_cores:
-        from topo.planners.priority import first_order, priority_first
+        from topo.planners.priority import priority_first
 
-        old = [list(o) for o in orders] if orders is not None else [list(c) for c in cpus]
-        cpus, firsts = priority_first(cpus, resources.homes(job), resources, warnings,
-                                      [job.key(r) for r in range(job.nproc)])
-        orders = [first_order(f, old[r], cpus[r]) for r, f in enumerate(firsts)]
+        cpus, firsts, orders = priority_first(cpus, orders, resources.homes(job), resources, warnings,
+                                              [job.key(r) for r in range(job.nproc)])
+    topology = resources.topology
     procs = []
     entries: dict[tuple[int, ...], tuple[int | str, CpuSet] | None] = {}  # ranks sharing memory nodes
     for r in range(job.nproc):
         mem = tuple(n for n in (memory[r] or ()) if n != PSEUDO_NODE)
-        if options.memory == "device":
-            mem = resources.device_memory(job.devices[r]) or mem
+        if options.memory == "device":  # the device's own memory node, when the cgroup allows it
+            dev = resources.devices.get(job.devices[r])
+            node = topology.memory_node_of(dev) if dev is not None else None
+            if node is not None and node.os_index in topology.allowed_numa_nodes:
+                mem = (node.os_index,)
         if memory[r] and not mem and options.memory != "none":
             warnings.append("no allowed NUMA node has CPUs: memory is left unbound")
-        main = cpus[r]
         if options.modules:
-            order = list(orders[r]) if orders is not None else list(main)
+            order = list(orders[r]) if orders is not None else list(cpus[r])
             sets = [(name, CpuSet(_slice(order, lo, hi, job.key(r), name))) for name, lo, hi in options.modules]
         else:
-            sets = [("main", main)] if main else []
+            sets = [("main", cpus[r])] if cpus[r] else []
         if mem not in entries:
-            entries[mem] = memory_entry(mem, options)
+            entries[mem] = nodes_entry(mem, options.memory)
         procs.append(process_binding(job.key(r), sets, memory=entries[mem], local_rank=r))
     if options.modules or options.scheduler_range:
         procs.append(_scheduler(cpus, orders, options, resources, warnings))
@@ -472,15 +424,10 @@ def process_binding(key: str, modules: Iterable[tuple[str, CpuSet]] = (), *,
                           module_cpus=modules, cpu_node_set=cpu_set, memory_nodes=memory_set)
 
 
-def memory_entry(nodes: Sequence[int], options: Options) -> tuple[int | str, CpuSet] | None:
-    """Memory nodes as written: all of them (numa), the first (preferred: one node), or none."""
-    if options.memory == "none":
-        return None
-    return nodes_entry(nodes[:1] if options.memory == "preferred" else nodes)
-
-
-def nodes_entry(nodes: Sequence[int]) -> tuple[int | str, CpuSet] | None:
-    """A memory or cpu-node entry: its JSON value and its set."""
+def nodes_entry(nodes: Sequence[int], memory: str = "numa") -> tuple[int | str, CpuSet] | None:
+    """A cpu-node or memory entry, its JSON value and set: all ``nodes``, the first (``memory``
+    "preferred": one node), or none (memory "none")."""
+    nodes = () if memory == "none" else nodes[:1] if memory == "preferred" else nodes
     if not nodes:
         return None
     s = CpuSet(nodes)
@@ -518,7 +465,7 @@ def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Optio
     `meta` (each rank's priority core), and every warning once (`planners.plan` adds the mode and
     whether it shares CPUs)."""
     meta = dict(meta or {})
-    opts = options.to_meta()
+    opts = {f.name: getattr(options, f.name) for f in fields(options) if getattr(options, f.name) != f.default}
     if opts:
         meta["options"] = opts
     meta["topology"] = resources.topology.root
@@ -545,8 +492,6 @@ class Planner:
 
     def load(self) -> Strategy:
         if isinstance(self.strategy, str):
-            import importlib
-
             module, _, attr = self.strategy.partition(":")
             return getattr(importlib.import_module(module), attr)
         return self.strategy

@@ -1,8 +1,6 @@
-"""`topo plan --explain`: one row per process (rank, key, device, the device's node, ``2>0`` when
-planned on the nearest node with CPUs and ``?>0`` when sysfs gives the device no node, each said in
-a note below, CPUs, cores, L3 groups, memory node, whether the CPUs are local to the device) and
-the warnings a reader should see.
-"""
+"""`topo plan --explain`: one row per process (rank, key, device, its node: ``2>0`` planned on the
+nearest node with CPUs, ``?>0`` sysfs gives none, each noted below; CPUs, cores, L3 groups, memory,
+whether the CPUs are local to the device) and the warnings a reader should see."""
 
 from __future__ import annotations
 
@@ -29,27 +27,23 @@ def driven_device(plan: BindPlan, proc: ProcessBinding, resources: AllowedResour
 
 
 def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
+    """The table's rows (column -> text) and the warnings, each once."""
     resources = AllowedResources(topology)
     rows: list[dict] = []
     warnings: list[str] = list(plan.warnings)
-    options = plan.meta.get("options", {})
-    want_max = options.get("max_physical_cores")
+    want_max = plan.meta.get("options", {}).get("max_physical_cores")
     owners: dict[int, list[str]] = {}  # core index -> keys touching it
     sets: dict[str, CpuSet] = {}
     llc_of_pu = {pu: i for i, g in enumerate(resources.llcs) for pu in g}
     for proc in plan.processes:
-        cpus = process_cpus(proc, resources)
-        sets[proc.key] = cpus
+        cpus = sets[proc.key] = process_cpus(proc, resources)
         dev = driven_device(plan, proc, resources)
         home = resources.home_of(dev) if dev is not None else ()
-        raw_node = resources.devices[dev].numa_node if dev is not None else None
-        if dev is None:
-            node_text = "-"
-        elif raw_node is not None and home == (raw_node,):
-            node_text = str(raw_node)
-        else:
-            node_text = f"{'?' if raw_node is None else raw_node}>{nodes_text(home)}"
-        home_cpus = resources.cpus_of_nodes(home) if home else CpuSet()
+        node_text = "-"
+        if dev is not None:
+            raw = resources.devices[dev].numa_node
+            node_text = str(raw) if (raw,) == home else f"{'?' if raw is None else raw}>{nodes_text(home)}"
+        home_cpus = resources.cpus_of_nodes(home)
         if dev is None or not cpus:
             local = "-"
         elif cpus <= home_cpus:
@@ -81,14 +75,9 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
             warnings.append(f"{proc.key}: {len(cores)} physical cores, fewer than the {want_max} asked "
                             "(max_physical_cores)")
     for idx in sorted(owners):
-        keys = sorted(set(owners[idx]))
-        if len(keys) < 2:
-            continue
-        core = resources.cores[idx]
-        parts = [sets[k] & core for k in keys]
-        if any(p != core for p in parts):
-            warnings.append(f"SMT siblings of core {core} are split across processes "
-                            f"{', '.join(keys)}")
+        keys, core = sorted(set(owners[idx])), resources.cores[idx]
+        if len(keys) > 1 and any(sets[k] & core != core for k in keys):
+            warnings.append(f"SMT siblings of core {core} are split across processes {', '.join(keys)}")
     return rows, list(dict.fromkeys(warnings))
 
 
@@ -102,10 +91,9 @@ def explain(topology: Topology, plan: BindPlan) -> str:
     n = len(plan.workers())
     head = (f"mode {meta.get('mode', '?')}: {n} process{'es' if n != 1 else ''} on {topology.summary()}; "
             f"bind_cpu_mode={plan.cpu_mode}, bind_memory_mode={plan.memory_mode}")
-    widths = {k: max(len(t), *(len(r[k]) for r in rows)) if rows else len(t) for k, t in COLUMNS}
-    lines = [head, "  ".join(t.ljust(widths[k]) for k, t in COLUMNS).rstrip()]
-    for r in rows:
-        lines.append("  ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS).rstrip())
+    table = [dict(COLUMNS), *rows]  # the titles, then the rows
+    widths = {k: max(len(r[k]) for r in table) for k, _ in COLUMNS}
+    lines = [head, *("  ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS).rstrip() for r in table)]
     notes = node_notes(rows)
     if warnings or notes:
         lines.append("")

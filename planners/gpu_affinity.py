@@ -1,38 +1,20 @@
-"""NVIDIA gpu_affinity's five modes (`gpu_affinity.set_affinity`).
+"""NVIDIA gpu_affinity's five modes (`gpu_affinity.set_affinity`): all, single, single-unique,
+unique-interleaved, unique-contiguous.
 
-Each device has a NODE affinity (allowed CPUs of its home NUMA node) and a SOCKET affinity
-(NVML's socket-scope CPUs when the probe recorded them, else the allowed CPUs of that node's
-package). Both are cut into physical cores (SMT sibling groups). gpu_affinity then groups by node:
-on each socket, the cores outside every device's node are dealt round-robin to the node cores in
-core order, so each node core heads a *group* (itself, then the socket cores dealt to it), and
-scope ``socket`` reads a device's groups column by column (every group's head, then every
-group's first dealt core, ...).
-
-``all``
-    Every core of the scope, node-local cores (of any device) first. **Ex.:** scope node on DGX
-    A100: GPU 0 gets the 16 cores of node 3.
-``single``
-    The first core of the scope (``min/max_physical_cores`` ignored, as in gpu_affinity).
-``single-unique``
-    The first node core no earlier device took. Where gpu_affinity raises IndexError (more
-    devices than cores), a free core of the socket, then the nearest free one, is used with a
-    warning; an error only when no free core remains at all.
-``unique-interleaved`` / ``unique-contiguous``
-    Devices with the same node share its groups without overlap: every g-th group, or a block of
-    groups, then read in the scope's order. ``balanced`` (default) gives every device the same
-    number of groups (the minimum over nodes); unbalanced, ``contiguous`` gives each device
-    ``groups // devices`` and leaves the remainder unused, ``interleaved`` hands it to the
-    lower-ranked devices - both as gpu_affinity does. **Ex.:** DGX A100 NPS4, scope socket: GPU 0
-    gets node 3's cores 48-55 and the socket cores dealt to them, 32-39 (with their SMT siblings).
-
-``multithreading=all-logical`` keeps all threads of each core, ``single-logical`` the lowest.
-Where gpu_affinity's socket scope drops cores (its ``zip`` stops at the shortest group when a
-node's share of the socket's extra cores is uneven), every core is kept here.
+Each device has a NODE affinity (allowed CPUs of its home NUMA node) and a SOCKET affinity (NVML's
+socket-scope CPUs when the probe recorded them, else the allowed CPUs of that node's package), both
+cut into physical cores. As gpu_affinity does, on each socket the cores outside every device's node
+are dealt round-robin to the node cores, so each node core heads a *group* (itself, then the cores
+dealt to it); scope ``socket`` reads a device's groups column by column. Unique modes share a
+node's groups among its devices without overlap (``balanced``: the same count for all). Where
+gpu_affinity breaks (single-unique's IndexError, socket scope's ``zip`` dropping cores), a free
+core with a warning, and every core kept.
 """
 
 from __future__ import annotations
 
 from itertools import cycle
+from typing import Iterable
 
 from topo.cpuset import CpuSet
 from topo.errors import UsageError
@@ -61,19 +43,20 @@ class _Affinity:
         number: dict[CpuSet, int] = {}
         of_home: dict[tuple[int, ...], int] = {}
         for r, h in enumerate(self.homes):
-            nvml = self._nvml(job.devices[r])
+            nvml = getattr(resources.devices.get(job.devices[r]), "socket_cpus", None)  # as the probe recorded it
+            if nvml is not None and not nvml.intersects(resources.allowed):
+                nvml = None
             if nvml is None and h in of_home:
                 self.socket_of.append(of_home[h])
                 continue
             s = (nvml & resources.allowed) | self.node_aff[h] if nvml is not None else (
                 resources.package_cpus(self.node_aff[h]) or self.node_aff[h])
-            i = number.setdefault(s, len(number))
-            if i == len(self.sockets):
+            if s not in number:
+                number[s] = len(self.sockets)
                 self.sockets.append(s)
             if nvml is None:
-                of_home[h] = i
-            self.socket_of.append(i)
-        self.socket_aff = [self.sockets[i] for i in self.socket_of]
+                of_home[h] = number[s]
+            self.socket_of.append(number[s])
         # group by node: per socket, the cores outside every device's node, dealt round-robin to
         # the socket's node cores in core order
         on_socket: dict[int, set[int]] = {}
@@ -94,18 +77,8 @@ class _Affinity:
             h: tuple((i, *extra.get(i, ())) for i in cores) for h, cores in self.node_cores.items()
         }
 
-    def _nvml(self, device: int | None) -> CpuSet | None:
-        """NVML's SOCKET-scope affinity when the probe recorded it and it has allowed CPUs."""
-        dev = self.resources.devices.get(device) if device is not None else None
-        nvml = getattr(dev, "socket_cpus", None) if dev is not None else None
-        return nvml if nvml is not None and nvml.intersects(self.resources.allowed) else None
-
-    def scope_key(self, rank: int, scope: str) -> object:
-        """Equal for ranks with the same scope set, cheap to hash (a home, or a socket's number)."""
-        return self.socket_of[rank] if scope == "socket" else self.homes[rank]
-
     def scope_cpus(self, rank: int, scope: str) -> CpuSet:
-        return self.socket_aff[rank] if scope == "socket" else self.node_aff[self.homes[rank]]
+        return self.sockets[self.socket_of[rank]] if scope == "socket" else self.node_aff[self.homes[rank]]
 
     def cpus(self, rank: int, cores: list[int], options: Options) -> CpuSet:
         """The PUs of ``cores`` a rank may use: all threads or the lowest, within its scope."""
@@ -116,20 +89,17 @@ class _Affinity:
             d = self.job.devices[rank]
             have = self.resources.union_of_cores(cores) or "none"
             if d is None:  # gpu_affinity's words would speak of a GPU the machine does not have
-                raise UsageError(
-                    f"local rank {rank} gets {len(cores)} physical cores ({have}), fewer than min_physical_cores="
-                    f"{lo}: without accelerators the allowed cores are split among the job's {self.job.nproc} "
-                    f"process{'es' if self.job.nproc != 1 else ''}; start fewer processes, use a mode that shares "
-                    "cores (node, single) or lower min_physical_cores")
-            raise UsageError(
-                f"Number of available physical cores for GPU {d} is less the predefinied minimum, "
-                f"min_physical_cores={lo}, available physical cores: {have} (count={len(cores)}); lower "
-                "min_physical_cores or use fewer processes")
+                raise UsageError(f"local rank {rank} gets {len(cores)} physical cores ({have}), fewer than "
+                                 f"min_physical_cores={lo}: without accelerators the allowed cores are split among the "
+                                 f"job's {self.job.nproc} process{'es' if self.job.nproc != 1 else ''}; start fewer "
+                                 "processes, use a mode that shares cores (node, single) or lower min_physical_cores")
+            raise UsageError(f"Number of available physical cores for GPU {d} is less the predefinied minimum, "
+                             f"min_physical_cores={lo}, available physical cores: {have} (count={len(cores)}); lower "
+                             "min_physical_cores or use fewer processes")
         return cores if hi is None else cores[:hi]
 
-    def finish(self, per_rank: list[list[int]], options: Options) -> BindPlan:
-        cpus = [self.cpus(r, cores, options) for r, cores in enumerate(per_rank)]
-        return build_plan(self.job, cpus, self.homes, options=options, resources=self.resources)
+    def plan(self, cpus: list[CpuSet], options: Options, warnings: Iterable[str] = ()) -> BindPlan:
+        return build_plan(self.job, cpus, self.homes, options=options, resources=self.resources, warnings=warnings)
 
 
 def ungroup(groups: tuple[CoreGroup, ...], scope: str) -> list[int]:
@@ -142,84 +112,73 @@ def ungroup(groups: tuple[CoreGroup, ...], scope: str) -> list[int]:
     return [g[col] for col in range(width) for g in groups if col < len(g)]
 
 
-def plan_all(topology: Topology, job: Job, options: Options) -> BindPlan:
-    aff = _Affinity(topology, job)
-    of_scope: dict[object, CpuSet] = {}  # ranks with the same scope get the same CPUs
-    cpus = []
-    for r in range(job.nproc):
-        key = aff.scope_key(r, options.scope)
-        if key not in of_scope:  # node-local cores (of any device) first, then the rest, by core order
-            idx = aff.resources.core_indexes(aff.scope_cpus(r, options.scope))
-            cores = [i for i in idx if i in aff.node_union] + [i for i in idx if i not in aff.node_union]
-            cores = aff.check_and_cap(cores, r, options.min_physical_cores, options.max_physical_cores)
-            of_scope[key] = aff.cpus(r, cores, options)
-        cpus.append(of_scope[key])
-    return build_plan(job, cpus, aff.homes, options=options, resources=aff.resources)
-
-
-def plan_single(topology: Topology, job: Job, options: Options) -> BindPlan:
+def _per_scope(topology: Topology, job: Job, options: Options, cores_of) -> BindPlan:
+    """Ranks with the same home and scope share the CPUs of the cores ``cores_of(aff, rank)`` lists."""
     aff = _Affinity(topology, job)
     of_scope: dict[tuple, CpuSet] = {}
     cpus = []
     for r, h in enumerate(aff.homes):
-        key = (h, aff.scope_key(r, options.scope))
-        if key not in of_scope:  # the first core of the scope order: the first group's head
-            first = aff.check_and_cap(ungroup(aff.grouped[h][:1], options.scope)[:1], r, 1, 1)
-            of_scope[key] = aff.cpus(r, first, options)
+        key = (h, aff.socket_of[r] if options.scope == "socket" else None)
+        if key not in of_scope:
+            of_scope[key] = aff.cpus(r, cores_of(aff, r), options)
         cpus.append(of_scope[key])
-    return build_plan(job, cpus, aff.homes, options=options, resources=aff.resources)
+    return aff.plan(cpus, options)
+
+
+def plan_all(topology: Topology, job: Job, options: Options) -> BindPlan:
+    def cores_of(aff, r):  # node-local cores (of any device) first, then the rest, by core order
+        idx = aff.resources.core_indexes(aff.scope_cpus(r, options.scope))
+        cores = [i for i in idx if i in aff.node_union] + [i for i in idx if i not in aff.node_union]
+        return aff.check_and_cap(cores, r, options.min_physical_cores, options.max_physical_cores)
+    return _per_scope(topology, job, options, cores_of)
+
+
+def plan_single(topology: Topology, job: Job, options: Options) -> BindPlan:
+    def cores_of(aff, r):  # the first core of the scope order: the first group's head
+        return aff.check_and_cap(ungroup(aff.grouped[aff.homes[r]][:1], options.scope)[:1], r, 1, 1)
+    return _per_scope(topology, job, options, cores_of)
 
 
 def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPlan:
     aff = _Affinity(topology, job)
     resources = aff.resources
     taken: set[int] = set()
-    # cursors only move forward: a core once taken stays taken
-    node_cursor = dict.fromkeys(aff.grouped, 0)
-    socket_cursor: dict[int, int] = {}  # by socket number
-    near_order: dict[tuple[int, ...], list[int]] = {}
-    near_cursor: dict[tuple[int, ...], int] = {}
-    per_rank: list[list[int]] = []
+    orders: dict[tuple, list[int]] = {}
+    cursors: dict[tuple, int] = {}
+
+    def next_free(key: tuple, make) -> int | None:
+        """The first core of the list ``make()`` gives that no rank took; each list is made once
+        and read from where the last call stopped (a core once taken stays taken)."""
+        if key not in orders:
+            orders[key] = make()
+        order, i = orders[key], cursors.get(key, 0)
+        while i < len(order) and order[i] in taken:
+            i += 1
+        cursors[key] = i
+        return order[i] if i < len(order) else None
+
+    picks: list[int] = []
     warnings = []
     for r, h in enumerate(aff.homes):
-        heads = aff.grouped[h]
-        i = node_cursor[h]
-        while i < len(heads) and heads[i][0] in taken:
-            i += 1
-        node_cursor[h] = i
-        if i < len(heads):
-            pick = heads[i][0]
-        else:
+        pick = next_free(("node", h), lambda: [g[0] for g in aff.grouped[h]])
+        if pick is None:
             # gpu_affinity skips this device and misaligns the list (IndexError); take a free core
             # of the socket, else the nearest free one anywhere.
-            socket = aff.socket_of[r]
-            pick, socket_cursor[socket] = _next_free(resources.core_indexes(aff.sockets[socket]),
-                                                     socket_cursor.get(socket, 0), taken)
-            where = "of its socket"
+            socket, where = aff.socket_of[r], "of its socket"
+            pick = next_free(("socket", socket), lambda: resources.core_indexes(aff.sockets[socket]))
             if pick is None:
-                if h not in near_order:
-                    near_order[h] = _by_distance_from(resources, h[0])
-                pick, near_cursor[h] = _next_free(near_order[h], near_cursor.get(h, 0), taken)
                 where = "elsewhere"
+                pick = next_free(("near", h), lambda: _by_distance_from(resources, h[0]))
             if pick is None:
-                raise UsageError(
-                    f"single-unique needs one physical core per process, but {job.nproc} processes "
-                    f"share {len(resources.cores)} allowed cores; use mode single (shared cores) "
-                    "or fewer processes")
+                raise UsageError(f"single-unique needs one physical core per process, but {job.nproc} processes "
+                                 f"share {len(resources.cores)} allowed cores; use mode single (shared cores) or "
+                                 "fewer processes")
             warnings.append(f"{job.key(r)}: every core of its NUMA node is taken; given core "
                             f"{resources.cores[pick]} {where}")
         taken.add(pick)
-        per_rank.append([pick])
+        picks.append(pick)
     # a core given elsewhere is outside the rank's scope: whole cores, not restricted to it
-    cpus = [resources.union_of_cores(cores, options.multithreading) for cores in per_rank]
-    return build_plan(job, cpus, aff.homes, options=options, resources=resources, warnings=warnings)
-
-
-def _next_free(order, start: int, taken: set[int]) -> tuple[int | None, int]:
-    i = start
-    while i < len(order) and order[i] in taken:
-        i += 1
-    return (order[i] if i < len(order) else None), i
+    return aff.plan([resources.union_of_cores([i], options.multithreading) for i in picks], options, warnings)
 
 
 def _by_distance_from(resources: AllowedResources, home: int) -> list[int]:
@@ -236,7 +195,7 @@ def _unique(topology: Topology, job: Job, options: Options, interleaved: bool) -
     for r, h in enumerate(aff.homes):
         classes.setdefault(h, []).append(r)
     k = min(len(aff.grouped[h]) // len(ranks) for h, ranks in classes.items())
-    per_rank: list[list[int]] = [[] for _ in range(job.nproc)]
+    cpus: list[CpuSet] = [CpuSet()] * job.nproc
     for h, ranks in classes.items():
         groups = aff.grouped[h]
         g = len(ranks)
@@ -246,9 +205,10 @@ def _unique(topology: Topology, job: Job, options: Options, interleaved: bool) -
             per = len(groups) // g  # gpu_affinity: the remainder of a contiguous cut stays unused
         for j, r in enumerate(ranks):
             mine = groups[j::g] if interleaved else groups[j * per:(j + 1) * per]
-            per_rank[r] = aff.check_and_cap(ungroup(mine, options.scope), r, options.min_physical_cores,
-                                            options.max_physical_cores)
-    return aff.finish(per_rank, options)
+            cores = aff.check_and_cap(ungroup(mine, options.scope), r, options.min_physical_cores,
+                                      options.max_physical_cores)
+            cpus[r] = aff.cpus(r, cores, options)
+    return aff.plan(cpus, options)
 
 
 def plan_unique_interleaved(topology: Topology, job: Job, options: Options) -> BindPlan:

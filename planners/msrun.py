@@ -1,34 +1,28 @@
-"""msrun's automatic allocation (`--bind_core=True`, `--bind_numa=True`) and gen_bind_json's layout.
+"""msrun's automatic allocation (`--bind_core=True`, `--bind_numa=True`): mode ``msrun-auto``.
 
-``msrun-auto``, ``msrun_bind="core"`` (``--bind_core=True``)
-    ``n = allowed CPUs // processes``. Devices in id order take the next ``n`` CPUs of their own
-    NUMA node, then of the nodes without a device. **Ex.:** 2 devices on node 0 (CPUs 0-31), node
-    1 (32-63) empty: device0 gets 0-31, device1 finds node 0 used up and gets 32-63. With
-    ``memory="numa"`` (``--bind_numa=True`` too) a process's memory is on the node
-    ``--bind_numa=True`` gives its device. Where msrun breaks, we differ: CPUs are the allowed set
-    (cgroup v1 and v2, affinity), not cgroup v1's ``cpuset.cpus``; ``share="job"`` divides by the
-    job's processes, not every NPU of the host (``share="host"``: msrun's division); a device still
-    short of ``n`` takes free CPUs of the nearest nodes. CPU-only jobs: equal slices, the last
-    process getting the remainder. ``affinity=False``: msrun's fallback, device r gets slice r.
-``msrun-auto``, ``msrun_bind="numa"`` (``--bind_numa=True``)
-    A device keeps its node unless another took it, then takes the nearest node with no device
-    (msrun: the lowest-numbered). Where msrun raises StopIteration or binds nothing (too few
-    nodes), nodes are shared, with a warning. Memoryless nodes are never used.
-Thread modules (``modules``, gen_bind_json.py)
-    Each process's CPU list, in allocation order, is cut at relative positions (``runtime=4-8,
-    minddata=9-12, main=13-19``); the scheduler gets positions 20-23 of the CPUs of no device, or
-    all allowed CPUs, or device0's (``core.build_plan``, for any cpu-mode plan).
+``msrun_bind="core"``: ``n = allowed CPUs // processes``; devices in id order take the next ``n``
+CPUs of their own NUMA node, then of the nodes without a device; memory (``memory="numa"``) on the
+node ``--bind_numa=True`` gives the device. Where msrun breaks we differ: the allowed CPUs (cgroup
+v1 or v2, affinity), not cgroup v1's ``cpuset.cpus``; ``share="job"`` divides by the job, not
+every NPU of the host (``share="host"``); a device still short takes free CPUs of the nearest
+nodes. CPU-only jobs: equal slices, the last taking the remainder. ``affinity=False``: msrun's
+fallback, device r gets slice r.
+``msrun_bind="numa"``: a device keeps its node unless another took it, then takes the nearest node
+with no device (msrun: the lowest-numbered); out of nodes, nodes are shared with a warning (msrun
+raises StopIteration or binds nothing). Memoryless nodes are never used.
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 from topo.model import Topology
 
 from topo.planners.bindplan import BindPlan
-from topo.planners.core import (PSEUDO_NODE, AllowedResources, Job, Options, build_plan, finish, memory_entry,
-                                 nodes_entry, process_binding)
+from topo.planners.core import (PSEUDO_NODE, AllowedResources, Job, Options, build_plan, finish, nodes_entry,
+                                 process_binding)
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
@@ -47,12 +41,9 @@ def _participants(resources: AllowedResources, job: Job, options: Options) -> li
 
 def assign_nodes(resources: AllowedResources, devices: list[int], *, use_affinity: bool,
                  available: list[int]) -> tuple[dict[int, int], list[str]]:
-    """Device -> one NUMA node, msrun's `_assign_numa_by_affinity` (or equal distribution).
-
-    A device keeps its home node unless unavailable or already used; then it takes the nearest node
-    with no affine device (msrun: the next by id). When none is left it keeps (shares) its home
-    node, as gen_bind_json does, where msrun raises StopIteration.
-    """
+    """Device -> one NUMA node, msrun's `_assign_numa_by_affinity` (or equal distribution): its home
+    node unless unavailable or used, else the nearest node with no affine device (msrun: the next by
+    id), else (sharing) its home node, as gen_bind_json does, where msrun raises StopIteration."""
     warnings: list[str] = []
     if not available:
         raise UsageError("no NUMA node with both CPUs and memory is allowed: nothing to bind to")
@@ -86,9 +77,8 @@ def assign_nodes(resources: AllowedResources, devices: list[int], *, use_affinit
 
 def _available_numa(resources: AllowedResources) -> tuple[list[int], list[str]]:
     if resources.node_ids == [PSEUDO_NODE]:
-        raise UsageError("no allowed NUMA node has CPUs, so there is no node to bind; "
-                         "use msrun_bind core")
-    memless = [n for n in resources.node_ids if resources.node_memory.get(n, 1) == 0]
+        raise UsageError("no allowed NUMA node has CPUs, so there is no node to bind; use msrun_bind core")
+    memless = [n for n in resources.node_ids if resources.all_nodes[n].local_memory == 0]
     warnings = []
     if memless and len(memless) < len(resources.node_ids):
         warnings.append(f"memoryless NUMA nodes {CpuSet(memless)} are not used for NUMA binding")
@@ -109,38 +99,17 @@ def _bind_numa(resources: AllowedResources, job: Job, options: Options) -> BindP
         warnings += more
         nodes = [mapping[d] for d in job.devices]
     procs = [process_binding(job.key(r), cpu_nodes=nodes_entry((nodes[r],)), local_rank=r,
-                             memory=memory_entry((nodes[r],), options))
+                             memory=nodes_entry((nodes[r],), options.memory))
              for r in range(job.nproc)]
     return finish(procs, cpu_mode="numa", options=options, resources=resources, warnings=warnings)
 
 
-class _Pools:
-    """Per-node CPU lists handed out front to back (msrun's per-NUMA cursors). Each hand-out is a
-    slice of one node's ascending list, so its set is the node's CPUs within the slice's bounds."""
-
-    ORPHANS = -2  # the allowed CPUs on no allowed node (their node's memory is not allowed)
-
-    def __init__(self, resources: AllowedResources):
-        self.sets = dict(resources.node_cpus)
-        orphans = resources.orphan_cpus()
-        if orphans:
-            self.sets[self.ORPHANS] = orphans
-        self.lists = {x: list(s) for x, s in self.sets.items()}
-        self.pos = dict.fromkeys(self.sets, 0)
-
-    def take(self, node: int, count: int) -> tuple[list[int], CpuSet]:
-        lst, at = self.lists[node], self.pos[node]
-        part = lst[at:at + count]
-        self.pos[node] = at + len(part)
-        if not part:
-            return part, CpuSet()
-        return part, self.sets[node] & CpuSet.range(part[0], part[-1])
+ORPHANS = -2  # the pool of the allowed CPUs on no allowed node (their node's memory is not allowed)
 
 
 def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindPlan:
     allowed = resources.allowed
     cpus = list(allowed)
-    warnings: list[str] = []
     if job.cpu_only:
         n = len(cpus) // job.nproc
         if n < 1:
@@ -150,13 +119,14 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
         lists[-1] = cpus[(job.nproc - 1) * n:]
         sets = [_span(allowed, lst) for lst in lists]
         return build_plan(job, sets, [resources.memory_for(s) for s in sets], options=options, resources=resources,
-                          warnings=warnings, orders=lists)
+                          orders=lists)
 
     devs = _participants(resources, job, options)
     n = len(cpus) // len(devs)
     if n < 1:
         raise UsageError(f"Available CPUs is less than 1 per device: {len(cpus)} allowed CPUs for "
                          f"{len(devs)} devices; use fewer processes")
+    warnings: list[str] = []
     numa = options.memory != "none" and resources.node_ids != [PSEUDO_NODE]
     if numa or options.spread_nodes:  # what ``--bind_numa=True`` gives each device
         available, warnings = _available_numa(resources)
@@ -172,47 +142,46 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
                           warnings=warnings, orders=lists)
 
     homes = {d: (mapping[d],) for d in devs} if options.spread_nodes else {d: resources.home_of(d) for d in devs}
+    # per-node CPU lists handed out front to back (msrun's per-NUMA cursors)
+    pools = dict(resources.node_cpus)
+    orphans = allowed - union_all(pools.values())
+    if orphans:
+        pools[ORPHANS] = orphans
+    pool_lists = {x: list(s) for x, s in pools.items()}
+    taken = dict.fromkeys(pools, 0)
     affinity_nodes = {x for h in homes.values() for x in h}
-    pools = _Pools(resources)
-    non_affinity = [x for x in resources.node_ids if x not in affinity_nodes]  # msrun's "-1" pool
-    if _Pools.ORPHANS in pools.sets:  # last in the non-affinity pool
-        non_affinity.append(_Pools.ORPHANS)
-    nearest_first: dict[int, list[int]] = {}  # per home node, memoised
-
-    def by_distance(home: int, nodes: list[int], tag: str) -> list[int]:
-        key = (home, tag)
-        if key not in nearest_first:
-            nearest_first[key] = resources.by_distance(home, nodes)
-        return nearest_first[key]
-
+    non_affinity = tuple(x for x in pools if x not in affinity_nodes)  # msrun's "-1" pool, orphans last
+    nearest_first = cache(resources.by_distance)
     job_devices = set(job.devices)
     got: dict[int, list[int]] = {d: [] for d in devs}
     got_sets: dict[int, list[CpuSet]] = {d: [] for d in devs}
     remote: dict[int, list[CpuSet]] = {}
 
-    def take(d: int, nodes: list[int]) -> None:
+    def take(d: int, nodes) -> None:
         for x in nodes:
-            short = n - len(got[d])
+            short, at = n - len(got[d]), taken[x]
             if short <= 0:
                 return
-            part, s = pools.take(x, short)
+            part = pool_lists[x][at:at + short]
             if part:
+                taken[x] = at + len(part)
                 got[d].extend(part)
-                got_sets[d].append(s)
+                # a slice of the node's ascending list: its CPUs within the slice's bounds
+                got_sets[d].append(pools[x] & CpuSet.range(part[0], part[-1]))
                 if x not in homes[d] and d in job_devices:
-                    remote.setdefault(d, []).append(s)
+                    remote.setdefault(d, []).append(got_sets[d][-1])
 
     for d in devs:
-        take(d, list(homes[d]))  # the affinity pool
+        take(d, homes[d])  # the affinity pool
         # then the non-affinity pool, nearest node first (msrun: one cursor in node order, the
         # same order when all distances are equal)
-        take(d, by_distance(homes[d][0], non_affinity, "pool"))
+        take(d, nearest_first(homes[d][0], non_affinity))
     # Better than msrun: a job device still short of n takes free CPUs of the nearest other nodes
     # instead of running with fewer.
-    everywhere = list(pools.sets)
+    everywhere = tuple(pools)
     for d in devs:
         if d in job_devices and len(got[d]) < n:
-            take(d, by_distance(homes[d][0], everywhere, "all"))
+            take(d, nearest_first(homes[d][0], everywhere))
     for d, parts in remote.items():
         warnings.append(f"device {d}: its node is used up; also given CPUs {union_all(parts)} of other nodes")
     lists = [got[d] for d in job.devices]
@@ -225,6 +194,3 @@ def _bind_core(resources: AllowedResources, job: Job, options: Options) -> BindP
 def _span(allowed: CpuSet, lst: list[int]) -> CpuSet:
     """The set of a slice of ``allowed``'s ascending list, without building it bit by bit."""
     return allowed & CpuSet.range(lst[0], lst[-1]) if lst else CpuSet()
-
-
-__all__ = ["plan_msrun_auto", "assign_nodes"]

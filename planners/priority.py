@@ -1,12 +1,7 @@
-"""Priority cores: each rank's main thread on a core of the machine's most efficient CPU kind.
-
-Intel SST-TF "priority" cores (DGX B300's Xeon 6776P) run at a higher base frequency than the
-rest; hwloc shows them as the most efficient CPU kind (`topo show --cpukinds`). With
-`priority_cores=True` every rank gets one of them as its first CPU, the one its main thread
-runs on: a priority core already in its set that no earlier rank took, else one that another
-rank of the same home holds beyond its own first, swapped for this rank's last ordinary core (so
-both keep their size and unique modes stay disjoint). Ranks left without one are named in a
-warning. Off by default: it hurts workloads whose main thread is not the bottleneck.
+"""Priority cores (`priority_cores=True`): each rank's first CPU, its main thread's, on a PU of the
+most efficient CPU kind (Intel SST-TF's higher-frequency cores, as on DGX B300): one in its set no
+earlier rank took, else one another rank of its home holds beyond its own first, swapped for this
+rank's last ordinary core (sizes kept, unique modes disjoint). Ranks left without one are warned of.
 """
 
 from __future__ import annotations
@@ -25,17 +20,19 @@ def priority_pus(resources) -> CpuSet:
     return max(kinds, key=lambda k: k.efficiency).cpuset & resources.allowed
 
 
-def priority_first(cpus: Sequence[CpuSet], homes: Sequence[tuple[int, ...]], resources,
-                   warnings: list[str], keys: Sequence[str]) -> tuple[list[CpuSet], list[int | None]]:
-    """Each rank's CPUs (a swap may change them) and its first CPU, a priority core's PU (None
-    where none is left)."""
+def priority_first(cpus: Sequence[CpuSet], orders: Sequence[Sequence[int]] | None, homes: Sequence[tuple[int, ...]],
+                   resources, warnings: list[str], keys: Sequence[str]) -> tuple[list[CpuSet], list[int | None], list]:
+    """Each rank's CPUs (a swap may change them), its first CPU, a priority core's PU (None where
+    none is left), and its CPU list with that first: the planner's order (``orders``, else
+    ascending), less the CPUs a swap took, then those it gave, ascending."""
     prio = priority_pus(resources)
+    old = [list(o) for o in orders] if orders is not None else [list(c) for c in cpus]
     sets = list(cpus)
     firsts: list[int | None] = [None] * len(sets)
     if not prio:
         warnings.append("priority cores asked for, but this machine has no CPU kind above the others "
                         "(topo show --cpukinds): each rank's CPUs are as planned")
-        return sets, firsts
+        return sets, firsts, old
     core_of = resources.core_of_pu
     taken: set[int] = set()
     for r, s in enumerate(sets):
@@ -61,14 +58,10 @@ def priority_first(cpus: Sequence[CpuSet], homes: Sequence[tuple[int, ...]], res
     left = [keys[r] for r, s in enumerate(sets) if s and firsts[r] is None]
     if left:
         warnings.append(f"no priority core left in the home of {', '.join(left)}: their first CPU is an ordinary core")
-    return sets, firsts
-
-
-def first_order(first: int | None, order: list[int], cpus: CpuSet) -> list[int]:
-    """A rank's CPU list with its priority core first: the planner's order, less the CPUs a swap
-    took, then those it gave, ascending."""
-    kept = set(cpus)
-    listed = set(order)
-    head = [first] if first is not None else []
-    return [*head, *(c for c in order if c != first and c in kept),
-            *(c for c in cpus if c != first and c not in listed)]
+    new_orders = []
+    for first, order, s in zip(firsts, old, sets):
+        kept, listed = set(s), set(order)
+        head = [first] if first is not None else []
+        new_orders.append([*head, *(c for c in order if c != first and c in kept),
+                           *(c for c in s if c != first and c not in listed)])
+    return sets, firsts, new_orders

@@ -1,8 +1,5 @@
-"""gen_bind_json's thread-module layout as text: ``runtime=4-8,minddata=9-12,main=13-19``.
-
-Positions are relative to a process's CPU list: ``4-8`` is its 5th to 9th CPU. ``option`` is how
-the caller names the option in messages.
-"""
+"""gen_bind_json's thread-module layout as text: ``runtime=4-8,minddata=9-12,main=13-19``, positions
+relative to a process's CPU list (``4-8``: its 5th to 9th CPU); ``option`` names it in messages."""
 
 from __future__ import annotations
 

@@ -1,19 +1,18 @@
-"""hwloc-calc's everyday answers on the one tree (`topo calc`): the CPUs a list of locations covers,
-then, as asked, the objects of a type those CPUs meet (-I), how many (-N), as hierarchical names
-(-H), the largest objects they hold (--largest) or the NUMA nodes local to them (--local-memory).
+"""hwloc-calc's everyday answers on the one tree (`topo calc`): the CPUs of a list of locations, then
+the objects of a type they meet (-I), how many (-N), as hierarchical names (-H), the largest objects
+they hold (--largest) or the NUMA nodes local to them (--local-memory).
 
 A location is `all`, a cpuset (`0x000000ff,0x0000ffff`, or taskset's `0xff0000ffff`), `TYPE:RANGE`
-(`core:2-3`, `pu:1:3` three from 1, `numa:all`, `odd`, `even`) and below it `.TYPE:RANGE`
-(`node:1.pu:2`, indexes counted inside the object above), `TYPE=NAME` for an I/O object
-(`os=eth0`, `pci=0000:01:00.0`: the CPUs of the object it hangs from); a `~` before it removes
-its CPUs, `x` intersects, `^` XORs. Indexes are logical unless asked physical, as in hwloc-calc.
+(`core:2-3`, `pu:1:3` three from 1, `numa:all`, `odd`, `even`), below it `.TYPE:RANGE` (`node:1.pu:2`,
+counted inside the object above), or `os=eth0` / `pci=0000:01:00.0` (the CPUs the device hangs from);
+`~` before it removes its CPUs, `x` intersects, `^` XORs. Indexes are logical unless asked physical.
 """
 
 from __future__ import annotations
 
 import re
 
-from topo.cpuset import EMPTY, CpuSet
+from topo.cpuset import EMPTY, CpuSet, union_all
 from topo.errors import ParseError, UsageError
 from topo.model import Topology
 from topo.numbers import MAX_ID
@@ -54,10 +53,7 @@ class Calc:
                     return _cpus(o)
             raise UsageError(f"{given}: no {'OS device' if kind == 'OSDev' else 'PCI device'} {m.group(3)}; "
                              f"`topo show{' --whole-io' if kind == 'PCIDev' else ''}` lists them")
-        out = EMPTY
-        for o in self._pick(self.machine.cpuset, text, given):
-            out |= _cpus(o)
-        return out
+        return union_all(_cpus(o) for o in self._pick(self.machine.cpuset, text, given))
 
     def _pick(self, root: CpuSet, text: str, given: str) -> list[Obj]:
         """The objects `TYPE:RANGE[.TYPE:RANGE...]` names inside `root`."""
@@ -102,7 +98,8 @@ class Calc:
         if word.isdigit():
             normal = levels(self.machine)
             if int(word) >= len(normal):
-                raise UsageError(f"{given}: depth {word}, but the machine has {len(normal)} levels (0-{len(normal) - 1})")
+                raise UsageError(f"{given}: depth {word}, but the machine has {len(normal)} levels "
+                                 f"(0-{len(normal) - 1})")
             return normal[int(word)]
         wanted = self._kind(word, given)
         found = sorted((o for o in self.objects if matches(o, wanted) or o.type == wanted[0] == "Bridge"),
@@ -112,7 +109,6 @@ class Calc:
         return found
 
     # ---- the answers ----------------------------------------------------------------------------
-
     def index(self, obj: Obj) -> str:
         if not self.physical_output:
             return str(obj.logical)
@@ -131,8 +127,8 @@ class Calc:
         for n, o in enumerate(inside):
             if not o.cpuset.intersects(cpus):
                 continue
-            name = f"{prefix}{'.' if prefix else ''}{type_name(o, True)}:" + (
-                str(n) if not self.physical_output else str(o.os_index if o.os_index is not None else -1))
+            index = self.index(o) if self.physical_output else n  # logical: inside the object above
+            name = f"{prefix}{'.' if prefix else ''}{type_name(o, True)}:{index}"
             out += self.hierarchical(cpus & o.cpuset, words[1:], o.cpuset, name) if words[1:] else [name]
         return out
 
