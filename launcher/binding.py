@@ -34,6 +34,11 @@ def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory
     return ("numactl", *argv) if argv else ()
 
 
+def held_words(held: Binding) -> str:
+    """What held of a binding whose memory policy the kernel refused, under --bind-fallback."""
+    return "preferred held" if held.memory_policy == "preferred" else "CPUs alone held"
+
+
 def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> list[int]:
     """The physical device id (`deviceX`) of local ranks 0..count-1 through the visible-device
     variables; past the visible devices, the local rank (msrun's DEVICE_ID)."""

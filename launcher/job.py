@@ -59,15 +59,17 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         sim_rank_id = rank_id
     one_simulated = simulation and sim_rank_id != -1
     local_worker_num = 1 if one_simulated else config.local_worker_num  # msrun simulates that one rank only
-    start_scheduler = config.scheduler
-    if start_scheduler is None:
-        start_scheduler = (not simulation and network.is_local(master_ip)
-                           and (config.node_rank in (0, -1) or not config.multi_node))
+    start_scheduler = config.scheduler if config.scheduler is not None else (
+        not simulation and network.is_local(master_ip) and (config.node_rank in (0, -1) or not config.multi_node))
     bind_numa = parse_bind_numa(config.bind_numa) if isinstance(config.bind_numa, str) else config.bind_numa
     bindings = resolve_bindings(config.bind_core, bind_numa, local_worker_num=local_worker_num, topology=topology,
                                 environ=environ, priority_cores=config.priority_cores)
     warnings = list(bindings.warnings)
-    base_name = _worker_log_base(config.worker_log_name, master_ip)
+    # as msrun substitutes, but literally (its re.sub reads a backslash in the host name as a group
+    # reference): {ip} = this node's address towards the master
+    base_name = config.worker_log_name.replace("{hostname}", socket.gethostname()) or "worker"
+    if "{ip}" in base_name:
+        base_name = base_name.replace("{ip}", network.local_ip(master_ip))
 
     # what msrun gives every process of a MindSpore job, scheduler included; a simulation joins no cluster
     common = {"MS_WORKER_NUM": str(config.worker_num),
@@ -248,13 +250,6 @@ def check_log_file(path: str, log_dir: str, logs: frozenset[str]) -> None:
     parent = os.path.dirname(path)
     if parent != log_dir:
         check_log_dir(parent, "log subdirectory")
-
-
-def _worker_log_base(template: str, master_ip: str) -> str:
-    # as msrun substitutes, but literally (its re.sub reads a backslash in the host name as a
-    # group reference): {ip} = this node's address towards the master
-    name = template.replace("{hostname}", socket.gethostname()) if template else "worker"
-    return name.replace("{ip}", network.local_ip(master_ip)) if "{ip}" in name else name
 
 
 def describe_plan(plan: Plan) -> str:

@@ -1,9 +1,8 @@
-"""A group of processes started and stopped together, nothing left behind. Each starts its own
-session and carries JOB_ID_VAR, which its children inherit (`topo stop` finds a detached job's
-daemons by it). With `join`, each child gets SIGKILL when the launcher's thread dies
-(PR_SET_PDEATHSIG, set between fork and exec), and the launcher is a child subreaper: a grandchild
-that daemonises is re-parented to it and stopped with the rest. A binding by system calls is applied
-between fork and exec; a refusal goes to the log and the child exits 1, as a refusing numactl does."""
+"""Processes started and stopped together, nothing left behind. Each starts its own session and
+carries JOB_ID_VAR, which its children inherit (`topo stop` finds a detached job's daemons by it).
+With `join`, each child gets SIGKILL when the launcher's thread dies (PR_SET_PDEATHSIG) and the
+launcher is a child subreaper, so a daemonising grandchild is stopped with the rest. A binding by
+system calls is applied between fork and exec; a refusal goes to the log and the child exits 1."""
 
 from __future__ import annotations
 
@@ -88,12 +87,13 @@ class Process:
 
 @dataclass
 class ProcessGroup:
-    """Start `specs` in order; stop them all with one deadline; reap what they leave."""
+    """Start `specs` in order; stop them all with one deadline; reap what they leave. With `join`
+    (--join=True) as the module says, and the children share our stdin (pdb)."""
 
     specs: Sequence[ProcessSpec]
     base_env: Mapping[str, str]
     job_id: str
-    join: bool = False  # --join=True: as the module says, and the children share our stdin (pdb)
+    join: bool = False
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
     _children_before: frozenset[int] = frozenset()
@@ -101,7 +101,10 @@ class ProcessGroup:
     def start(self, on_start: Callable[[Process], None], stopping: Callable[[], bool]) -> None:
         """Start the specs in order, none once `stopping()`; on any failure, stop what started and raise."""
         if self.join:  # as subreaper; not Linux: sessions alone must do
-            self._children_before = frozenset(_children())
+            if _exited_child() is not None:  # a host program's children (launch() as a library call)
+                import psutil
+
+                self._children_before = frozenset(child.pid for child in psutil.Process().children())
             value = ctypes.c_int(0)
             with contextlib.suppress(OSError, TopoError):
                 prctl(_PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
@@ -228,15 +231,6 @@ class ProcessGroup:
 def _open_log(path: str, mode: str):
     """launcher.files.open_log, or /dev/null as it is (a rank whose output is not kept)."""
     return open(os.devnull, "w") if path == os.devnull else open_log(path, mode)
-
-
-def _children() -> list[int]:
-    """This process's children (a host program's, when launch() is a library call); psutil only when there are any."""
-    if _exited_child() is None:
-        return []
-    import psutil
-
-    return [child.pid for child in psutil.Process().children()]
 
 
 def _exited_child() -> int | None:
