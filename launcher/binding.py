@@ -125,8 +125,7 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
     warnings += [hidden] if hidden else []
     n = local_worker_num
     sched_core = sched_numa = None
-    core: list[ProcessBinding | None] = [None] * n
-    numa: list[ProcessBinding | None] = [None] * n
+    core = numa = [None] * n  # by local rank: a CPU entry, a NUMA entry (ProcessBinding or None)
     cpu_lists: list[CpuSet | None] = [None] * n
     firsts: dict[str, int] = {}  # device key -> its priority core
     if getattr(bind_core, "table", False):

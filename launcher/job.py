@@ -145,10 +145,9 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
 
 def check_program(plan: Plan, config: LaunchConfig) -> None:
     """UsageError unless exec will find the program every process runs: on the children's PATH, or at the path given."""
-    command = plan.processes[0].command if plan.processes else ()
-    if not command:
+    if not plan.processes or not plan.processes[0].command:
         return
-    program = command[0]
+    program = plan.processes[0].command[0]
     what = "--python" if config.script not in _NO_PREFIX else "the command"
     if "/" in program:
         if os.path.isdir(program):
