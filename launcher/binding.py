@@ -125,8 +125,8 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
     warnings += [hidden] if hidden else []
     n = local_worker_num
     sched_core = sched_numa = None
-    core = numa = [None] * n  # by local rank: a CPU entry, a NUMA entry (ProcessBinding or None)
-    cpu_lists: list[CpuSet | None] = [None] * n
+    # by local rank: a CPU entry, a NUMA entry (ProcessBinding or None), MSRUN_CPU_LIST's CPUs
+    core = numa = cpu_lists = [None] * n
     firsts: dict[str, int] = {}  # device key -> its priority core
     if getattr(bind_core, "table", False):
         sched_core, core = _by_position(bind_core.plan, topology.allowed_pus, physical, "--bind_core", "CPU", warnings)
@@ -147,15 +147,12 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
             m = ProcessBinding(c.key, modules=(("main", c.main),), memory=memory)
         return binding_of(m, topology, path=path)
 
-    workers, exported = [], []
-    for i in range(n):
-        b = combine(core[i], numa[i])
-        if bind_core is True and core[i] is not None:
-            cpu_lists[i] = b.cpus  # msrun exports the automatic split's CPUs too
+    workers, exported = [combine(c, m) for c, m in zip(core, numa)], []
+    for i, b in enumerate(workers):
+        cpus = b.cpus if bind_core is True and core[i] is not None else cpu_lists[i]  # the automatic split's too
         first = [firsts[f"device{physical[i]}"]] if f"device{physical[i]}" in firsts else []
-        listed = first + [c for c in cpu_lists[i] or () if c not in first]
+        listed = first + [c for c in cpus or () if c not in first]
         exported.append(str(listed) if listed and b.is_bound else None)
-        workers.append(b)
     return JobBindings(combine(sched_core, sched_numa), tuple(workers), tuple(warnings), {}, tuple(exported))
 
 

@@ -107,13 +107,11 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         processes.append(spec("scheduler", SCHEDULER, None, None, {**common, "MS_ROLE": "MS_SCHED", "RANK_ID": "0"},
                               bindings.scheduler, "scheduler.log", False))
     group_rank = config.node_rank if config.multi_node and config.node_rank >= 0 else 0
+    unranked = one_simulated or config.multi_node and config.node_rank < 0  # the cluster ranks them (MindSpore)
     for i in range(local_worker_num):
         # msrun's variables (DEVICE_ID = local rank, RANK_ID = MS_NODE_ID = rank) and torchrun's, so
-        # one launcher serves both; no rank: the cluster assigns it (MindSpore), and no RANK is set
-        if one_simulated or config.multi_node and config.node_rank < 0:
-            rank = None
-        else:
-            rank = config.node_rank * config.local_worker_num + i if config.multi_node else i
+        # one launcher serves both; no rank, no RANK
+        rank = None if unranked else group_rank * config.local_worker_num + i
         env = {**common, "DEVICE_ID": str(i), "WORLD_SIZE": str(config.worker_num),
                "LOCAL_WORLD_SIZE": str(local_worker_num), "MASTER_ADDR": master_ip,
                "MASTER_PORT": str(config.master_port), "LOCAL_RANK": str(i), "GROUP_RANK": str(group_rank)}

@@ -181,7 +181,7 @@ class ProcessGroup:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
-    def stop(self, sig: int, grace: float, *, tick: Callable[[], None] | None = None,
+    def stop(self, sig: int, grace: float, *, tick: Callable[[], None] = lambda: None,
              force: Callable[[], bool] = lambda: False, say: Callable[[str], None] = lambda text: None) -> None:
         """Send `sig` to every process of the job, wait up to `grace` seconds (one deadline for all),
         then SIGKILL what is left. `tick` runs on every poll (log tailing); `force()` ends the grace."""
@@ -192,8 +192,7 @@ class ProcessGroup:
             # each process once; a re-parented daemon or a child forked meanwhile shows up on a later scan
             self.signal(sig, alive - signaled)
             signaled |= alive
-            if tick is not None:
-                tick()
+            tick()
             time.sleep(POLL_INTERVAL)
             alive = self.alive()
         if alive:

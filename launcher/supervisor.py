@@ -80,7 +80,6 @@ class Supervisor:
     signals: StopSignals = field(default_factory=StopSignals)
     scheduler_role: str | None = None  # a process whose end is awaited after the workers'
     interrupt_grace: float | None = None  # after a SIGINT, when shorter (msrun: Ctrl-C returns at once)
-    allowed: CpuSet = field(init=False, default_factory=lambda: CpuSet(os.sched_getaffinity(0)))  # the cgroup's
 
     def run(self, on_start: Callable[[Process], None] | None = None) -> LaunchResult:
         """Start the group, check its bindings, record it, then follow it (join) or leave it running."""
@@ -202,7 +201,7 @@ class Supervisor:
             proc.status = "exited before it could be checked"
             return None
         problem = verify.mismatch(binding, proc.observed)
-        if problem and verify.changed_after_start(binding, proc.observed, self.allowed):
+        if problem and verify.changed_after_start(binding, proc.observed, CpuSet(os.sched_getaffinity(0))):
             # applied before the program ran: the program, or another tool, changed it since
             self.say(f"{spec.name}: bound to {binding.describe()}; it now runs with {proc.observed.describe()}: "
                      "changed after start (by the process itself or another tool); the job goes on")
