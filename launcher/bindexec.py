@@ -47,18 +47,16 @@ def _for_local_rank(options: list[str]) -> list[str]:
     `COMMON... OPTIONS...`; any other options as they are."""
     if not options or not options[0].startswith("--local-rank="):
         return options
-    mine, common, chosen, current, found = _rank(options[0]), [], [], None, False
+    mine, kept, current, found = _rank(options[0]), [], None, False
     for option in options[1:]:
         if option.startswith("--rank="):
             current = _rank(option)
             found = found or current == mine
-        elif current is None:
-            common.append(option)
-        elif current == mine:
-            chosen.append(option)
+        elif current in (None, mine):  # the common options come first
+            kept.append(option)
     if not found:
         raise ParseError(f"{options[0]}: no --rank={mine} gives this local rank its binding")
-    return [*common, *chosen]
+    return kept
 
 
 def _rank(option: str) -> int:

@@ -244,10 +244,9 @@ def _exited_child() -> int | None:
 def check_open_file_limit() -> None:
     """Raise the soft RLIMIT_NOFILE to the hard one; LaunchError unless FDS_NEEDED more can then be opened."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
     in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 3
     if soft != -1 and soft - in_use < FDS_NEEDED:
         raise LaunchError(f"too few file descriptors, open-file limit {soft} with {in_use} in use: "

@@ -220,15 +220,13 @@ class Supervisor:
     def join(self) -> LaunchResult:
         """Follow the job until every process ended, one failed, or a signal came; then stop whatever
         is left (the rest of the job, or daemons it left) and report."""
-        procs = self.group.processes
-        err = self.err or self.out
+        procs, err = self.group.processes, self.err or self.out
         tailer = LogTailer([(p.spec.tail_prefix if p.spec.tail_prefix is not None else f"[{p.name}] ", path, stream)
                             for p in procs if p.spec.tail
                             for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, err))
                             if path and path != INHERIT])
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
-        failed: Process | None = None
-        waiting_for_scheduler = False
+        failed, waiting_for_scheduler = None, False
         delay, started = POLL_INTERVAL, time.monotonic()
         try:
             while self.signals.received is None:
