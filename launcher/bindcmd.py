@@ -149,7 +149,5 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
     sys.stderr.flush()
     try:
         os.execvp(argv[0], argv)
-    except FileNotFoundError:
-        raise CommandError(argv[0], found=False) from None
-    except PermissionError:
-        raise CommandError(argv[0], found=True) from None
+    except (FileNotFoundError, PermissionError) as exc:
+        raise CommandError(argv[0], found=isinstance(exc, PermissionError)) from None

@@ -123,10 +123,9 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
     cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
     hidden = hidden_warning(topology, environ) if cpu_only else None
     warnings += [hidden] if hidden else []
-    n = local_worker_num
     sched_core = sched_numa = None
     # by local rank: a CPU entry, a NUMA entry (ProcessBinding or None), MSRUN_CPU_LIST's CPUs
-    core = numa = cpu_lists = [None] * n
+    core = numa = cpu_lists = [None] * local_worker_num
     firsts: dict[str, int] = {}  # device key -> its priority core
     if getattr(bind_core, "table", False):
         sched_core, core = _by_position(bind_core.plan, topology.allowed_pus, physical, "--bind_core", "CPU", warnings)

@@ -108,10 +108,11 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
                               bindings.scheduler, "scheduler.log", False))
     group_rank = config.node_rank if config.multi_node and config.node_rank >= 0 else 0
     unranked = one_simulated or config.multi_node and config.node_rank < 0  # the cluster ranks them (MindSpore)
-    for i in range(local_worker_num):
+    log_ranks = [i if unranked else group_rank * config.local_worker_num + i for i in range(local_worker_num)]
+    for i, log_rank in enumerate(log_ranks):
         # msrun's variables (DEVICE_ID = local rank, RANK_ID = MS_NODE_ID = rank) and torchrun's, so
         # one launcher serves both; no rank, no RANK
-        rank = None if unranked else group_rank * config.local_worker_num + i
+        rank = None if unranked else log_rank
         env = {**common, "DEVICE_ID": str(i), "WORLD_SIZE": str(config.worker_num),
                "LOCAL_WORLD_SIZE": str(local_worker_num), "MASTER_ADDR": master_ip,
                "MASTER_PORT": str(config.master_port), "LOCAL_RANK": str(i), "GROUP_RANK": str(group_rank)}
@@ -125,16 +126,13 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
             env["RANK_ID"] = env["RANK"] = str(sim_rank_id)
         if bindings.cpu_lists[i]:
             env["MSRUN_CPU_LIST"] = bindings.cpu_lists[i]
-        log_rank = rank if rank is not None else i
         name = f"rank {rank}" if rank is not None else f"local worker {i}"
         tail = config.join and (tailed is None or log_rank in tailed)
         processes.append(spec(name, WORKER, rank, i, env, bindings.workers[i], f"{base_name}_{log_rank}.log", tail))
-    if config.join and tailed is not None:
-        shown = {p.rank if p.rank is not None else p.local_rank for p in processes if p.role == WORKER}
-        missing = sorted(set(tailed) - shown)
-        if missing:
-            warnings.append(f"--tail_worker_log: rank(s) {', '.join(map(str, missing))} do not run on this node; "
-                            "their logs are not shown")
+    missing = sorted(set(tailed or ()) - set(log_ranks))
+    if config.join and missing:
+        warnings.append(f"--tail_worker_log: rank(s) {', '.join(map(str, missing))} do not run on this node; "
+                        "their logs are not shown")
     logs = previous_logs(log_dir)
     for path in [*(p.log_path for p in processes), os.path.join(log_dir, LAUNCH_JSON)]:
         check_log_file(path, log_dir, logs)
