@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 from topo.binding import BINDING_VAR
 from topo.discovery import discover
 from topo.errors import ParseError, TopoError, UsageError
-from topo.launcher.binding import binding_of, check_loaded, device_ids
+from topo.launcher.binding import binding_of, check_loaded, device_ids, held_words
 from topo.launcher import localrank
 from topo.launcher.environ import bind_file_env, sharers, thread_env
 from topo.launcher.slurm import task_env
@@ -36,8 +36,8 @@ class CommandError(TopoError):
 
 def plan_bind(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
               environ: Mapping[str, str] | None = None, topology=None):
-    """What `topo bind` will do: (argv to exec, env additions, the binding, its bind JSON key).
-    UsageError for anything that would bind wrongly."""
+    """(argv to exec, env additions, binding, bind JSON key) for `topo bind`; UsageError for anything
+    that would bind wrongly."""
     environ = os.environ if environ is None else environ
     if not command:
         raise UsageError("no command given: topo bind [--bind-file FILE] -- COMMAND [ARGS...]")
@@ -92,9 +92,8 @@ def plan_mode(command: Sequence[str], *, mode: str, scope: str = "node", memory:
 
 
 def _undo_default_binding(environ: Mapping[str, str]) -> None:
-    """Open MPI binds each rank at launch unless told not to, so each would plan a different node:
-    take back the CPUs of the parent (mpirun or its daemon), as `--bind-to none` would have left
-    them. A binding asked for (--bind-to X) is refused rather than overridden."""
+    """Open MPI binds each rank unless told not to, so each would plan a different node: take back the
+    parent's CPUs (mpirun's daemon), as `--bind-to none` would; a binding asked for (--bind-to X) is refused."""
     if environ.get("OMPI_MCA_orte_bound_at_launch") != "1":
         return
     policy = environ.get("OMPI_MCA_hwloc_base_binding_policy", "").strip()
@@ -109,15 +108,13 @@ def _undo_default_binding(environ: Mapping[str, str]) -> None:
 
 def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local_rank: int | None = None,
                   bind_fallback: bool = False, mode: str | None = None, **mode_options) -> None:
-    """Apply the bind JSON's entry for this local rank (with `mode`: plan_mode's, given
-    `mode_options`) and replace this process by `command`; returns only by raising. `bind_fallback`:
-    when the kernel refuses the memory policy, try MPOL_PREFERRED, then the CPUs alone, and say which held."""
+    """Apply the bind JSON's entry for this local rank (with `mode`: plan_mode's, given `mode_options`),
+    then exec `command`; returns only by raising. `bind_fallback`: a refused memory policy tries
+    MPOL_PREFERRED, then the CPUs alone, saying which held."""
     if mode is not None and bind_file is not None:
         raise UsageError("--mode plans the binding and --bind-file reads one: give one of them")
-    if mode is not None:
-        argv, env, binding, key = plan_mode(command, mode=mode, local_rank=local_rank, **mode_options)
-    else:
-        argv, env, binding, key = plan_bind(command, bind_file=bind_file, local_rank=local_rank)
+    argv, env, binding, key = (plan_mode(command, mode=mode, local_rank=local_rank, **mode_options) if mode is not None
+                               else plan_bind(command, bind_file=bind_file, local_rank=local_rank))
     origin = "the bind JSON" if mode is None else f"this node's {mode} plan"
     if not binding.is_bound:
         print(f"topo bind: the bind JSON has no process binding for {key}; running unbound", file=sys.stderr)
@@ -137,8 +134,7 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
         raise BindingRefused(f"the kernel refused CPUs {binding.cpus} ({os.strerror(exc.errno)}), {key} of "
                              f"{origin}: bind within `topo show`'s allowed CPUs", exc.refused) from None
     if held != binding:
-        state = "preferred held" if held.memory_policy == "preferred" else "CPUs alone held"
-        print(f"topo bind: {key}: the kernel refused memory policy {binding.memory_policy}; {state} "
+        print(f"topo bind: {key}: the kernel refused memory policy {binding.memory_policy}; {held_words(held)} "
               "(--bind-fallback)", file=sys.stderr)
         argv = list(command)  # not through numactl, which would ask again
     os.environ.update({**task_env(os.environ), **env})  # under srun: RANK, WORLD_SIZE, ... from Slurm
@@ -153,7 +149,5 @@ def bind_and_exec(command: Sequence[str], *, bind_file: str | None = None, local
     sys.stderr.flush()
     try:
         os.execvp(argv[0], argv)
-    except FileNotFoundError:
-        raise CommandError(argv[0], found=False) from None
-    except PermissionError:
-        raise CommandError(argv[0], found=True) from None
+    except (FileNotFoundError, PermissionError) as exc:
+        raise CommandError(argv[0], found=isinstance(exc, PermissionError)) from None

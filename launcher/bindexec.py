@@ -1,13 +1,13 @@
 """Bind this process, then exec a command: the prefix `launcher.spawn.bound_argv` puts before a
-child's argv (CPU affinity and memory policy survive exec). It imports only topo's syscalls and
-binding record: it runs before each child's own interpreter.
+child's argv (affinity and memory policy survive exec). It imports only topo's syscalls and binding
+record: it runs before each child's own interpreter.
 
     python -m topo.launcher.bindexec [--bind-fallback] [--env=NAME=VALUE...] cpus=0-3 memory=bind:0 -- COMMAND...
     python -m topo.launcher.bindexec --local-rank=R --rank=0 cpus=0-3 --rank=1 cpus=4-7 -- COMMAND...
 
-The binding is written as TOPO_BINDING is, and the command gets TOPO_BINDING set to what held; in
-the second form (one argv for every worker, R filled in by torch's agent) rank R takes the options
-after its `--rank=R`. Exit status as a shell's: 1 refused, 2 malformed, 126 not executable, 127 not found."""
+The binding is written as TOPO_BINDING is; the command gets TOPO_BINDING set to what held. In the
+second form (one argv for every worker, R filled in by torch's agent) rank R takes the options after
+its `--rank=R`. Exit status as a shell's: 1 refused, 2 malformed, 126 not executable, 127 not found."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ def parse(args: list[str]) -> tuple[Binding, bool, dict[str, str], list[str]]:
     """(binding, fallback, environment additions, command) from the command line."""
     if "--" not in args:
         raise ParseError(f"no '--' before the command; {USAGE}")
-    cut = args.index("--")
-    options, command = _for_local_rank(args[:cut]), args[cut + 1:]
+    options, command = _for_local_rank(args[:args.index("--")]), args[args.index("--") + 1:]
     if not command:
         raise ParseError(f"no command after '--'; {USAGE}")
     env, words = {}, []
@@ -48,18 +47,16 @@ def _for_local_rank(options: list[str]) -> list[str]:
     `COMMON... OPTIONS...`; any other options as they are."""
     if not options or not options[0].startswith("--local-rank="):
         return options
-    mine, common, chosen, current, found = _rank(options[0]), [], [], None, False
+    mine, kept, current, found = _rank(options[0]), [], None, False
     for option in options[1:]:
         if option.startswith("--rank="):
             current = _rank(option)
             found = found or current == mine
-        elif current is None:
-            common.append(option)
-        elif current == mine:
-            chosen.append(option)
+        elif current in (None, mine):  # the common options come first
+            kept.append(option)
     if not found:
         raise ParseError(f"{options[0]}: no --rank={mine} gives this local rank its binding")
-    return [*common, *chosen]
+    return kept
 
 
 def _rank(option: str) -> int:

@@ -34,6 +34,11 @@ def bind_prefix(*, cpus: str | None = None, cpu_nodes: str | None = None, memory
     return ("numactl", *argv) if argv else ()
 
 
+def held_words(held: Binding) -> str:
+    """What held of a binding whose memory policy the kernel refused, under --bind-fallback."""
+    return "preferred held" if held.memory_policy == "preferred" else "CPUs alone held"
+
+
 def device_ids(topology: Topology, count: int, environ: Mapping[str, str]) -> list[int]:
     """The physical device id (`deviceX`) of local ranks 0..count-1 through the visible-device
     variables; past the visible devices, the local rank (msrun's DEVICE_ID)."""
@@ -118,11 +123,9 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
     cpu_only = not visible_devices(topology, env=environ)  # no device here, or all hidden (CUDA_VISIBLE_DEVICES="")
     hidden = hidden_warning(topology, environ) if cpu_only else None
     warnings += [hidden] if hidden else []
-    n = local_worker_num
     sched_core = sched_numa = None
-    core: list[ProcessBinding | None] = [None] * n
-    numa: list[ProcessBinding | None] = [None] * n
-    cpu_lists: list[CpuSet | None] = [None] * n
+    # by local rank: a CPU entry, a NUMA entry (ProcessBinding or None), MSRUN_CPU_LIST's CPUs
+    core = numa = cpu_lists = [None] * local_worker_num
     firsts: dict[str, int] = {}  # device key -> its priority core
     if getattr(bind_core, "table", False):
         sched_core, core = _by_position(bind_core.plan, topology.allowed_pus, physical, "--bind_core", "CPU", warnings)
@@ -143,15 +146,12 @@ def resolve_bindings(bind_core, bind_numa, *, local_worker_num: int,
             m = ProcessBinding(c.key, modules=(("main", c.main),), memory=memory)
         return binding_of(m, topology, path=path)
 
-    workers, exported = [], []
-    for i in range(n):
-        b = combine(core[i], numa[i])
-        if bind_core is True and core[i] is not None:
-            cpu_lists[i] = b.cpus  # msrun exports the automatic split's CPUs too
+    workers, exported = [combine(c, m) for c, m in zip(core, numa)], []
+    for i, b in enumerate(workers):
+        cpus = b.cpus if bind_core is True and core[i] is not None else cpu_lists[i]  # the automatic split's too
         first = [firsts[f"device{physical[i]}"]] if f"device{physical[i]}" in firsts else []
-        listed = first + [c for c in cpu_lists[i] or () if c not in first]
+        listed = first + [c for c in cpus or () if c not in first]
         exported.append(str(listed) if listed and b.is_bound else None)
-        workers.append(b)
     return JobBindings(combine(sched_core, sched_numa), tuple(workers), tuple(warnings), {}, tuple(exported))
 
 

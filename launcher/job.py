@@ -59,15 +59,17 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         sim_rank_id = rank_id
     one_simulated = simulation and sim_rank_id != -1
     local_worker_num = 1 if one_simulated else config.local_worker_num  # msrun simulates that one rank only
-    start_scheduler = config.scheduler
-    if start_scheduler is None:
-        start_scheduler = (not simulation and network.is_local(master_ip)
-                           and (config.node_rank in (0, -1) or not config.multi_node))
+    start_scheduler = config.scheduler if config.scheduler is not None else (
+        not simulation and network.is_local(master_ip) and (config.node_rank in (0, -1) or not config.multi_node))
     bind_numa = parse_bind_numa(config.bind_numa) if isinstance(config.bind_numa, str) else config.bind_numa
     bindings = resolve_bindings(config.bind_core, bind_numa, local_worker_num=local_worker_num, topology=topology,
                                 environ=environ, priority_cores=config.priority_cores)
     warnings = list(bindings.warnings)
-    base_name = _worker_log_base(config.worker_log_name, master_ip)
+    # as msrun substitutes, but literally (its re.sub reads a backslash in the host name as a group
+    # reference): {ip} = this node's address towards the master
+    base_name = config.worker_log_name.replace("{hostname}", socket.gethostname()) or "worker"
+    if "{ip}" in base_name:
+        base_name = base_name.replace("{ip}", network.local_ip(master_ip))
 
     # what msrun gives every process of a MindSpore job, scheduler included; a simulation joins no cluster
     common = {"MS_WORKER_NUM": str(config.worker_num),
@@ -105,13 +107,12 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
         processes.append(spec("scheduler", SCHEDULER, None, None, {**common, "MS_ROLE": "MS_SCHED", "RANK_ID": "0"},
                               bindings.scheduler, "scheduler.log", False))
     group_rank = config.node_rank if config.multi_node and config.node_rank >= 0 else 0
-    for i in range(local_worker_num):
+    unranked = one_simulated or config.multi_node and config.node_rank < 0  # the cluster ranks them (MindSpore)
+    log_ranks = [i if unranked else group_rank * config.local_worker_num + i for i in range(local_worker_num)]
+    for i, log_rank in enumerate(log_ranks):
         # msrun's variables (DEVICE_ID = local rank, RANK_ID = MS_NODE_ID = rank) and torchrun's, so
-        # one launcher serves both; no rank: the cluster assigns it (MindSpore), and no RANK is set
-        if one_simulated or config.multi_node and config.node_rank < 0:
-            rank = None
-        else:
-            rank = config.node_rank * config.local_worker_num + i if config.multi_node else i
+        # one launcher serves both; no rank, no RANK
+        rank = None if unranked else log_rank
         env = {**common, "DEVICE_ID": str(i), "WORLD_SIZE": str(config.worker_num),
                "LOCAL_WORLD_SIZE": str(local_worker_num), "MASTER_ADDR": master_ip,
                "MASTER_PORT": str(config.master_port), "LOCAL_RANK": str(i), "GROUP_RANK": str(group_rank)}
@@ -125,16 +126,13 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
             env["RANK_ID"] = env["RANK"] = str(sim_rank_id)
         if bindings.cpu_lists[i]:
             env["MSRUN_CPU_LIST"] = bindings.cpu_lists[i]
-        log_rank = rank if rank is not None else i
         name = f"rank {rank}" if rank is not None else f"local worker {i}"
         tail = config.join and (tailed is None or log_rank in tailed)
         processes.append(spec(name, WORKER, rank, i, env, bindings.workers[i], f"{base_name}_{log_rank}.log", tail))
-    if config.join and tailed is not None:
-        shown = {p.rank if p.rank is not None else p.local_rank for p in processes if p.role == WORKER}
-        missing = sorted(set(tailed) - shown)
-        if missing:
-            warnings.append(f"--tail_worker_log: rank(s) {', '.join(map(str, missing))} do not run on this node; "
-                            "their logs are not shown")
+    missing = sorted(set(tailed or ()) - set(log_ranks))
+    if config.join and missing:
+        warnings.append(f"--tail_worker_log: rank(s) {', '.join(map(str, missing))} do not run on this node; "
+                        "their logs are not shown")
     logs = previous_logs(log_dir)
     for path in [*(p.log_path for p in processes), os.path.join(log_dir, LAUNCH_JSON)]:
         check_log_file(path, log_dir, logs)
@@ -143,10 +141,9 @@ def plan_job(config: LaunchConfig, *, environ: Mapping[str, str] | None = None,
 
 def check_program(plan: Plan, config: LaunchConfig) -> None:
     """UsageError unless exec will find the program every process runs: on the children's PATH, or at the path given."""
-    command = plan.processes[0].command if plan.processes else ()
-    if not command:
+    if not plan.processes or not plan.processes[0].command:
         return
-    program = command[0]
+    program = plan.processes[0].command[0]
     what = "--python" if config.script not in _NO_PREFIX else "the command"
     if "/" in program:
         if os.path.isdir(program):
@@ -248,13 +245,6 @@ def check_log_file(path: str, log_dir: str, logs: frozenset[str]) -> None:
     parent = os.path.dirname(path)
     if parent != log_dir:
         check_log_dir(parent, "log subdirectory")
-
-
-def _worker_log_base(template: str, master_ip: str) -> str:
-    # as msrun substitutes, but literally (its re.sub reads a backslash in the host name as a
-    # group reference): {ip} = this node's address towards the master
-    name = template.replace("{hostname}", socket.gethostname()) if template else "worker"
-    return name.replace("{ip}", network.local_ip(master_ip)) if "{ip}" in name else name
 
 
 def describe_plan(plan: Plan) -> str:

@@ -11,10 +11,9 @@ from topo.launcher.procgroup import ProcessSpec
 
 @dataclass(frozen=True)
 class Plan:
-    """Every process of a job on this node, decided before any starts. Without `attempt`, they run
-    once, recorded (launch.json) in `log_dir`; with it, attempt n (0, then one per restart, up to
-    max_restarts) runs `attempt(n, log_dir)`: its processes and its record directory, made on disk,
-    `processes` being attempt 0's as the dry run shows them."""
+    """Every process of a job on this node, decided before any starts: run once, recorded (launch.json)
+    in `log_dir`; with `attempt`, attempt n (0, then one per restart up to max_restarts) runs the processes
+    and record directory `attempt(n, log_dir)` makes, `processes` being attempt 0's as a dry run shows."""
 
     processes: tuple[ProcessSpec, ...]  # start order: a scheduler first
     base_env: Mapping[str, str]  # the launcher's environment minus MANAGED_VARS

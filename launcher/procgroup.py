@@ -1,9 +1,8 @@
-"""A group of processes started and stopped together, nothing left behind. Each starts its own
-session and carries JOB_ID_VAR, which its children inherit (`topo stop` finds a detached job's
-daemons by it). With `join`, each child gets SIGKILL when the launcher's thread dies
-(PR_SET_PDEATHSIG, set between fork and exec), and the launcher is a child subreaper: a grandchild
-that daemonises is re-parented to it and stopped with the rest. A binding by system calls is applied
-between fork and exec; a refusal goes to the log and the child exits 1, as a refusing numactl does."""
+"""Processes started and stopped together, nothing left behind. Each starts its own session and
+carries JOB_ID_VAR, which its children inherit (`topo stop` finds a detached job's daemons by it).
+With `join`, each child gets SIGKILL when the launcher's thread dies (PR_SET_PDEATHSIG) and the
+launcher is a child subreaper, so a daemonising grandchild is stopped with the rest. A binding by
+system calls is applied between fork and exec; a refusal goes to the log and the child exits 1."""
 
 from __future__ import annotations
 
@@ -88,12 +87,13 @@ class Process:
 
 @dataclass
 class ProcessGroup:
-    """Start `specs` in order; stop them all with one deadline; reap what they leave."""
+    """Start `specs` in order; stop them all with one deadline; reap what they leave. With `join`
+    (--join=True) as the module says, and the children share our stdin (pdb)."""
 
     specs: Sequence[ProcessSpec]
     base_env: Mapping[str, str]
     job_id: str
-    join: bool = False  # --join=True: as the module says, and the children share our stdin (pdb)
+    join: bool = False
     processes: list[Process] = field(default_factory=list)
     _subreaper_before: int | None = None
     _children_before: frozenset[int] = frozenset()
@@ -101,7 +101,10 @@ class ProcessGroup:
     def start(self, on_start: Callable[[Process], None], stopping: Callable[[], bool]) -> None:
         """Start the specs in order, none once `stopping()`; on any failure, stop what started and raise."""
         if self.join:  # as subreaper; not Linux: sessions alone must do
-            self._children_before = frozenset(_children())
+            if _exited_child() is not None:  # a host program's children (launch() as a library call)
+                import psutil
+
+                self._children_before = frozenset(child.pid for child in psutil.Process().children())
             value = ctypes.c_int(0)
             with contextlib.suppress(OSError, TopoError):
                 prctl(_PR_GET_CHILD_SUBREAPER, ctypes.addressof(value))
@@ -178,7 +181,7 @@ class ProcessGroup:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
-    def stop(self, sig: int, grace: float, *, tick: Callable[[], None] | None = None,
+    def stop(self, sig: int, grace: float, *, tick: Callable[[], None] = lambda: None,
              force: Callable[[], bool] = lambda: False, say: Callable[[str], None] = lambda text: None) -> None:
         """Send `sig` to every process of the job, wait up to `grace` seconds (one deadline for all),
         then SIGKILL what is left. `tick` runs on every poll (log tailing); `force()` ends the grace."""
@@ -189,8 +192,7 @@ class ProcessGroup:
             # each process once; a re-parented daemon or a child forked meanwhile shows up on a later scan
             self.signal(sig, alive - signaled)
             signaled |= alive
-            if tick is not None:
-                tick()
+            tick()
             time.sleep(POLL_INTERVAL)
             alive = self.alive()
         if alive:
@@ -230,15 +232,6 @@ def _open_log(path: str, mode: str):
     return open(os.devnull, "w") if path == os.devnull else open_log(path, mode)
 
 
-def _children() -> list[int]:
-    """This process's children (a host program's, when launch() is a library call); psutil only when there are any."""
-    if _exited_child() is None:
-        return []
-    import psutil
-
-    return [child.pid for child in psutil.Process().children()]
-
-
 def _exited_child() -> int | None:
     """An exited child's pid, left unreaped; 0 when none has exited; None when there is no child."""
     try:
@@ -251,10 +244,9 @@ def _exited_child() -> int | None:
 def check_open_file_limit() -> None:
     """Raise the soft RLIMIT_NOFILE to the hard one; LaunchError unless FDS_NEEDED more can then be opened."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
     in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 3
     if soft != -1 and soft - in_use < FDS_NEEDED:
         raise LaunchError(f"too few file descriptors, open-file limit {soft} with {in_use} in use: "

@@ -26,11 +26,10 @@ __all__ = ["LaunchError", "LaunchResult", "execute", "launch"]
 
 def launch(config: LaunchConfig, *, topology=None, environ=None, out: TextIO | None = None,
            err: TextIO | None = None) -> LaunchResult:
-    """Plan and run `config`: with join=True until the job is over (exit_code as the launcher's),
-    else until every process is started and checked. `out` gets the tailed logs and the dry-run text,
-    `err` the launcher's messages. UsageError before anything starts when the job cannot run as asked,
-    LaunchError when a started process could not be bound. Under join the processes die with the
-    calling thread: call it from one that lives as long as the job."""
+    """Plan and run `config`: with join=True until the job is over (exit_code as the launcher's), else
+    until every process is started and checked; `out` gets the tailed logs and dry-run text, `err` the
+    launcher's messages. UsageError before anything starts, LaunchError when a started process could not
+    be bound. Under join the processes die with the calling thread: call it from one as long-lived."""
     out, err = out or sys.stdout, err or sys.stderr
     plan = plan_job(config, environ=environ, topology=topology)
     check_program(plan, config)
@@ -59,10 +58,9 @@ def execute(plan: Plan, *, join: bool, grace_period: float, bind_fallback: bool,
             say: Callable[[str], None], err: TextIO | None = None, handled: Sequence[int] = HANDLED_SIGNALS,
             prepare: Callable[[Plan], Plan] | None = None, scheduler_role: str | None = None,
             interrupt_grace: float | None = None, on_start: Callable[[Process], None] | None = None) -> LaunchResult:
-    """Run any plan: say its warnings, `prepare` it (make its directories), then run its attempts
-    (Supervisor.run) until one does not fail, up to max_restarts restarts; not join: the first is left
-    running. `handled` signals are caught throughout (not join: until started): one received at any
-    moment ends the run and stops what it started."""
+    """Run any plan: say its warnings, `prepare` it (make its directories), then run attempts until one
+    does not fail, up to max_restarts restarts (not join: the first is left running). A `handled` signal
+    received at any moment (not join: until started) ends the run and stops what it started."""
     check_open_file_limit()
     for warning in plan.warnings:
         say(f"warning: {warning}")

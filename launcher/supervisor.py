@@ -15,7 +15,7 @@ from typing import Callable, Sequence, TextIO
 from topo.binding import observe
 from topo.cpuset import CpuSet
 from topo.launcher import verify
-from topo.launcher.binding import UNBOUND
+from topo.launcher.binding import UNBOUND, held_words
 from topo.launcher.files import LAUNCH_JSON, SCHEMA, write_record
 from topo.launcher.plan import Plan
 from topo.launcher.procgroup import INHERIT, POLL_INTERVAL, LaunchError, Process, ProcessGroup
@@ -42,9 +42,8 @@ class LaunchResult:
 
 @dataclass
 class StopSignals:
-    """The signals that stop a job, caught from install() to restore() (only the main thread can;
-    a library caller on another handles its own). The first received is kept; a second one asks to
-    skip the grace period."""
+    """The stop signals, caught from install() to restore() on the main thread only (a library caller
+    on another handles its own). The first received is kept; a second one skips the grace period."""
 
     received: int | None = None
     force: bool = False
@@ -81,7 +80,6 @@ class Supervisor:
     signals: StopSignals = field(default_factory=StopSignals)
     scheduler_role: str | None = None  # a process whose end is awaited after the workers'
     interrupt_grace: float | None = None  # after a SIGINT, when shorter (msrun: Ctrl-C returns at once)
-    allowed: CpuSet = field(init=False, default_factory=lambda: CpuSet(os.sched_getaffinity(0)))  # the cgroup's
 
     def run(self, on_start: Callable[[Process], None] | None = None) -> LaunchResult:
         """Start the group, check its bindings, record it, then follow it (join) or leave it running."""
@@ -103,11 +101,10 @@ class Supervisor:
             if group.join:
                 return self.join()
             if signals.received is not None:
-                name = signal.Signals(signals.received).name
-                self.say(f"received {name} while starting; stopping the {len(group.processes)} started process(es)")
+                self.say(f"received {signal.Signals(signals.received).name} while starting; stopping the "
+                         f"{len(group.processes)} started process(es)")
                 group.stop(signals.received, self.grace_period, say=self.say)
-                return LaunchResult(128 + signals.received, tuple(group.processes), f"received {name}")
-            return LaunchResult(0, tuple(group.processes), running=True)
+            return _result(group.processes, signals.received, running=True)
         except BaseException:
             # a refused binding, a broken console, an interrupt in a host program: nothing we started may outlive it
             group.stop(signal.SIGTERM, self.grace_period, say=self.say)
@@ -147,9 +144,9 @@ class Supervisor:
             raise LaunchError(problems[0] + more)
 
     def _fall_back(self, index: int, proc: Process, problem: str, memory_refused: bool):
-        """--bind-fallback: a process that runs bound otherwise is kept; one refused before it ran starts
-        again with less (a memory policy its tool could not set, by system calls; one the kernel refused,
-        one rung down: bind, preferred, CPUs alone; anything else, unbound). Returns it and its problem."""
+        """--bind-fallback: a process running bound otherwise is kept; one refused before it ran starts
+        again with less (a policy its tool could not set: by system calls; one the kernel refused: one
+        rung down, bind, preferred, CPUs alone; anything else: unbound). Returns it and its problem."""
         if proc.popen.poll() is None:
             self.say(f"{problem}; --bind-fallback: keeping it as the kernel placed it")
             proc.status = "bound differently, kept (--bind-fallback)"
@@ -157,14 +154,13 @@ class Supervisor:
         binding = proc.binding
         if memory_refused and not binding.direct:
             binding = replace(binding, applied_by="system calls", note=f"{binding.applied_by} was refused")
-            self.say(f"{problem}; --bind-fallback: starting it again with the policy ladder (bind, preferred, "
-                     "CPUs alone)")
+            then = "starting it again with the policy ladder (bind, preferred, CPUs alone)"
         elif memory_refused and binding.memory_policy is not None:
             binding = binding.relaxed()
-            self.say(f"{problem}; --bind-fallback: starting it again bound to {binding.describe()}")
+            then = f"starting it again bound to {binding.describe()}"
         else:
-            binding = UNBOUND
-            self.say(f"{problem}; --bind-fallback: running it unbound")
+            binding, then = UNBOUND, "running it unbound"
+        self.say(f"{problem}; --bind-fallback: {then}")
         proc = self.group.processes[index] = self.group.start_one(proc.spec, binding, log_mode="a")
         problem = self._verify(proc)
         if not binding.is_bound:
@@ -205,7 +201,7 @@ class Supervisor:
             proc.status = "exited before it could be checked"
             return None
         problem = verify.mismatch(binding, proc.observed)
-        if problem and verify.changed_after_start(binding, proc.observed, self.allowed):
+        if problem and verify.changed_after_start(binding, proc.observed, CpuSet(os.sched_getaffinity(0))):
             # applied before the program ran: the program, or another tool, changed it since
             self.say(f"{spec.name}: bound to {binding.describe()}; it now runs with {proc.observed.describe()}: "
                      "changed after start (by the process itself or another tool); the job goes on")
@@ -217,29 +213,26 @@ class Supervisor:
             return f"{spec.name}: binding did not take: {problem}{fix}", False
         asked = spec.binding.memory_policy
         if binding.memory_policy != asked:
-            held = "preferred held" if binding.memory_policy == "preferred" else "CPUs alone held"
-            how += f"; memory policy {asked} refused, {held} (--bind-fallback)"
+            how += f"; memory policy {asked} refused, {held_words(binding)} (--bind-fallback)"
         proc.status = how
         return None
 
     def join(self) -> LaunchResult:
         """Follow the job until every process ended, one failed, or a signal came; then stop whatever
         is left (the rest of the job, or daemons it left) and report."""
-        procs = self.group.processes
-        err = self.err or self.out
+        procs, err = self.group.processes, self.err or self.out
         tailer = LogTailer([(p.spec.tail_prefix if p.spec.tail_prefix is not None else f"[{p.name}] ", path, stream)
                             for p in procs if p.spec.tail
                             for path, stream in ((p.spec.log_path, self.out), (p.spec.stderr_path, err))
                             if path and path != INHERIT])
         workers = [p for p in procs if p.spec.role != self.scheduler_role]
-        failure: tuple[Process, int] | None = None
-        waiting_for_scheduler = False
+        failed, waiting_for_scheduler = None, False
         delay, started = POLL_INTERVAL, time.monotonic()
         try:
             while self.signals.received is None:
                 codes = [p.popen.poll() for p in procs]
-                failure = next(((p, c) for p, c in zip(procs, codes) if c not in (None, 0)), None)
-                if failure is not None or all(c is not None for c in codes):
+                failed = next((p for p, c in zip(procs, codes) if c not in (None, 0)), None)
+                if failed is not None or None not in codes:
                     break
                 if (self.scheduler_role and not waiting_for_scheduler and len(workers) < len(procs)
                         and all(p.popen.poll() is not None for p in workers)):
@@ -254,9 +247,8 @@ class Supervisor:
                     delay = min(delay * 1.25, MAX_POLL_INTERVAL)
             # when every process ended by itself, only their leftovers (daemonised grandchildren) remain
             sig, grace = signal.SIGTERM, self.grace_period
-            if failure is not None:
-                proc, code = failure
-                self.say(f"{proc.name} (pid {proc.pid}) exited with {describe_code(code)}; "
+            if failed is not None:
+                self.say(f"{failed.name} (pid {failed.pid}) exited with {describe_code(failed.popen.returncode)}; "
                          f"stopping the others (SIGTERM, SIGKILL after {grace:g} s)")
             elif self.signals.received is not None:
                 sig = self.signals.received
@@ -267,26 +259,30 @@ class Supervisor:
             self.group.stop(sig, grace, tick=tailer.pump, force=lambda: self.signals.force, say=self.say)
         finally:
             tailer.pump(final=True)
-        if failure is not None:
-            proc, code = failure
-            log = failure_log(proc.spec)
-            if proc.spec.tail and log in (proc.spec.log_path, proc.spec.stderr_path):
-                lines, where = [], f"; its output is above and in {log}"  # tailed already: said once
-            else:
-                lines = read_log(log, tail=True).splitlines()[-10:] if log else []
-                where = f"; last lines of {log}:" if log else ""
-            self.say(f"{proc.name} failed with {describe_code(code)}{where}"
-                     + "".join(f"\n    {line}" for line in lines))
-            if proc.spec.role == self.scheduler_role:
-                self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
-                         "other jobs (PyTorch) need none: pass --no-scheduler")
-            return LaunchResult(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
-        if self.signals.received is not None:
-            name = signal.Signals(self.signals.received).name
-            return LaunchResult(128 + self.signals.received, tuple(procs), f"received {name}")
-        self.say("the scheduler exited too; the job is done" if waiting_for_scheduler
-                 else f"all {len(workers)} workers exited successfully")
-        return LaunchResult(0, tuple(procs))
+        if failed is None:
+            if self.signals.received is None:
+                self.say("the scheduler exited too; the job is done" if waiting_for_scheduler
+                         else f"all {len(workers)} workers exited successfully")
+            return _result(procs, self.signals.received)
+        proc, code = failed, failed.popen.returncode
+        log = failure_log(proc.spec)
+        if proc.spec.tail and log in (proc.spec.log_path, proc.spec.stderr_path):
+            lines, where = [], f"; its output is above and in {log}"  # tailed already: said once
+        else:
+            lines = read_log(log, tail=True).splitlines()[-10:] if log else []
+            where = f"; last lines of {log}:" if log else ""
+        self.say(f"{proc.name} failed with {describe_code(code)}{where}" + "".join(f"\n    {line}" for line in lines))
+        if proc.spec.role == self.scheduler_role:
+            self.say("the scheduler runs the script with MS_ROLE=MS_SCHED for MindSpore; "
+                     "other jobs (PyTorch) need none: pass --no-scheduler")
+        return LaunchResult(exit_code(code), tuple(procs), f"{proc.name} exited with {describe_code(code)}", proc)
+
+
+def _result(procs: Sequence[Process], received: int | None, running: bool = False) -> LaunchResult:
+    """Success (or left running), or the end a stop signal made."""
+    if received is None:
+        return LaunchResult(0, tuple(procs), running=running)
+    return LaunchResult(128 + received, tuple(procs), f"received {signal.Signals(received).name}")
 
 
 def _create_time(pid: int) -> float | None:

@@ -8,9 +8,6 @@ from typing import Sequence
 from topo.binding import POLICY_WORDS, Binding, Observed, node_words
 from topo.cpuset import CpuSet
 
-# numactl's words when the kernel (a container without CAP_SYS_NICE, a seccomp profile) refuses it
-REFUSALS = ("Operation not permitted", "Permission denied")
-
 
 def wait_for_exec(pid: int, prefixes: Sequence[tuple[str, ...]], timeout: float) -> bool:
     """Wait until `pid` has left every argv prefix in `prefixes` (numactl / taskset applied its part
@@ -60,8 +57,8 @@ def changed_after_start(binding: Binding, observed: Observed, allowed: CpuSet) -
 
 def refusal_in(log_text: str) -> str | None:
     """The line where numactl / taskset (or topo in the child) says the kernel refused the binding."""
-    for line in log_text.splitlines():
-        if any(word in line for word in REFUSALS) and any(
+    for line in log_text.splitlines():  # numactl's words when a container (no CAP_SYS_NICE, seccomp) is refused
+        if any(word in line for word in ("Operation not permitted", "Permission denied")) and any(
                 call in line for call in ("set_mempolicy", "mbind", "sched_setaffinity", "numactl", "taskset")):
             return line.strip()
     return None
