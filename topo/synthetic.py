@@ -23,8 +23,9 @@ from topo.model import Cache, Core, Device, NumaNode, Package, Topology
 _TOKEN = re.compile(r"\A(pack|package|numa|l3|l2|core|pu):([0-9]+)\Z")
 
 
-def parse_description(desc: str) -> list[tuple[str, int]]:
-    levels: list[tuple[str, int]] = []
+def _levels(desc: str) -> dict[str, int]:
+    """Each level's count, outermost first."""
+    levels: dict[str, int] = {}
     for tok in desc.split():
         m = _TOKEN.match(tok.lower())
         if not m:
@@ -33,14 +34,13 @@ def parse_description(desc: str) -> list[tuple[str, int]]:
         n = ascii_number(m.group(2))
         if not n:
             raise ParseError(f"synthetic level {tok!r} needs a count from 1 to {MAX_ID}")
-        if any(name == lv for lv, _ in levels):
+        if name in levels:
             raise ParseError(f"synthetic level {name!r} given twice in {desc!r}")
-        levels.append((name, n))
-    names = [lv for lv, _ in levels]
+        levels[name] = n
     for required in ("pack", "core", "pu"):
-        if required not in names:
+        if required not in levels:
             raise ParseError(f"synthetic description {desc!r} lacks a {required}:N level")
-    if names[0] != "pack" or names[-2:] != ["core", "pu"]:
+    if list(levels)[0] != "pack" or list(levels)[-2:] != ["core", "pu"]:
         raise ParseError(f"synthetic description {desc!r} must start with pack:N and end with core:N pu:N")
     return levels
 
@@ -60,14 +60,12 @@ def _distances(ids: list[int], hosts: dict[int, int], package_of: list[int]) -> 
 
 def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", vendor: str = "nvidia",
               gpu_memory_nodes: bool = False, pu_order: str = "compact", allowed: str | None = None,
-              allowed_nodes: str | None = None, memory_per_node: int = 64 << 30,
-              gpu_nodes: list[int] | None = None) -> Topology:
-    levels = parse_description(desc)
-    counts = dict(levels)
+              allowed_nodes: str | None = None, gpu_nodes: list[int] | None = None) -> Topology:
+    counts = _levels(desc)
     npu = counts["pu"]
     cores_per: dict[str, int] = {}  # how many cores one object of each level holds
     ncores = 1
-    for name, n in reversed(levels[:-1]):  # core, ..., pack
+    for name, n in reversed(list(counts.items())[:-1]):  # core, ..., pack
         cores_per[name] = ncores
         ncores *= n
     if pu_order not in ("compact", "scatter"):
@@ -85,7 +83,6 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
     complete = CpuSet.range(0, ncores * npu - 1)
     pus = complete if allowed is None else CpuSet.parse(allowed) & complete
     per_pack = cores_per["pack"]
-    pack_sets = objects("pack")
     cores = tuple(Core(c % per_pack, c // per_pack, pus_of(c) & pus) for c in range(ncores) if pus_of(c) & pus)
     caches = []
     for name, level, size in (("l2", 2, 1 << 20), ("l3", 3, 32 << 20)):
@@ -98,13 +95,11 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
     # accelerator g sits on CPU node hosts[g]; with gpu_memory_nodes, its memory is node nnodes + g
     hosts = list(gpu_nodes) if gpu_nodes is not None else [n for n in range(nnodes) for _ in range(gpus_per_numa)]
     memory_of = {nnodes + g: host for g, host in enumerate(hosts)} if gpu_memory_nodes else {}
-    allowed_node_set = CpuSet.range(0, nnodes + len(memory_of) - 1)
-    if allowed_nodes is not None:
-        allowed_node_set &= CpuSet.parse(allowed_nodes)
-    dist = _distances(list(range(nnodes + len(memory_of))), memory_of,
+    every_node = CpuSet.range(0, nnodes + len(memory_of) - 1)
+    dist = _distances(list(every_node), memory_of,
                       [i * cores_per[node_level] // per_pack for i in range(nnodes)])
     # disallowed nodes are kept, as `discover(include_disallowed=True)` does
-    nodes = [NumaNode(i, s & pus, memory_per_node, False, s & pus, dist[i]) for i, s in enumerate(node_sets)]
+    nodes = [NumaNode(i, s & pus, 64 << 30, False, s & pus, dist[i]) for i, s in enumerate(node_sets)]
     nodes += [NumaNode(m, CpuSet(), 96 << 30, True, node_sets[host] & pus, dist[m], "GPUMemory",
                        f"0000:{0x10 + m - nnodes:02x}:00.0") for m, host in memory_of.items()]
     devices = tuple(
@@ -112,13 +107,12 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
                numa_node=(nnodes + g) if gpu_memory_nodes else host, local_cpus=node_sets[host] & pus,
                name=f"synthetic {device_kind} {g}", source="synthetic")
         for g, host in enumerate(hosts))
-    packages = tuple(Package(i, s & pus) for i, s in enumerate(pack_sets) if s & pus)
+    packages = tuple(Package(i, s & pus) for i, s in enumerate(objects("pack")) if s & pus)
     return Topology(
         root="synthetic:" + desc, pus=pus, allowed_pus=pus, complete_pus=complete, online_pus=complete,
-        allowed_numa_nodes=allowed_node_set, packages=packages, numa_nodes=tuple(nodes), cores=cores,
-        caches=tuple(caches), devices=devices, probes={"synthetic": "ok"},
-    )
-
+        allowed_numa_nodes=every_node if allowed_nodes is None else every_node & CpuSet.parse(allowed_nodes),
+        packages=packages, numa_nodes=tuple(nodes), cores=cores, caches=tuple(caches), devices=devices,
+        probes={"synthetic": "ok"})
 
 
 def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_per_core: int = 1,
@@ -156,5 +150,4 @@ def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_p
         packages=tuple(Package(i, s & pus) for i, s in enumerate(pkg_sets)),
         numa_nodes=tuple(numa), cores=tuple(cores),
         caches=tuple(Cache(3, "unified", 32 << 20, CpuSet.parse(c) & pus) for c in caches),
-        devices=devices, probes={"synthetic": "ok"},
-    )
+        devices=devices, probes={"synthetic": "ok"})
