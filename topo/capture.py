@@ -1,11 +1,11 @@
 """`topo capture`: this machine's topology files in one archive, like hwloc's hwloc-gather-topology.
 
-Discovery runs over a recording root (as the process sees the machine, then with everything
-disallowed); every file it read, directory it listed and symlink on the way is stored at its path,
-with cpuinfo, meminfo, mounts and self/status; under `topo-capture/`, tool outputs
-(topo.archive.TOOLS) and what NVML said (nvml.json), which a replay reads back as the live
-machine's. Nothing private: no process environment or command line, of the kernel's command line
-only its numa= options, nothing under /etc, no file longer than a kernel writes.
+Discovery runs over a recording root (as the process sees the machine, then with everything disallowed);
+every file it read, directory it listed and symlink on the way is stored at its path, with cpuinfo,
+meminfo, mounts and self/status; under `topo-capture/`, tool outputs (topo.archive.TOOLS) and what NVML
+said (nvml.json), which a replay reads back as the live machine's. Nothing private: no process environment
+or command line, of the kernel's command line only its numa= options, nothing under /etc, no file longer
+than a kernel writes.
 """
 
 from __future__ import annotations

@@ -136,9 +136,8 @@ class PciDevice:
 
 @dataclass(frozen=True)
 class PciBridge:
-    """A bridge of the PCI tree, as lstopo shows it: a host bridge (`id` "pci0000:00", as Linux
-    names its directory, no PCI function of its own) or a PCI-to-PCI bridge (`id` its bus id).
-    `local_cpus` is where hwloc attaches the host bridge's whole tree."""
+    """A bridge of the PCI tree, as lstopo shows it: a host bridge (`id` "pci0000:00", its Linux directory,
+    no PCI function of its own; `local_cpus` where hwloc attaches its tree) or a PCI-to-PCI bridge (`id` its bus id)."""
 
     id: str
     parent: str | None  # id of the bridge above; None for a host bridge
@@ -250,11 +249,10 @@ class Topology:
         return ", ".join(f"{n} {noun}{'' if n == 1 else 's'}" for n, noun in counts)
 
     def io_view(self, io: str = "important", bridges: bool = True) -> "Topology":
-        """The I/O objects lstopo shows with the same flags: `io` "important" (its default: storage,
-        network, display, co-processor and accelerator functions, the bridges leading to them, OS
-        devices but DMA channels and DRM cards), "whole" (`--whole-io`) or "none" (`--no-io`);
-        `bridges=False` (`--no-bridges`) drops the bridges, the functions keep their locality.
-        `devices` (what planners place processes next to) is never filtered."""
+        """The I/O objects lstopo shows with the same flags: `io` "important" (its default: storage, network,
+        display, co-processor and accelerator functions, the bridges leading to them, OS devices but DMA
+        channels and DRM cards), "whole" (`--whole-io`) or "none" (`--no-io`); `bridges=False` (`--no-bridges`)
+        drops the bridges, the functions keep their locality. `devices` (for planners) is never filtered."""
         if io not in ("important", "whole", "none"):
             raise ValueError(f"io must be 'important', 'whole' or 'none', not {io!r}")
         if io == "none":
