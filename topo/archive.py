@@ -1,12 +1,12 @@
 """Reading a `topo capture` archive (or an hwloc test tarball) for `--root FILE`, and the names
 under which a capture stores tool outputs.
 
-The archive is hostile: its tar headers are read here block by block, decompressed stream by stream
-(gzip, xz, bzip2, or none), each bound below checked before the work it limits. Members are written
-below a private temporary directory through directories topo made and opened with O_NOFOLLOW, files
-created with O_EXCL|O_NOFOLLOW. Only files, directories and symlinks are taken; a symlink's target
-must be relative, climb no higher than the unpack directory, have no later `..` and pass through no
-other link, so every link resolves as its name reads, inside the copy.
+The archive is hostile: its tar headers are read here block by block, decompressed stream by stream (gzip, xz,
+bzip2, or none), each bound below checked before the work it limits; no member costs more than a few dict
+look-ups and system calls. Members are written below a private temporary directory through directories topo
+made and opened with O_NOFOLLOW, files created with O_EXCL|O_NOFOLLOW. Only files, directories and symlinks
+are taken; a symlink's target must be relative, climb no higher than the unpack directory, have no later `..`
+and pass through no other link, so every link resolves as its name reads, inside the copy.
 """
 
 from __future__ import annotations
