@@ -2,13 +2,12 @@
 
     synthetic("pack:2 numa:4 l3:2 core:8 pu:2", gpus_per_numa=1)
 
-Each `level:N` is N children per parent, outermost first: `pack`, then `numa`, `l3`, `l2` (each
-optional, in any order among themselves), then `core`, `pu`. `gpus_per_numa=k` puts k
-accelerators on each node, `gpu_nodes=[3, 3, 1, ...]` accelerator g on node gpu_nodes[g];
-`gpu_memory_nodes` gives each a memory-only node (GH200 HBM) that it reports as its `numa_node`;
-`pu_order="scatter"` numbers the first thread of every core first, as Linux does on most x86;
-`allowed`/`allowed_nodes` are a cgroup cpuset, applied as `discover()` applies one.
-`from_nodes(["0-2", "3-9"], gpu_nodes=[0])` builds irregular shapes from node CPU lists.
+Each `level:N` is N children per parent, outermost first: `pack`, then `numa`, `l3`, `l2` (each optional,
+in any order among themselves), then `core`, `pu`. `gpus_per_numa=k` puts k accelerators on each node,
+`gpu_nodes=[3, 3, 1, ...]` accelerator g on node gpu_nodes[g]; `gpu_memory_nodes` gives each a memory-only
+node (GH200 HBM) that it reports as its `numa_node`; `pu_order="scatter"` numbers the first thread of every
+core first, as Linux does on most x86; `allowed`/`allowed_nodes` are a cgroup cpuset, applied as
+`discover()` applies one. `from_nodes(["0-2", "3-9"], gpu_nodes=[0])` builds irregular shapes from node CPU lists.
 """
 
 from __future__ import annotations
@@ -119,11 +118,10 @@ def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_p
                gpu_nodes: list[int] = (), device_kind: str = "gpu", vendor: str = "nvidia",
                memory_only: dict[int, int] | None = None, allowed: str | None = None,
                caches: list[str] = ()) -> Topology:
-    """A topology with arbitrary NUMA node CPU lists, for the irregular shapes `synthetic` cannot
-    describe (a 3-core node next to a 7-core one). Cores are consecutive runs of
-    `threads_per_core` PUs; `packages` defaults to one package holding everything; `memory_only`
-    maps extra node ids to the CPU node they hang off (distance 80, others 120); `caches` are L3
-    cpulists; `gpu_nodes[g]` is accelerator g's node."""
+    """A topology with arbitrary NUMA node CPU lists, for the irregular shapes `synthetic` cannot describe
+    (a 3-core node next to a 7-core one). Cores are consecutive runs of `threads_per_core` PUs; `packages`
+    defaults to one package holding everything; `memory_only` maps extra node ids to the CPU node they
+    hang off (distance 80, others 120); `caches` are L3 cpulists; `gpu_nodes[g]` is accelerator g's node."""
     memory_only = memory_only or {}
     node_sets = [CpuSet.parse(n) for n in nodes]
     every = union_all(node_sets)
