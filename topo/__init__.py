@@ -32,4 +32,3 @@ _LAZY = {"CpuSet": "topo.cpuset", "Topology": "topo.model", "discover": "topo.di
                           "AffinityError", "GPUAffinityError"], "topo.launcher.affinity")}
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
-

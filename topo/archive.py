@@ -1,13 +1,12 @@
 """Reading a `topo capture` archive (or an hwloc test tarball) for `--root FILE`, and the names
 under which a capture stores tool outputs.
 
-The archive is hostile: its tar headers are read here block by block, decompressed stream by
-stream (gzip, xz, bzip2, or none), each bound below checked before the work it limits; no member
-costs more than a few dict look-ups and system calls. Members are written below a private temporary
-directory through directories topo made and opened with O_NOFOLLOW, files created with
-O_EXCL|O_NOFOLLOW. Only files, directories and symlinks are taken; a symlink's target must be
-relative, climb (leading `..`) no higher than the unpack directory, have no later `..` and pass
-through no other link, so every link resolves as its name reads, inside the copy.
+The archive is hostile: its tar headers are read here block by block, decompressed stream by stream (gzip, xz,
+bzip2, or none), each bound below checked before the work it limits; no member costs more than a few dict
+look-ups and system calls. Members are written below a private temporary directory through directories topo
+made and opened with O_NOFOLLOW, files created with O_EXCL|O_NOFOLLOW. Only files, directories and symlinks
+are taken; a symlink's target must be relative, climb no higher than the unpack directory, have no later `..`
+and pass through no other link, so every link resolves as its name reads, inside the copy.
 """
 
 from __future__ import annotations
@@ -115,13 +114,10 @@ def _unpack_file(path: str, dest: str) -> None:
         if magic[:2] == b"\x1f\x8b":
             new = functools.partial(zlib.decompressobj, 16 + zlib.MAX_WBITS)  # one gzip member
         elif magic[:3] == b"BZh":
-            import bz2
-
-            new = bz2.BZ2Decompressor
+            from bz2 import BZ2Decompressor as new
         elif magic == b"\xfd7zXZ\x00":
-            import lzma
-
-            new, errors = lzma.LZMADecompressor, (*_ERRORS, lzma.LZMAError)
+            from lzma import LZMADecompressor as new, LZMAError
+            errors = (*_ERRORS, LZMAError)
         reader = _Reader(f, new, path, os.open(dest, _DIR))
         try:
             reader.unpack()
@@ -150,7 +146,6 @@ class _Reader:
     def decompressed(self, f, new: Callable) -> Iterator[bytes]:
         """The data of the compressed streams in `f`, one after another (zero bytes between them
         allowed), in pieces of at most CHUNK bytes. An empty stream costs no unpacked byte, hence MAX_STREAMS."""
-
         data = f.read(CHUNK)
         for _ in range(MAX_STREAMS):
             decompressor, hungry = new(), False
@@ -172,7 +167,6 @@ class _Reader:
 
     def read(self, size: int, exact: bool = True) -> bytes:
         """The next `size` bytes, counted against MAX_UNPACKED first; fewer only at the end, unless `exact`."""
-
         self.read_so_far += size
         if self.read_so_far > MAX_UNPACKED:
             raise self.error(f"more than {MAX_UNPACKED >> 20} MiB unpacked, more than any capture")
@@ -219,7 +213,6 @@ class _Reader:
                 if size is None:
                     raise self.error(f"pax size {pax[b'size'][:40]!r} is not a number")
             pax, gnu = {}, {}
-
             self.member(kind, name, link, size)
 
     def check_links(self) -> None:

@@ -1,11 +1,11 @@
 """`topo capture`: this machine's topology files in one archive, like hwloc's hwloc-gather-topology.
 
-Discovery runs over a recording root (as the process sees the machine, then with everything
-disallowed); every file it read, directory it listed and symlink on the way is stored at its path,
-with cpuinfo, meminfo, mounts and self/status; under `topo-capture/`, tool outputs
-(topo.archive.TOOLS) and what NVML said (nvml.json), which a replay reads back as the live
-machine's. Nothing private: no process environment or command line, of the kernel's command line
-only its numa= options, nothing under /etc, no file longer than a kernel writes.
+Discovery runs over a recording root (as the process sees the machine, then with everything disallowed);
+every file it read, directory it listed and symlink on the way is stored at its path, with cpuinfo,
+meminfo, mounts and self/status; under `topo-capture/`, tool outputs (topo.archive.TOOLS) and what NVML
+said (nvml.json), which a replay reads back as the live machine's. Nothing private: no process environment
+or command line, of the kernel's command line only its numa= options, nothing under /etc, no file longer
+than a kernel writes.
 """
 
 from __future__ import annotations
@@ -144,18 +144,14 @@ class _Writer:
                 return here
         if list_it:  # the subdirectories and links, so a listing of the copy names them too
             try:
-                names = os.listdir(self.base + real)
+                entries = list(os.scandir(self.base + real))
             except OSError:
-                names = []
-            for here in (os.path.join(real, name) for name in names):
-                try:
-                    mode = os.lstat(self.base + here).st_mode
-                except OSError:
-                    continue
-                if stat.S_ISLNK(mode):
-                    self.link(here)
-                elif stat.S_ISDIR(mode):
-                    self.add(here, tarfile.DIRTYPE)
+                entries = []
+            for entry in entries:  # sysfs and procfs give each entry's type: no lstat
+                if entry.is_symlink():
+                    self.link(os.path.join(real, entry.name))
+                elif entry.is_dir(follow_symlinks=False):
+                    self.add(os.path.join(real, entry.name), tarfile.DIRTYPE)
         return real
 
     def add(self, path: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", target: str = "") -> None:
@@ -171,10 +167,9 @@ class _Writer:
 
     def link(self, path: str, target: str | None = None) -> None:
         """The symlink at the real path `path` itself, pointing to `target` (default: as it does)."""
-        if target is None:
-            target = os.readlink(self.base + path)
         if _private(path):
             return
+        target = os.readlink(self.base + path) if target is None else target
         if target.startswith("/"):  # /proc/mounts -> self/mounts is relative; keep links inside
             target = os.path.relpath(target, os.path.dirname(path))
         self.add(path, tarfile.SYMTYPE, target=target)
@@ -194,7 +189,6 @@ class _Writer:
 def _private(path: str) -> bool:
     return path != "/proc/cmdline" and (path.startswith(_PRIVATE_TREES)
                                         or not _PRIVATE_NAMES.isdisjoint(path.split("/")))
-
 
 
 def _tool_outputs(notes: list[str]) -> dict[str, str]:

@@ -165,7 +165,6 @@ class CpuSet:
             yield base + top - one, base + top - end
 
     @property
-
     def mask(self) -> int:
         return self._mask
 
@@ -234,7 +233,6 @@ class CpuSet:
         return f"CpuSet({self.to_list()!r})"
 
     __str__ = to_list
-
 
     def __reduce__(self):
         return (CpuSet.from_mask, (self._mask,))

@@ -1,17 +1,15 @@
-"""Reading files below one filesystem root, like hwloc's HWLOC_FSROOT: a directory, or an archive
-written by `topo capture` (read from a private temporary copy; see `topo.archive`). Probes never
-touch an absolute path themselves, so a captured machine and the live one are read by one code.
-
-Reads are strict, as psutil's are: a file that exists but cannot be read, is not a regular file
-(a FIFO would block, a device never ends) or is longer than any kernel writes is an error naming
-it; only what the kernel does to some attributes (EINVAL, EIO, ENODEV on read) counts as absent.
+"""Reading files below one filesystem root, like hwloc's HWLOC_FSROOT: a directory, or a `topo capture`
+archive (read from a private temporary copy, `topo.archive`). Probes never touch an absolute path
+themselves, so a captured machine and the live one are read by one code. Reads are strict, as
+psutil's are: a file that exists but cannot be read, is not a regular file (a FIFO would block, a
+device never ends) or is longer than any kernel writes is an error naming it; only what the kernel
+does to some attributes (EINVAL, EIO, ENODEV on read) counts as absent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-
 import os
 import stat
 from typing import Callable
@@ -34,6 +32,7 @@ TOOL_OUTPUT_LIMIT = 4 << 20
 # The widest whole number read_int takes: a u64, as memory-side cache sizes in bytes are. Ids
 # (core_id, physical_package_id, die_id, numa_node) are ints, -1 where the platform gives none.
 SYSFS_INT_MAX = (1 << 64) - 1
+_LIMITS = {"sys": SYSFS_LIMIT, "proc": PROCFS_LIMIT}  # by a path's top directory; else TOOL_OUTPUT_LIMIT
 _READ_AS_ABSENT = (errno.EINVAL, errno.EIO, errno.ENODEV, errno.ENXIO, errno.EAGAIN)
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
@@ -63,7 +62,6 @@ class FsRoot:
             self._prefix = self._shown = "" if self.root == "/" else self.root
         else:
             raise ProbeError(f"topology root {root!r} is neither a directory nor a `topo capture` archive")
-
 
     @property
     def is_this_system(self) -> bool:
@@ -115,22 +113,15 @@ class FsRoot:
 
     def read_bytes(self, path: str, prefix: int | None = None) -> bytes | None:
         """The file's bytes, or only its first `prefix` bytes (a PCI function's `config` header);
-        None when it does not exist, or exists but fails with EINVAL/EIO/ENODEV (some firmware
-        files), as hwloc treats them. A permission error, a directory, FIFO, socket or device where a
-        file belongs, or a file longer than its limit (SYSFS_LIMIT, PROCFS_LIMIT, TOOL_OUTPUT_LIMIT)
-        is an error naming the path.
+        None when it does not exist, or exists but fails with EINVAL/EIO/ENODEV (some firmware files),
+        as hwloc treats them. A permission error, a directory, FIFO, socket or device where a file
+        belongs, or a file longer than its limit (_LIMITS) is an error naming the path.
 
-        Below /sys, a first read shorter than a page is a whole attribute (the kernel writes one in
-        a single read) and is taken as it is, as hwloc reads it; anything else is checked to be a
-        regular file (an fstat) and read to its end. benchmarks/discovery_bench.py, in-process
-        discovery of 128arm-2pa2n8cluster4co: 28 ms so, 36 ms checking every file (lstopo: 27 ms).
-        """
-        if prefix is not None:
-            limit = prefix
-        elif path.startswith("/sys/"):
-            limit = SYSFS_LIMIT
-        else:
-            limit = PROCFS_LIMIT if path.startswith("/proc/") else TOOL_OUTPUT_LIMIT
+        Below /sys, a first read shorter than a page is a whole attribute (the kernel writes one in a
+        single read), taken as it is, as hwloc reads it; anything else is checked to be a regular file
+        (an fstat) and read to its end. benchmarks/discovery_bench.py, in-process discovery of
+        128arm-2pa2n8cluster4co: 28 ms so, 36 ms checking every file (lstopo: 27 ms)."""
+        limit = prefix if prefix is not None else _LIMITS.get(path.split("/", 2)[1], TOOL_OUTPUT_LIMIT)
         try:
             fd = os.open(self._prefix + path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError):
@@ -201,7 +192,6 @@ class FsRoot:
 
     def _read_parsed(self, path: str, parse: Callable[[str], CpuSet]) -> CpuSet | None:
         text = self.read(path)
-
         if text is None:
             return None
         found = self._parsed.get((parse, text))

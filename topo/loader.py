@@ -1,9 +1,6 @@
-"""load_topology(): a Topology from a file, either format a user may have, and the bounded readers
-of JSON files (topology, bind and job record).
-
-`topo show --json` output (schema topo.topology/1) and hwloc XML (`lstopo --of xml`) are told apart
-by their first character, never by the file's name; either is checked (`Topology.check()`) before
-it is returned, and a broken one is refused with its name.
+"""load_topology(): a Topology from a file, `topo show --json` output or hwloc XML (`lstopo --of xml`),
+told apart by their first character, never by the file's name, and checked (`Topology.check()`); and
+the bounded readers of files and JSON text (topology, bind and job record).
 """
 
 from __future__ import annotations
@@ -100,8 +97,7 @@ def _from_json(text: str, path: str) -> Topology:
         fix = "" if "topo show --json" in str(exc) else "; write it again with `topo show --json`"
         raise ProbeError(f"{path}: {exc}{fix}") from None
     if topology.is_this_system:
-        # Saved on some machine's "/", read here from a file: never this machine (hwloc marks an
-        # XML-loaded topology is_thissystem=0), so nothing binds or reads this shell's
-        # CUDA_VISIBLE_DEVICES against it.
+        # Saved on some machine's "/", read here from a file: never this machine (hwloc marks an XML-loaded
+        # topology is_thissystem=0), so nothing binds or reads this shell's CUDA_VISIBLE_DEVICES against it.
         topology = replace(topology, root=path)
     return topology

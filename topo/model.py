@@ -1,11 +1,8 @@
-"""The Topology model: flat, immutable lists of objects tied together by their cpusets.
-
-Containment (package > die > NUMA node > L3 > core > PU) follows from cpusets, as in hwloc; it is
-not stored (`topo.tree` builds the tree the outputs walk). `os_index` is an object's P#; its L# is
-its position in the sorted list.
-
-The JSON form (schema topo.topology/1, what `topo show --json` prints) has one key per field, in
-field order, each value converted by its field's type (`CpuSet` <-> cpulist text, tuple <-> list).
+"""The Topology model: flat, immutable lists of objects tied together by their cpusets. As in hwloc,
+containment (package > die > NUMA node > L3 > core > PU) follows from cpusets (`topo.tree` builds the
+tree); `os_index` is an object's P#, its L# its position in the sorted list. The JSON form (schema
+topo.topology/1, `topo show --json`) has one key per field, in field order, each value converted by
+its field's type (`CpuSet` <-> cpulist text, tuple <-> list).
 """
 
 from __future__ import annotations
@@ -36,8 +33,6 @@ class Package:
 
 @dataclass(frozen=True)
 class Die:
-    """A die inside a package."""
-
     os_index: int
     package: int
     cpuset: CpuSet
@@ -63,8 +58,6 @@ class Core:
 
 @dataclass(frozen=True)
 class Cache:
-    """A CPU cache and the PUs sharing it."""
-
     level: int
     type: str  # "data" | "instruction" | "unified"
     size: int  # bytes
@@ -143,9 +136,8 @@ class PciDevice:
 
 @dataclass(frozen=True)
 class PciBridge:
-    """A bridge of the PCI tree, as lstopo shows it: a host bridge (`id` "pci0000:00", as Linux
-    names its directory, no PCI function of its own) or a PCI-to-PCI bridge (`id` its bus id).
-    `local_cpus` is where hwloc attaches the host bridge's whole tree."""
+    """A bridge of the PCI tree, as lstopo shows it: a host bridge (`id` "pci0000:00", its Linux directory,
+    no PCI function of its own; `local_cpus` where hwloc attaches its tree) or a PCI-to-PCI bridge (`id` its bus id)."""
 
     id: str
     parent: str | None  # id of the bridge above; None for a host bridge
@@ -257,11 +249,10 @@ class Topology:
         return ", ".join(f"{n} {noun}{'' if n == 1 else 's'}" for n, noun in counts)
 
     def io_view(self, io: str = "important", bridges: bool = True) -> "Topology":
-        """The I/O objects lstopo shows with the same flags: `io` "important" (its default: storage,
-        network, display, co-processor and accelerator functions, the bridges leading to them, OS
-        devices but DMA channels and DRM cards), "whole" (`--whole-io`) or "none" (`--no-io`);
-        `bridges=False` (`--no-bridges`) drops the bridges, the functions keep their locality.
-        `devices` (what planners place processes next to) is never filtered."""
+        """The I/O objects lstopo shows with the same flags: `io` "important" (its default: storage, network,
+        display, co-processor and accelerator functions, the bridges leading to them, OS devices but DMA
+        channels and DRM cards), "whole" (`--whole-io`) or "none" (`--no-io`); `bridges=False` (`--no-bridges`)
+        drops the bridges, the functions keep their locality. `devices` (for planners) is never filtered."""
         if io not in ("important", "whole", "none"):
             raise ValueError(f"io must be 'important', 'whole' or 'none', not {io!r}")
         if io == "none":
@@ -290,8 +281,7 @@ class Topology:
         return replace(self, devices=tuple(devices), **changes)
 
     def check(self) -> None:
-        """Raise ProbeError if the topology breaks an invariant, as `hwloc_topology_check()` does
-        (in time linear in the objects and PUs)."""
+        """ProbeError if the topology breaks an invariant, as `hwloc_topology_check()` (time linear in the objects)."""
         problems = _problems(self)
         if problems:
             raise ProbeError("topology check failed: " + "; ".join(problems[:5]))
@@ -308,21 +298,14 @@ class Topology:
             raise ProbeError(f"not a topo topology: schema is {excerpt(str(found))!r}, expected {SCHEMA!r} "
                              "(write one with `topo show --json`)")
         try:
-            source = data.get("source")
+            source = data.get("source", "nothing")
             if not isinstance(source, Mapping) or not isinstance(source.get("root"), str):
-                raise _Malformed("source", "expected an object with a 'root' string and 'probes'")
+                raise _Malformed("source", "expected an object with a 'root' string and 'probes'", source)
             probes = _from_json(Mapping[str, str], source.get("probes", {}), "source.probes")
             return _decode(cls, data, "", root=source["root"], probes=probes)
         except _Malformed as exc:
-            where, what = exc.args
-            found = data  # the value at the error's path, for the message
-            for part in where.replace("[", ".[").split("."):
-                try:
-                    found = found[int(part[1:-1])] if part.startswith("[") else found.get(part, "nothing")
-                except (AttributeError, LookupError, TypeError, ValueError):
-                    break
+            where, what, found = exc.args
             raise ProbeError(f"malformed topology JSON: {where}: {what}, found {excerpt(repr(found))} "
-
                              "(regenerate it with `topo show --json`)") from None
 
 
@@ -393,15 +376,8 @@ def _problems(t: Topology) -> list[str]:
     if not t.allowed_numa_nodes <= CpuSet(i for i in node_ids if i >= 0):
         problems.append(f"allowed NUMA nodes {excerpt(str(t.allowed_numa_nodes))} not all listed")
 
-    problems.extend(_cache_problems(t))
-    return problems
-
-
-def _cache_problems(t: Topology) -> list[str]:
-    """Caches nest (two caches of different levels are disjoint, or the lower-level one lies inside
-    the other) and hold only the topology's PUs. Each level maps a PU to the cache holding it, so
-    the cost is one pass over each cache's PUs, not a comparison of every pair."""
-    problems = []
+    # Caches nest (of two levels, disjoint or the lower one inside) and hold only the topology's PUs.
+    # Each level maps a PU to its cache: one pass over each cache's PUs, not a comparison of every pair.
     by_level: dict[int, list[Cache]] = {}
     for cache in t.caches:
         if not cache.cpuset <= t.pus:
@@ -434,7 +410,7 @@ _SCALARS = {int: "expected an integer", str: "expected a string", bool: "expecte
 
 
 class _Malformed(Exception):
-    """(where, what): the path of a value in the JSON and what is wrong with it."""
+    """(where, what, found): the path of a value in the JSON, what is wrong with it, the value."""
 
 
 @functools.cache
@@ -473,11 +449,11 @@ def _decode(cls, data: Mapping, where: str, **values):
         path = prefix + key
         if key not in data:
             if f.default is MISSING and f.default_factory is MISSING:
-                raise _Malformed(path, "missing")
+                raise _Malformed(path, "missing", "nothing")
         elif key == "id" and cls is PciDevice:
             text = _from_json(str, data[key], path)
             if text.count(":") != 1:
-                raise _Malformed(path, "expected 'vendor:device' such as '10de:20b0'")
+                raise _Malformed(path, "expected 'vendor:device' such as '10de:20b0'", text)
             values["vendor_id"], values["device_id"] = text.split(":")
         else:
             values[f.name] = _from_json(tp, data[key], path)
@@ -490,28 +466,28 @@ def _from_json(tp, value, where: str):
         return None if value is None else _from_json(args[0], value, where)
     if tp is CpuSet:
         if not isinstance(value, str):
-            raise _Malformed(where, "expected a cpulist string such as '0-3,8'")
+            raise _Malformed(where, "expected a cpulist string such as '0-3,8'", value)
         try:
             return CpuSet.parse(value)
         except ParseError as exc:
-            raise _Malformed(where, str(exc)) from None
+            raise _Malformed(where, str(exc), value) from None
     if tp in _SCALARS:
         if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-            raise _Malformed(where, _SCALARS[tp])
+            raise _Malformed(where, _SCALARS[tp], value)
         if tp is int and value < 0:
-            raise _Malformed(where, "expected a non-negative integer")
+            raise _Malformed(where, "expected a non-negative integer", value)
         return value
     if get_origin(tp) is tuple:
         if not isinstance(value, list):
-            raise _Malformed(where, "expected a list")
+            raise _Malformed(where, "expected a list", value)
         return tuple(_from_json(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
     if not isinstance(value, Mapping):
-        raise _Malformed(where, "expected an object")
+        raise _Malformed(where, "expected an object", value)
     if get_origin(tp) is not abc.Mapping:
         return _decode(tp, value, where)
     out = {}
     for k, v in value.items():
         if args[0] is int and not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 7):
-            raise _Malformed(f"{where}.{excerpt(str(k), 20)}", "expected a NUMA node number as key")
+            raise _Malformed(f"{where}.{excerpt(str(k), 20)}", "expected a NUMA node number as key", v)
         out[int(k) if args[0] is int else k] = _from_json(args[1], v, f"{where}.{excerpt(str(k), 20)}")
     return out

@@ -29,7 +29,6 @@ SECONDS_FORM = f"a number of seconds (ASCII digits, optionally a point and decim
 def ascii_seconds(text: str, most: float = MAX_SECONDS) -> float | None:
     """The value of ``text`` when it is ASCII seconds (``[0-9]+(.[0-9]+)?``, at most nine decimals)
     and at most ``most``, else None. float() alone would also read "١", "1_0", "1e3", "inf", "nan"."""
-
     if not _SECONDS.match(text):
         return None
     value = float(text)

@@ -2,13 +2,12 @@
 
     synthetic("pack:2 numa:4 l3:2 core:8 pu:2", gpus_per_numa=1)
 
-Each `level:N` is N children per parent, outermost first: `pack`, then `numa`, `l3`, `l2` (each
-optional, in any order among themselves), then `core`, `pu`. `gpus_per_numa=k` puts k
-accelerators on each node, `gpu_nodes=[3, 3, 1, ...]` accelerator g on node gpu_nodes[g];
-`gpu_memory_nodes` gives each a memory-only node (GH200 HBM) that it reports as its `numa_node`;
-`pu_order="scatter"` numbers the first thread of every core first, as Linux does on most x86;
-`allowed`/`allowed_nodes` are a cgroup cpuset, applied as `discover()` applies one.
-`from_nodes(["0-2", "3-9"], gpu_nodes=[0])` builds irregular shapes from node CPU lists.
+Each `level:N` is N children per parent, outermost first: `pack`, then `numa`, `l3`, `l2` (each optional,
+in any order among themselves), then `core`, `pu`. `gpus_per_numa=k` puts k accelerators on each node,
+`gpu_nodes=[3, 3, 1, ...]` accelerator g on node gpu_nodes[g]; `gpu_memory_nodes` gives each a memory-only
+node (GH200 HBM) that it reports as its `numa_node`; `pu_order="scatter"` numbers the first thread of every
+core first, as Linux does on most x86; `allowed`/`allowed_nodes` are a cgroup cpuset, applied as
+`discover()` applies one. `from_nodes(["0-2", "3-9"], gpu_nodes=[0])` builds irregular shapes from node CPU lists.
 """
 
 from __future__ import annotations
@@ -23,8 +22,9 @@ from topo.model import Cache, Core, Device, NumaNode, Package, Topology
 _TOKEN = re.compile(r"\A(pack|package|numa|l3|l2|core|pu):([0-9]+)\Z")
 
 
-def parse_description(desc: str) -> list[tuple[str, int]]:
-    levels: list[tuple[str, int]] = []
+def _levels(desc: str) -> dict[str, int]:
+    """Each level's count, outermost first."""
+    levels: dict[str, int] = {}
     for tok in desc.split():
         m = _TOKEN.match(tok.lower())
         if not m:
@@ -33,14 +33,13 @@ def parse_description(desc: str) -> list[tuple[str, int]]:
         n = ascii_number(m.group(2))
         if not n:
             raise ParseError(f"synthetic level {tok!r} needs a count from 1 to {MAX_ID}")
-        if any(name == lv for lv, _ in levels):
+        if name in levels:
             raise ParseError(f"synthetic level {name!r} given twice in {desc!r}")
-        levels.append((name, n))
-    names = [lv for lv, _ in levels]
+        levels[name] = n
     for required in ("pack", "core", "pu"):
-        if required not in names:
+        if required not in levels:
             raise ParseError(f"synthetic description {desc!r} lacks a {required}:N level")
-    if names[0] != "pack" or names[-2:] != ["core", "pu"]:
+    if list(levels)[0] != "pack" or list(levels)[-2:] != ["core", "pu"]:
         raise ParseError(f"synthetic description {desc!r} must start with pack:N and end with core:N pu:N")
     return levels
 
@@ -60,14 +59,12 @@ def _distances(ids: list[int], hosts: dict[int, int], package_of: list[int]) -> 
 
 def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", vendor: str = "nvidia",
               gpu_memory_nodes: bool = False, pu_order: str = "compact", allowed: str | None = None,
-              allowed_nodes: str | None = None, memory_per_node: int = 64 << 30,
-              gpu_nodes: list[int] | None = None) -> Topology:
-    levels = parse_description(desc)
-    counts = dict(levels)
+              allowed_nodes: str | None = None, gpu_nodes: list[int] | None = None) -> Topology:
+    counts = _levels(desc)
     npu = counts["pu"]
     cores_per: dict[str, int] = {}  # how many cores one object of each level holds
     ncores = 1
-    for name, n in reversed(levels[:-1]):  # core, ..., pack
+    for name, n in reversed(list(counts.items())[:-1]):  # core, ..., pack
         cores_per[name] = ncores
         ncores *= n
     if pu_order not in ("compact", "scatter"):
@@ -85,7 +82,6 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
     complete = CpuSet.range(0, ncores * npu - 1)
     pus = complete if allowed is None else CpuSet.parse(allowed) & complete
     per_pack = cores_per["pack"]
-    pack_sets = objects("pack")
     cores = tuple(Core(c % per_pack, c // per_pack, pus_of(c) & pus) for c in range(ncores) if pus_of(c) & pus)
     caches = []
     for name, level, size in (("l2", 2, 1 << 20), ("l3", 3, 32 << 20)):
@@ -98,13 +94,11 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
     # accelerator g sits on CPU node hosts[g]; with gpu_memory_nodes, its memory is node nnodes + g
     hosts = list(gpu_nodes) if gpu_nodes is not None else [n for n in range(nnodes) for _ in range(gpus_per_numa)]
     memory_of = {nnodes + g: host for g, host in enumerate(hosts)} if gpu_memory_nodes else {}
-    allowed_node_set = CpuSet.range(0, nnodes + len(memory_of) - 1)
-    if allowed_nodes is not None:
-        allowed_node_set &= CpuSet.parse(allowed_nodes)
-    dist = _distances(list(range(nnodes + len(memory_of))), memory_of,
+    every_node = CpuSet.range(0, nnodes + len(memory_of) - 1)
+    dist = _distances(list(every_node), memory_of,
                       [i * cores_per[node_level] // per_pack for i in range(nnodes)])
     # disallowed nodes are kept, as `discover(include_disallowed=True)` does
-    nodes = [NumaNode(i, s & pus, memory_per_node, False, s & pus, dist[i]) for i, s in enumerate(node_sets)]
+    nodes = [NumaNode(i, s & pus, 64 << 30, False, s & pus, dist[i]) for i, s in enumerate(node_sets)]
     nodes += [NumaNode(m, CpuSet(), 96 << 30, True, node_sets[host] & pus, dist[m], "GPUMemory",
                        f"0000:{0x10 + m - nnodes:02x}:00.0") for m, host in memory_of.items()]
     devices = tuple(
@@ -112,24 +106,22 @@ def synthetic(desc: str, *, gpus_per_numa: int = 0, device_kind: str = "gpu", ve
                numa_node=(nnodes + g) if gpu_memory_nodes else host, local_cpus=node_sets[host] & pus,
                name=f"synthetic {device_kind} {g}", source="synthetic")
         for g, host in enumerate(hosts))
-    packages = tuple(Package(i, s & pus) for i, s in enumerate(pack_sets) if s & pus)
+    packages = tuple(Package(i, s & pus) for i, s in enumerate(objects("pack")) if s & pus)
     return Topology(
         root="synthetic:" + desc, pus=pus, allowed_pus=pus, complete_pus=complete, online_pus=complete,
-        allowed_numa_nodes=allowed_node_set, packages=packages, numa_nodes=tuple(nodes), cores=cores,
-        caches=tuple(caches), devices=devices, probes={"synthetic": "ok"},
-    )
-
+        allowed_numa_nodes=every_node if allowed_nodes is None else every_node & CpuSet.parse(allowed_nodes),
+        packages=packages, numa_nodes=tuple(nodes), cores=cores, caches=tuple(caches), devices=devices,
+        probes={"synthetic": "ok"})
 
 
 def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_per_core: int = 1,
                gpu_nodes: list[int] = (), device_kind: str = "gpu", vendor: str = "nvidia",
                memory_only: dict[int, int] | None = None, allowed: str | None = None,
                caches: list[str] = ()) -> Topology:
-    """A topology with arbitrary NUMA node CPU lists, for the irregular shapes `synthetic` cannot
-    describe (a 3-core node next to a 7-core one). Cores are consecutive runs of
-    `threads_per_core` PUs; `packages` defaults to one package holding everything; `memory_only`
-    maps extra node ids to the CPU node they hang off (distance 80, others 120); `caches` are L3
-    cpulists; `gpu_nodes[g]` is accelerator g's node."""
+    """A topology with arbitrary NUMA node CPU lists, for the irregular shapes `synthetic` cannot describe
+    (a 3-core node next to a 7-core one). Cores are consecutive runs of `threads_per_core` PUs; `packages`
+    defaults to one package holding everything; `memory_only` maps extra node ids to the CPU node they
+    hang off (distance 80, others 120); `caches` are L3 cpulists; `gpu_nodes[g]` is accelerator g's node."""
     memory_only = memory_only or {}
     node_sets = [CpuSet.parse(n) for n in nodes]
     every = union_all(node_sets)
@@ -156,5 +148,4 @@ def from_nodes(nodes: list[str], *, packages: list[str] | None = None, threads_p
         packages=tuple(Package(i, s & pus) for i, s in enumerate(pkg_sets)),
         numa_nodes=tuple(numa), cores=tuple(cores),
         caches=tuple(Cache(3, "unified", 32 << 20, CpuSet.parse(c) & pus) for c in caches),
-        devices=devices, probes={"synthetic": "ok"},
-    )
+        devices=devices, probes={"synthetic": "ok"})
