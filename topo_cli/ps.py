@@ -12,7 +12,7 @@ from topo.cli import CONTEXT
 from topo.cpuset import excerpt
 from topo.errors import UsageError
 from topo.launcher import ps as psmod
-from topo.launcher.files import PID_MAX, read_record, record_path
+from topo.launcher.files import PID_MAX, read_record
 from topo.numbers import ascii_number
 
 
@@ -82,8 +82,7 @@ def _job(log_dir: str, root: str) -> tuple[dict[int, str], list[str]]:
 
     from topo.launcher.stop import running
 
-    path = record_path(log_dir)
-    record = read_record(log_dir, path, grace=False)
+    record = read_record(log_dir, grace=False)
     psutil.PROCFS_PATH = os.path.join(root, "proc")  # topo stop's proof, against that root
     labels, seen = running(record)
     notes = [f"{text} has exited" for text in seen.gone]
@@ -92,5 +91,5 @@ def _job(log_dir: str, root: str) -> tuple[dict[int, str], list[str]]:
     notes += [f"{text} still runs, but its environment cannot be read (another user's process): not shown; "
               "run topo ps as the job's user or as root" for text in seen.unreadable]
     if not labels and not seen.unreadable:
-        notes.append(f"the job recorded in {path} is not running")
+        notes.append(f"the job recorded in {record.path} is not running")
     return labels, notes
