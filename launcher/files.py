@@ -1,8 +1,6 @@
-"""The files topo writes, never through a link it did not make (logs opened O_NOFOLLOW, a whole
-file written beside its name and renamed), and launch.json read back as the hostile input anyone who
-can write its directory can make of it: without following a link or blocking, bounded, every field
-checked.
-"""
+"""The files topo writes, never through a link it did not make (logs opened O_NOFOLLOW, a whole file written beside
+its name and renamed), and launch.json read back as the hostile input anyone who can write its directory can make of
+it: without following a link or blocking, bounded, every field checked."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""`topo ps`: where running processes really are: per process its allowed CPUs, memory policy and
-resident pages per node (topo.binding.observe), the CPU each thread last ran on, the accelerators it
-has open (device files in /proc/PID/fd, or NVML's lists) and their node, and a verdict. Reads are
-bounded and below one root."""
+"""`topo ps`: where running processes really are: per process its allowed CPUs, memory policy and resident pages per
+node (topo.binding.observe), the CPU each thread last ran on, the accelerators it has open (device files in
+/proc/PID/fd, or NVML's lists) and their node, and a verdict. Reads are bounded and below one root."""
 
 from __future__ import annotations
 
@@ -178,8 +177,7 @@ def _device_of(root: str, target: str, family: str, kind: str, number: str, by_b
             link = os.path.join(root, "sys", "class", family, os.path.basename(target), "device")
             busid = os.path.basename(os.readlink(link)).lower()
     if busid in by_bus:
-        known = by_bus[busid]
-        return DeviceUse(target, known.kind, known.index, busid, known.numa_node)
+        return replace(by_bus[busid], path=target)
     if family == "davinci":  # the davinci number is the NPU's physical id
         known = next((d for d in by_bus.values() if d.kind == "npu" and d.index == number), None)
         return DeviceUse(target, kind, number, known and known.busid, known and known.numa_node)
@@ -253,12 +251,11 @@ def accelerator_pids(root: str = "/", nvml: dict[int, set[str]] | None = None) -
 
 def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessView]:
     """Each readable view with its local nodes, remote fraction and problems."""
-    readable = [v for v in views if v.error is None]
     # who runs on each CPU and who may run on each CPU set, so each verdict names the others in one
     # line (output linear in the processes, not one line per pair)
     running_on: dict[int, list[int]] = {}
     by_cpus: dict[CpuSet, list[int]] = {}
-    for view in readable:
+    for view in (v for v in views if v.error is None):
         for cpu in {t.cpu for t in view.threads if t.state == "R"}:
             running_on.setdefault(cpu, []).append(view.pid)
         by_cpus.setdefault(view.cpus_allowed, []).append(view.pid)

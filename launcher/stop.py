@@ -4,8 +4,7 @@ The record, which anyone who can write the log directory can forge, names candid
 a process is signalled only when the environment it started with carries the job's JOB_ID_VAR
 (children inherit it) and, for a recorded pid with a start time, it started then (a reused pid is
 never signalled); alone, through a pidfd opened before the proof, never its session or group. A
-launcher still following its job (--join=True) is asked instead (SIGTERM) when provably the job's.
-"""
+launcher still following its job (--join=True) is asked instead (SIGTERM) when provably the job's."""
 
 from __future__ import annotations
 
@@ -148,11 +147,9 @@ def running(record: JobRecord) -> tuple[dict[int, str], StopReport]:
     """The job's live processes (pid -> name, recorded ones first), and the recorded ones that are
     gone, unproven or unreadable: find_members without holding pidfds."""
     report = StopReport()
-    members = find_members(record, report)
+    members = find_members(record, report)  # the recorded first, the others by pid (process_iter's order)
     _close(members.values())
-    order = [p.pid for p in record.processes if p.pid in members] + sorted(
-        set(members) - {p.pid for p in record.processes})
-    return {pid: members[pid].name for pid in order}, report
+    return {pid: member.name for pid, member in members.items()}, report
 
 
 def stop_job(log_dir: str, *, grace_period: float | None = None,

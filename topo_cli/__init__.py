@@ -1,7 +1,6 @@
-"""The `topo` command: a thin click layer over `topo`, `planners` and `launcher`. Each subcommand is
-imported only when it runs (`topo show` pays for neither planning nor launching). Errors are
-translated here, once: each becomes one line `topo: error: ...` on stderr, exit 2 for usage and
-input errors, 1 for runtime failures."""
+"""The `topo` command: a thin click layer over `topo`, `planners` and `launcher`. Each subcommand is imported only
+when it runs (`topo show` pays for neither planning nor launching). Errors are translated here, once: each becomes
+one line `topo: error: ...` on stderr, exit 2 for usage and input errors, 1 for runtime failures."""
 
 from __future__ import annotations
 
