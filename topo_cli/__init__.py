@@ -11,19 +11,9 @@ import click
 
 from topo.text import printable
 
-# name -> "module:attribute" in this package; one line per command.
-COMMANDS: dict[str, str] = {
-    "show": "topo.cli.show:show",
-    "calc": "topo.cli.calc:calc",
-    "capture": "topo.cli.capture:capture",
-    "plan": "topo.cli.plan:plan",
-    "validate": "topo.cli.plan:validate",
-    "launch": "topo.cli.launch:launch",
-    "bind": "topo.cli.launch:bind",
-    "run": "topo.cli.run:run",
-    "stop": "topo.cli.stop:stop",
-    "ps": "topo.cli.ps:ps",
-}
+# each command is the function of its name in the module of its name, or of _MODULES[name]
+COMMANDS = ("bind", "calc", "capture", "launch", "plan", "ps", "run", "show", "stop", "validate")
+_MODULES = {"bind": "launch", "validate": "plan"}
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 # launch and run: SCRIPT and everything after it belong to the script, options included (msrun's
@@ -33,14 +23,12 @@ SCRIPT_CONTEXT = {**CONTEXT, "allow_interspersed_args": False}
 
 class _Group(click.Group):
     def list_commands(self, ctx):
-        return sorted(COMMANDS)
+        return list(COMMANDS)
 
     def get_command(self, ctx, name):
-        target = COMMANDS.get(name)
-        if target is None:
+        if name not in COMMANDS:
             return None
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return getattr(importlib.import_module(f"topo.cli.{_MODULES.get(name, name)}"), name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from topo.errors import TopoError

@@ -34,8 +34,7 @@ WHOLE = Whole()
 
 
 class Seconds(click.ParamType):
-    """A non-negative number of seconds: ASCII digits, optionally a point and decimals, at most a
-    week (topo.numbers.ascii_seconds)."""
+    """A non-negative number of seconds: ASCII digits, optionally a point and decimals (topo.numbers.ascii_seconds)."""
 
     name = "seconds"
 
