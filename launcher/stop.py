@@ -44,7 +44,6 @@ class StopReport:
 class Member:
     """A process proven the job's, held by a pidfd opened before the proof (a signal through it
     reaches that process or none), or, without pidfds, by psutil's pid and start time."""
-    pid: int
     process: psutil.Process
     name: str
     pidfd: int | None
@@ -79,7 +78,7 @@ def prove(pid: int, job_id: str | None, recorded: float | None, *, name: str,
             return "gone", None
         if not (belongs(process) if belongs else process.environ().get(JOB_ID_VAR) == job_id):
             return "gone" if recorded is None else "unproven", None
-        member, fd = Member(pid, process, name, None if fd == -1 else fd), None  # the member holds the pidfd
+        member, fd = Member(process, name, None if fd == -1 else fd), None  # the member holds the pidfd
         return "job", member
     except psutil.AccessDenied:  # another user's: whether it carries the id is unknown, not "no"
         return "unreadable", None
@@ -106,7 +105,7 @@ def _send(member: Member, sig: int) -> None:
         if member.pidfd is not None:
             signal.pidfd_send_signal(member.pidfd, sig)
         elif _running(member):  # without pidfds: its identity checked just before
-            os.kill(member.pid, sig)
+            os.kill(member.process.pid, sig)
 
 
 def _close(members) -> None:
@@ -130,7 +129,7 @@ def find_members(record: JobRecord, report: StopReport | None = None, *,
     for entry in record.processes if known is None else ():
         verdict, member = prove(entry.pid, record.job_id, entry.create_time, name=entry.name)
         if member is not None:
-            members[member.pid] = member
+            members[entry.pid] = member
         else:
             getattr(report, verdict).append(f"{entry.name} (pid {entry.pid})")
     for process in psutil.process_iter(["environ"]):
@@ -182,14 +181,14 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
             pid, None, record.launcher_create_time, name="the launcher",
             belongs=lambda _: any(m.process.ppid() == pid and _running(m) for m in members.values()))[1]
         if launcher is not None:
-            everyone[launcher.pid] = launcher
-            say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
+            everyone[pid] = launcher
+            say(f"the launcher (pid {pid}) is following the job: sending it SIGTERM")
             _send(launcher, signal.SIGTERM)
             deadline = time.monotonic() + grace + 15  # its own grace period, then its SIGKILL round
             while _running(launcher) and time.monotonic() < deadline:
                 time.sleep(POLL_INTERVAL)
             if _running(launcher):
-                say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
+                say(f"the launcher (pid {pid}) did not exit; stopping the job directly")
             else:
                 say("the launcher stopped the job and exited (its report is on its own console)")
             members = find_members(record, known=members)

@@ -18,23 +18,21 @@ from topo.numbers import ascii_number
 
 @click.command(context_settings=CONTEXT)
 @click.argument("pids", nargs=-1, metavar="[PID]...")
-@click.option("--job", "log_dir", metavar="LOG_DIR",
-              help="The processes of the job topo launch or topo run recorded in LOG_DIR (each checked as topo "
-                   "stop checks it: the job's TOPO_JOB_ID and its recorded start time).")
+@click.option("--job", "log_dir", metavar="LOG_DIR", help="The processes of the job topo launch or topo run recorded "
+              "in LOG_DIR (each checked as topo stop checks it: the job's TOPO_JOB_ID and its recorded start time).")
 @click.option("--threads", is_flag=True, help="List every thread: its state and the CPU it last ran on.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, schema topo.ps/1.")
 @click.option("--root", default="/", metavar="DIR", show_default=True,
               help="Read DIR/proc and DIR/sys (a copy of another machine's, or a test tree).")
 def ps(pids, log_dir, threads, as_json, root):
-    """Show where processes really run: per process its allowed CPUs, the CPUs its threads last
-    ran on, its memory policy, its resident pages per NUMA node, the accelerators it has open and
-    their node, and a verdict (pages remote from its device or allowed CPUs, threads outside its
-    CPUs or on another listed process's, more runnable threads than CPUs).
+    """Show where processes really run: per process its allowed CPUs, the CPUs its threads last ran on, its memory
+    policy, its resident pages per NUMA node, the accelerators it has open and their node, and a verdict (pages
+    remote from its device or allowed CPUs, threads outside its CPUs or on another listed process's, more runnable
+    threads than CPUs).
 
-    With PIDs: those processes; with --job LOG_DIR: a job topo started; alone: every process with an
-    accelerator open (/dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/accel/accelN, or NVML's
-    lists). A process that cannot be read is said to be so. Exit status 1 only when none of the
-    PIDs given exists.
+    With PIDs: those processes; with --job LOG_DIR: a job topo started; alone: every process with an accelerator
+    open (/dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/accel/accelN, or NVML's lists). A process that
+    cannot be read is said to be so. Exit status 1 only when none of the PIDs given exists.
 
     \b
     Examples:
