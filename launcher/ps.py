@@ -105,8 +105,7 @@ def _read(pid: int, root: str, label: str, by_bus: dict[str, DeviceUse], nvml_bu
 
 
 def _stat(path: str) -> list[str]:
-    """A stat line as proc(5)'s fields from 1: the name (fields[1]) may hold spaces and ")", so it
-    ends at the last ")"."""
+    """proc(5)'s stat fields from 1; the name (fields[1]) may hold spaces and ")", so it ends at the last ")"."""
     text = read_bounded(path, SMALL_LIMIT).decode("ascii", "replace")
     head, sep, rest = text.rpartition(")")
     first, _, name = head.partition(" (")

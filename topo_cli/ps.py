@@ -50,11 +50,9 @@ def ps(pids, log_dir, threads, as_json, root):
                              "`ps` or `pgrep` prints")
     if not os.path.isdir(os.path.join(root, "proc")):
         raise UsageError(f"--root {root!r} has no proc directory; give a directory holding proc/ and sys/")
-    notes: list[str] = []
-    labels: dict[int, str] = {}
+    labels, notes = _job(log_dir, root) if log_dir is not None else ({}, [])
     nvml = psmod.nvml_processes() if root == "/" else {}
     if log_dir is not None:
-        labels, notes = _job(log_dir, root)
         numbers = list(labels)
     elif not numbers:
         numbers, hidden = psmod.accelerator_pids(root, nvml)

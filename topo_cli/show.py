@@ -128,8 +128,7 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
     if path is not None:
         write_text(path, text, force)
     else:
-        # One write: json.dumps() output written in one call, not thousands of small chunks, each a
-        # syscall when stdout is unbuffered (PYTHONUNBUFFERED=1, as under many job launchers).
+        # one write, not thousands of chunks each a syscall when stdout is unbuffered (PYTHONUNBUFFERED=1)
         sys.stdout.write(text)
         sys.stdout.flush()
 
