@@ -163,9 +163,8 @@ def _device_files(root: str, pid: int) -> list[tuple[str, str, str, str]]:
 
 
 def _device_of(root: str, target: str, family: str, kind: str, number: str, by_bus: dict[str, DeviceUse]) -> DeviceUse:
-    """The accelerator a device file names: its bus id from the driver (NVIDIA's information files;
-    the device link of /sys/class/{drm,accel,habanalabs}/NAME), then its index and node from the
-    topology. /dev/kfd names no one GPU."""
+    """The accelerator a device file names: its bus id from the driver (NVIDIA's information files; the device link of
+    /sys/class/{drm,accel,habanalabs}/NAME), then its index and node from the topology. /dev/kfd names no one GPU."""
     if family == "kfd":
         return DeviceUse(target, kind, None, None, None)
     number, busid = int(number), None

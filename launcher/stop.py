@@ -53,8 +53,6 @@ def _pidfd(pid: int) -> int | None:
     """A pidfd for `pid`; None when it is gone, -1 when the kernel has no pidfd_open (before 5.3)."""
     try:
         return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
     except AttributeError:
         return -1
     except OSError as exc:

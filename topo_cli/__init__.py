@@ -26,9 +26,8 @@ class _Group(click.Group):
         return list(COMMANDS)
 
     def get_command(self, ctx, name):
-        if name not in COMMANDS:
-            return None
-        return getattr(importlib.import_module(f"topo.cli.{_MODULES.get(name, name)}"), name)
+        module = f"topo.cli.{_MODULES.get(name, name)}"
+        return getattr(importlib.import_module(module), name) if name in COMMANDS else None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from topo.errors import TopoError

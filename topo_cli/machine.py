@@ -46,9 +46,8 @@ class MachineSource:
     file: str | None
 
     def load(self, *, include_disallowed: bool = False, probes=None):
-        """The Topology of the file, else discovered below the root (this machine by default). A file
-        or root the user named that cannot be read is bad input (exit 2); this machine's own /sys or
-        /proc a runtime failure (exit 1)."""
+        """The Topology of the file, else discovered below the root (this machine by default). A file or root the user
+        named that cannot be read is bad input (exit 2); this machine's own /sys or /proc a runtime failure (exit 1)."""
         try:
             if self.file is not None:
                 from topo.loader import load_topology
