@@ -120,7 +120,6 @@ class RecordedProcess:
 @dataclass(frozen=True)
 class JobRecord:
     """What topo stop and topo ps take from a launch.json, every field checked."""
-
     path: str
     job_id: str
     processes: tuple[RecordedProcess, ...]

@@ -147,8 +147,7 @@ def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[
 
 
 def _device_files(root: str, pid: int) -> list[tuple[str, str, str, str]]:
-    """(path, family, kind, number) of each accelerator device file `pid` has open; OSError when its
-    open files cannot be looked at."""
+    """(path, family, kind, number) of each accelerator device file `pid` has open; OSError if they cannot be seen."""
     fd_dir = os.path.join(root, "proc", str(pid), "fd")
     found = []
     for fd in sorted((n for n in os.listdir(fd_dir) if n.isascii() and n.isdigit()), key=int)[:MAX_FDS]:

@@ -41,7 +41,6 @@ def machine_options(func):
 @dataclass(frozen=True)
 class MachineSource:
     """The machine a command works on: `root` (a directory, or None for this machine) or `file`."""
-
     root: str | None
     file: str | None
 
