@@ -1,8 +1,6 @@
-"""The files topo writes, never through a link it did not make (logs opened O_NOFOLLOW, a whole
-file written beside its name and renamed), and launch.json read back as the hostile input anyone who
-can write its directory can make of it: without following a link or blocking, bounded, every field
-checked.
-"""
+"""The files topo writes, never through a link it did not make (logs opened O_NOFOLLOW, a whole file written beside
+its name and renamed), and launch.json read back as the hostile input anyone who can write its directory can make of
+it: without following a link or blocking, bounded, every field checked."""
 
 from __future__ import annotations
 
@@ -73,8 +71,7 @@ def previous_logs(log_dir: str) -> frozenset[str]:
         data = _load(log_dir, path)
     except (OSError, UsageError):
         return frozenset()
-    if not isinstance(data, dict):
-        return frozenset()
+    data = data if isinstance(data, dict) else {}
     logs = data.get("logs") if isinstance(data.get("logs"), list) else []
     processes = data.get("processes") if isinstance(data.get("processes"), list) else []
     logs = logs + [p.get("log") for p in processes if isinstance(p, dict)]
@@ -82,10 +79,9 @@ def previous_logs(log_dir: str) -> frozenset[str]:
 
 
 def write_whole(path: str, text: str, *, replace: bool = True, mode: int = 0o666) -> None:
-    """Write `path` whole or not at all: `text` goes to a new file beside it, created O_EXCL and
-    O_NOFOLLOW (a link planted under that name is never followed), which then takes the name: by
-    rename(), which replaces what is there (a link itself, not what it points to), or, unless
-    `replace`, by link(), which fails (FileExistsError) if the name was taken meanwhile."""
+    """Write `path` whole or not at all: `text` goes to a new file beside it (O_EXCL, O_NOFOLLOW), which
+    then takes the name by rename() (replacing a link itself, not what it points to) or, unless
+    `replace`, by link(), which raises FileExistsError if the name was taken meanwhile."""
     directory, name = os.path.split(path)
     temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:16]}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
@@ -124,7 +120,6 @@ class RecordedProcess:
 @dataclass(frozen=True)
 class JobRecord:
     """What topo stop and topo ps take from a launch.json, every field checked."""
-
     path: str
     job_id: str
     processes: tuple[RecordedProcess, ...]
@@ -135,8 +130,8 @@ class JobRecord:
 
 
 def record_path(log_dir: str) -> str:
-    """`log_dir`/launch.json, or where topo run keeps them, the last attempt's of the one run below
-    it (LOG_DIR/<run id>_<random>/attempt_<n>/launch.json). UsageError when several runs are there."""
+    """`log_dir`/launch.json, or the last attempt's of the one topo run below it
+    (LOG_DIR/<run id>_<random>/attempt_<n>/launch.json); UsageError when several runs are there."""
     path = os.path.join(log_dir, LAUNCH_JSON)
     if os.path.lexists(path) or not os.path.isdir(log_dir):
         return path
@@ -154,8 +149,8 @@ def _attempt_number(record: str) -> int:
 
 
 def read_record(log_dir: str, path: str | None = None, *, grace: bool = True) -> JobRecord:
-    """The job record in `log_dir` (at `path` when record_path found it), every field checked (the
-    grace period only with `grace`); a UsageError naming the file otherwise."""
+    """The job record at `path` (default: record_path's) in `log_dir`, every field checked (the grace
+    period only with `grace`); a UsageError naming the file otherwise."""
     path = path or record_path(log_dir)
     data = _load(log_dir, path)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("processes"), list):
@@ -244,9 +239,9 @@ def _time(path: str, data: dict, key: str) -> float | None:
 
 
 def check_not_running(log_dir: str, stop_hint: str) -> None:
-    """UsageError when `log_dir` holds the record of a job with a recorded process still running
-    that carries the job's id: a second job there would overwrite its logs and record, hiding it from
-    `topo stop` (`stop_hint`: the directory as the user gives it there). No usable record protects nothing."""
+    """UsageError when `log_dir` holds the record of a job whose recorded process still runs carrying
+    its id: a second job there would overwrite its logs and record, hiding it from `topo stop
+    stop_hint`. No usable record protects nothing."""
     path = os.path.join(log_dir, LAUNCH_JSON)
     try:
         record = read_record(log_dir, path, grace=False)

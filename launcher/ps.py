@@ -1,10 +1,6 @@
-"""`topo ps`: where running processes really are. Per process its allowed CPUs, memory policy and
-resident pages per node (topo.binding.observe), the CPU each thread last ran on, the accelerators it
-has open (device files in /proc/PID/fd, or NVML's process lists) and their node, and a verdict:
-pages remote from its device(s) (without one: from its allowed CPUs), threads outside its CPUs or
-on a CPU another listed process runs on, more runnable threads than CPUs. Reads are bounded and
-below one root.
-"""
+"""`topo ps`: where running processes really are: per process its allowed CPUs, memory policy and resident pages per
+node (topo.binding.observe), the CPU each thread last ran on, the accelerators it has open (device files in
+/proc/PID/fd, or NVML's lists) and their node, and a verdict. Reads are bounded and below one root."""
 
 from __future__ import annotations
 
@@ -84,7 +80,6 @@ class ProcessView:
         return sum(t.state == "R" for t in self.threads)
 
 
-# -------------------------------------------------------------------- reading one process
 def _read(pid: int, root: str, label: str, by_bus: dict[str, DeviceUse], nvml_buses: set[str]) -> ProcessView:
     """What /proc shows of `pid`, not judged yet; `nvml_buses`: the bus ids NVML says it uses."""
     proc = os.path.join(root, "proc")
@@ -110,8 +105,7 @@ def _read(pid: int, root: str, label: str, by_bus: dict[str, DeviceUse], nvml_bu
 
 
 def _stat(path: str) -> list[str]:
-    """A stat line as proc(5)'s fields from 1: the name (fields[1]) may hold spaces and ")", so it
-    ends at the last ")"."""
+    """proc(5)'s stat fields from 1; the name (fields[1]) may hold spaces and ")", so it ends at the last ")"."""
     text = read_bounded(path, SMALL_LIMIT).decode("ascii", "replace")
     head, sep, rest = text.rpartition(")")
     first, _, name = head.partition(" (")
@@ -139,12 +133,10 @@ def _threads(proc: str, pid: int) -> tuple[tuple[Thread, ...], int]:
 def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[str]) -> tuple[DeviceUse, ...]:
     """The accelerators `pid` has open, each once."""
     found: dict[str, DeviceUse] = {}
-    targets = []  # unless another user's: NVML may still name its GPUs
-    with contextlib.suppress(OSError):
-        targets = _device_files(root, pid)
-    for target in targets:
-        use = _device_of(root, target, by_bus)
-        found.setdefault(use.busid or use.path, use)
+    with contextlib.suppress(OSError):  # another user's: NVML may still name its GPUs
+        for target, family, kind, number in _device_files(root, pid):
+            use = _device_of(root, target, family, kind, number, by_bus)
+            found.setdefault(use.busid or use.path, use)
     if "/dev/kfd" in found and any(use.path.startswith("/dev/dri/") for use in found.values()):
         del found["/dev/kfd"]
     for busid in sorted(nvml_buses - found.keys()):
@@ -154,8 +146,8 @@ def _devices(root: str, pid: int, by_bus: dict[str, DeviceUse], nvml_buses: set[
     return tuple(found.values())
 
 
-def _device_files(root: str, pid: int) -> list[str]:
-    """The accelerator device files among `pid`'s open files; OSError when they cannot be looked at."""
+def _device_files(root: str, pid: int) -> list[tuple[str, str, str, str]]:
+    """(path, family, kind, number) of each accelerator device file `pid` has open; OSError if they cannot be seen."""
     fd_dir = os.path.join(root, "proc", str(pid), "fd")
     found = []
     for fd in sorted((n for n in os.listdir(fd_dir) if n.isascii() and n.isdigit()), key=int)[:MAX_FDS]:
@@ -163,23 +155,18 @@ def _device_files(root: str, pid: int) -> list[str]:
             target = os.readlink(os.path.join(fd_dir, fd))
         except OSError:
             continue  # closed meanwhile
-        if any(pattern.fullmatch(target) for pattern, _, _ in _DEVICE_FILES):
-            found.append(target)
+        for pattern, family, kind in _DEVICE_FILES:
+            if m := pattern.fullmatch(target):
+                found.append((target, family, kind, m.group(1)))
     return found
 
 
-def _device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUse:
-    """The accelerator an accelerator's device file names: its bus id from the driver
-    (NVIDIA's information files; the device link of /sys/class/{drm,accel,habanalabs}/NAME), then
-    its index and node from the topology. /dev/kfd names no one GPU."""
-    for pattern, family, kind in _DEVICE_FILES:  # _device_files found it there
-        m = pattern.fullmatch(target)
-        if m:
-            break
+def _device_of(root: str, target: str, family: str, kind: str, number: str, by_bus: dict[str, DeviceUse]) -> DeviceUse:
+    """The accelerator a device file names: its bus id from the driver (NVIDIA's information files; the device link of
+    /sys/class/{drm,accel,habanalabs}/NAME), then its index and node from the topology. /dev/kfd names no one GPU."""
     if family == "kfd":
         return DeviceUse(target, kind, None, None, None)
-    number = int(m.group(1))
-    busid = None
+    number, busid = int(number), None
     if family == "nvidia":
         busid = _nvidia_bus(root, number)
     elif family != "davinci":
@@ -187,8 +174,7 @@ def _device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUs
             link = os.path.join(root, "sys", "class", family, os.path.basename(target), "device")
             busid = os.path.basename(os.readlink(link)).lower()
     if busid in by_bus:
-        known = by_bus[busid]
-        return DeviceUse(target, known.kind, known.index, busid, known.numa_node)
+        return replace(by_bus[busid], path=target)
     if family == "davinci":  # the davinci number is the NPU's physical id
         known = next((d for d in by_bus.values() if d.kind == "npu" and d.index == number), None)
         return DeviceUse(target, kind, number, known and known.busid, known and known.numa_node)
@@ -197,8 +183,7 @@ def _device_of(root: str, target: str, by_bus: dict[str, DeviceUse]) -> DeviceUs
 
 
 def _nvidia_bus(root: str, minor: int) -> str | None:
-    """The bus id of the NVIDIA GPU with this minor number: the "Device Minor:" line of the driver's
-    /proc/driver/nvidia/gpus/<busid>/information."""
+    """The bus id whose /proc/driver/nvidia/gpus/<busid>/information says "Device Minor: `minor`"."""
     base = os.path.join(root, "proc", "driver", "nvidia", "gpus")
     try:
         buses = sorted(os.listdir(base))
@@ -245,7 +230,6 @@ def nvml_processes() -> dict[int, set[str]]:
     return found
 
 
-# -------------------------------------------------------------------- finding processes
 def accelerator_pids(root: str = "/", nvml: dict[int, set[str]] | None = None) -> tuple[list[int], int]:
     """Every process with an accelerator's device file open (or in NVML's lists), and how many
     processes' open files could not be looked at (another user's)."""
@@ -262,15 +246,13 @@ def accelerator_pids(root: str = "/", nvml: dict[int, set[str]] | None = None) -
     return sorted(p for p in found if os.path.isdir(f"{proc}/{p}")), hidden
 
 
-# -------------------------------------------------------------------- verdicts
 def judge(views: list[ProcessView], nodes: dict[int, CpuSet]) -> list[ProcessView]:
     """Each readable view with its local nodes, remote fraction and problems."""
-    readable = [v for v in views if v.error is None]
     # who runs on each CPU and who may run on each CPU set, so each verdict names the others in one
     # line (output linear in the processes, not one line per pair)
     running_on: dict[int, list[int]] = {}
     by_cpus: dict[CpuSet, list[int]] = {}
-    for view in readable:
+    for view in (v for v in views if v.error is None):
         for cpu in {t.cpu for t in view.threads if t.state == "R"}:
             running_on.setdefault(cpu, []).append(view.pid)
         by_cpus.setdefault(view.cpus_allowed, []).append(view.pid)
@@ -349,7 +331,6 @@ def inspect(pids: list[int], *, root: str = "/", labels: dict[int, str] | None =
     return judge(views, {n.os_index: n.cpuset for n in topology.numa_nodes})
 
 
-# -------------------------------------------------------------------- output
 def as_json(views: list[ProcessView], notes: list[str]) -> dict:
     """The `topo.ps/1` object: each view's fields (CPU and node sets as lists), and what they imply."""
     processes = []

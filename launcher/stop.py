@@ -1,12 +1,10 @@
 """`topo stop LOG_DIR`: stop a job from its launch.json, typically one started with --join=False.
 
-The record is a file anyone who can write the log directory can forge: it names candidates, never
-proof. A process is the job's, and is signalled, only when it carries the job's JOB_ID_VAR in the
-environment it was started with (children inherit it) and, for a recorded pid with a recorded
-start time, started then, so a reused pid is never signalled. Each is signalled alone through a
-pidfd opened before the proof, never through its session or process group. A launcher still
-following its job (--join=True) is asked instead (SIGTERM) when it is provably the job's.
-"""
+The record, which anyone who can write the log directory can forge, names candidates, never proof:
+a process is signalled only when the environment it started with carries the job's JOB_ID_VAR
+(children inherit it) and, for a recorded pid with a start time, it started then (a reused pid is
+never signalled); alone, through a pidfd opened before the proof, never its session or group. A
+launcher still following its job (--join=True) is asked instead (SIGTERM) when provably the job's."""
 
 from __future__ import annotations
 
@@ -22,14 +20,10 @@ from typing import Callable
 import psutil
 
 from topo.errors import TopoError
-from topo.launcher.files import JOB_ID_VAR, JobRecord, read_record, record_path
+from topo.launcher.files import JOB_ID_VAR, JobRecord, read_record
 
 POLL_INTERVAL = 0.05
 START_TOLERANCE = 0.01  # seconds: the record and /proc give the same clock-tick count
-
-
-class StopError(TopoError):
-    """Something of the job could not be stopped."""
 
 
 @dataclass
@@ -42,17 +36,14 @@ class StopReport:
 
     @property
     def exit_code(self) -> int:
-        """0 when the job's processes are gone; 1 when one survived SIGKILL or a recorded one that
-        still runs could not be proven the job's (it is left alone and named)."""
+        """1 when a process survived SIGKILL or a recorded one still runs unproven (left alone, named)."""
         return 1 if self.survivors or self.unproven or self.unreadable else 0
 
 
-# -------------------------------------------------------------------- proving a process the job's
 @dataclass
 class Member:
     """A process proven the job's, held by a pidfd opened before the proof (a signal through it
     reaches that process or none), or, without pidfds, by psutil's pid and start time."""
-    pid: int
     process: psutil.Process
     name: str
     pidfd: int | None
@@ -62,8 +53,6 @@ def _pidfd(pid: int) -> int | None:
     """A pidfd for `pid`; None when it is gone, -1 when the kernel has no pidfd_open (before 5.3)."""
     try:
         return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
     except AttributeError:
         return -1
     except OSError as exc:
@@ -79,18 +68,15 @@ def prove(pid: int, job_id: str | None, recorded: float | None, *, name: str,
     fd = _pidfd(pid)
     if fd is None:
         return "gone", None
-    verdict = "gone"
     try:
         process = psutil.Process(pid)
         if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             return "gone", None
-        if recorded is not None:
-            if abs(process.create_time() - recorded) > START_TOLERANCE:
-                return "gone", None
-            verdict = "unproven"
+        if recorded is not None and abs(process.create_time() - recorded) > START_TOLERANCE:
+            return "gone", None
         if not (belongs(process) if belongs else process.environ().get(JOB_ID_VAR) == job_id):
-            return verdict, None
-        member, fd = Member(pid, process, name, None if fd == -1 else fd), None  # the member holds the pidfd
+            return "gone" if recorded is None else "unproven", None
+        member, fd = Member(process, name, None if fd == -1 else fd), None  # the member holds the pidfd
         return "job", member
     except psutil.AccessDenied:  # another user's: whether it carries the id is unknown, not "no"
         return "unreadable", None
@@ -117,7 +103,7 @@ def _send(member: Member, sig: int) -> None:
         if member.pidfd is not None:
             signal.pidfd_send_signal(member.pidfd, sig)
         elif _running(member):  # without pidfds: its identity checked just before
-            os.kill(member.pid, sig)
+            os.kill(member.process.pid, sig)
 
 
 def _close(members) -> None:
@@ -129,10 +115,9 @@ def _close(members) -> None:
 
 def find_members(record: JobRecord, report: StopReport | None = None, *,
                  known: dict[int, Member] | None = None) -> dict[int, Member]:
-    """The job's live processes by pid: the recorded ones, each that is gone, unproven or unreadable
-    listed in `report`, and every other process that carries its id. Given the `known` ones of an
-    earlier call, those still running are kept (the recorded ones are not proven again) and the
-    pidfds of the others closed. The caller closes the pidfds of those returned."""
+    """The job's live processes by pid: the recorded ones (those gone, unproven or unreadable listed in
+    `report`) and every other that carries its id. Given `known` (an earlier call's), those still
+    running are kept without a new proof and the others' pidfds closed. The caller closes those returned."""
     members: dict[int, Member] = {}
     for pid, member in (known or {}).items():
         if _running(member):
@@ -142,7 +127,7 @@ def find_members(record: JobRecord, report: StopReport | None = None, *,
     for entry in record.processes if known is None else ():
         verdict, member = prove(entry.pid, record.job_id, entry.create_time, name=entry.name)
         if member is not None:
-            members[member.pid] = member
+            members[entry.pid] = member
         else:
             getattr(report, verdict).append(f"{entry.name} (pid {entry.pid})")
     for process in psutil.process_iter(["environ"]):
@@ -159,21 +144,17 @@ def running(record: JobRecord) -> tuple[dict[int, str], StopReport]:
     """The job's live processes (pid -> name, recorded ones first), and the recorded ones that are
     gone, unproven or unreadable: find_members without holding pidfds."""
     report = StopReport()
-    members = find_members(record, report)
+    members = find_members(record, report)  # the recorded first, the others by pid (process_iter's order)
     _close(members.values())
-    order = [p.pid for p in record.processes if p.pid in members] + sorted(
-        set(members) - {p.pid for p in record.processes})
-    return {pid: members[pid].name for pid in order}, report
+    return {pid: member.name for pid, member in members.items()}, report
 
 
-# -------------------------------------------------------------------- stopping
 def stop_job(log_dir: str, *, grace_period: float | None = None,
              say: Callable[[str], None] = lambda text: None) -> StopReport:
     """SIGTERM every live process of the job recorded in `log_dir`, wait up to the grace period
     (default: the job's own --grace-period, else 5 s), SIGKILL what is left, and say what was
     stopped. A job that has ended is said to be not running, and nothing is signalled."""
-    path = record_path(log_dir)
-    record = read_record(log_dir, path, grace=grace_period is None)
+    record = read_record(log_dir, grace=grace_period is None)
     grace = float(grace_period) if grace_period is not None else 5.0 if record.grace_period is None \
         else record.grace_period
     report = StopReport()
@@ -190,19 +171,22 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
             if not report.unproven and not report.unreadable:
                 recorded = len(record.processes)
                 exited = f"its {recorded} recorded process(es) have exited" if recorded else "it records no process"
-                say(f"the job recorded in {path} is not running: {exited} and no process carries its id; "
+                say(f"the job recorded in {record.path} is not running: {exited} and no process carries its id; "
                     "nothing signalled")
             return report
-        launcher = _launcher(record, members) if record.join else None
+        pid = record.launcher_pid  # asked when provably the job's: the parent of one of its live processes
+        launcher = None if not record.join or pid in (None, os.getpid()) else prove(
+            pid, None, record.launcher_create_time, name="the launcher",
+            belongs=lambda _: any(m.process.ppid() == pid and _running(m) for m in members.values()))[1]
         if launcher is not None:
-            everyone[launcher.pid] = launcher
-            say(f"the launcher (pid {launcher.pid}) is following the job: sending it SIGTERM")
+            everyone[pid] = launcher
+            say(f"the launcher (pid {pid}) is following the job: sending it SIGTERM")
             _send(launcher, signal.SIGTERM)
             deadline = time.monotonic() + grace + 15  # its own grace period, then its SIGKILL round
             while _running(launcher) and time.monotonic() < deadline:
                 time.sleep(POLL_INTERVAL)
             if _running(launcher):
-                say(f"the launcher (pid {launcher.pid}) did not exit; stopping the job directly")
+                say(f"the launcher (pid {pid}) did not exit; stopping the job directly")
             else:
                 say("the launcher stopped the job and exited (its report is on its own console)")
             members = find_members(record, known=members)
@@ -216,19 +200,9 @@ def stop_job(log_dir: str, *, grace_period: float | None = None,
     if report.gone:
         say(f"already exited: {', '.join(report.gone)}")
     if report.survivors:
-        raise StopError(f"processes survived SIGKILL, pids {', '.join(map(str, report.survivors))}: "
+        raise TopoError(f"processes survived SIGKILL, pids {', '.join(map(str, report.survivors))}: "
                         "they may be stuck in the kernel (state D); check them with ps")
     return report
-
-
-def _launcher(record: JobRecord, members: dict[int, Member]) -> Member | None:
-    """The launcher, when it still runs and is provably the job's: the parent of a live process
-    of the job, started at the recorded time (when one is recorded)."""
-    pid = record.launcher_pid
-    if pid is None or pid == os.getpid():
-        return None
-    return prove(pid, None, record.launcher_create_time, name="the launcher",
-                 belongs=lambda _: any(m.process.ppid() == pid and _running(m) for m in members.values()))[1]
 
 
 def _terminate(record: JobRecord, members: dict[int, Member], everyone: dict[int, Member], grace: float,

@@ -1,7 +1,6 @@
-"""The `topo` command: a thin click layer over `topo`, `planners` and `launcher`. Each subcommand is
-imported only when it runs (`topo show` pays for neither planning nor launching). Errors are
-translated here, once: each becomes one line `topo: error: ...` on stderr, exit 2 for usage and
-input errors, 1 for runtime failures."""
+"""The `topo` command: a thin click layer over `topo`, `planners` and `launcher`. Each subcommand is imported only
+when it runs (`topo show` pays for neither planning nor launching). Errors are translated here, once: each becomes
+one line `topo: error: ...` on stderr, exit 2 for usage and input errors, 1 for runtime failures."""
 
 from __future__ import annotations
 
@@ -12,19 +11,9 @@ import click
 
 from topo.text import printable
 
-# name -> "module:attribute" in this package; one line per command.
-COMMANDS: dict[str, str] = {
-    "show": "topo.cli.show:show",
-    "calc": "topo.cli.calc:calc",
-    "capture": "topo.cli.capture:capture",
-    "plan": "topo.cli.plan:plan",
-    "validate": "topo.cli.plan:validate",
-    "launch": "topo.cli.launch:launch",
-    "bind": "topo.cli.launch:bind",
-    "run": "topo.cli.run:run",
-    "stop": "topo.cli.stop:stop",
-    "ps": "topo.cli.ps:ps",
-}
+# each command is the function of its name in the module of its name, or of _MODULES[name]
+COMMANDS = ("bind", "calc", "capture", "launch", "plan", "ps", "run", "show", "stop", "validate")
+_MODULES = {"bind": "launch", "validate": "plan"}
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 # launch and run: SCRIPT and everything after it belong to the script, options included (msrun's
@@ -34,14 +23,11 @@ SCRIPT_CONTEXT = {**CONTEXT, "allow_interspersed_args": False}
 
 class _Group(click.Group):
     def list_commands(self, ctx):
-        return sorted(COMMANDS)
+        return list(COMMANDS)
 
     def get_command(self, ctx, name):
-        target = COMMANDS.get(name)
-        if target is None:
-            return None
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        module = f"topo.cli.{_MODULES.get(name, name)}"
+        return getattr(importlib.import_module(module), name) if name in COMMANDS else None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from topo.errors import TopoError

@@ -14,9 +14,9 @@ from topo.cli import CONTEXT
 @click.argument("archive", metavar="FILE.tar.gz")
 @click.option("--no-tools", is_flag=True, help="Do not run lscpu, nvidia-smi or npu-smi; store sysfs and procfs only.")
 def capture(archive, no_tools):
-    """Write the sysfs and procfs files topo reads, and the outputs of lscpu, `nvidia-smi topo -m`
-    and `npu-smi info` where present, into one small archive (like hwloc-gather-topology). It holds
-    no environment, command lines or keys. Attach it to a bug report; read it back with --root.
+    """Write the sysfs and procfs files topo reads, and the outputs of lscpu, `nvidia-smi topo -m` and `npu-smi
+    info` where present, into one small archive (like hwloc-gather-topology). It holds no environment, command
+    lines or keys. Attach it to a bug report; read it back with --root.
 
     \b
     Examples:
@@ -26,7 +26,6 @@ def capture(archive, no_tools):
     """
     if not archive.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"{archive}: name the archive FILE.tar.gz (it is a gzip-compressed tar)")
-    notes = write_capture(archive, run_tools=not no_tools)
-    for note in notes:
+    for note in write_capture(archive, run_tools=not no_tools):
         click.echo(f"topo: warning: not captured: {note}", err=True)
     click.echo(f"wrote {archive}; read it back with `topo show --root {archive}`")

@@ -21,7 +21,6 @@ REPLAY_ENV = "TOPO_REPLAY_LIVE_PROBES"
 
 def machine_options(func):
     """Add --root and --topology/--from to a command; it receives `machine` (a MachineSource)."""
-
     @click.option("--root", "root", envvar="TOPO_ROOT", metavar="DIR",
                   help="Read DIR/sys and DIR/proc instead of /sys and /proc (like HWLOC_FSROOT). Env: TOPO_ROOT.")
     @click.option("--topology", "--from", "topology_file", type=click.Path(dir_okay=False), metavar="FILE",
@@ -42,15 +41,12 @@ def machine_options(func):
 @dataclass(frozen=True)
 class MachineSource:
     """The machine a command works on: `root` (a directory, or None for this machine) or `file`."""
-
     root: str | None
     file: str | None
 
     def load(self, *, include_disallowed: bool = False, probes=None):
-        """The Topology of the file, else discovered below the root (this machine by default). A file
-        or root the user named that cannot be read is bad input (exit 2); this machine's own /sys or
-        /proc a runtime failure (exit 1)."""
-
+        """The Topology of the file, else discovered below the root (this machine by default). A file or root the user
+        named that cannot be read is bad input (exit 2); this machine's own /sys or /proc a runtime failure (exit 1)."""
         try:
             if self.file is not None:
                 from topo.loader import load_topology
@@ -70,9 +66,8 @@ STDOUT_NAMES = ("-", "/dev/stdout")  # output names that mean standard output, a
 
 
 def check_output(path: str, force: bool = False) -> None:
-    """Refuse an output file before any work is done: one in a missing directory, one that is not
-    a regular file or a link (a FIFO would block the writer), one that exists unless `force`
-    (lstopo's "File exists" unless -f)."""
+    """Refuse an output file before any work is done: one in a missing directory, one that is not a regular file or
+    a link (a FIFO would block the writer), one that exists unless `force` (lstopo's "File exists" unless -f)."""
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write {path}: no directory {directory}; name a file in a directory that exists")
@@ -90,9 +85,8 @@ def check_output(path: str, force: bool = False) -> None:
 
 
 def write_text(path: str, text: str, force: bool = False) -> None:
-    """Write a command's output file (bind JSON, picture, machine) whole or not at all, never over a
-    file that appeared since check_output unless `force` (launcher.files.write_whole). The directory
-    must exist, as lstopo's output file's must."""
+    """Write a command's output file whole or not at all (launcher.files.write_whole), never over a file that
+    appeared since check_output unless `force`; the directory must exist, as lstopo's output file's must."""
     from topo.launcher.files import write_whole
 
     check_output(path, force)

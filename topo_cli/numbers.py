@@ -1,7 +1,6 @@
-"""Whole numbers and seconds given as options or through their environment variables (PET_*,
-MS_*): ASCII digits only, read by topo.numbers.ascii_number and ascii_seconds. click's INT would
-also take "١" as 1, "1_0" as 10 and a 5000-digit value to a ValueError past its own message;
-click's FLOAT "inf", "nan" and "1e3" as well."""
+"""Whole numbers and seconds given as options or through their environment variables (PET_*, MS_*): ASCII digits
+only, read by topo.numbers.ascii_number and ascii_seconds. click's INT would also take "١" as 1, "1_0" as 10 and a
+5000-digit value to a ValueError past its own message; click's FLOAT "inf", "nan" and "1e3" as well."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ WHOLE = Whole()
 
 
 class Seconds(click.ParamType):
-    """A non-negative number of seconds: ASCII digits, optionally a point and decimals, at most a
-    week (topo.numbers.ascii_seconds)."""
+    """A non-negative number of seconds: ASCII digits, optionally a point and decimals (topo.numbers.ascii_seconds)."""
 
     name = "seconds"
 

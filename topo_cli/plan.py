@@ -78,10 +78,9 @@ def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
 @click.option("--list-modes", is_flag=True, help="List the modes, one line each, and exit.")
 @click.option("--nproc-per-node", type=WholeRange(min=1),
               help="Number of processes (default: one per device; CPU-only: one per NUMA node).")
-@click.option("--devices", metavar="IDS",
-              help="Physical device ids, GPU/MIG UUIDs or PCI bus ids, comma separated, in local-rank order; "
-                   "'none' for a CPU-only job. "
-                   "Default: the devices CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave visible.")
+@click.option("--devices", metavar="IDS", help="Physical device ids, GPU/MIG UUIDs or PCI bus ids, comma separated, in "
+              "local-rank order; 'none' for a CPU-only job. Default: the devices CUDA_VISIBLE_DEVICES / "
+              "ASCEND_RT_VISIBLE_DEVICES leave visible.")
 @_option("--scope", core.SCOPES, help="gpu_affinity modes: the CPUs a device may use, its NUMA node or its socket.")
 @_option("--multithreading", core.MULTITHREADING,
          help="gpu_affinity modes: all threads of each core, or the first one.")
@@ -94,24 +93,21 @@ def parse_devices(text: str | None, topology) -> tuple[int, ...] | None:
          help="gpu_affinity modes: fail if a device gets fewer physical cores.")
 @_option("--max-physical-cores", type=WholeRange(min=1),
          help="gpu_affinity modes: at most this many physical cores per device.")
-@_option("--memory", core.MEMORY, help="numa: bind each process's memory to its device's NUMA node; preferred: "
-                                      "prefer that node, fall back to others when it is full; device: bind it "
-                                      "to the GPU's own memory node (GH200/GB200 HBM), else as numa; none: "
-                                      "leave it.")
+@_option("--memory", core.MEMORY, help="numa: bind each process's memory to its device's NUMA node; preferred: prefer "
+         "that node, fall back to others when it is full; device: bind it to the GPU's own memory node (GH200/GB200 "
+         "HBM), else as numa; none: leave it.")
 @_option("--msrun-bind", core.MSRUN_BIND, help="msrun-auto: --bind_core=True CPU split, or --bind_numa=True "
                                                "node assignment.")
 @_option("--share", core.SHARE, help="msrun-auto: divide CPUs among this job's devices, or among all host "
                                      "devices (msrun).")
-@click.option("--modules", metavar="LAYOUT",
-              help="Thread modules at relative positions of each process's CPUs, gen_bind_json style: "
-                   "runtime=4-8,minddata=9-12,main=13-19 (adds a scheduler entry).")
+@click.option("--modules", metavar="LAYOUT", help="Thread modules at relative positions of each process's CPUs, "
+              "gen_bind_json style: runtime=4-8,minddata=9-12,main=13-19 (adds a scheduler entry).")
 @click.option("--scheduler-range", metavar="START-END",
               help="Scheduler CPUs: relative positions in the scheduler base (default 20-23 with --modules).")
 @_option("--scheduler-base", core.SCHEDULER_BASES,
          help="Scheduler CPUs taken from: CPUs of no device, all, or device0's.")
-@click.option("--explain", is_flag=True,
-              help="Print a table per process (device, node, CPUs, cores, L3, memory, locality) and "
-                   "warnings instead of the JSON (the JSON still goes to -o FILE).")
+@click.option("--explain", is_flag=True, help="Print a table per process (device, node, CPUs, cores, L3, memory, "
+              "locality) and warnings instead of the JSON (the JSON still goes to -o FILE).")
 @click.option("-o", "--output", metavar="FILE", help="Write the bind JSON to FILE (default: stdout; '-' is stdout).")
 @click.option("--picture", metavar="FILE",
               help="Also draw the plan on the machine: FILE.svg, or FILE.html (the drawing and the legend).")
@@ -157,16 +153,15 @@ def plan(machine, mode, list_modes, nproc_per_node, devices, modules, scheduler_
     if output is not None:
         write_text(output, text, force)
     if picture is not None or explain:
+        from topo.views.plan import plan_html, plan_map, plan_svg
+
         # drawn on the view with disallowed CPUs, so they show greyed
         drawn = topology if machine.file is not None else machine.load(include_disallowed=True)
     if picture is not None:
-        from topo.views.plan import plan_html, plan_svg
-
         draw = plan_svg if picture.lower().endswith(".svg") else plan_html
         write_text(picture, draw(drawn, result), force)
     if explain:
         from topo.planners.explain import explain as render
-        from topo.views.plan import plan_map
 
         click.echo(printable(render(topology, result), lines=True))
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")

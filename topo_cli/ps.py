@@ -12,29 +12,27 @@ from topo.cli import CONTEXT
 from topo.cpuset import excerpt
 from topo.errors import UsageError
 from topo.launcher import ps as psmod
-from topo.launcher.files import PID_MAX, read_record, record_path
+from topo.launcher.files import PID_MAX, read_record
 from topo.numbers import ascii_number
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("pids", nargs=-1, metavar="[PID]...")
-@click.option("--job", "log_dir", metavar="LOG_DIR",
-              help="The processes of the job topo launch or topo run recorded in LOG_DIR (each checked as topo "
-                   "stop checks it: the job's TOPO_JOB_ID and its recorded start time).")
+@click.option("--job", "log_dir", metavar="LOG_DIR", help="The processes of the job topo launch or topo run recorded "
+              "in LOG_DIR (each checked as topo stop checks it: the job's TOPO_JOB_ID and its recorded start time).")
 @click.option("--threads", is_flag=True, help="List every thread: its state and the CPU it last ran on.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, schema topo.ps/1.")
 @click.option("--root", default="/", metavar="DIR", show_default=True,
               help="Read DIR/proc and DIR/sys (a copy of another machine's, or a test tree).")
 def ps(pids, log_dir, threads, as_json, root):
-    """Show where processes really run: per process its allowed CPUs, the CPUs its threads last
-    ran on, its memory policy, its resident pages per NUMA node, the accelerators it has open and
-    their node, and a verdict (pages remote from its device or allowed CPUs, threads outside its
-    CPUs or on another listed process's, more runnable threads than CPUs).
+    """Show where processes really run: per process its allowed CPUs, the CPUs its threads last ran on, its memory
+    policy, its resident pages per NUMA node, the accelerators it has open and their node, and a verdict (pages
+    remote from its device or allowed CPUs, threads outside its CPUs or on another listed process's, more runnable
+    threads than CPUs).
 
-    With PIDs: those processes; with --job LOG_DIR: a job topo started; alone: every process with an
-    accelerator open (/dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/accel/accelN, or NVML's
-    lists). A process that cannot be read is said to be so. Exit status 1 only when none of the
-    PIDs given exists.
+    With PIDs: those processes; with --job LOG_DIR: a job topo started; alone: every process with an accelerator
+    open (/dev/nvidiaN, /dev/davinciN, /dev/dri/renderDN, /dev/accel/accelN, or NVML's lists). A process that
+    cannot be read is said to be so. Exit status 1 only when none of the PIDs given exists.
 
     \b
     Examples:
@@ -52,11 +50,9 @@ def ps(pids, log_dir, threads, as_json, root):
                              "`ps` or `pgrep` prints")
     if not os.path.isdir(os.path.join(root, "proc")):
         raise UsageError(f"--root {root!r} has no proc directory; give a directory holding proc/ and sys/")
-    notes: list[str] = []
-    labels: dict[int, str] = {}
+    labels, notes = _job(log_dir, root) if log_dir is not None else ({}, [])
     nvml = psmod.nvml_processes() if root == "/" else {}
     if log_dir is not None:
-        labels, notes = _job(log_dir, root)
         numbers = list(labels)
     elif not numbers:
         numbers, hidden = psmod.accelerator_pids(root, nvml)
@@ -82,8 +78,7 @@ def _job(log_dir: str, root: str) -> tuple[dict[int, str], list[str]]:
 
     from topo.launcher.stop import running
 
-    path = record_path(log_dir)
-    record = read_record(log_dir, path, grace=False)
+    record = read_record(log_dir, grace=False)
     psutil.PROCFS_PATH = os.path.join(root, "proc")  # topo stop's proof, against that root
     labels, seen = running(record)
     notes = [f"{text} has exited" for text in seen.gone]
@@ -92,5 +87,5 @@ def _job(log_dir: str, root: str) -> tuple[dict[int, str], list[str]]:
     notes += [f"{text} still runs, but its environment cannot be read (another user's process): not shown; "
               "run topo ps as the job's user or as root" for text in seen.unreadable]
     if not labels and not seen.unreadable:
-        notes.append(f"the job recorded in {path} is not running")
+        notes.append(f"the job recorded in {record.path} is not running")
     return labels, notes

@@ -33,9 +33,8 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
 @click.option("-o", "--output", metavar="FILE",
               help="Write to FILE (as the positional FILE) instead of stdout; '-' is stdout.")
 @click.option("--of", "output_format", metavar="FORMAT", type=click.Choice([*FORMATS, "txt"], case_sensitive=False),
-              help="Output format, as lstopo's --of: console (or txt), ascii (the tree drawn in text), json, "
-                   "svg, html, xml (hwloc v2 XML, which lstopo -i FILE reads). "
-                   "Default: from FILE's extension, else console.")
+              help="Output format, as lstopo's --of: console (or txt), ascii (the tree drawn in text), json, svg, "
+                   "html, xml (hwloc v2 XML, which lstopo -i FILE reads). Default: FILE's extension, else console.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists (else refused, as lstopo).")
 @click.option("-p", "--physical", "index", flag_value="physical", help="Show physical (OS) indexes P#, as lstopo -p.")
 @click.option("-l", "--logical", "index", flag_value="logical", help="Show logical indexes L# only, as lstopo -l.")
@@ -53,21 +52,17 @@ _GROUPS = {"all": (*_NORMAL, "io"), "cache": (*_CACHES, "MemCache"), "icache": _
               "kept by KIND: all, none, structure, important (lstopo --filter).")
 @click.option("--restrict", metavar="CPUSET", help="Only CPUSET (0x000000ff) or 'binding' (this process's CPUs).")
 @click.option("--distances", is_flag=True, help="Only the NUMA distance matrix.")
-@click.option("--cpukinds", is_flag=True,
-              help="Only the CPU kinds (lstopo --cpukinds): P/E, priority, big/little cores.")
+@click.option("--cpukinds", is_flag=True, help="Only the CPU kinds (lstopo --cpukinds): P/E, priority, big/little.")
 @click.option("--long", "long_form", is_flag=True,
-              help="topo's long form: every object on its own line with its P# and L#, the package "
-                   "model, devices under their NUMA node, the device link matrix, a summary line and "
-                   "how each probe fared.")
+              help="topo's long form: every object on its own line with its P# and L#, the package model, devices "
+                   "under their NUMA node, the device link matrix, a summary line and how each probe fared.")
 @click.option("--no-io", "io", flag_value="none", help="No PCI function, bridge or OS device (lstopo --no-io).")
-@click.option("--whole-io", "io", flag_value="whole",
-              help="Every PCI function, bridge and OS device (lstopo --whole-io); by default those lstopo "
-                   "shows: storage, network, display, accelerators and the bridges to them.")
+@click.option("--whole-io", "io", flag_value="whole", help="Every PCI function, bridge and OS device (lstopo "
+              "--whole-io); by default those lstopo shows: storage, network, display, accelerators, bridges to them.")
 @click.option("--no-bridges", is_flag=True, help="PCI functions without the bridges above them, as lstopo.")
 @click.option("--no-collapse", is_flag=True, help="Each PCI function on its own line: lstopo shows runs of "
               "identical ones as one ('2 x { PCI 00:04.0-05.0 (Other) }').")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the topology as JSON (schema topo.topology/1), as --of json.")
+@click.option("--json", "as_json", is_flag=True, help="The topology as JSON (schema topo.topology/1), as --of json.")
 @click.option("--include-disallowed", "--disallowed", is_flag=True,
               help="Also show CPUs and NUMA nodes the cgroup cpuset / affinity does not allow.")
 @click.option("--probes", metavar="LIST",
@@ -125,17 +120,15 @@ def show(machine, file, input_path, output, output_format, force, index, verbose
     elif fmt == "ascii":
         text = ascii.draw_ascii(topology, index or "default") + "\n"
     else:
-        options = console.Options(
-            **options, index=index or "default", verbose=1 + verbose - silent, cpuset=cpuset or taskset,
-            taskset=taskset, distances=distances, cpukinds=cpukinds, collapse=not no_collapse, only=only,
-            restrict=restrict)
+        options = console.Options(**options, index=index or "default", verbose=1 + verbose - silent,
+                                  cpuset=cpuset or taskset, taskset=taskset, distances=distances, cpukinds=cpukinds,
+                                  collapse=not no_collapse, only=only, restrict=restrict)
         text = console.render_text(topology) if long_form else console.render_console(topology, options)
         text = text + "\n" if text else ""
     if path is not None:
         write_text(path, text, force)
     else:
-        # One write: json.dumps() output written in one call, not thousands of small chunks, each a
-        # syscall when stdout is unbuffered (PYTHONUNBUFFERED=1, as under many job launchers).
+        # one write, not thousands of chunks each a syscall when stdout is unbuffered (PYTHONUNBUFFERED=1)
         sys.stdout.write(text)
         sys.stdout.flush()
 

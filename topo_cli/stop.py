@@ -15,14 +15,14 @@ from topo.cli.numbers import SECONDS
 @click.option("--grace-period", "--grace_period", "grace_period", type=SECONDS,
               help="Seconds between SIGTERM and SIGKILL [default: the job's own --grace-period].")
 def stop(log_dir, grace_period):
-    """Stop the job whose launch.json is in LOG_DIR (for topo run, in LOG_DIR/<run>/attempt_<n>/):
-    SIGTERM to every process it started, daemons included, SIGKILL after the grace period.
+    """Stop the job whose launch.json is in LOG_DIR (for topo run, in LOG_DIR/<run>/attempt_<n>/): SIGTERM to
+    every process it started, daemons included, SIGKILL after the grace period.
 
-    A process is signalled only when it is provably the job's (the job's TOPO_JOB_ID in its
-    environment and, for a recorded pid, the recorded start time), and alone, never its session
-    or process group: a forged or stale launch.json reaches nothing else. Exit status 0 when the
-    job's processes are gone (a job that had ended is said to be not running); 1 when a process
-    survived SIGKILL or a recorded process that still runs is not provably the job's.
+    A process is signalled only when it is provably the job's (the job's TOPO_JOB_ID in its environment and, for
+    a recorded pid, the recorded start time), and alone, never its session or process group: a forged or stale
+    launch.json reaches nothing else. Exit status 0 when the job's processes are gone (a job that had ended is
+    said to be not running); 1 when a process survived SIGKILL or a recorded process that still runs is not
+    provably the job's.
 
     \b
     Examples:
@@ -32,6 +32,5 @@ def stop(log_dir, grace_period):
     """
     from topo.launcher.stop import stop_job
 
-    report = stop_job(log_dir, grace_period=grace_period,
-                      say=lambda text: click.echo(f"topo stop: {text}", err=True))
+    report = stop_job(log_dir, grace_period=grace_period, say=lambda text: click.echo(f"topo stop: {text}", err=True))
     sys.exit(report.exit_code)
