@@ -25,6 +25,7 @@ from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo.model import Device, Topology
 from topo.probes.devices import ACCELERATOR_KINDS
+from topo.probes.nvml import pci_bus_id
 from topo.probes.pci import bus_key
 
 _INDEX = re.compile(r"\A[+-]?[0-9]+\Z")  # ASCII digits only: int() would also read "١" as 1
@@ -222,23 +223,14 @@ def _listed_ids(devices: list[Device], env: Mapping[str, str], var: str, what: s
 
 # ---- a device named the way its user knows it ----------------------------------------------------
 
-# NVML writes "00000000:3B:00.0", sysfs and nvidia-smi "0000:3b:00.0", lspci "3b:00.0"
-_BUS_ID = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
 # torch.cuda.get_device_properties(i).uuid prints the UUID without its GPU-/MIG- prefix
 _BARE_UUID = re.compile(r"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 DEVICE_FORMS = "a local index, a GPU-/MIG- UUID (nvidia-smi -L), a bare UUID, or a PCI bus id such as 0000:3b:00.0"
 
 
 def normal_bus_id(text: str) -> str | None:
-    """`text` as sysfs writes a PCI bus id ("0000:3b:00.0"), or None when it is not one. Takes
-    NVML's 8-digit domain and lspci's form without a domain (domain 0)."""
-    m = _BUS_ID.match(text.strip())
-    if not m:
-        return None
-    domain = int(m.group(1) or "0", 16)
-    if domain > 0xFFFF:
-        return None
-    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
+    """`text` as sysfs writes a PCI bus id ("0000:3b:00.0"), or None when it is not one or its domain is past 0xffff."""
+    return pci_bus_id(text, max_domain=0xFFFF)
 
 
 def find_device(topology: Topology, name) -> tuple[Device, Device | None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,28 +57,30 @@ class NvmlReport:
     pcie_levels: dict[tuple[int, int], str] = field(default_factory=dict)  # (index, index) -> PIX..SYS
 
 
+# NVML writes "00000000:3B:00.0", sysfs and nvidia-smi "0000:3b:00.0", lspci "3b:00.0"
+_BUS_ID = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
+
+
+def pci_bus_id(text: str, max_domain: int = 0xFFFFFFFF) -> str | None:
+    """`text` as sysfs spells a PCI bus id ("0000:3b:00.0"), in any of the forms above; None when it
+    is not one or its domain is past `max_domain`."""
+    m = _BUS_ID.match(text.strip())
+    if not m or int(m.group(1) or "0", 16) > max_domain:
+        return None
+    return f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
+
+
 def normalize_busid(busid: str | bytes) -> str:
-    """NVML's `00000000:18:00.0` (or already `0000:18:00.0`) as sysfs spells it: `0000:18:00.0`."""
-    if isinstance(busid, bytes):
-        busid = busid.decode("ascii", "replace")
-    busid = busid.strip().rstrip("\x00")
-    domain, sep, rest = busid.partition(":")
-    if not sep or not rest.count(":") == 1:
-        return busid.lower()
-    try:
-        return f"{int(domain, 16):04x}:{rest.lower()}"
-    except ValueError:
-        return busid.lower()
+    """NVML's bus id as sysfs spells it (domains past 0xffff kept); text that is none, lower case."""
+    text = (busid.decode("ascii", "replace") if isinstance(busid, bytes) else busid).strip().rstrip("\x00")
+    return pci_bus_id(text) or text.lower()
 
 
 def words_to_cpuset(words) -> CpuSet | None:
     """An NVML affinity array (unsigned long words, word 0 = CPUs 0-63) as a CpuSet; None for None."""
     if words is None:
         return None
-    mask = 0
-    for i, word in enumerate(words):
-        mask |= (int(word) & 0xFFFFFFFFFFFFFFFF) << (64 * i)
-    return CpuSet.from_mask(mask)
+    return CpuSet.from_mask(sum((int(word) & 0xFFFFFFFFFFFFFFFF) << (64 * i) for i, word in enumerate(words)))
 
 
 def affinity_words(cpu_count: int) -> int:
