@@ -226,10 +226,9 @@ def _reason(exc: BaseException) -> str:
 
 def report_json(report: NvmlReport) -> str:
     """The report as JSON, CPU sets as cpulists and the link levels as [a, b, level] rows."""
-    gpus = [{**asdict(g), "node_cpus": _cpulist(g.node_cpus), "socket_cpus": _cpulist(g.socket_cpus)}
-            for g in report.gpus]
     levels = [[a, b, label] for (a, b), label in sorted(report.pcie_levels.items())]
-    return json.dumps({"status": report.status, "gpus": gpus, "pcie_levels": levels}, indent=1) + "\n"
+    return json.dumps({"status": report.status, "gpus": [asdict(g) for g in report.gpus], "pcie_levels": levels},
+                      indent=1, default=CpuSet.to_list) + "\n"
 
 
 def stored_report(fs: FsRoot) -> NvmlReport | None:
@@ -275,7 +274,3 @@ def _checked(value, kind: type, optional: bool = False):
             or kind is str and (len(value) > 256 or not value.isprintable())):
         raise ValueError(f"{str(value)[:40]!r} is not {kind.__name__}")
     return value
-
-
-def _cpulist(cpus: CpuSet | None) -> str | None:
-    return None if cpus is None else cpus.to_list()
