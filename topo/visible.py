@@ -9,8 +9,7 @@
 - Intel XPUs: `ZE_AFFINITY_MASK` lists indices in PCI bus order, or `device.subdevice` (a tile
   runs where its card sits). Ascend (`ASCEND_RT_VISIBLE_DEVICES`, NPU ids) and Gaudi
   (`HABANA_VISIBLE_MODULES`, module ids): local rank i gets `sorted(ids)[i]`, as msrun and the runtime.
-`find_device(topology, name)` is the device a caller names by GPU/MIG UUID (or a bare one, as
-torch prints it) or by PCI bus id in any usual form.
+`find_device` finds a device by UUID or PCI bus id.
 """
 
 from __future__ import annotations
@@ -40,12 +39,16 @@ def default_kind(topology: Topology) -> str | None:
     return next((k for k in ACCELERATOR_KINDS if k in kinds), None)
 
 
+def job_env(topology: Topology, env: Mapping[str, str] | None) -> Mapping[str, str]:
+    """`env`, by default this process's environment on the live machine and none for a topology read
+    from elsewhere (another root, a JSON or XML file)."""
+    return (os.environ if topology.is_this_system else {}) if env is None else env
+
+
 def visible_devices(topology: Topology, kind: str | None = None,
                     env: Mapping[str, str] | None = None) -> list[Device]:
-    """The devices local ranks 0, 1, ... get, in order. `env` defaults to this process's environment
-    on the live machine, to none for a topology read from elsewhere (another root, a JSON or XML file)."""
-    if env is None:
-        env = os.environ if topology.is_this_system else {}
+    """The devices local ranks 0, 1, ... get, in order (`env`: see `job_env`)."""
+    env = job_env(topology, env)
     kind = kind or default_kind(topology)
     devices = [d for d in topology.devices if d.kind == kind]
     for vendor, reader in (("nvidia", _cuda), ("amd", _rocm), ("intel", _level_zero)):
@@ -62,9 +65,8 @@ def visible_devices(topology: Topology, kind: str | None = None,
 
 def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
     """Physical ids of the devices local ranks 0, 1, ... get, or None when no visible-device
-    variable is set (then a job uses every device, by physical id). `env` defaults as in `visible_devices`."""
-    if env is None:
-        env = os.environ if topology.is_this_system else {}
+    variable is set (then a job uses every device, by physical id)."""
+    env = job_env(topology, env)
     if not any(name in env for name in VARIABLES):
         return None
     return tuple(d.index for d in visible_devices(topology, env=env))
@@ -73,8 +75,7 @@ def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None)
 def hidden_warning(topology: Topology, env: Mapping[str, str] | None = None) -> str | None:
     """The warning line when the variables hide every accelerator (`CUDA_VISIBLE_DEVICES=""` or `-1`,
     as CPU-side jobs on GPU hosts set on purpose) and the job is planned CPU-only; else None."""
-    if env is None:
-        env = os.environ if topology.is_this_system else {}
+    env = job_env(topology, env)
     kind = default_kind(topology)
     if kind is None or not any(name in env for name in VARIABLES) or visible_devices(topology, env=env):
         return None
