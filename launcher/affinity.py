@@ -4,15 +4,13 @@
     cpus = topo.set_affinity(int(os.environ["LOCAL_RANK"]))     # first thing in main()
 
 `plan_affinity` plans (a pure function of a Topology and an environment); `bind_process` discovers
-this machine once per process, plans, applies with topo.syscalls.apply and says what it did.
-- CPUs: the calling thread and every thread whose affinity equals the caller's (PyTorch's rule:
-  threads a library started at import move, threads that chose their CPUs stay); `threads="all"`
-  moves every thread.
-- Memory: set_mempolicy on the calling thread, inherited by the threads it starts afterwards (Linux
-  cannot set another thread's policy); `migrate=True` moves the pages already allocated.
-- A process a launcher bound (TOPO_BINDING set, and still true) keeps that binding.
+this machine once per process, plans, applies with topo.syscalls.apply and says what it did. The
+CPUs go to the calling thread and every thread whose affinity equals the caller's (PyTorch's rule:
+threads a library started at import move, threads that chose their CPUs stay), or every thread with
+`threads="all"`; the memory policy to the calling thread, inherited by the threads it starts after
+(Linux cannot set another thread's). A process a launcher bound (TOPO_BINDING set, and still true)
+keeps that binding.
 """
-
 from __future__ import annotations
 
 import enum
@@ -292,13 +290,9 @@ def _number(n: int) -> str:
     return excerpt(str(n)) if n.bit_length() < 1000 else f"a number of {n.bit_length()} bits"
 
 
-# ---- applying ----------------------------------------------------------------------------------
-
-
 @functools.cache
 def this_machine() -> Topology:
-    """This machine's topology, discovered once per process (allowed CPUs as they were then, so a
-    second call plans the same set, not within the first)."""
+    """This machine's topology, discovered once (a second call plans the allowed CPUs of the first)."""
     try:
         return discover("/")
     except TopoError as exc:  # an AffinityError, as every error of set_affinity (GPUAffinityError)
@@ -325,24 +319,23 @@ def set_affinity(device_id: DeviceId, nproc_per_node: int | None = None, *,
                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
                  bind_fallback: bool = False, migrate: bool = False, threads: str = "shared",
                  priority_cores: bool = False) -> set[int]:
-    """Bind this process to the CPUs (and optionally the memory) of its device; return
-    `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did.
+    """Bind this process to the CPUs (and optionally the memory) of its device, first thing in main()
+    (before CUDA/ACL initialise and worker threads start); return `os.sched_getaffinity(0)`.
+    `bind_process` takes the same arguments and says what it did.
 
-    `device_id`: the device's local index as the visible-device variables number it (CUDA_VISIBLE_DEVICES
-    with CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES), or the device by
-    `GPU-`/`MIG-` UUID, bare UUID (text or torch's object) or PCI bus id. `nproc_per_node` None:
-    LOCAL_WORLD_SIZE, else one process per visible device (per NUMA node without accelerators); at
-    most MAX_PROCESSES. `mode`, `scope`, `multithreading`, `balanced`, `min_physical_cores`,
-    `max_physical_cores`: gpu_affinity's (strings or enum members, `_` or `-`); `mode` also takes
-    every mode of `topo plan --list-modes`. The plan stays within the allowed CPUs (taskset, cgroup).
-    `memory`: None leaves the memory policy alone; "local", "bind" or "preferred" on the process's
-    node(s), for this thread and those it starts. Refused by the kernel, an error unless
-    `bind_fallback=True` (then "preferred", then CPUs alone, with a warning). `migrate=True` moves
-    the pages already touched; `threads` "shared" or "all" (module doc). `priority_cores=True`: each
-    rank's CPUs hold a priority core of its home (`topo show --cpukinds`), distinct where enough.
-    Shared CPUs and OMP_NUM_THREADS unset: a warning advises the value topo's launchers set.
-    Call it first in main(), before CUDA/ACL initialise and worker threads start. AffinityError (a
-    TopoError, also named GPUAffinityError) says in one line what is wrong.
+    `device_id`: the local index as the visible-device variables number it (CUDA_VISIBLE_DEVICES with
+    CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES), or a `GPU-`/`MIG-` UUID,
+    bare UUID (text or torch's object) or PCI bus id. `nproc_per_node` None: LOCAL_WORLD_SIZE, else
+    one process per visible device (per NUMA node without accelerators); at most MAX_PROCESSES.
+    `mode` to `max_physical_cores`: gpu_affinity's (strings or enum members, `_` or `-`); `mode` also
+    takes every mode of `topo plan --list-modes`; the plan stays within the allowed CPUs.
+    `memory`: None leaves the policy alone; "local", "bind" or "preferred" on the process's node(s),
+    for this thread and those it starts; refused by the kernel, an error unless `bind_fallback=True`
+    (then "preferred", then CPUs alone, with a warning). `migrate=True` moves the pages already
+    touched; `threads`: "shared" or "all" (module doc). `priority_cores=True`: each rank's CPUs hold
+    a priority core of its home (`topo show --cpukinds`), distinct where enough. Shared CPUs and
+    OMP_NUM_THREADS unset: a warning advises a value. AffinityError (a TopoError, also named
+    GPUAffinityError) says in one line what is wrong.
     """
     return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                             balanced=balanced, min_physical_cores=min_physical_cores,
