@@ -1,12 +1,9 @@
 """NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py`: `topo-affinity[nvidia]`),
 imported only when the probe runs. Failures degrade as gpustat's: no library or driver gives a
 reason and no GPUs; an error on one GPU drops it, named; an optional field that errors is None.
-Read: the index (PCI bus order, as nvidia-smi numbers), bus id, NODE- and SOCKET-scope CPU affinity
-(64-bit words, word 0 = CPUs 0-63, as gpu_affinity reads them), the CPU-side NUMA node from the
-NODE-scope memory affinity (nvidia-smi's "NUMA Affinity"; nvmlDeviceGetNumaNodeId is the GPU's
-own memory node on C2C machines), and the link level and NVLink counts of `nvidia-smi topo -m`.
+Each GPU's CPU-side NUMA node is its NODE-scope memory affinity (nvidia-smi's "NUMA Affinity";
+nvmlDeviceGetNumaNodeId is the GPU's own memory node on C2C machines).
 """
-
 from __future__ import annotations
 
 import itertools
@@ -38,15 +35,15 @@ _MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS of drivers before Blackwell; newer mo
 
 @dataclass(frozen=True)
 class NvmlGpu:
-    index: int
+    index: int  # PCI bus order, as nvidia-smi numbers
     busid: str  # sysfs spelling, "0000:18:00.0"
     uuid: str | None
     name: str | None
     memory: int | None  # bytes
     numa_node: int | None  # CPU-side node (memory affinity), None when NVML does not say
-    node_cpus: CpuSet | None
+    node_cpus: CpuSet | None  # NODE- and SOCKET-scope CPU affinity, as gpu_affinity reads them
     socket_cpus: CpuSet | None
-    nvlinks: tuple[tuple[str, int], ...] = ()  # (remote PCI bus id, active links), by remote
+    nvlinks: tuple[tuple[str, int], ...] = ()  # (remote PCI bus id, active links), by remote: nvidia-smi's NV#
     mig_uuids: tuple[str, ...] = ()
 
 
@@ -103,8 +100,7 @@ def nvlink_label(a: NvmlGpu, b: NvmlGpu, gpu_busids: set[str]) -> str | None:
 
 
 def probe_for(topology: Topology) -> NvmlReport:
-    """probe_nvml with enough affinity words for every CPU id of `topology` (gpu_affinity sizes
-    them by os.cpu_count())."""
+    """probe_nvml with affinity words for every CPU id of `topology` (gpu_affinity: os.cpu_count())."""
     cpu_count = topology.complete_pus.last() + 1
     if topology.is_this_system:
         cpu_count = max(cpu_count, os.cpu_count() or 1)
