@@ -216,9 +216,6 @@ def _restriction(topology: Topology) -> str:
             "taskset, numactl, the cgroup's cpuset or the batch system restrict them)")
 
 
-# ---- arguments: each is checked where it is first used; bind_process checks them all first ----
-
-
 def _device_index(device_id) -> int | None:
     """The local index `device_id` names, or None when it names a device by UUID or bus id."""
     if isinstance(device_id, str):

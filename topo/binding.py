@@ -134,8 +134,6 @@ def node_words(nodes: CpuSet) -> str:
     return f"node {nodes}" if nodes.weight() == 1 else f"nodes {nodes}"
 
 
-# ---- what the kernel shows ---------------------------------------------------------------------
-
 STATUS_LIMIT = 256 << 10  # /proc/PID/status: well under a page, even with 8192 CPUs
 # numa_maps has a line (~100 bytes) per mapping, up to vm.max_map_count (65530 by default) of them,
 # about 7 MB; past this the page counts stop and say they are partial.

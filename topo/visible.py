@@ -88,9 +88,6 @@ def describe_env(env: Mapping[str, str]) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
-# ---- each runtime's variables ----------------------------------------------------------------------
-
-
 def _cuda(gpus: list[Device], env: Mapping[str, str], migs: list[Device]) -> list[Device]:
     order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip() or "FASTEST_FIRST"
     if order not in ("FASTEST_FIRST", "PCI_BUS_ID"):
@@ -221,8 +218,6 @@ def _listed_ids(devices: list[Device], env: Mapping[str, str], var: str, what: s
         raise UsageError(f"{var}={spec} names {what} {missing[0]}, but this machine's {what}s are {have}")
     return [by_id[i] for i in sorted(ids)]
 
-
-# ---- a device named the way its user knows it ----------------------------------------------------
 
 # torch.cuda.get_device_properties(i).uuid prints the UUID without its GPU-/MIG- prefix
 _BARE_UUID = re.compile(r"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")

@@ -152,9 +152,9 @@ def _query(nvml, error, cpu_count: int) -> NvmlReport:
             problems.append(f"GPU {index}: {_reason(exc)}")
             continue
         memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle)
-        node_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_NODE)
-        if node_words is None:  # drivers before the scoped call (R450) know only the NODE-like default
-            node_words = optional(nvml.nvmlDeviceGetCpuAffinity, handle, words)
+        # drivers before the scoped call (R450) know only the NODE-like default
+        node_words = (optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_NODE)
+                      or optional(nvml.nvmlDeviceGetCpuAffinity, handle, words))
         socket_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_SOCKET)
         # one word of nodeset covers 64 NUMA nodes
         nodes = words_to_cpuset(optional(nvml.nvmlDeviceGetMemoryAffinity, handle, 1, _SCOPE_NODE))
@@ -215,9 +215,6 @@ def _text(value) -> str | None:
 
 def _reason(exc: BaseException) -> str:
     return str(exc).strip() or type(exc).__name__
-
-
-# ---- a report stored in a capture, read back on replay ---------------------------------------
 
 
 def report_json(report: NvmlReport) -> str:
