@@ -231,9 +231,8 @@ def normal_bus_id(text: str) -> str | None:
 
 def find_device(topology: Topology, name) -> tuple[Device, Device | None]:
     """The accelerator `name` names, whatever the visible-device variables say, and the MIG instance
-    when it names one: a `GPU-`/`MIG-` UUID or unique prefix, a bare UUID (torch's
-    `get_device_properties(i).uuid`, text or object), or a PCI bus id (`0000:3b:00.0`, `3b:00.0`,
-    NVML's `00000000:3B:00.0`). UsageError naming the text and the forms it may take."""
+    when it names one: a `GPU-`/`MIG-` UUID or unique prefix, a bare UUID (torch's `get_device_properties(i).uuid`,
+    text or object), or a PCI bus id in any form `pci_bus_id` reads. UsageError naming the text and the forms."""
     text = str(name).strip()
     accelerators = [d for d in topology.devices if d.kind in ACCELERATOR_KINDS]
     gpus = [d for d in accelerators if d.kind == "gpu"]

@@ -200,11 +200,9 @@ def _mig_uuids(nvml, optional, handle) -> tuple[str, ...]:
     mode = optional(nvml.nvmlDeviceGetMigMode, handle)  # (current, pending)
     if mode is None or mode[0] != _FEATURE_ENABLED:
         return ()
-    uuids = []
-    for slot in range(optional(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-        mig = optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)  # None: an empty slot (NotFound)
-        uuids.append(None if mig is None else _text(optional(nvml.nvmlDeviceGetUUID, mig)))
-    return tuple(filter(None, uuids))
+    slots = range(optional(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0)
+    migs = [optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot) for slot in slots]  # None: empty
+    return tuple(filter(None, (_text(optional(nvml.nvmlDeviceGetUUID, mig)) for mig in migs if mig is not None)))
 
 
 def _text(value) -> str | None:
