@@ -4,15 +4,13 @@
     cpus = topo.set_affinity(int(os.environ["LOCAL_RANK"]))     # first thing in main()
 
 `plan_affinity` plans (a pure function of a Topology and an environment); `bind_process` discovers
-this machine once per process, plans, applies with topo.syscalls.apply and says what it did.
-- CPUs: the calling thread and every thread whose affinity equals the caller's (PyTorch's rule:
-  threads a library started at import move, threads that chose their CPUs stay); `threads="all"`
-  moves every thread.
-- Memory: set_mempolicy on the calling thread, inherited by the threads it starts afterwards (Linux
-  cannot set another thread's policy); `migrate=True` moves the pages already allocated.
-- A process a launcher bound (TOPO_BINDING set, and still true) keeps that binding.
+this machine once per process, plans, applies with topo.syscalls.apply and says what it did. The
+CPUs go to the calling thread and every thread whose affinity equals the caller's (PyTorch's rule:
+threads a library started at import move, threads that chose their CPUs stay), or every thread with
+`threads="all"`; the memory policy to the calling thread, inherited by the threads it starts after
+(Linux cannot set another thread's). A process a launcher bound (TOPO_BINDING set, and still true)
+keeps that binding.
 """
-
 from __future__ import annotations
 
 import enum
@@ -32,7 +30,7 @@ from topo.model import Topology
 from topo.numbers import ascii_number
 from topo.planners.binding import from_entry
 from topo.planners.core import Job
-from topo.visible import DEVICE_FORMS, describe_env, find_device, hidden_warning, visible_devices
+from topo.visible import DEVICE_FORMS, describe_env, find_device, hidden_warning, job_env, visible_devices
 
 THREADS = ("shared", "all")
 NPROC_VARIABLE = "LOCAL_WORLD_SIZE"  # the processes on this node when nproc_per_node is not given
@@ -80,15 +78,10 @@ def plan_affinity(topology: Topology, device_id: DeviceId, nproc_per_node: int |
     applied: its CPUs, its device's physical id (None without accelerators) and, with `memory`, its
     memory policy and nodes. The planner's warnings go to `warnings.warn`. `env`: the visible-device
     variables and LOCAL_WORLD_SIZE (default: os.environ on the live machine, none elsewhere)."""
-    if env is None:
-        env = os.environ if topology.is_this_system else {}
     policy = _memory(memory)
-    planned, notes, _ = _planned(topology, device_id, nproc_per_node, env, mode=mode, scope=scope,
-                                 multithreading=multithreading, balanced=balanced,
-                                 min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
-                                 priority_cores=priority_cores)
-    for note in notes:
-        warnings.warn(f"set_affinity: {note}", stacklevel=2)
+    planned, _ = _planned(topology, device_id, nproc_per_node, job_env(topology, env), 2, mode=mode, scope=scope,
+                          multithreading=multithreading, balanced=balanced, min_physical_cores=min_physical_cores,
+                          max_physical_cores=max_physical_cores, priority_cores=priority_cores)
     return _with_memory(planned, policy)
 
 
@@ -99,25 +92,24 @@ def plan_here(device_id: DeviceId, nproc_per_node: int | None = None, *, memory:
     policy = _memory(memory)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        planned, _, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, **options)
+        planned, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, 1, **options)
     return _with_memory(planned, policy), share
 
 
 _NODE_PLANS: dict[tuple, tuple[Topology, tuple]] = {}
 
 
-def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str],
-             **options) -> tuple[Binding, tuple[str, ...], int]:
-    """`device_id`'s binding as planned (memory bound to its home nodes), the planner's warnings and
-    how many of the job's processes share its CPUs. The node's plan is kept: a repeated call takes
-    0.05 ms instead of a plan's (benchmarks/affinity_bench.py)."""
+def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str], stacklevel: int,
+             **options) -> tuple[Binding, int]:
+    """`device_id`'s binding as planned (memory bound to its home nodes), the planner's warnings
+    given as its caller's at `stacklevel`, and how many of the job's processes share its CPUs. The
+    node's plan is kept: a repeated call takes 0.05 ms instead of a plan's (benchmarks/affinity_bench.py)."""
     job, rank = _locate(topology, device_id, nproc_per_node, env)
     key = (id(topology), job.devices, *(str(v) for v in options.values()))
     hit = _NODE_PLANS.get(key)
     if hit is None or hit[0] is not topology:
         hit = _NODE_PLANS[key] = (topology, _plan(topology, job, **options))
     ranks, mode_name, notes = hit[1]
-    hidden = hidden_warning(topology, env) if job.cpu_only else None
     mine = ranks[rank]
     if mine.cpus is None:
         restricted = _restriction(topology)
@@ -125,8 +117,10 @@ def _planned(topology: Topology, device_id, nproc_per_node, env: Mapping[str, st
             raise AffinityError(f"mode {mode_name!r} leaves local rank {rank} no CPU within {restricted}; "
                                 "widen the restriction or start fewer processes")
         raise AffinityError(f"mode {mode_name!r} gives device_id={rank} no CPU; choose another mode")
-    share = sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
-    return mine, (hidden, *notes) if hidden else notes, share
+    hidden = hidden_warning(topology, env) if job.cpu_only else None
+    for note in filter(None, (hidden, *notes)):
+        warnings.warn(f"set_affinity: {note}", stacklevel=stacklevel + 1)
+    return mine, sum(1 for b in ranks if b.cpus is not None and b.cpus.intersects(mine.cpus))
 
 
 def _with_memory(planned: Binding, policy: str | None) -> Binding:
@@ -159,32 +153,32 @@ def _locate(topology: Topology, device_id, nproc_per_node, env: Mapping[str, str
                 raise AffinityError(f"device {excerpt(str(device_id).strip())!r}: {len(hits)} visible MIG instances "
                                     f"share GPU {device.index}{describe_env(env)}; pass the local index of this "
                                     "process's instance")
-            rank, what = hits[0], f"one process per visible {device.kind.upper()}{describe_env(env)}"
+            rank, what = hits[0], f" (one process per visible {device.kind.upper()}{describe_env(env)})"
         else:
             visible = visible_devices(topology, kind=device.kind, env={})
-            rank, what = visible.index(device), f"one process per {device.kind.upper()} of the machine"
+            rank, what = visible.index(device), f" (one process per {device.kind.upper()} of the machine)"
         if nproc is None:
             nproc, origin = len(visible), what
         if rank >= nproc:
             raise AffinityError(
                 f"device {excerpt(str(device_id).strip())!r} is {device.kind.upper()} {device.index} ({device.busid}), "
-                f"local rank {rank}, past the nproc_per_node={nproc}{_paren(origin)} devices the job uses; "
+                f"local rank {rank}, past the nproc_per_node={nproc}{origin} devices the job uses; "
                 f"pass nproc_per_node={len(visible)} or name one of the job's devices")
         return Job(tuple(d.index for d in visible[:nproc])), rank
     what = visible[0].kind.upper() if visible else "device"
     if nproc is None:
         if visible:
-            nproc, origin = len(visible), f"one process per visible {what}{describe_env(env)}"
+            nproc, origin = len(visible), f" (one process per visible {what}{describe_env(env)})"
         else:
             nproc = Job.for_topology(topology, devices=()).nproc
             hidden = hidden_warning(topology, env)
-            origin = f"one process per NUMA node: {'this machine has no accelerator' if hidden is None else hidden}"
+            origin = f" (one process per NUMA node: {'this machine has no accelerator' if hidden is None else hidden})"
     if visible and nproc > len(visible):
         raise AffinityError(
-            f"nproc_per_node={nproc}{_paren(origin)} but {len(visible)} {what}s are visible{describe_env(env)}: "
+            f"nproc_per_node={nproc}{origin} but {len(visible)} {what}s are visible{describe_env(env)}: "
             f"set_affinity places one process per {what}; make more visible or start fewer processes")
     if index >= nproc:
-        raise AffinityError(f"device_id={index} should be smaller than nproc_per_node={nproc}{_paren(origin)}")
+        raise AffinityError(f"device_id={index} should be smaller than nproc_per_node={nproc}{origin}")
     return Job(tuple(d.index for d in visible[:nproc]) if visible else (None,) * nproc), index
 
 
@@ -222,9 +216,6 @@ def _restriction(topology: Topology) -> str:
             "taskset, numactl, the cgroup's cpuset or the batch system restrict them)")
 
 
-# ---- arguments: each is checked where it is first used; bind_process checks them all first ----
-
-
 def _device_index(device_id) -> int | None:
     """The local index `device_id` names, or None when it names a device by UUID or bus id."""
     if isinstance(device_id, str):
@@ -246,7 +237,7 @@ def _device_index(device_id) -> int | None:
 
 
 def _nproc(nproc_per_node, env: Mapping[str, str]) -> tuple[int | None, str]:
-    """The job's process count (None: one per visible device) and where it came from."""
+    """The job's process count (None: one per visible device) and where it came from, " (...)" or ""."""
     if nproc_per_node is not None:
         if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
             raise AffinityError(f"nproc_per_node must be a positive number of processes; got {nproc_per_node!r}")
@@ -261,7 +252,7 @@ def _nproc(nproc_per_node, env: Mapping[str, str]) -> tuple[int | None, str]:
     if not n or len(text) > 20 or n > MAX_PROCESSES:
         raise AffinityError(f"{NPROC_VARIABLE}={excerpt(text)!r} is not a positive number of processes up to "
                             f"{MAX_PROCESSES}; fix it or pass nproc_per_node")
-    return n, f"from {NPROC_VARIABLE}"
+    return n, f" (from {NPROC_VARIABLE})"
 
 
 _EXAMPLES = {"mode": "unique_contiguous", "scope": "node", "multithreading": "all_logical"}
@@ -296,17 +287,9 @@ def _number(n: int) -> str:
     return excerpt(str(n)) if n.bit_length() < 1000 else f"a number of {n.bit_length()} bits"
 
 
-def _paren(text: str) -> str:
-    return f" ({text})" if text else ""
-
-
-# ---- applying ----------------------------------------------------------------------------------
-
-
 @functools.cache
 def this_machine() -> Topology:
-    """This machine's topology, discovered once per process (allowed CPUs as they were then, so a
-    second call plans the same set, not within the first)."""
+    """This machine's topology, discovered once (a second call plans the allowed CPUs of the first)."""
     try:
         return discover("/")
     except TopoError as exc:  # an AffinityError, as every error of set_affinity (GPUAffinityError)
@@ -333,24 +316,23 @@ def set_affinity(device_id: DeviceId, nproc_per_node: int | None = None, *,
                  min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
                  bind_fallback: bool = False, migrate: bool = False, threads: str = "shared",
                  priority_cores: bool = False) -> set[int]:
-    """Bind this process to the CPUs (and optionally the memory) of its device; return
-    `os.sched_getaffinity(0)`. `bind_process` takes the same arguments and says what it did.
+    """Bind this process to the CPUs (and optionally the memory) of its device, first thing in main()
+    (before CUDA/ACL initialise and worker threads start); return `os.sched_getaffinity(0)`.
+    `bind_process` takes the same arguments and says what it did.
 
-    `device_id`: the device's local index as the visible-device variables number it (CUDA_VISIBLE_DEVICES
-    with CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES), or the device by
-    `GPU-`/`MIG-` UUID, bare UUID (text or torch's object) or PCI bus id. `nproc_per_node` None:
-    LOCAL_WORLD_SIZE, else one process per visible device (per NUMA node without accelerators); at
-    most MAX_PROCESSES. `mode`, `scope`, `multithreading`, `balanced`, `min_physical_cores`,
-    `max_physical_cores`: gpu_affinity's (strings or enum members, `_` or `-`); `mode` also takes
-    every mode of `topo plan --list-modes`. The plan stays within the allowed CPUs (taskset, cgroup).
-    `memory`: None leaves the memory policy alone; "local", "bind" or "preferred" on the process's
-    node(s), for this thread and those it starts. Refused by the kernel, an error unless
-    `bind_fallback=True` (then "preferred", then CPUs alone, with a warning). `migrate=True` moves
-    the pages already touched; `threads` "shared" or "all" (module doc). `priority_cores=True`: each
-    rank's CPUs hold a priority core of its home (`topo show --cpukinds`), distinct where enough.
-    Shared CPUs and OMP_NUM_THREADS unset: a warning advises the value topo's launchers set.
-    Call it first in main(), before CUDA/ACL initialise and worker threads start. AffinityError (a
-    TopoError, also named GPUAffinityError) says in one line what is wrong.
+    `device_id`: the local index as the visible-device variables number it (CUDA_VISIBLE_DEVICES with
+    CUDA_DEVICE_ORDER, HIP/ROCR_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES), or a `GPU-`/`MIG-` UUID,
+    bare UUID (text or torch's object) or PCI bus id. `nproc_per_node` None: LOCAL_WORLD_SIZE, else
+    one process per visible device (per NUMA node without accelerators); at most MAX_PROCESSES.
+    `mode` to `max_physical_cores`: gpu_affinity's (strings or enum members, `_` or `-`); `mode` also
+    takes every mode of `topo plan --list-modes`; the plan stays within the allowed CPUs.
+    `memory`: None leaves the policy alone; "local", "bind" or "preferred" on the process's node(s),
+    for this thread and those it starts; refused by the kernel, an error unless `bind_fallback=True`
+    (then "preferred", then CPUs alone, with a warning). `migrate=True` moves the pages already
+    touched; `threads`: "shared" or "all" (module doc). `priority_cores=True`: each rank's CPUs hold
+    a priority core of its home (`topo show --cpukinds`), distinct where enough. Shared CPUs and
+    OMP_NUM_THREADS unset: a warning advises a value. AffinityError (a TopoError, also named
+    GPUAffinityError) says in one line what is wrong.
     """
     return set(bind_process(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                             balanced=balanced, min_physical_cores=min_physical_cores,
@@ -381,12 +363,10 @@ def bind_process(device_id: DeviceId, nproc_per_node: int | None = None, *,
             syscalls.apply(Binding(kept.cpus), threads=others)
         pages = migrate_to(home_nodes(this_machine(), kept)) if migrate else None
         return AffinityResult(kept, frozenset(os.sched_getaffinity(0)), None, pages, len(others), kept=True)
-    planned, notes, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, mode=mode,
-                                     scope=scope, multithreading=multithreading, balanced=balanced,
-                                     min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
-                                     priority_cores=priority_cores)
-    for note in notes:
-        warnings.warn(f"set_affinity: {note}", stacklevel=_stacklevel)
+    planned, share = _planned(this_machine(), device_id, nproc_per_node, os.environ, _stacklevel, mode=mode,
+                              scope=scope, multithreading=multithreading, balanced=balanced,
+                              min_physical_cores=min_physical_cores, max_physical_cores=max_physical_cores,
+                              priority_cores=priority_cores)
     omp = None
     if share > 1 and "OMP_NUM_THREADS" not in os.environ:  # the launchers' rule (launcher.environ.thread_env)
         omp = max(1, planned.cpus.weight() // share)
@@ -429,9 +409,8 @@ def _kept_binding(env: Mapping[str, str]) -> Binding | None:
             policy, nodes = syscalls.get_mempolicy()
         except TopoError:
             return None
-        if policy == "preferred-many":
-            policy = "preferred"
-        if policy != binding.memory_policy or (binding.memory_nodes is not None and nodes != binding.memory_nodes):
+        if (policy.removesuffix("-many") != binding.memory_policy
+                or binding.memory_nodes is not None and nodes != binding.memory_nodes):
             return None
     return binding
 

@@ -1,18 +1,13 @@
-"""Binding at birth for the workers a framework starts itself with `subprocess` or `multiprocessing`:
+"""Binding at birth for the workers a framework starts itself, with set_affinity's arguments and plan:
 
     subprocess.Popen(bound_argv(["python", "worker.py"], rank))       # a command
     start_bound(ctx.Process(target=work, args=(rank,)), rank)         # instead of .start()
 
-Both take set_affinity's arguments and apply in the child set_affinity's plan; the child gets
-TOPO_BINDING and, unless set, OMP_NUM_THREADS as topo's launchers set it. `bound_argv` prefixes
-`python -m topo.launcher.bindexec cpus=... memory=... --`. `start_bound`, spawn: the calling thread
-takes the child's binding, forks and execs it (both keep the thread's CPUs and memory policy) and
-takes its own back; forkserver: the child, a fork of the unbound forkserver, binds itself, every
-thread and the pages touched so far before its target runs (a Process subclass overriding run()
-must call set_affinity(..., migrate=True, threads="all") there instead); fork copies this process,
-pages and all: call set_affinity(..., migrate=True) in the child.
+The child gets TOPO_BINDING and, unless set, OMP_NUM_THREADS as topo's launchers set it. With
+spawn the calling thread takes the child's binding, forks and execs it (both keep the thread's CPUs
+and memory policy) and takes its own back; a forkserver child binds itself, every thread and the
+pages touched so far before its target runs; fork copies this process, pages and all: refused.
 """
-
 from __future__ import annotations
 
 import functools
@@ -70,8 +65,7 @@ def start_bound(process: multiprocessing.process.BaseProcess, device_id: DeviceI
                 min_physical_cores: int = 1, max_physical_cores: int | None = None, memory: str | None = None,
                 bind_fallback: bool = False) -> Binding:
     """Start `process` (a spawn or forkserver multiprocessing.Process, not yet started) bound as
-    set_affinity(device_id, ...) would bind it, and return the binding. See the module
-    documentation for how each start method is bound. AffinityError when it cannot be."""
+    set_affinity(device_id, ...) would bind it (module doc); the binding. AffinityError when it cannot be."""
     method = getattr(process, "_start_method", None) or multiprocessing.get_start_method()
     binding, env = plan_child(device_id, nproc_per_node, mode=mode, scope=scope, multithreading=multithreading,
                               balanced=balanced, min_physical_cores=min_physical_cores,
@@ -94,7 +88,6 @@ def start_bound(process: multiprocessing.process.BaseProcess, device_id: DeviceI
 
 
 def _spawn_bound(process, binding: Binding, fallback: bool, env: dict[str, str]) -> None:
-    """Start a spawn child with the binding on the calling thread and `env` in the environment."""
     with _WINDOW:
         cpus = os.sched_getaffinity(0)
         policy = syscalls.get_mempolicy() if binding.memory_policy else None

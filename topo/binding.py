@@ -134,8 +134,6 @@ def node_words(nodes: CpuSet) -> str:
     return f"node {nodes}" if nodes.weight() == 1 else f"nodes {nodes}"
 
 
-# ---- what the kernel shows ---------------------------------------------------------------------
-
 STATUS_LIMIT = 256 << 10  # /proc/PID/status: well under a page, even with 8192 CPUs
 # numa_maps has a line (~100 bytes) per mapping, up to vm.max_map_count (65530 by default) of them,
 # about 7 MB; past this the page counts stop and say they are partial.
@@ -228,9 +226,7 @@ def _with_numa_maps(seen: Observed, path: str) -> Observed:
                 counts.append((int(key[1:]), int(value)))
         for node, n in counts:
             pages[node] = pages.get(node, 0) + n * max(1, size_kb // BASE_PAGE_KB)
-    if not policies:
-        return replace(seen, pages_by_node=pages, numa_maps=state)
-    (word, nodes) = task = max(policies, key=policies.get)
+    word, nodes = task = max(policies, key=policies.get, default=("", ""))
     try:
         policy_nodes = CpuSet.parse(nodes)
     except ParseError:
@@ -254,7 +250,3 @@ def read_bounded(path: str, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-__all__ = ["Binding", "BINDING_VAR", "MAX_PROCESSES", "MEMORY_POLICIES", "Observed", "describe_memory",
-           "node_words", "observe"]

@@ -191,8 +191,7 @@ def prctl(option: int, arg2: int = 0) -> None:
 
 
 def load() -> None:
-    """Resolve libc and this architecture's numbers now: a child between fork and exec must not
-    load libraries."""
+    """Resolve libc and this architecture's numbers now: a child between fork and exec must not load libraries."""
     _libc_handle()
     try:
         _numbers()

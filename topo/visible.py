@@ -9,8 +9,7 @@
 - Intel XPUs: `ZE_AFFINITY_MASK` lists indices in PCI bus order, or `device.subdevice` (a tile
   runs where its card sits). Ascend (`ASCEND_RT_VISIBLE_DEVICES`, NPU ids) and Gaudi
   (`HABANA_VISIBLE_MODULES`, module ids): local rank i gets `sorted(ids)[i]`, as msrun and the runtime.
-`find_device(topology, name)` is the device a caller names by GPU/MIG UUID (or a bare one, as
-torch prints it) or by PCI bus id in any usual form.
+`find_device` finds a device by UUID or PCI bus id.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from topo.numbers import ascii_number
 from topo.errors import UsageError
 from topo.model import Device, Topology
 from topo.probes.devices import ACCELERATOR_KINDS
+from topo.probes.nvml import pci_bus_id
 from topo.probes.pci import bus_key
 
 _INDEX = re.compile(r"\A[+-]?[0-9]+\Z")  # ASCII digits only: int() would also read "١" as 1
@@ -39,12 +39,16 @@ def default_kind(topology: Topology) -> str | None:
     return next((k for k in ACCELERATOR_KINDS if k in kinds), None)
 
 
+def job_env(topology: Topology, env: Mapping[str, str] | None) -> Mapping[str, str]:
+    """`env`, by default this process's environment on the live machine and none for a topology read
+    from elsewhere (another root, a JSON or XML file)."""
+    return (os.environ if topology.is_this_system else {}) if env is None else env
+
+
 def visible_devices(topology: Topology, kind: str | None = None,
                     env: Mapping[str, str] | None = None) -> list[Device]:
-    """The devices local ranks 0, 1, ... get, in order. `env` defaults to this process's environment
-    on the live machine, to none for a topology read from elsewhere (another root, a JSON or XML file)."""
-    if env is None:
-        env = os.environ if topology.is_this_system else {}
+    """The devices local ranks 0, 1, ... get, in order (`env`: see `job_env`)."""
+    env = job_env(topology, env)
     kind = kind or default_kind(topology)
     devices = [d for d in topology.devices if d.kind == kind]
     for vendor, reader in (("nvidia", _cuda), ("amd", _rocm), ("intel", _level_zero)):
@@ -61,9 +65,8 @@ def visible_devices(topology: Topology, kind: str | None = None,
 
 def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
     """Physical ids of the devices local ranks 0, 1, ... get, or None when no visible-device
-    variable is set (then a job uses every device, by physical id). `env` defaults as in `visible_devices`."""
-    if env is None:
-        env = os.environ if topology.is_this_system else {}
+    variable is set (then a job uses every device, by physical id)."""
+    env = job_env(topology, env)
     if not any(name in env for name in VARIABLES):
         return None
     return tuple(d.index for d in visible_devices(topology, env=env))
@@ -72,8 +75,7 @@ def visible_device_ids(topology: Topology, env: Mapping[str, str] | None = None)
 def hidden_warning(topology: Topology, env: Mapping[str, str] | None = None) -> str | None:
     """The warning line when the variables hide every accelerator (`CUDA_VISIBLE_DEVICES=""` or `-1`,
     as CPU-side jobs on GPU hosts set on purpose) and the job is planned CPU-only; else None."""
-    if env is None:
-        env = os.environ if topology.is_this_system else {}
+    env = job_env(topology, env)
     kind = default_kind(topology)
     if kind is None or not any(name in env for name in VARIABLES) or visible_devices(topology, env=env):
         return None
@@ -84,9 +86,6 @@ def describe_env(env: Mapping[str, str]) -> str:
     """` (CUDA_VISIBLE_DEVICES='2,3')`: the variables that are set, for messages; "" when none is."""
     shown = [f"{n}={env[n]!r}" for n in VARIABLES if n in env and n != "CUDA_DEVICE_ORDER"]
     return f" ({', '.join(shown)})" if shown else ""
-
-
-# ---- each runtime's variables ----------------------------------------------------------------------
 
 
 def _cuda(gpus: list[Device], env: Mapping[str, str], migs: list[Device]) -> list[Device]:
@@ -220,32 +219,20 @@ def _listed_ids(devices: list[Device], env: Mapping[str, str], var: str, what: s
     return [by_id[i] for i in sorted(ids)]
 
 
-# ---- a device named the way its user knows it ----------------------------------------------------
-
-# NVML writes "00000000:3B:00.0", sysfs and nvidia-smi "0000:3b:00.0", lspci "3b:00.0"
-_BUS_ID = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
 # torch.cuda.get_device_properties(i).uuid prints the UUID without its GPU-/MIG- prefix
 _BARE_UUID = re.compile(r"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 DEVICE_FORMS = "a local index, a GPU-/MIG- UUID (nvidia-smi -L), a bare UUID, or a PCI bus id such as 0000:3b:00.0"
 
 
 def normal_bus_id(text: str) -> str | None:
-    """`text` as sysfs writes a PCI bus id ("0000:3b:00.0"), or None when it is not one. Takes
-    NVML's 8-digit domain and lspci's form without a domain (domain 0)."""
-    m = _BUS_ID.match(text.strip())
-    if not m:
-        return None
-    domain = int(m.group(1) or "0", 16)
-    if domain > 0xFFFF:
-        return None
-    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
+    """`text` as sysfs writes a PCI bus id ("0000:3b:00.0"), or None when it is not one or its domain is past 0xffff."""
+    return pci_bus_id(text, max_domain=0xFFFF)
 
 
 def find_device(topology: Topology, name) -> tuple[Device, Device | None]:
     """The accelerator `name` names, whatever the visible-device variables say, and the MIG instance
-    when it names one: a `GPU-`/`MIG-` UUID or unique prefix, a bare UUID (torch's
-    `get_device_properties(i).uuid`, text or object), or a PCI bus id (`0000:3b:00.0`, `3b:00.0`,
-    NVML's `00000000:3B:00.0`). UsageError naming the text and the forms it may take."""
+    when it names one: a `GPU-`/`MIG-` UUID or unique prefix, a bare UUID (torch's `get_device_properties(i).uuid`,
+    text or object), or a PCI bus id in any form `pci_bus_id` reads. UsageError naming the text and the forms."""
     text = str(name).strip()
     accelerators = [d for d in topology.devices if d.kind in ACCELERATOR_KINDS]
     gpus = [d for d in accelerators if d.kind == "gpu"]

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 from topo.cpuset import CpuSet, excerpt
 from topo.numbers import ascii_number
 from topo.errors import ParseError, ProbeError
+from topo.probes.nvml import pci_bus_id
 from topo.probes.tools import ToolNotFound, run_tool
 
 TIMEOUT = 10.0  # seconds, as msrun's execute_command
-_BUSID = re.compile(r"\A([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\Z")
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,6 @@ class NpuReport:
     status: str
     chips: tuple[NpuChip, ...] = ()
     links: dict[tuple[int, int], str] = field(default_factory=dict)  # logical ids -> HCCS, PIX, ...
-
-
-def normalize_busid(text: str) -> str:
-    m = _BUSID.match(text.strip())
-    if not m:
-        raise ParseError(f"not a PCI bus id: {text.strip()!r}")
-    dom, bus, dev, fn = m.groups()
-    return f"{int(dom, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
 
 
 def parse_chip_map(text: str) -> list[NpuChip]:
@@ -75,13 +67,9 @@ def parse_chip_map(text: str) -> list[NpuChip]:
     ids = unique_ints("chip logic id") or unique_ints("npu id") or unique_ints("chip phy-id")
     if ids is None:
         raise ParseError("'npu-smi info -m': no column gives every chip a unique device id")
-    chips = []
-    for logical, row in zip(ids, rows):
-        npu_id, chip_id = ascii_number(row["npu id"]), ascii_number(row["chip id"])
-        if npu_id is None or chip_id is None:
-            raise ParseError(f"'npu-smi info -m': NPU ID and Chip ID must be whole numbers (ASCII digits) in "
-                             f"line {excerpt(row[''])!r}")
-        chips.append(NpuChip(logical, npu_id, chip_id, row["chip name"]))
+    what = "'npu-smi info -m': NPU ID and Chip ID must be whole numbers"
+    chips = [NpuChip(logical, _id(row["npu id"], what, row[""]), _id(row["chip id"], what, row[""]), row["chip name"])
+             for logical, row in zip(ids, rows)]
     return sorted(chips, key=lambda c: c.logical_id)
 
 
@@ -108,23 +96,17 @@ def parse_info_table(text: str) -> list[NpuChip]:
             break  # the process table below reuses the same layout
         if not first or not first[0][0].isdigit() or len(cells) < 2:
             continue  # not an NPU or chip row (one starting with "²", "١" or "1_0" is, refused below)
-        number = ascii_number(first[0])
-        if number is None:
-            raise ParseError(f"'npu-smi info': the NPU or chip id is not a whole number (ASCII digits) in "
-                             f"line {excerpt(line.strip())!r}")
-        bus = cells[1].split()[0] if cells[1].split() else ""
-        if _BUSID.match(bus):
+        number = _id(first[0], "'npu-smi info': the NPU or chip id is not a whole number", line)
+        busid = pci_bus_id(cells[1].split()[0]) if cells[1].split() else None
+        if busid:
             if npu_id is None:
                 raise ParseError(f"'npu-smi info': chip row before any NPU row: {excerpt(line.strip())!r}")
             chip_id = number
             if second == "device" and len(first) > 1 and first[1].isdigit():
-                logical = ascii_number(first[1])
-                if logical is None:
-                    raise ParseError(f"'npu-smi info': the device id is not a whole number (ASCII digits) in "
-                                     f"line {excerpt(line.strip())!r}")
+                logical = _id(first[1], "'npu-smi info': the device id is not a whole number", line)
             else:
                 logical = npu_id if chip_id == 0 or second is None else -1
-            chips.append(NpuChip(logical, npu_id, chip_id, name, normalize_busid(bus)))
+            chips.append(NpuChip(logical, npu_id, chip_id, name, busid))
         else:
             npu_id = number
             name = " ".join(first[1:]) or None
@@ -136,7 +118,10 @@ def parse_board_busid(text: str) -> str | None:
     for line in text.splitlines():
         key, sep, value = line.partition(":")
         if sep and re.sub(r"\s+", "", key).lower() == "pciebusinfo":
-            return normalize_busid(value.strip())
+            busid = pci_bus_id(value)
+            if busid is None:
+                raise ParseError(f"not a PCI bus id: {value.strip()!r}")
+            return busid
     return None
 
 
@@ -176,10 +161,14 @@ def parse_topo(text: str) -> tuple[dict[int, CpuSet], dict[tuple[int, int], str]
 
 def _npu(name: str, line: str) -> int:
     """The id of an `NPU<id>` column or row of `npu-smi info -t topo`."""
-    number = ascii_number(name[3:])
+    return _id(name[3:], f"'npu-smi info -t topo': {excerpt(name, 20)!r} is not NPU<id>", line)
+
+
+def _id(text: str, what: str, line: str) -> int:
+    """`text` as a whole number; else ParseError "`what` (ASCII digits) in line `line`"."""
+    number = ascii_number(text)
     if number is None:
-        raise ParseError(f"'npu-smi info -t topo': {excerpt(name, 20)!r} is not NPU<id> (ASCII digits) in "
-                         f"line {excerpt(line.strip())!r}")
+        raise ParseError(f"{what} (ASCII digits) in line {excerpt(line.strip())!r}")
     return number
 
 

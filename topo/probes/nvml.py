@@ -1,17 +1,15 @@
 """NVIDIA GPUs through NVML (`pynvml`, from the optional `nvidia-ml-py`: `topo-affinity[nvidia]`),
 imported only when the probe runs. Failures degrade as gpustat's: no library or driver gives a
 reason and no GPUs; an error on one GPU drops it, named; an optional field that errors is None.
-Read: the index (PCI bus order, as nvidia-smi numbers), bus id, NODE- and SOCKET-scope CPU affinity
-(64-bit words, word 0 = CPUs 0-63, as gpu_affinity reads them), the CPU-side NUMA node from the
-NODE-scope memory affinity (nvidia-smi's "NUMA Affinity"; nvmlDeviceGetNumaNodeId is the GPU's
-own memory node on C2C machines), and the link level and NVLink counts of `nvidia-smi topo -m`.
+Each GPU's CPU-side NUMA node is its NODE-scope memory affinity (nvidia-smi's "NUMA Affinity";
+nvmlDeviceGetNumaNodeId is the GPU's own memory node on C2C machines).
 """
-
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,15 +35,15 @@ _MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS of drivers before Blackwell; newer mo
 
 @dataclass(frozen=True)
 class NvmlGpu:
-    index: int
+    index: int  # PCI bus order, as nvidia-smi numbers
     busid: str  # sysfs spelling, "0000:18:00.0"
     uuid: str | None
     name: str | None
     memory: int | None  # bytes
     numa_node: int | None  # CPU-side node (memory affinity), None when NVML does not say
-    node_cpus: CpuSet | None
+    node_cpus: CpuSet | None  # NODE- and SOCKET-scope CPU affinity, as gpu_affinity reads them
     socket_cpus: CpuSet | None
-    nvlinks: tuple[tuple[str, int], ...] = ()  # (remote PCI bus id, active links), by remote
+    nvlinks: tuple[tuple[str, int], ...] = ()  # (remote PCI bus id, active links), by remote: nvidia-smi's NV#
     mig_uuids: tuple[str, ...] = ()
 
 
@@ -56,28 +54,30 @@ class NvmlReport:
     pcie_levels: dict[tuple[int, int], str] = field(default_factory=dict)  # (index, index) -> PIX..SYS
 
 
+# NVML writes "00000000:3B:00.0", sysfs and nvidia-smi "0000:3b:00.0", lspci "3b:00.0"
+_BUS_ID = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
+
+
+def pci_bus_id(text: str, max_domain: int = 0xFFFFFFFF) -> str | None:
+    """`text` as sysfs spells a PCI bus id ("0000:3b:00.0"), in any of the forms above; None when it
+    is not one or its domain is past `max_domain`."""
+    m = _BUS_ID.match(text.strip())
+    if not m or int(m.group(1) or "0", 16) > max_domain:
+        return None
+    return f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
+
+
 def normalize_busid(busid: str | bytes) -> str:
-    """NVML's `00000000:18:00.0` (or already `0000:18:00.0`) as sysfs spells it: `0000:18:00.0`."""
-    if isinstance(busid, bytes):
-        busid = busid.decode("ascii", "replace")
-    busid = busid.strip().rstrip("\x00")
-    domain, sep, rest = busid.partition(":")
-    if not sep or not rest.count(":") == 1:
-        return busid.lower()
-    try:
-        return f"{int(domain, 16):04x}:{rest.lower()}"
-    except ValueError:
-        return busid.lower()
+    """NVML's bus id as sysfs spells it (domains past 0xffff kept); text that is none, lower case."""
+    text = (busid.decode("ascii", "replace") if isinstance(busid, bytes) else busid).strip().rstrip("\x00")
+    return pci_bus_id(text) or text.lower()
 
 
 def words_to_cpuset(words) -> CpuSet | None:
     """An NVML affinity array (unsigned long words, word 0 = CPUs 0-63) as a CpuSet; None for None."""
     if words is None:
         return None
-    mask = 0
-    for i, word in enumerate(words):
-        mask |= (int(word) & 0xFFFFFFFFFFFFFFFF) << (64 * i)
-    return CpuSet.from_mask(mask)
+    return CpuSet.from_mask(sum((int(word) & 0xFFFFFFFFFFFFFFFF) << (64 * i) for i, word in enumerate(words)))
 
 
 def affinity_words(cpu_count: int) -> int:
@@ -100,8 +100,7 @@ def nvlink_label(a: NvmlGpu, b: NvmlGpu, gpu_busids: set[str]) -> str | None:
 
 
 def probe_for(topology: Topology) -> NvmlReport:
-    """probe_nvml with enough affinity words for every CPU id of `topology` (gpu_affinity sizes
-    them by os.cpu_count())."""
+    """probe_nvml with affinity words for every CPU id of `topology` (gpu_affinity: os.cpu_count())."""
     cpu_count = topology.complete_pus.last() + 1
     if topology.is_this_system:
         cpu_count = max(cpu_count, os.cpu_count() or 1)
@@ -153,9 +152,9 @@ def _query(nvml, error, cpu_count: int) -> NvmlReport:
             problems.append(f"GPU {index}: {_reason(exc)}")
             continue
         memory = optional(nvml.nvmlDeviceGetMemoryInfo, handle)
-        node_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_NODE)
-        if node_words is None:  # drivers before the scoped call (R450) know only the NODE-like default
-            node_words = optional(nvml.nvmlDeviceGetCpuAffinity, handle, words)
+        # drivers before the scoped call (R450) know only the NODE-like default
+        node_words = (optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_NODE)
+                      or optional(nvml.nvmlDeviceGetCpuAffinity, handle, words))
         socket_words = optional(nvml.nvmlDeviceGetCpuAffinityWithinScope, handle, words, _SCOPE_SOCKET)
         # one word of nodeset covers 64 NUMA nodes
         nodes = words_to_cpuset(optional(nvml.nvmlDeviceGetMemoryAffinity, handle, 1, _SCOPE_NODE))
@@ -201,11 +200,9 @@ def _mig_uuids(nvml, optional, handle) -> tuple[str, ...]:
     mode = optional(nvml.nvmlDeviceGetMigMode, handle)  # (current, pending)
     if mode is None or mode[0] != _FEATURE_ENABLED:
         return ()
-    uuids = []
-    for slot in range(optional(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-        mig = optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)  # None: an empty slot (NotFound)
-        uuids.append(None if mig is None else _text(optional(nvml.nvmlDeviceGetUUID, mig)))
-    return tuple(filter(None, uuids))
+    slots = range(optional(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0)
+    migs = [optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot) for slot in slots]  # None: empty
+    return tuple(filter(None, (_text(optional(nvml.nvmlDeviceGetUUID, mig)) for mig in migs if mig is not None)))
 
 
 def _text(value) -> str | None:
@@ -218,15 +215,11 @@ def _reason(exc: BaseException) -> str:
     return str(exc).strip() or type(exc).__name__
 
 
-# ---- a report stored in a capture, read back on replay ---------------------------------------
-
-
 def report_json(report: NvmlReport) -> str:
     """The report as JSON, CPU sets as cpulists and the link levels as [a, b, level] rows."""
-    gpus = [{**asdict(g), "node_cpus": _cpulist(g.node_cpus), "socket_cpus": _cpulist(g.socket_cpus)}
-            for g in report.gpus]
     levels = [[a, b, label] for (a, b), label in sorted(report.pcie_levels.items())]
-    return json.dumps({"status": report.status, "gpus": gpus, "pcie_levels": levels}, indent=1) + "\n"
+    return json.dumps({"status": report.status, "gpus": [asdict(g) for g in report.gpus], "pcie_levels": levels},
+                      indent=1, default=CpuSet.to_list) + "\n"
 
 
 def stored_report(fs: FsRoot) -> NvmlReport | None:
@@ -272,7 +265,3 @@ def _checked(value, kind: type, optional: bool = False):
             or kind is str and (len(value) > 256 or not value.isprintable())):
         raise ValueError(f"{str(value)[:40]!r} is not {kind.__name__}")
     return value
-
-
-def _cpulist(cpus: CpuSet | None) -> str | None:
-    return None if cpus is None else cpus.to_list()
