@@ -2,8 +2,7 @@
 instruction cache, memory-side cache or I/O object), but for a 2,048-PU machine to read: a cache with one core's CPUs
 is named in the core's tooltip (and, the same in every core, once in its package's header), not drawn; an object
 with its only child's CPUs shares its box ("Package P#0 · L3 32MiB"); cores fold into rows of at most 8, other boxes
-into the grid closest to a landscape page. NUMA nodes are bars atop the box of their CPUs, their devices chips below.
-"""
+into the grid closest to a landscape page. NUMA nodes are bars atop the box of their CPUs, their devices chips below."""
 
 from __future__ import annotations
 
