@@ -67,11 +67,6 @@ def type_name(obj: Obj, verbose: bool = False) -> str:
     return t
 
 
-def group_kind(reason: str) -> tuple[int, int, str | None]:
-    """(kind, subkind, subtype) of a model Group; a reason hwloc has no kind for is its subtype."""
-    return GROUP_KINDS.get(reason) or (0, 0, None if reason == "hwloc" else reason)
-
-
 def bitmap(s: CpuSet) -> str:
     """hwloc_bitmap_snprintf: 32-bit words `0x%08x`, most significant first, all-zero ones empty but the last."""
     words = ["" if w == "00000000" else "0x" + w for w in s.to_mask().split(",")]
@@ -121,7 +116,9 @@ def matches(obj: Obj, wanted: tuple[str, object]) -> bool:
 def _cpu_objects(t: Topology, drop) -> list[Obj]:
     objs = [Obj("Package", p.cpuset, p.os_index, p) for p in t.packages]
     objs += [Obj("Die", d.cpuset, d.os_index, d) for d in t.dies]
-    objs += [Obj("Group", g.cpuset, None, g, *group_kind(g.reason)) for g in t.groups]
+    for g in t.groups:  # a reason hwloc has no kind for is the Group's subtype
+        kind = GROUP_KINDS.get(g.reason, (0, 0, None if g.reason == "hwloc" else g.reason))
+        objs.append(Obj("Group", g.cpuset, None, g, *kind))
     objs += [Obj("Group", c.cpuset, c.os_index, c, CLUSTER_KIND, 0, "Cluster") for c in t.clusters]
     caches = ((f"L{c.level}{'i' if c.type == 'instruction' else ''}Cache", c) for c in t.caches)
     objs += [Obj(kind, c.cpuset, None, c) for kind, c in caches if kind in TYPES]  # hwloc has L1-L5, L1i-L3i
