@@ -45,25 +45,15 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
     out = []
     while len(members) > 2:
         best = min(apart(a, b) for a in members for b in members if a != b)
-        # union-find over "as close as the closest pair", in both directions
-        parent = list(range(len(members)))
-
-        def find(x: int, parent=parent) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
+        # clusters: members as close as the closest pair (in both directions), transitively
+        clusters: list[list[int]] = []
         for x, a in enumerate(members):
-            for y, b in enumerate(members):
-                if x < y and apart(a, b) <= best and apart(b, a) <= best:
-                    parent[find(x)] = find(y)
-        clusters: dict[int, tuple[int, ...]] = {}
-        for x, a in enumerate(members):
-            clusters[find(x)] = clusters.get(find(x), ()) + a
+            near = [c for c in clusters
+                    if any(apart(a, members[y]) <= best and apart(members[y], a) <= best for y in c)]
+            clusters = [c for c in clusters if c not in near] + [sorted([x, *(y for c in near for y in c)])]
         if len(clusters) in (1, len(members)):
             break
-        members = sorted(clusters.values())
+        members = sorted(tuple(i for y in c for i in members[y]) for c in clusters)
         for group in members:
             if len(group) > 1:
                 out.append((union_all(loc[i] for i in group), tuple(sorted(group))))
