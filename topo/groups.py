@@ -12,20 +12,19 @@ def node_groups(nodes: list[NumaNode], cpu_side: set[CpuSet], machine: CpuSet, p
     """Groups as hwloc makes them: one per NUMA locality that matches no package, die, cache or core (a node
     spanning packages, or smaller than a core), one with no CPUs for each CPU-less node without locality, and
     those found by clustering the distance matrix."""
-    seen: set[CpuSet] = set()
-    groups = []
+    candidates = []
     for node in nodes:
         loc = node.locality & machine
-        if not loc:  # hwloc gives each CPU-less node without locality a Group of its own (by nodeset)
+        # hwloc gives each CPU-less node without locality a Group of its own (by nodeset)
+        members = tuple(n.os_index for n in nodes if n.locality & machine == loc) if loc else (node.os_index,)
+        candidates.append((loc, members, "numa" if loc else "cpu-less"))
+    candidates += [(loc, members, "distance") for loc, members in _distance_groups(nodes, machine)]
+    seen: set[CpuSet] = set()
+    groups = []
+    for loc, members, reason in candidates:
+        if reason == "cpu-less" or not (loc == machine or loc in cpu_side or loc in seen):
             seen.add(loc)
-            groups.append(Group(loc, (node.os_index,), "cpu-less"))
-        elif not (loc == machine or loc in cpu_side or loc in seen):
-            seen.add(loc)
-            groups.append(Group(loc & pus, tuple(n.os_index for n in nodes if n.locality & machine == loc), "numa"))
-    for loc, members in _distance_groups(nodes, machine):
-        if not (loc == machine or loc in cpu_side or loc in seen):
-            seen.add(loc)
-            groups.append(Group(loc & pus, members, "distance"))
+            groups.append(Group(loc & pus, members, reason))
     groups.sort(key=lambda g: (g.cpuset.first(), -g.cpuset.weight()))
     return tuple(groups)
 
@@ -46,25 +45,15 @@ def _distance_groups(nodes: list[NumaNode], machine: CpuSet) -> list[tuple[CpuSe
     out = []
     while len(members) > 2:
         best = min(apart(a, b) for a in members for b in members if a != b)
-        # union-find over "as close as the closest pair", in both directions
-        parent = list(range(len(members)))
-
-        def find(x: int, parent=parent) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
+        # clusters: members as close as the closest pair (in both directions), transitively
+        clusters: list[list[int]] = []
         for x, a in enumerate(members):
-            for y, b in enumerate(members):
-                if x < y and apart(a, b) <= best and apart(b, a) <= best:
-                    parent[find(x)] = find(y)
-        clusters: dict[int, tuple[int, ...]] = {}
-        for x, a in enumerate(members):
-            clusters[find(x)] = clusters.get(find(x), ()) + a
+            near = [c for c in clusters
+                    if any(apart(a, members[y]) <= best and apart(members[y], a) <= best for y in c)]
+            clusters = [c for c in clusters if c not in near] + [sorted([x, *(y for c in near for y in c)])]
         if len(clusters) in (1, len(members)):
             break
-        members = sorted(clusters.values())
+        members = sorted(tuple(i for y in c for i in members[y]) for c in clusters)
         for group in members:
             if len(group) > 1:
                 out.append((union_all(loc[i] for i in group), tuple(sorted(group))))
@@ -90,18 +79,15 @@ class Placed:
     hangs from the smallest object covering it (the machine at worst)."""
 
     def __init__(self, sets) -> None:
-        # Each distinct set once (caches and cores repeat one another's sets), compared as bitmasks.
-        self.placed = list(dict.fromkeys(sets))
-        self.masks = {o.mask for o in self.placed}
+        self.placed = dict.fromkeys(sets)  # each distinct set once: caches and cores repeat one another's
 
     def fit(self, loc: CpuSet, machine: CpuSet) -> CpuSet:
         """Where something local to `loc` hangs: `loc` itself, or the covering object's CPUs."""
         m = loc.mask
-        if not m or loc == machine or m in self.masks:
+        if not m or loc == machine or loc in self.placed:
             return loc
         # nested either way, or disjoint: their intersection is one of them, or nothing
         if all((i := m & o.mask) == m or i == o.mask or not i for o in self.placed):
-            self.placed.append(loc)  # a Group of these CPUs fits
-            self.masks.add(m)
+            self.placed[loc] = None  # a Group of these CPUs fits
             return loc
         return min((o for o in self.placed if loc <= o), key=CpuSet.weight, default=machine)

@@ -67,11 +67,6 @@ def type_name(obj: Obj, verbose: bool = False) -> str:
     return t
 
 
-def group_kind(reason: str) -> tuple[int, int, str | None]:
-    """(kind, subkind, subtype) of a model Group; a reason hwloc has no kind for is its subtype."""
-    return GROUP_KINDS.get(reason) or (0, 0, None if reason == "hwloc" else reason)
-
-
 def bitmap(s: CpuSet) -> str:
     """hwloc_bitmap_snprintf: 32-bit words `0x%08x`, most significant first, all-zero ones empty but the last."""
     words = ["" if w == "00000000" else "0x" + w for w in s.to_mask().split(",")]
@@ -121,7 +116,9 @@ def matches(obj: Obj, wanted: tuple[str, object]) -> bool:
 def _cpu_objects(t: Topology, drop) -> list[Obj]:
     objs = [Obj("Package", p.cpuset, p.os_index, p) for p in t.packages]
     objs += [Obj("Die", d.cpuset, d.os_index, d) for d in t.dies]
-    objs += [Obj("Group", g.cpuset, None, g, *group_kind(g.reason)) for g in t.groups]
+    for g in t.groups:  # a reason hwloc has no kind for is the Group's subtype
+        kind = GROUP_KINDS.get(g.reason, (0, 0, None if g.reason == "hwloc" else g.reason))
+        objs.append(Obj("Group", g.cpuset, None, g, *kind))
     objs += [Obj("Group", c.cpuset, c.os_index, c, CLUSTER_KIND, 0, "Cluster") for c in t.clusters]
     caches = ((f"L{c.level}{'i' if c.type == 'instruction' else ''}Cache", c) for c in t.caches)
     objs += [Obj(kind, c.cpuset, None, c) for kind, c in caches if kind in TYPES]  # hwloc has L1-L5, L1i-L3i
@@ -136,8 +133,6 @@ def merge_groups(groups: list, others: list[CpuSet], pus: CpuSet) -> list:
     """The `groups` (anything with a cpuset) hwloc keeps beside objects with the CPU sets `others`: one with the CPUs
     of one of them, of the machine, of one PU or of a Group before it merges into that (hwloc__insert_try_merge_group);
     one without CPUs stays."""
-    if not groups:
-        return groups
     # Sets are keyed with their first CPU: the ints of single-CPU masks share few hashes.
     taken = {(s.first(), s.mask) for s in (*others, pus)}
     kept = []
@@ -174,14 +169,11 @@ def build(t: Topology, drop=()) -> Obj:
             parent = next((g for g in machine.children if g.type == "Group" and not g.cpuset
                            and node.os_index in g.model.numa_nodes), machine)
         nodes[node.os_index] = (Obj("NUMANode", parent.cpuset, node.os_index, node, subtype=node.subtype), parent)
-    for m in t.memory_side_caches:
+    for m in t.memory_side_caches if "MemCache" not in drop else ():
         inside = [nodes.pop(i) for i in m.numa_nodes if i in nodes]
-        if inside and "MemCache" not in drop:
-            parent = inside[0][1]
-            wrapper = Obj("MemCache", parent.cpuset, None, m, memory=[n for n, _ in inside])
-            nodes[inside[0][0].os_index] = (wrapper, parent)
-        else:
-            nodes.update((n.os_index, (n, p)) for n, p in inside)
+        if inside:
+            first, parent = inside[0]
+            nodes[first.os_index] = (Obj("MemCache", parent.cpuset, None, m, memory=[n for n, _ in inside]), parent)
     for _, (obj, parent) in sorted(nodes.items()):
         parent.memory.append(obj)
     if not {"Bridge", "PCIDev", "OSDev"} <= set(drop):
@@ -327,11 +319,9 @@ def restrict(machine: Obj, cpus: CpuSet) -> None:
             kept = [c for c in obj.children if visit(c)]
             obj.children = sorted((c for c in kept if c.cpuset), key=lambda c: c.cpuset.first()) + [
                 c for c in kept if not c.cpuset][::-1]
-            stack = list(obj.memory)
-            while stack:
-                m = stack.pop()
-                m.cpuset = obj.cpuset
-                stack += m.memory
+            for m in obj.memory:  # a memory-side cache, and the nodes in it
+                for x in (m, *m.memory):
+                    x.cpuset = obj.cpuset
         return bool(obj.children or obj.memory or obj.cpuset)
 
     visit(machine)

@@ -2,8 +2,7 @@
 --input` and `topo.load_topology`: `topo.tree`'s tree, element for element. What hwloc has no attribute for (a PCI
 function's NUMA node, driver and names; a NUMA node's own CPUs and odd locality; the online and disallowed sets) is
 an `<info name="topo...">` of its object, shown by lstopo only with -v, so topo reads its own XML back equal.
-Characters XML cannot carry (C0 controls but tab and newlines, U+FFFE, U+FFFF, lone surrogates): as `printable`.
-"""
+Characters XML cannot carry (C0 controls but tab and newlines, U+FFFE, U+FFFF, lone surrogates): as `printable`."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 instruction cache, memory-side cache or I/O object), but for a 2,048-PU machine to read: a cache with one core's CPUs
 is named in the core's tooltip (and, the same in every core, once in its package's header), not drawn; an object
 with its only child's CPUs shares its box ("Package P#0 · L3 32MiB"); cores fold into rows of at most 8, other boxes
-into the grid closest to a landscape page. NUMA nodes are bars atop the box of their CPUs, their devices chips below.
-"""
+into the grid closest to a landscape page. NUMA nodes are bars atop the box of their CPUs, their devices chips below."""
 
 from __future__ import annotations
 
@@ -204,12 +203,6 @@ def _best_cols(cells: list[tuple[float, float]]) -> int:
     return best
 
 
-def _place(box: Box, x: float, y: float) -> None:
-    box.x, box.y = x, y
-    for c, (cx, cy) in zip(box.children, box.child_pos):
-        _place(c, x + cx, y + cy)
-
-
 def walk(box: Box):
     yield box
     for c in box.children:
@@ -240,12 +233,8 @@ def lay_out(topology: Topology, paint: Paint) -> Box:
     # one width for every PU: room for the longest label, "P#2047" or "P#12 r0+r1", and the remote flag
     pu_w = max((len(pu_label(pu, paint)) for pu in topology.pus), default=3) * CHAR + (12 if paint.remote else 6)
     _measure(root, topology, pu_w)
-    _place(root, 8, 8)
+    root.x, root.y = 8, 8
+    for box in walk(root):  # a box before its children: each placed from its parent
+        for c, (cx, cy) in zip(box.children, box.child_pos):
+            c.x, c.y = box.x + cx, box.y + cy
     return root
-
-
-def chip_centres(root: Box) -> dict[tuple[str, int], tuple[float, float]]:
-    """The bottom centre of each device chip, by (kind, index): where its link starts."""
-    return {(d.kind, d.index): (box.x + mx + cx + cw / 2, box.y + my + cy + CHIP_H)
-            for box in walk(root) for (_, devices), (mx, my, _, chips) in zip(box.memory, box.mem_pos)
-            for d, (cx, cy, cw) in zip(devices, chips)}

@@ -14,9 +14,6 @@ from topo.views.palette import Overlay, Owner, colour
 from topo.views.svg import draw_svg
 from topo.views.terminal import text_map
 
-LEGEND = ("rank", "device", "CPUs", "cores", "memory node", "device node", "local")
-
-
 def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     resources = AllowedResources(topology)
     rows, warnings = analyse(topology, plan)
@@ -44,8 +41,8 @@ def plan_overlay(topology: Topology, plan: BindPlan) -> Overlay:
     n = len(plan.workers())
     title = (f"topo plan --mode {plan.meta.get('mode', '?')}: {n} process{'es' if n != 1 else ''} on "
              f"{topology.summary()}")
-    return Overlay(tuple(owners), title=title, legend_header=LEGEND,
-                   notes=(*node_notes(rows), *warnings))
+    return Overlay(tuple(owners), title=title, notes=(*node_notes(rows), *warnings),
+                   legend_header=("rank", "device", "CPUs", "cores", "memory node", "device node", "local"))
 
 
 def plan_svg(topology: Topology, plan: BindPlan) -> str:

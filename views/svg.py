@@ -7,7 +7,7 @@ from html import escape as _html_escape
 
 from topo.model import Topology
 from topo.text import printable
-from topo.views.layout import (BAR_H, CHAR, CHIP_H, FONT, HEAD, PAD, Box, bar_text, chip_centres, chip_label,
+from topo.views.layout import (BAR_H, CHAR, CHIP_H, FONT, HEAD, PAD, Box, bar_text, chip_label,
                           lay_out, node_label, pu_label, text_w, walk)
 from topo.views.palette import Overlay, Paint, ink_on
 
@@ -162,7 +162,9 @@ def _corner(x: float, y: float) -> str:
 
 def _links(root: Box, overlay: Overlay) -> list[str]:
     """A curve from each device chip to the top of the nearest core of the owner that drives it."""
-    chip_xy = chip_centres(root)
+    chip_xy = {(d.kind, d.index): (box.x + mx + cx + cw / 2, box.y + my + cy + CHIP_H)  # a chip's bottom centre
+               for box in walk(root) for (_, devices), (mx, my, _, chips) in zip(box.memory, box.mem_pos)
+               for d, (cx, cy, cw) in zip(devices, chips)}
     core_top: dict[int, tuple[float, float]] = {}  # PU -> the top of its core (or of itself, without cores)
     for b in walk(root):  # a core comes before its PUs
         if b.kind in ("Core", "PU"):

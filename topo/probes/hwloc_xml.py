@@ -4,8 +4,7 @@ v2 (`<topology version="2.0">` or later): NUMA nodes are memory children whose c
 `<distances2>` matrices by OS index, the allowed sets on the Machine. v1: `Socket`, one `Cache` type with `depth`,
 NUMA nodes in the CPU tree with their own CPUs, `<distances>` by logical index in multiples of `latency_base`.
 hwloc does not say which CPUs a NUMA node owns when several share a locality (DDR beside GPU or NVM memory):
-nodes with a subtype own none, then smaller localities claim first, lower OS index first.
-"""
+nodes with a subtype own none, then smaller localities claim first, lower OS index first."""
 
 from __future__ import annotations
 
@@ -191,13 +190,11 @@ def _pci_device(el, locality: CpuSet, parent: str | None, nodes_at: dict[CpuSet,
 
 def _group_reason(el, cpuset: CpuSet) -> str:
     """A Group element's model reason: by hwloc's kind, else its subtype (topo's, from before it wrote kinds)."""
-    kind, subkind, subtype = el.get("kind"), el.get("subkind", "0"), el.get("subtype")
-    if kind == str(GROUP_KINDS["numa"][0]):
+    kind = (el.get("kind"), el.get("subkind", "0"))
+    if kind[0] == str(GROUP_KINDS["numa"][0]):
         return "numa" if cpuset else "cpu-less"
-    for reason, (k, sub, _) in GROUP_KINDS.items():
-        if kind == str(k) and subkind == str(sub) and reason not in ("numa", "cpu-less"):
-            return reason
-    return subtype or "hwloc"
+    return next((reason for reason, (k, sub, _) in GROUP_KINDS.items() if kind == (str(k), str(sub))),
+                el.get("subtype") or "hwloc")
 
 
 def _cpukinds(root, pus: CpuSet) -> tuple[CpuKind, ...]:
@@ -225,11 +222,9 @@ _OSDEV_V3 = ((1 << 5, "openfabrics"), (1 << 4, "net"), (1 << 0, "block"), (1 << 
 
 
 def _os_device(el, locality: CpuSet, parent: str | None, version3: bool) -> OsDevice:
-    value = el.get("osdev_type") or "0"
-    kind = _infos(el).get("topoType")
+    value, kind = el.get("osdev_type") or "0", _infos(el).get("topoType")
     if kind is None and version3:
-        bits = _number(value, "osdev_type")
-        kind = next((name for bit, name in _OSDEV_V3 if bits & bit), "block")
+        kind = next((name for bit, name in _OSDEV_V3 if _number(value, "osdev_type") & bit), "block")
     elif kind is None:
         kind = _OSDEV_V2.get(value, "block")
     return OsDevice(el.get("name") or "", kind, parent if parent and _BUS_ID.match(parent) else None, locality,
@@ -397,10 +392,8 @@ def _build(root, machine, version: int, source: str) -> Topology:
         cpuset = written & pus  # a CPU without a PU element is none
         if written and not cpuset:
             continue
-        if cpuset:
-            members = tuple(n.os_index for n in nodes if n.locality and n.locality <= cpuset)
-        else:  # topo's Group of the nodes without locality
-            members = tuple(n.os_index for n in nodes if not n.locality)
+        # the nodes local to its CPUs; topo's Group of CPU-less nodes: those without locality
+        members = tuple(n.os_index for n in nodes if bool(n.locality) == bool(cpuset) and n.locality <= cpuset)
         groups.append(Group(cpuset, members, _group_reason(el, cpuset)))
     groups = merge_groups(groups, [o.cpuset for o in (*w["packages"], *w["dies"], *w["cores"], *w["caches"])], pus)
     nodes_at: dict[CpuSet, list[int]] = {}  # locality -> nodes: one lookup per PCI device
