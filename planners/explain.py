@@ -18,9 +18,8 @@ def process_cpus(proc: ProcessBinding, resources: AllowedResources) -> CpuSet:
 
 
 def driven_device(plan: BindPlan, proc: ProcessBinding, resources: AllowedResources) -> int | None:
-    """The accelerator a process drives: its key's physical id when the topology has that device;
-    None for the scheduler and for every rank of a CPU-only job (whose ``deviceN`` key is its rank,
-    as msrun's DEVICE_ID, not a device it uses)."""
+    """The device a process drives, by its key; None for the scheduler and in a CPU-only job (whose
+    ``deviceN`` is the rank)."""
     if proc.is_scheduler or plan.meta.get("cpu_only"):
         return None
     return proc.device if proc.device in resources.devices else None
