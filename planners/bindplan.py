@@ -40,10 +40,8 @@ def device_key(physical_id: int) -> str:
 
 def normalize_key(key: object) -> str | None:
     """``device_3`` / ``device03`` -> ``device3``; ``scheduler`` stays; anything else -> None."""
-    if not isinstance(key, str):
-        return None
-    m = _KEY.match(key)
-    if not m:
+    m = _KEY.match(key) if isinstance(key, str) else None
+    if m is None:
         return None
     return "scheduler" if m.group(1) is None else f"device{int(m.group(1))}"
 

@@ -43,14 +43,9 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
             raw = resources.devices[dev].numa_node
             node_text = str(raw) if (raw,) == home else f"{'?' if raw is None else raw}>{nodes_text(home)}"
         home_cpus = resources.cpus_of_nodes(home)
-        if dev is None or not cpus:
-            local = "-"
-        elif cpus <= home_cpus:
-            local = "yes"
-        elif cpus.intersects(home_cpus):
-            local = "partly"
-        else:
-            local = "no"
+        local = "-"
+        if dev is not None and cpus:
+            local = "yes" if cpus <= home_cpus else "partly" if cpus.intersects(home_cpus) else "no"
         cores = resources.core_indexes(cpus)
         for i in cores:
             owners.setdefault(i, []).append(proc.key)
