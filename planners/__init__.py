@@ -5,9 +5,8 @@
     plan = planners.plan(t, "unique-contiguous", scope="socket", nproc=4)
     json.dump(plan.to_json(), open("bind.json", "w"))
 
-Strategies are pure functions ``(Topology, Job, Options) -> BindPlan``, listed in ``BUILTIN``; a plug-in
-adds one under the entry-point group ``topo.planners`` (a function, which may carry ``summary`` and
-``shares_cpus``, or a ``Planner``).
+Strategies ``(Topology, Job, Options) -> BindPlan`` are listed in ``BUILTIN``; a plug-in adds a function
+(with optional ``summary``, ``shares_cpus``) or a ``Planner`` under the entry-point group ``topo.planners``.
 """
 
 from __future__ import annotations
@@ -115,9 +114,8 @@ def plan(topology: Topology, mode: str, *, job: Job | None = None, devices: Sequ
     result = planner.load()(topology, job, opts)
     if not isinstance(result, BindPlan):
         raise UsageError(f"planner {planner.name!r} returned {type(result).__name__}, not a BindPlan")
-    # the notes a reader of the file needs: which mode, whether its processes share CPUs by design
-    # (then `topo validate` accepts overlapping sets), and whether the job drives no device (its
-    # keys are then msrun's DEVICE_ID, the rank, and name no device: --explain shows no locality)
+    # a reader's notes: the mode, whether it shares CPUs by design (`topo validate` accepts overlap), and
+    # whether the job drives no device (its keys are then ranks, msrun's DEVICE_ID: no locality to explain)
     meta = {"schema": "topo.bind/1", "mode": planner.name}
     if planner.shares_cpus:
         meta["shared_cpus"] = True

@@ -1,10 +1,7 @@
 """Checking a bind JSON: every problem at once, each with its JSON path, a fix and a severity.
 
-`validate_bind` (`topo validate`) runs the steps `topo launch` and `topo bind` run, so all three
-accept the same files with the same messages (msrun's words): `read_plan` (msrun's schema, carrying
-on where msrun stops at the first error), then `check_plan` (CPUs and NUMA nodes the topology lacks
-or does not allow; overlapping main sets, a warning unless the "topo" notes declare a CPU-sharing
-mode). A section its mode turns off is a warning (msrun ignores it); duplicate keys are errors.
+`topo validate`, `topo launch` and `topo bind` run the same steps, in msrun's words: `read_plan`
+(msrun's schema, not stopping at the first error), then `check_plan` (resources, overlapping main sets).
 """
 
 from __future__ import annotations
@@ -28,9 +25,7 @@ class Problem:
     path: str  # JSON path: "bind_cpu.device1.main"
     message: str
     fix: str = ""
-    # "warning": msrun runs such a file (overlapping main sets, keys it ignores); only errors
-    # stop a launch or fail `topo validate`.
-    severity: str = "error"
+    severity: str = "error"  # "warning": msrun runs such a file; only errors stop a launch or validate
 
     def __str__(self) -> str:
         text = f"{self.path}: {self.message}" if self.path else self.message
@@ -38,10 +33,9 @@ class Problem:
 
 
 def validate_bind(data: Any, topology=None, *, allow_overlap: bool | None = None) -> list[Problem]:
-    """Every problem of a bind JSON object: schema first, then (with a topology) resources, then
-    overlapping main sets."""
+    """Every problem of a bind JSON object: schema, then check_plan's."""
     reader = _Reader(data)
-    return reader.problems + _check(reader.entries or [], reader.notes, topology, allow_overlap)
+    return reader.problems + check_plan(reader.plan(), topology, allow_overlap=allow_overlap)
 
 
 def read_plan(data: Any) -> tuple[BindPlan | None, list[Problem]]:
@@ -53,17 +47,12 @@ def read_plan(data: Any) -> tuple[BindPlan | None, list[Problem]]:
 
 
 def check_plan(plan: BindPlan, topology, *, allow_overlap: bool | None = None) -> list[Problem]:
-    """What a plan asks of `topology` that it does not have, and overlapping main sets."""
-    return _check(plan.processes, plan.meta, topology, allow_overlap)
-
-
-def _check(entries: list[ProcessBinding], notes: Mapping, topology, allow_overlap: bool | None) -> list[Problem]:
-    """Resource problems (with a topology), then overlapping main sets unless allowed (by the caller,
-    else by the file's notes of a CPU-sharing mode)."""
-    problems = _resource_problems(entries, topology) if topology is not None else []
+    """What a plan asks of `topology` (None: nothing) that it lacks or does not allow, then overlapping
+    main sets unless allowed (by the caller, else by the notes of a CPU-sharing mode)."""
+    problems = _resource_problems(plan.processes, topology) if topology is not None else []
     if allow_overlap is None:
-        allow_overlap = notes.get("shared_cpus") is True
-    return problems if allow_overlap else problems + _overlap_problems(entries)
+        allow_overlap = plan.meta.get("shared_cpus") is True
+    return problems if allow_overlap else problems + _overlap_problems(plan.processes)
 
 
 def one_line(errors: list[Problem]) -> str:
@@ -74,12 +63,11 @@ def one_line(errors: list[Problem]) -> str:
 
 # --------------------------------------------------------------------------- schema
 class _Reader:
-    """One pass over a bind JSON object: problems, and the entries that parsed (``entries``, None
-    when the object is not readable at all)."""
+    """One pass over a bind JSON object: its problems, and the entries that parsed."""
 
     def __init__(self, data: Any):
         self.problems: list[Problem] = []
-        self.entries: list[ProcessBinding] | None = None
+        self.entries: list[ProcessBinding] = []
         self.notes: Mapping = {}
         self.cpu_mode = self.memory_mode = "none"
         self.fix_bind: bool | None = None
@@ -114,7 +102,6 @@ class _Reader:
         memory = self.read_memory(sections["bind_memory"])
         ranks = self.notes.get("local_ranks")
         ranks = ranks if isinstance(ranks, Mapping) else {}
-        self.entries = []
         for key in dict.fromkeys([*cpu, *memory]):  # bind_cpu's order, then keys only in bind_memory
             modules, (cpu_value, cpu_set), has_entry = cpu.get(key, ((), (None, None), False))
             memory_value, memory_set = memory.get(key, (None, None))
@@ -134,7 +121,6 @@ class _Reader:
                                "JSON keeps only the last.", "keep one entry per key")
 
     def read_config(self, config: Any) -> Mapping | None:
-        """The modes and actor_thread_fix_bind of bind_config; returns it (None when not an object)."""
         if not isinstance(config, Mapping):
             self.problem("bind_config", "bind_config must be a json object.",
                          'write {"bind_cpu_mode": "cpu", "bind_memory_mode": "numa"}')
@@ -277,7 +263,7 @@ class _Reader:
         warnings = notes.get("warnings")
         warnings = tuple(str(w) for w in warnings) if isinstance(warnings, list) else ()
         meta = {k: v for k, v in notes.items() if k not in ("warnings", "local_ranks", MEMORY_POLICY_KEY)}
-        return BindPlan.build(self.entries or (), cpu_mode=self.cpu_mode, memory_mode=self.memory_mode,
+        return BindPlan.build(self.entries, cpu_mode=self.cpu_mode, memory_mode=self.memory_mode,
                               actor_thread_fix_bind=self.fix_bind, meta=meta, warnings=warnings)
 
 
@@ -329,9 +315,8 @@ def _node_problems(path, key, value, ids: CpuSet, nodes, allowed_nodes, cpu_node
 
 # --------------------------------------------------------------------------- overlaps
 def _overlap_problems(entries: Iterable[ProcessBinding]) -> list[Problem]:
-    """A warning per process whose main CPUs overlap an earlier process's, naming the earlier
-    owners (three, then "and others"). ``owner[cpu]`` is the first process with that CPU, so the
-    work grows with the CPUs listed, not with pairs of processes."""
+    """A warning per process whose main CPUs overlap earlier ones, naming three owners. ``owner[cpu]``
+    is the first process with that CPU: the work grows with the CPUs listed, not with pairs."""
     problems: list[Problem] = []
     owner: list[str | None] = []
     seen = CpuSet()

@@ -6,9 +6,8 @@
      "bind_memory": {"device0": 0, "scheduler": 2},
      "topo":        {...}}          # ours; msrun and MindSpore ignore it
 
-Range text is kept as written less whitespace, as msrun passes it to numactl / taskset. A
-``preferred`` memory mode (``numactl --preferred N``, one node a process), which MindSpore does not
-know, is written as ``"bind_memory_mode": "none"`` with ``"topo": {"memory_policy": "preferred"}``.
+Range text is kept as written less whitespace, as msrun passes it on. Our ``preferred`` memory mode
+(``numactl --preferred N``) is written as ``"bind_memory_mode": "none"`` and ``"memory_policy": "preferred"``.
 """
 
 from __future__ import annotations
@@ -41,10 +40,8 @@ def device_key(physical_id: int) -> str:
 
 def normalize_key(key: object) -> str | None:
     """``device_3`` / ``device03`` -> ``device3``; ``scheduler`` stays; anything else -> None."""
-    if not isinstance(key, str):
-        return None
-    m = _KEY.match(key)
-    if not m:
+    m = _KEY.match(key) if isinstance(key, str) else None
+    if m is None:
         return None
     return "scheduler" if m.group(1) is None else f"device{int(m.group(1))}"
 
@@ -64,9 +61,8 @@ def parse_nodes(value: int | str) -> CpuSet:
 # --------------------------------------------------------------------------- the plan
 @dataclass(frozen=True)
 class ProcessBinding:
-    """One process's entry, ``deviceN`` (N = physical device id) or ``scheduler``: ``modules``
-    ((module, cpulist), in cpu mode), ``cpu_nodes`` (in numa cpu mode), ``memory`` (node id or range
-    string). Text is stored without whitespace; text that does not parse raises ParseError here."""
+    """One process's entry, ``deviceN`` (N = physical device id) or ``scheduler``, as text without
+    whitespace, and the sets it names (parsed here, raising ParseError, unless a reader gives them)."""
 
     key: str
     modules: tuple[tuple[str, str], ...] = ()
@@ -74,8 +70,6 @@ class ProcessBinding:
     memory: int | str | None = None
     local_rank: int | None = None
     has_cpu_entry: bool = True  # False: no bind_cpu entry at all (vs. an empty/null one)
-    # The sets the text above names: parsed from it unless given, by a reader or planner that has them
-    # (with text already free of whitespace).
     module_cpus: tuple[tuple[str, CpuSet], ...] | None = field(default=None, repr=False, compare=False)
     cpu_node_set: CpuSet | None = field(default=None, repr=False, compare=False)
     memory_nodes: CpuSet | None = field(default=None, repr=False, compare=False)
@@ -107,7 +101,6 @@ class ProcessBinding:
         return next((text for m, text in self.modules if m == "main" and text), None)
 
     def cpus(self, module: str = "main") -> CpuSet:
-        """The CPUs of one module (empty set when absent)."""
         return next((s for m, s in self.module_cpus if m == module), CpuSet())
 
 

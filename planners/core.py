@@ -1,12 +1,6 @@
-"""What every strategy shares: the job, the options, and a per-topology index of allowed resources.
-
-A strategy is a pure function ``(Topology, Job, Options) -> BindPlan``. A device's *home*
-(`AllowedResources.home_of`) is the allowed NUMA node(s) with CPUs it belongs to. A device whose node
-is memory-only (a GPU's HBM onlined as a node: GH200) or unknown is homed on the CPU nodes its PCI
-`local_cpus` touch, else on the CPU node nearest its memory node by SLIT distance; one on a node the
-cgroup does not allow, on the nearest allowed CPU node. CPU-only ranks are homed on consecutive
-blocks of nodes. Memory goes to the home unless `memory="device"` asks for the device's own node.
-"""
+"""What every strategy ``(Topology, Job, Options) -> BindPlan`` shares: the job, the options, and a
+per-topology index of allowed resources, which homes each rank on allowed NUMA node(s) with CPUs
+(`AllowedResources.home_of`; CPU-only ranks on consecutive blocks of nodes)."""
 
 from __future__ import annotations
 
@@ -46,9 +40,8 @@ class Job:
     @classmethod
     def for_topology(cls, topology: Topology, *, devices: Sequence[int] | None = None,
                      nproc: int | None = None) -> "Job":
-        """One process per accelerator by default; ``devices`` picks (and orders) physical ids,
-        ``devices=()`` asks for a CPU-only job; ``nproc`` takes the first N devices, or N CPU-only
-        processes when there are no devices."""
+        """One process per accelerator unless ``devices`` picks (and orders) physical ids (``()``:
+        CPU-only); ``nproc`` takes the first N devices, or N CPU-only processes when there are none."""
         if nproc is not None and nproc < 1:
             raise UsageError(f"the number of processes must be at least 1, got {nproc}")
         known = accelerators(topology)
@@ -77,8 +70,7 @@ class Job:
 
 
 def accelerators(topology: Topology) -> tuple[Device, ...]:
-    """The devices processes are placed next to, by physical id: those of `topo.visible.default_kind`
-    (the GPUs, else the NPUs, else other accelerators)."""
+    """The devices of `topo.visible.default_kind` (GPUs, else NPUs, else others), by physical id."""
     kind = default_kind(topology)
     if kind is None:
         return ()
@@ -152,10 +144,7 @@ def _cpu_nodes(topology: Topology):
 
 class AllowedResources:
     """Allowed resources of one topology, indexed once per plan so planning stays linear in the machine.
-
-    Cores are numbered 0..n-1 by their lowest allowed PU (torch's order): ``cores[i]`` is the
-    allowed part of core i, ``node_cores[n]`` the numbers of the cores whose lowest PU is on node n.
-    """
+    Cores are numbered 0..n-1 by their lowest allowed PU (torch's order)."""
 
     def __init__(self, topology: Topology):
         self.topology = topology
@@ -166,9 +155,8 @@ class AllowedResources:
         self.all_nodes = {n.os_index: n for n in topology.numa_nodes}
         self.devices = {d.index: d for d in accelerators(topology)}
         if not self.node_ids and allowed:
-            # No allowed NUMA node owns CPUs (every node memory-only, e.g. CPUs in memoryless
-            # initiator nodes): one pseudo node PSEUDO_NODE with every allowed CPU, never written
-            # as a memory node.
+            # No allowed NUMA node owns CPUs (e.g. CPUs in memoryless initiator nodes): one pseudo
+            # node with every allowed CPU, never written as a memory node.
             self.node_ids = [PSEUDO_NODE]
             self.node_cpus = {PSEUDO_NODE: allowed}
         self.warnings: list[str] = []
@@ -188,13 +176,10 @@ class AllowedResources:
 
     @cached_property
     def _cores(self) -> tuple[list[int], list[int], list[int] | None]:
-        """(lowest PU, mask, highest PU) of every core with allowed PUs, by lowest PU; the highest
-        PUs are None unless every core has one or two PUs.
-
-        Each step over a core's mask costs the machine's width: a core's highest PU is its
-        bit_length, and without it the highest left is, for two PUs, the lowest. plan_bench.py,
-        exclusive at 16k PUs: 14 ms so, 36 ms (18x the 2k machine, over the 10x target) with each
-        core's allowed part as a CpuSet and its lowest PU from CpuSet.first()."""
+        """(lowest PU, mask, highest PU) of every core with allowed PUs, by lowest PU; the highest PUs
+        are None unless every core has one or two PUs (then a mask's bit_length gives both ends).
+        plan_bench.py, exclusive at 16k PUs: 14 ms so, 36 ms (18x the 2k machine, over the 10x
+        target) with each core's allowed part as a CpuSet and its lowest PU from CpuSet.first()."""
         masks = [c.cpuset.mask for c in self.topology.cores]
         if self.allowed != self.topology.pus:
             masks = [m & self.allowed.mask for m in masks if m & self.allowed.mask]
@@ -256,7 +241,9 @@ class AllowedResources:
 
     # ---- locality -------------------------------------------------------
     def _home_of(self, device_id: int) -> tuple[int, ...]:
-        """The allowed CPU-bearing node(s) device ``device_id`` is local to (see module doc)."""
+        """The allowed CPU node(s) of a device: its node; for a disallowed one, the nearest allowed; for a
+        memory-only (GH200's HBM) or unknown one, the nodes its PCI local_cpus touch, else the nearest
+        to its memory node by SLIT distance."""
         dev = self.devices.get(device_id)
         if dev is None:
             raise UsageError(f"device {device_id} is not in the topology")
@@ -326,8 +313,7 @@ class AllowedResources:
         return out
 
     def memory_for(self, cpus: CpuSet) -> tuple[int, ...]:
-        """Memory nodes for a process running on ``cpus``: the allowed nodes they are on, else the
-        allowed node nearest to the node that owns them."""
+        """The allowed nodes ``cpus`` are on, else the allowed node nearest to the one owning them."""
         nodes = _lookup(self.node_of_pu, cpus)
         if nodes:
             return tuple(sorted(nodes))
@@ -356,8 +342,7 @@ class AllowedResources:
 
 
 def _lookup(table: list, pus: CpuSet) -> set[int]:
-    """The values a PU-indexed ``table`` gives the members of ``pus`` (None and PUs past its end
-    left out), a run of PUs at a time."""
+    """The values (not None) a PU-indexed ``table`` gives the members of ``pus``."""
     out: set = set()
     for lo, hi in pus.ranges():
         out.update(table[lo:hi + 1])
@@ -374,11 +359,8 @@ def nodes_text(nodes: Iterable[int]) -> str:
 def build_plan(job: Job, cpus: Sequence[CpuSet], memory: Sequence[Iterable[int] | None], *,
                options: Options, resources: AllowedResources, warnings: Iterable[str] = (),
                orders: Sequence[Sequence[int]] | None = None) -> BindPlan:
-    """A cpu-mode plan from per-rank CPU sets and memory nodes (rank order).
-
-    With ``options.modules`` each rank's CPU list (``orders[r]``, else ascending) is cut into
-    thread modules at relative positions, and a scheduler entry is added (gen_bind_json's resources).
-    """
+    """A cpu-mode plan from per-rank CPU sets and memory nodes. With ``options.modules`` each rank's CPU
+    list (``orders[r]``, else ascending) is cut into thread modules, and a scheduler entry added."""
     warnings = list(warnings)
     firsts: list[int | None] = []
     if options.priority_cores:
@@ -461,9 +443,8 @@ def _scheduler(cpus, orders, options: Options, resources: AllowedResources, warn
 
 def finish(processes: Iterable[ProcessBinding], *, cpu_mode: str, options: Options, resources: AllowedResources,
            warnings: Iterable[str] = (), meta: dict | None = None) -> BindPlan:
-    """The plan with its notes: options that differ from the defaults, the topology it was made for,
-    `meta` (each rank's priority core), and every warning once (`planners.plan` adds the mode and
-    whether it shares CPUs)."""
+    """The plan with its notes: options that differ from the defaults, the topology's root, `meta`,
+    and every warning once."""
     meta = dict(meta or {})
     opts = {f.name: getattr(options, f.name) for f in fields(options) if getattr(options, f.name) != f.default}
     if opts:
@@ -480,13 +461,11 @@ Strategy = Callable[[Topology, Job, Options], BindPlan]
 
 @dataclass(frozen=True)
 class Planner:
-    """A mode: its name, one line for ``--list-modes``, the strategy, and what a reader of its plans
-    must know (``shares_cpus``: processes share CPUs by design, so `topo validate` accepts overlap)."""
+    """A mode: its name, one line for ``--list-modes``, the strategy (or "module:function", imported on
+    first use), and ``shares_cpus`` (processes share CPUs by design: `topo validate` accepts overlap)."""
 
     name: str
     summary: str
-    # the function, or "module:function" imported on first use (a launcher that only reads a
-    # bind JSON should not import every strategy)
     strategy: Strategy | str = field(compare=False)
     shares_cpus: bool = False
 

@@ -18,9 +18,8 @@ def process_cpus(proc: ProcessBinding, resources: AllowedResources) -> CpuSet:
 
 
 def driven_device(plan: BindPlan, proc: ProcessBinding, resources: AllowedResources) -> int | None:
-    """The accelerator a process drives: its key's physical id when the topology has that device;
-    None for the scheduler and for every rank of a CPU-only job (whose ``deviceN`` key is its rank,
-    as msrun's DEVICE_ID, not a device it uses)."""
+    """The device a process drives, by its key; None for the scheduler and in a CPU-only job (whose
+    ``deviceN`` is the rank)."""
     if proc.is_scheduler or plan.meta.get("cpu_only"):
         return None
     return proc.device if proc.device in resources.devices else None
@@ -44,14 +43,9 @@ def analyse(topology: Topology, plan: BindPlan) -> tuple[list[dict], list[str]]:
             raw = resources.devices[dev].numa_node
             node_text = str(raw) if (raw,) == home else f"{'?' if raw is None else raw}>{nodes_text(home)}"
         home_cpus = resources.cpus_of_nodes(home)
-        if dev is None or not cpus:
-            local = "-"
-        elif cpus <= home_cpus:
-            local = "yes"
-        elif cpus.intersects(home_cpus):
-            local = "partly"
-        else:
-            local = "no"
+        local = "-"
+        if dev is not None and cpus:
+            local = "yes" if cpus <= home_cpus else "partly" if cpus.intersects(home_cpus) else "no"
         cores = resources.core_indexes(cpus)
         for i in cores:
             owners.setdefault(i, []).append(proc.key)

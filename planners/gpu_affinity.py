@@ -1,18 +1,15 @@
-"""NVIDIA gpu_affinity's five modes (`gpu_affinity.set_affinity`): all, single, single-unique,
-unique-interleaved, unique-contiguous.
+"""NVIDIA gpu_affinity's five modes: all, single, single-unique, unique-interleaved, unique-contiguous.
 
-Each device has a NODE affinity (allowed CPUs of its home NUMA node) and a SOCKET affinity (NVML's
-socket-scope CPUs when the probe recorded them, else the allowed CPUs of that node's package), both
-cut into physical cores. As gpu_affinity does, on each socket the cores outside every device's node
-are dealt round-robin to the node cores, so each node core heads a *group* (itself, then the cores
-dealt to it); scope ``socket`` reads a device's groups column by column. Unique modes share a
-node's groups among its devices without overlap (``balanced``: the same count for all). Where
-gpu_affinity breaks (single-unique's IndexError, socket scope's ``zip`` dropping cores), a free
-core with a warning, and every core kept.
+A device's NODE affinity is its home node's allowed CPUs, its SOCKET affinity NVML's socket CPUs (else
+its package's), as physical cores. As in gpu_affinity, each socket's cores outside every device's node
+are dealt round-robin to the node cores, each node core heading a *group*; unique modes share a node's
+groups among its devices (``balanced``: the same count each). Where gpu_affinity breaks (single-unique's
+IndexError, socket scope's ``zip`` dropping cores): a free core with a warning, every core kept.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import cycle
 from typing import Iterable
 
@@ -35,9 +32,8 @@ class _Affinity:
         self.homes = resources.homes(job)
         self.node_aff = {h: resources.cpus_of_nodes(h) for h in dict.fromkeys(self.homes)}
         self.node_cores = {h: resources.core_indexes(cpus) for h, cpus in self.node_aff.items()}
-        # Socket scopes, each distinct set once: rank r's is sockets[socket_of[r]]. Ranks without
-        # NVML's socket CPUs share their home's package, found once per home; sets are keyed by
-        # value only for NVML's (hashing a machine-wide set per rank would cost O(PUs) each).
+        # Socket scopes, each distinct set once: rank r's is sockets[socket_of[r]]. Without NVML's,
+        # found once per home: hashing a machine-wide set per rank would cost O(PUs) each.
         self.sockets: list[CpuSet] = []
         self.socket_of: list[int] = []
         number: dict[CpuSet, int] = {}
@@ -57,14 +53,11 @@ class _Affinity:
             if nvml is None:
                 of_home[h] = number[s]
             self.socket_of.append(number[s])
-        # group by node: per socket, the cores outside every device's node, dealt round-robin to
-        # the socket's node cores in core order
         on_socket: dict[int, set[int]] = {}
         for s, h in dict.fromkeys(zip(self.socket_of, self.homes)):
             on_socket.setdefault(s, set()).update(self.node_cores[h])
-        # A core is some rank's node core or one socket's extra, never both: socket scopes can
-        # overlap (a CPU-only rank whose home nodes span packages), and a core dealt twice would
-        # end up in two "unique" sets.
+        # A core is some rank's node core or one socket's extra, never both: socket scopes can overlap
+        # (a CPU-only rank's home nodes spanning packages), and a core dealt twice would be in two "unique" sets.
         self.node_union = {i for cores in self.node_cores.values() for i in cores}
         dealt = set(self.node_union)
         extra: dict[int, list[int]] = {}
@@ -147,8 +140,7 @@ def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPl
     cursors: dict[tuple, int] = {}
 
     def next_free(key: tuple, make) -> int | None:
-        """The first core of the list ``make()`` gives that no rank took; each list is made once
-        and read from where the last call stopped (a core once taken stays taken)."""
+        """The first untaken core of the list ``make()`` gives, made once and read on from the last call."""
         if key not in orders:
             orders[key] = make()
         order, i = orders[key], cursors.get(key, 0)
@@ -211,9 +203,5 @@ def _unique(topology: Topology, job: Job, options: Options, interleaved: bool) -
     return aff.plan(cpus, options)
 
 
-def plan_unique_interleaved(topology: Topology, job: Job, options: Options) -> BindPlan:
-    return _unique(topology, job, options, interleaved=True)
-
-
-def plan_unique_contiguous(topology: Topology, job: Job, options: Options) -> BindPlan:
-    return _unique(topology, job, options, interleaved=False)
+plan_unique_interleaved = partial(_unique, interleaved=True)
+plan_unique_contiguous = partial(_unique, interleaved=False)

@@ -1,15 +1,11 @@
 """msrun's automatic allocation (`--bind_core=True`, `--bind_numa=True`): mode ``msrun-auto``.
 
-``msrun_bind="core"``: ``n = allowed CPUs // processes``; devices in id order take the next ``n``
-CPUs of their own NUMA node, then of the nodes without a device; memory (``memory="numa"``) on the
-node ``--bind_numa=True`` gives the device. Where msrun breaks we differ: the allowed CPUs (cgroup
-v1 or v2, affinity), not cgroup v1's ``cpuset.cpus``; ``share="job"`` divides by the job, not
-every NPU of the host (``share="host"``); a device still short takes free CPUs of the nearest
-nodes. CPU-only jobs: equal slices, the last taking the remainder. ``affinity=False``: msrun's
-fallback, device r gets slice r.
-``msrun_bind="numa"``: a device keeps its node unless another took it, then takes the nearest node
-with no device (msrun: the lowest-numbered); out of nodes, nodes are shared with a warning (msrun
-raises StopIteration or binds nothing). Memoryless nodes are never used.
+``msrun_bind="core"``: devices in id order take the next ``allowed CPUs // processes`` CPUs of their
+node, then of nodes without a device; memory on the node ``--bind_numa=True`` gives. Unlike msrun:
+the allowed CPUs (any cgroup, affinity), not cgroup v1's ``cpuset.cpus``; ``share="job"`` divides by
+the job, not the host's NPUs (``share="host"``); a device still short takes the nearest free CPUs.
+CPU-only jobs: equal slices, the last taking the rest. ``affinity=False``: device r gets slice r.
+``msrun_bind="numa"``: see `assign_nodes`; memoryless nodes are never used.
 """
 
 from __future__ import annotations
@@ -26,10 +22,7 @@ from topo.planners.core import (PSEUDO_NODE, AllowedResources, Job, Options, bui
 
 
 def plan_msrun_auto(topology: Topology, job: Job, options: Options) -> BindPlan:
-    resources = AllowedResources(topology)
-    if options.msrun_bind == "numa":
-        return _bind_numa(resources, job, options)
-    return _bind_core(resources, job, options)
+    return (_bind_numa if options.msrun_bind == "numa" else _bind_core)(AllowedResources(topology), job, options)
 
 
 def _participants(resources: AllowedResources, job: Job, options: Options) -> list[int]:
@@ -41,9 +34,9 @@ def _participants(resources: AllowedResources, job: Job, options: Options) -> li
 
 def assign_nodes(resources: AllowedResources, devices: list[int], *, use_affinity: bool,
                  available: list[int]) -> tuple[dict[int, int], list[str]]:
-    """Device -> one NUMA node, msrun's `_assign_numa_by_affinity` (or equal distribution): its home
-    node unless unavailable or used, else the nearest node with no affine device (msrun: the next by
-    id), else (sharing) its home node, as gen_bind_json does, where msrun raises StopIteration."""
+    """Device -> one NUMA node, msrun's `_assign_numa_by_affinity` (or equal distribution): its home node
+    unless unavailable or used, else the nearest node with no affine device (msrun: the next by id), else
+    (shared, with a warning, as gen_bind_json does) its home node, where msrun raises StopIteration."""
     warnings: list[str] = []
     if not available:
         raise UsageError("no NUMA node with both CPUs and memory is allowed: nothing to bind to")

@@ -1,8 +1,6 @@
-"""Priority cores (`priority_cores=True`): each rank's first CPU, its main thread's, on a PU of the
-most efficient CPU kind (Intel SST-TF's higher-frequency cores, as on DGX B300): one in its set no
-earlier rank took, else one another rank of its home holds beyond its own first, swapped for this
-rank's last ordinary core (sizes kept, unique modes disjoint). Ranks left without one are warned of.
-"""
+"""Priority cores (`priority_cores=True`): each rank's first CPU on the most efficient CPU kind (Intel
+SST-TF's faster cores, DGX B300): one no earlier rank took, else one another rank of its home holds
+beyond its own first, swapped for this rank's last ordinary core (sizes kept, unique modes disjoint)."""
 
 from __future__ import annotations
 
@@ -12,8 +10,7 @@ from topo.cpuset import CpuSet
 
 
 def priority_pus(resources) -> CpuSet:
-    """The allowed PUs of the most efficient CPU kind; empty when the kinds are fewer than two
-    or unranked."""
+    """The allowed PUs of the most efficient CPU kind; empty with fewer than two ranked kinds."""
     kinds = resources.topology.cpukinds
     if len(kinds) < 2 or any(k.efficiency is None for k in kinds):
         return CpuSet()
@@ -22,9 +19,8 @@ def priority_pus(resources) -> CpuSet:
 
 def priority_first(cpus: Sequence[CpuSet], orders: Sequence[Sequence[int]] | None, homes: Sequence[tuple[int, ...]],
                    resources, warnings: list[str], keys: Sequence[str]) -> tuple[list[CpuSet], list[int | None], list]:
-    """Each rank's CPUs (a swap may change them), its first CPU, a priority core's PU (None where
-    none is left), and its CPU list with that first: the planner's order (``orders``, else
-    ascending), less the CPUs a swap took, then those it gave, ascending."""
+    """Each rank's CPUs (a swap may change them), its priority PU (or None), and its CPU list with that
+    first, then the planner's order (``orders``, else ascending) less swapped-out CPUs, then those swapped in."""
     prio = priority_pus(resources)
     old = [list(o) for o in orders] if orders is not None else [list(c) for c in cpus]
     sets = list(cpus)

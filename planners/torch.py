@@ -1,9 +1,6 @@
-"""PyTorch's four NUMA-binding strategies (`torch.numa.binding`'s AffinityMode): ``node`` (all
-allowed CPUs of the device's node), ``socket`` (of its package; CPU-less and disallowed nodes
-skipped, where torch's ``min()`` fails), ``exclusive`` (the node's physical cores split among its
-devices in device order, lower-ranked getting the remainder), ``core-complex`` (the node's
-last-level-cache groups, most allowed CPUs first, the node's i-th device taking group ``i % groups``).
-"""
+"""PyTorch's NUMA-binding strategies (`torch.numa.binding`'s AffinityMode): node, socket (CPU-less and
+disallowed nodes skipped, where torch's ``min()`` fails), exclusive, core-complex (most allowed CPUs
+first, the node's i-th device taking group ``i % groups``)."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ from topo.planners.core import Job, AllowedResources, Options, build_plan, nodes
 
 
 def _per_home(topology: Topology, job: Job, options: Options, share) -> BindPlan:
-    """The plan where ``share(resources, home, ranks, warnings)`` gives the CPUs of the ranks homed
-    on ``home``, those ranks ordered by device id (torch: the node's GPUs, sorted)."""
+    """``share(resources, home, ranks, warnings)`` gives the CPUs of the ranks on ``home``, by device id."""
     resources = AllowedResources(topology)
     homes = resources.homes(job)
     groups: dict[tuple[int, ...], list[int]] = {}

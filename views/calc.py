@@ -1,6 +1,4 @@
-"""hwloc-calc's everyday answers on the one tree (`topo calc`): the CPUs of a list of locations, then
-the objects of a type they meet (-I), how many (-N), as hierarchical names (-H), the largest objects
-they hold (--largest) or the NUMA nodes local to them (--local-memory).
+"""hwloc-calc's everyday answers on the one tree (`topo calc`): the CPUs of locations, and what they meet.
 
 A location is `all`, a cpuset (`0x000000ff,0x0000ffff`, or taskset's `0xff0000ffff`), `TYPE:RANGE`
 (`core:2-3`, `pu:1:3` three from 1, `numa:all`, `odd`, `even`), below it `.TYPE:RANGE` (`node:1.pu:2`,
@@ -23,8 +21,7 @@ _TASKSET = re.compile(r"0x[0-9a-fA-F]{1,%d}\Z" % ((MAX_ID + 1) // 4))
 
 
 class Calc:
-    """Locations and questions on one machine; `physical_input`/`physical_output`: P# rather
-    than L# in locations/answers."""
+    """Locations and questions on one machine, by L# (or P#: `physical_input`/`physical_output`)."""
 
     def __init__(self, t: Topology, *, physical_input: bool = False, physical_output: bool = False):
         self.machine = build(t)
@@ -162,8 +159,7 @@ def _cpus(obj: Obj) -> CpuSet:
 
 
 def _cpuset(text: str, given: str) -> CpuSet:
-    """A cpuset as hwloc-calc reads one: hwloc's 32-bit words (`0x00000001,0xffffffff`) or taskset's
-    one number (`0x1ffffffff`)."""
+    """hwloc's 32-bit words (`0x00000001,0xffffffff`) or taskset's one number (`0x1ffffffff`)."""
     if "," not in text and _TASKSET.match(text):
         return CpuSet.from_mask(int(text[2:], 16))
     from topo.probes.hwloc_xml import parse_bitmap
