@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping, Sequence
 
 from topo.launcher import network, slurm
-from topo.binding import MAX_PROCESSES
+from topo.binding import MAX_PROCESSES, MEMORY
 from topo.cpuset import excerpt
 from topo.numbers import MAX_SECONDS, SECONDS_FORM, ascii_number, ascii_seconds
 from topo.errors import UsageError
@@ -240,10 +240,8 @@ class RunConfig:
             raise UsageError(f"--grace-period={self.grace_period} must be 0 to {MAX_SECONDS} seconds")
         if self.module and self.no_python and not self.run_path:
             raise UsageError("--no-python and --module together: a module needs the interpreter; drop one")
-        if self.memory != "none":  # torch's default: no need to import the planners (~60 ms) to check it
-            from topo.planners.core import MEMORY
-            if self.memory not in MEMORY:
-                raise UsageError(f"--memory={self.memory!r}: choose one of {', '.join(MEMORY)}")
+        if self.memory not in MEMORY:
+            raise UsageError(f"--memory={self.memory!r}: choose one of {', '.join(MEMORY)}")
         if not self.role or any(c.isspace() for c in self.role):
             raise UsageError(f"--role={self.role!r}: give a name without spaces")
         parse_signals(self.signals_to_handle)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache, cached_property
 from typing import Callable, Iterable, Sequence
 
+from topo.binding import MEMORY
 from topo.cpuset import CpuSet, union_all
 from topo.errors import UsageError
 from topo.model import Device, Topology
@@ -80,7 +81,6 @@ def accelerators(topology: Topology) -> tuple[Device, ...]:
 # --------------------------------------------------------------------------- options
 SCOPES = ("node", "socket")
 MULTITHREADING = ("all-logical", "single-logical")
-MEMORY = ("numa", "preferred", "device", "none")
 MSRUN_BIND = ("core", "numa")
 SHARE = ("job", "host")
 SCHEDULER_BASES = ("free", "global", "device0")

@@ -17,6 +17,7 @@ from topo.errors import ParseError
 
 BINDING_VAR = "TOPO_BINDING"
 MEMORY_POLICIES = ("local", "bind", "preferred")  # MPOL_LOCAL, MPOL_BIND, MPOL_PREFERRED(_MANY)
+MEMORY = ("numa", "preferred", "device", "none")  # the --memory words of the planners, topo run and topo launch
 # how a binding is applied: msrun's argv prefixes, or the same system calls made by topo ("" undecided)
 APPLIED_BY = ("", "numactl", "taskset", "system calls")
 MAX_ENV_LENGTH = 1 << 16  # a TOPO_BINDING longer than this is not one topo wrote

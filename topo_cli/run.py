@@ -9,6 +9,7 @@ from click.core import ParameterSource
 
 from topo.launcher.torchrun_flags import DEFAULT_LINE_PREFIX, DEFAULT_MASTER_PORT, DEFAULT_SHUTDOWN_TIMEOUT
 from topo.launcher.torchrun_flags import TORCHRUN_DEFAULTS as D
+from topo.binding import MEMORY
 from topo.cli import SCRIPT_CONTEXT
 from topo.cli.numbers import SECONDS, WHOLE
 
@@ -88,7 +89,7 @@ def _print_completion(ctx, param, shell):
 @_torchrun_option("numa_binding", metavar="MODE", env=False,
                   help="Bind each worker with a topo mode: node, socket, exclusive, core-complex, or any of "
                        "`topo plan --list-modes`.")
-@_torchrun_option("memory", env=False, metavar="POLICY",  # checked by RunConfig against the planners' MEMORY
+@_torchrun_option("memory", env=False, type=click.Choice(MEMORY),
                   help="Memory policy of --numa-binding: none (torch's), numa (bind), preferred, device (bind "
                        "to the GPU's own memory node where it has one) [default: none].")
 @_torchrun_option("priority_cores", env=False, is_flag=True,
