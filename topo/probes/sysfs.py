@@ -49,13 +49,6 @@ class RawNodes:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Cpu:
-    os_index: int
-    dir: str
-    core_cpus: CpuSet | None = None  # its core's PUs as the core mask file lists them
-
-
 # The sibling-mask files, new names (Linux 5.4+) then old; hwloc picks one naming from the first CPU.
 _NEW_NAMES = {"core": "core_cpus", "package": "package_cpus"}
 _OLD_NAMES = {"core": "thread_siblings", "package": "core_siblings"}
@@ -85,8 +78,8 @@ def _numbered_dirs(fs: FsRoot, base: str, pattern: re.Pattern) -> dict[int, str]
     return dirs
 
 
-def _mask_file(fs: FsRoot, cpu: _Cpu, name: str) -> CpuSet | None:
-    return fs.read_set(f"{cpu.dir}/topology/{name}_list", f"{cpu.dir}/topology/{name}")
+def _mask_file(fs: FsRoot, cpu_dir: str, name: str) -> CpuSet | None:
+    return fs.read_set(f"{cpu_dir}/topology/{name}_list", f"{cpu_dir}/topology/{name}")
 
 
 def _cpuinfo_fields(cpuinfo: str):
@@ -127,22 +120,23 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
         # Old kernels: no global "online" file; a cpuN/online of 0 marks an offline CPU.
         online_file = CpuSet(i for i, d in dirs.items() if fs.read_int(f"{d}/online", 1) != 0)
     # An online CPU without a topology directory is ignored, as hwloc does.
-    cpus = [_Cpu(i, dirs[i]) for i in sorted(dirs) if i in online_file and fs.exists(f"{dirs[i]}/topology")]
-    first = f"{cpus[0].dir}/topology" if cpus else None
+    cpus = {i: dirs[i] for i in sorted(dirs) if i in online_file and fs.exists(f"{dirs[i]}/topology")}
+    first = f"{next(iter(cpus.values()))}/topology" if cpus else None
     names = next((names for names in (_NEW_NAMES, _OLD_NAMES) if first and any(
         fs.exists(f"{first}/{stem}") or fs.exists(f"{first}/{stem}_list") for stem in names.values())), None)
     if names is None:
         # No sibling masks (some containers, very old kernels): PUs only; lscpu may add the rest live.
-        online = CpuSet(c.os_index for c in cpus) or (online_file & complete if complete else online_file)
+        online = CpuSet(cpus) or (online_file & complete if complete else online_file)
         if not online:
-            raise ProbeError(
-                f"no CPU found under {fs.shown(CPU)} (is the root a captured machine with sys/ and proc/?)"
-            )
+            raise ProbeError(f"no CPU found under {fs.shown(CPU)} "
+                             "(is the root a captured machine with sys/ and proc/?)")
         return RawCpus(complete | online, online, [], [], [], [], [], {}, False)
 
-    online = CpuSet(c.os_index for c in cpus)
+    online = CpuSet(cpus)
     cpuinfo = fs.read("/proc/cpuinfo") or ""
-    core_sets, clusters, dies, packages, notes = _mask_objects(fs, cpus, names, online, _amd_compute_units(cpuinfo))
+    core_cpus: dict[int, CpuSet] = {}  # each CPU's core as its mask lists it
+    compute_units = _amd_compute_units(cpuinfo)
+    core_sets, clusters, dies, packages, notes = _mask_objects(fs, cpus, names, online, compute_units, core_cpus)
     packages.sort(key=lambda p: p.cpuset.first())
     # Packages are disjoint: the one holding a set's first CPU is the only one that can hold the set.
     package_at = {cpu: p for p in packages for cpu in p.cpuset}
@@ -158,8 +152,9 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     die_objs = [Die(i, p, s) for i, s in dies if (p := package_of(s)) is not None]
     if all(d.cpuset in {p.cpuset for p in packages} for d in die_objs):
         die_objs = []  # one die per package: sysfs says nothing the package does not
-    caches, dropped = _nesting_caches([p.cpuset for p in packages] + [d.cpuset for d in die_objs]
-                                      + [s for _, s in clusters] + [c.cpuset for c in cores], _caches(fs, cpus, online))
+    placed = [*(p.cpuset for p in packages), *(d.cpuset for d in die_objs), *(s for _, s in clusters),
+              *(c.cpuset for c in cores)]
+    caches, dropped = _nesting_caches(placed, _caches(fs, cpus, core_cpus, online))
     notes += [f"L{c.level} {c.type} cache with CPUs {c.cpuset} ignored: it straddles another object, "
               "as in hwloc" for c in dropped]
     models = _cpu_models(cpuinfo, package_at)
@@ -170,7 +165,8 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     return RawCpus(complete | online, online, packages, die_objs, cluster_objs, cores, caches, models, True, notes)
 
 
-def _mask_objects(fs: FsRoot, cpus: list[_Cpu], names: dict[str, str], online: CpuSet, compute_units: bool):
+def _mask_objects(fs: FsRoot, cpus: dict[int, str], names: dict[str, str], online: CpuSet, compute_units: bool,
+                  core_cpus: dict[int, CpuSet]):
     """(core id, set)s, (cluster id, set)s, (die id, set)s, packages and notes, CPU by CPU as hwloc goes:
     only the first CPU of a core looks at its cluster, of a cluster at its die, of a die at its package."""
     cores: list[tuple[int | None, CpuSet]] = []
@@ -178,28 +174,26 @@ def _mask_objects(fs: FsRoot, cpus: list[_Cpu], names: dict[str, str], online: C
     dies: list[tuple[int | None, CpuSet]] = []
     packages: list[Package] = []
     notes: list[str] = []
-    by_index = {c.os_index: c for c in cpus}
     thread_with_core_id: bool | None = None if compute_units else False
-    for cpu in cpus:
-        i = cpu.os_index
-        d = f"{cpu.dir}/topology"
+    for i, cpu in cpus.items():
+        d = f"{cpu}/topology"
         core_set = _mask_file(fs, cpu, names["core"])
         if core_set is not None:
-            core_set = cpu.core_cpus = core_set & online
+            core_set = core_cpus[i] = core_set & online
             if thread_with_core_id is None and core_set.weight() > 1:
                 # Compute units or hyper-threads? Decided once, on the first core with two PUs:
                 # siblings with different core_ids are distinct cores.
-                sibling = by_index[next(c for c in core_set if c != i)]
-                thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{sibling.dir}/topology/core_id")
+                sibling = cpus[next(c for c in core_set if c != i)]
+                thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{sibling}/topology/core_id")
             if core_set.first() == i or thread_with_core_id:
                 core_id = _os_index(fs.read_int(f"{d}/core_id"))
                 cores.append((core_id, CpuSet.from_mask(1 << i) if thread_with_core_id else core_set))
             if core_set.first() != i:
                 continue
-        first_of_cluster, cluster_set = _group_mask(fs, cpu, "cluster_cpus", online)
+        first_of_cluster, cluster_set = _group_mask(fs, i, cpu, "cluster_cpus", online)
         if not first_of_cluster:
             continue
-        first_of_die, die_set = _group_mask(fs, cpu, "die_cpus", online)
+        first_of_die, die_set = _group_mask(fs, i, cpu, "die_cpus", online)
         if cluster_set is not None and cluster_set == die_set:
             cluster_set = None
         if first_of_die:
@@ -218,13 +212,13 @@ def _mask_objects(fs: FsRoot, cpus: list[_Cpu], names: dict[str, str], online: C
     return cores, clusters, dies, packages, notes
 
 
-def _group_mask(fs: FsRoot, cpu: _Cpu, name: str, online: CpuSet) -> tuple[bool, CpuSet | None]:
-    """(whether `cpu` goes on to the next level up, the set when it makes an object) of a cluster_cpus
+def _group_mask(fs: FsRoot, i: int, cpu: str, name: str, online: CpuSet) -> tuple[bool, CpuSet | None]:
+    """(whether CPU i goes on to the next level up, the set when it makes an object) of a cluster_cpus
     or die_cpus mask. A one-PU set is the kernel's default on machines without that level: no object."""
     found = _mask_file(fs, cpu, name)
     if found is None or (found := found & online).weight() == 1:
         return True, None
-    if found.first() != cpu.os_index:
+    if found.first() != i:
         return False, None
     return True, found
 
@@ -251,15 +245,15 @@ def _add_package(packages: list[Package], new: Package, notes: list[str]) -> Non
     packages.append(new)
 
 
-def _caches(fs: FsRoot, cpus: list[_Cpu], online: CpuSet) -> list[Cache]:
+def _caches(fs: FsRoot, cpus: dict[int, str], core_cpus: dict[int, CpuSet], online: CpuSet) -> list[Cache]:
     """Caches in hwloc's insertion order: CPU by CPU, index by index."""
     seen: dict[tuple[int, str, CpuSet], Cache] = {}
     # (indexN, sharing set) already read: the other CPUs of a shared cache read only their sharing map.
     read_already: set[tuple[str, CpuSet]] = set()
-    for cpu in cpus:
-        base = f"{cpu.dir}/cache"
-        own = CpuSet.from_mask(1 << cpu.os_index)
-        private = cpu.core_cpus or own  # an empty sharing map (ia64, some VMs): private to the core
+    for i, cpu in cpus.items():
+        base = f"{cpu}/cache"
+        own = CpuSet.from_mask(1 << i)
+        private = core_cpus.get(i) or own  # an empty sharing map (ia64, some VMs): private to the core
         for name in fs.listdir(base):
             if not _INDEX_DIR.match(name):
                 continue
