@@ -153,24 +153,13 @@ def numa_from_cpus(device: Device, topology: Topology) -> Device:
     return replace(device, numa_node=nodes[0]) if len(nodes) == 1 else device
 
 
-# ---- PCI link levels ---------------------------------------------------------------------------
-
-
 def pci_chain(fs: FsRoot, busid: str) -> tuple[str, tuple[str, ...]] | None:
     """(host bridge, bridges from the root port down) of a PCI function, from its /sys/bus/pci/devices
     link: ../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0."""
-    target = fs.readlink(f"{PCI}/{busid}")
-    if target is None:
-        return None
-    parts = target.split("/")
+    parts = (fs.readlink(f"{PCI}/{busid}") or "").split("/")
     hosts = [i for i, p in enumerate(parts) if _HOST_BRIDGE.match(p)]
-    if not hosts:
-        return None
-    start = hosts[-1]
-    chain = tuple(p for p in parts[start + 1:] if _BDF.match(p))
-    if not chain or chain[-1] != busid:
-        return None
-    return parts[start], chain[:-1]
+    chain = tuple(p for p in parts[hosts[-1] + 1:] if _BDF.match(p)) if hosts else ()
+    return (parts[hosts[-1]], chain[:-1]) if chain and chain[-1] == busid else None
 
 
 def tree_chains(topology: Topology) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -218,28 +207,19 @@ def link_matrix(devices: list[Device], chains: dict[str, tuple], overlay: dict[t
     members = accels + [d for d in devices if d.kind == "nic" and d.name and _RDMA_NAME.match(d.name)]
     matrix: dict[str, dict[str, str]] = {}
     for a in members:
-        row = {}
+        row = matrix[link_name(a)] = {}
         for b in members:
-            na, nb = link_name(a), link_name(b)
-            if a is b:
-                row[nb] = "X"
-                continue
-            level = overlay.get((na, nb))
+            level = "X" if a is b else overlay.get((link_name(a), link_name(b)))
             if level is None and a.busid in chains and b.busid in chains:
                 level = pci_link_level(chains[a.busid], chains[b.busid], a.numa_node, b.numa_node)
             if level is None:
                 level = "NODE" if a.numa_node is not None and a.numa_node == b.numa_node else "SYS"
-            row[nb] = level
-        matrix[link_name(a)] = row
+            row[link_name(b)] = level
     return matrix
-
-
-# ---- runtime probes ----------------------------------------------------------------------------
 
 
 def _nvml(topology: Topology, stored: FsRoot | None):
     from topo.probes import nvml
-
     report = nvml.probe_for(topology) if stored is None else nvml.stored_report(stored)
     if report is None:
         return "off: not this system", [], {}, {}
@@ -262,7 +242,6 @@ def _nvml(topology: Topology, stored: FsRoot | None):
 def _npusmi(topology: Topology, stored: FsRoot | None):
     from topo.probes import npusmi
     from topo.probes.tools import stored_runner
-
     runner = None if stored is None else stored_runner(stored, "npu-smi")
     if stored is not None and runner is None:
         return "off: not this system", [], {}, {}
