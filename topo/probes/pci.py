@@ -42,18 +42,16 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
     local_cpus of its first function (the whole machine without them). OS devices: probe_os_devices."""
     functions = _pci_functions(fs)
     below: dict[tuple[int, int], _Function] = {}  # (domain, bus) -> innermost bridge holding it
+    hosts: dict[tuple[int, int], list[_Function]] = {}  # (domain, bus) -> the functions no bridge holds
     for f in functions:  # bus order: a bridge's own bus comes before the buses below it
         above = below.get((f.key[0], f.key[1]))
         f.parent = above.busid if above is not None else None
+        if above is None:
+            hosts.setdefault((f.key[0], f.key[1]), []).append(f)
         if f.buses is not None:
             for bus in range(f.buses[0], f.buses[1] + 1):
                 below[(f.key[0], bus)] = f
-
     # A host bridge's range reaches the highest bus below its bridges.
-    hosts: dict[tuple[int, int], list[_Function]] = {}
-    for f in functions:
-        if f.parent is None:
-            hosts.setdefault((f.key[0], f.key[1]), []).append(f)
     bridges = []
     for (domain, bus), tops in hosts.items():
         host_id = f"pci{domain:04x}:{bus:02x}"
@@ -64,11 +62,9 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
         for t in tops:
             t.parent = host_id
     locality_of = {host.id: host.local_cpus for host in bridges}
-    for f in functions:  # a parent always comes before its children in bus order
-        locality_of[f.busid] = locality_of.get(f.parent, machine)
-
     devices = []
     for f in functions:
+        locality_of[f.busid] = locality_of.get(f.parent, machine)  # a parent comes before its children
         # 16-bit ids ("0x10de") as four hex digits; "0000" where missing, as hwloc reads them
         vendor, device, subvendor, subdevice = (
             (fs.read(f"{f.dir}/{name}") or "0x0000").lower().removeprefix("0x")
