@@ -167,13 +167,9 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
 
 def _mask_objects(fs: FsRoot, cpus: dict[int, str], names: dict[str, str], online: CpuSet, compute_units: bool,
                   core_cpus: dict[int, CpuSet]):
-    """(core id, set)s, (cluster id, set)s, (die id, set)s, packages and notes, CPU by CPU as hwloc goes:
-    only the first CPU of a core looks at its cluster, of a cluster at its die, of a die at its package."""
-    cores: list[tuple[int | None, CpuSet]] = []
-    clusters: list[tuple[int | None, CpuSet]] = []
-    dies: list[tuple[int | None, CpuSet]] = []
-    packages: list[Package] = []
-    notes: list[str] = []
+    """(core id, set)s, (cluster id, set)s, (die id, set)s, packages and notes, CPU by CPU as hwloc goes: only
+    the first CPU of a core looks at its cluster, of a cluster at its die, of a die at its package."""
+    cores, clusters, dies, packages, notes = [], [], [], [], []
     thread_with_core_id: bool | None = None if compute_units else False
     for i, cpu in cpus.items():
         d = f"{cpu}/topology"
@@ -235,14 +231,12 @@ def _add_package(packages: list[Package], new: Package, notes: list[str]) -> Non
     whose packages are disjoint, keeps the outer one (noted unless the ids agree). A mask straddling
     another package is rejected (noted). Sockets reusing one physical_package_id stay two packages.
     """
-    for p in packages:
-        if not new.cpuset.intersects(p.cpuset):
-            continue
-        if not (new.cpuset <= p.cpuset and new.os_index == p.os_index):
-            notes.append(f"package P#{new.os_index} with CPUs {new.cpuset} ignored: "
-                         f"it overlaps package P#{p.os_index} with CPUs {p.cpuset}")
-        return
-    packages.append(new)
+    p = next((p for p in packages if new.cpuset.intersects(p.cpuset)), None)
+    if p is None:
+        packages.append(new)
+    elif not (new.cpuset <= p.cpuset and new.os_index == p.os_index):
+        notes.append(f"package P#{new.os_index} with CPUs {new.cpuset} ignored: "
+                     f"it overlaps package P#{p.os_index} with CPUs {p.cpuset}")
 
 
 def _caches(fs: FsRoot, cpus: dict[int, str], core_cpus: dict[int, CpuSet], online: CpuSet) -> list[Cache]:

@@ -29,7 +29,6 @@ def run_tool(argv: list[str], timeout: float | None = None) -> str:
     if shutil.which(argv[0]) is None:  # before importing subprocess, which most runs never need
         raise ToolNotFound(f"{argv[0]} not found on PATH")
     import subprocess
-
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=dict(os.environ, LC_ALL="C"))
@@ -61,9 +60,7 @@ def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
     subprocess.TimeoutExpired, as proc.wait)."""
     import selectors  # as subprocess, imported only when a tool runs
     import subprocess
-
     chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
-    sizes = dict.fromkeys(chunks, 0)
     with selectors.DefaultSelector() as selector:
         for fd in chunks:
             selector.register(fd, selectors.EVENT_READ)
@@ -76,17 +73,16 @@ def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
                 if not data:
                     selector.unregister(key.fd)
                     continue
-                sizes[key.fd] += len(data)
-                if sizes[key.fd] > TOOL_OUTPUT_LIMIT:
+                chunks[key.fd].append(data)
+                if sum(map(len, chunks[key.fd])) > TOOL_OUTPUT_LIMIT:
                     raise ProbeError(f"'{shown}' wrote more than {TOOL_OUTPUT_LIMIT >> 20} MiB, more than that "
                                      "tool ever writes; stopped it")
-                chunks[key.fd].append(data)
     out, err = (b"".join(chunks[f.fileno()]).decode("utf-8", "replace") for f in (proc.stdout, proc.stderr))
     return _newlines(out), _newlines(err)
 
 
-# Terminal escape sequences (CSI such as ESC[4m, OSC, ESC ( B and the like): driver 580's nvidia-smi
-# underlines the header of `topo -m` with them even when stdout is not a terminal.
+# Terminal escape sequences (CSI, OSC, ESC ( B ...): driver 580's nvidia-smi underlines `topo -m`'s header
+# with them even when stdout is not a terminal.
 _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 
 
