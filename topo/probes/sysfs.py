@@ -281,14 +281,8 @@ def _nesting_caches(placed: list[CpuSet], caches: list[Cache]) -> tuple[list[Cac
     chains: dict[int, list[CpuSet]] = {}
 
     def fits(s: CpuSet) -> bool:
-        seen = set()
-        for pu in s:
-            for o in chains.get(pu, ()):
-                if id(o) not in seen:
-                    seen.add(id(o))
-                    if not (o <= s or s <= o):
-                        return False
-        return True
+        around = {id(o): o for pu in s for o in chains.get(pu, ())}
+        return all(o <= s or s <= o for o in around.values())
 
     def add(s: CpuSet) -> None:
         for pu in s:
@@ -320,10 +314,6 @@ def _cpu_models(cpuinfo: str, package_at: dict[int, Package]) -> dict[int, str]:
     return models
 
 
-# ---------------------------------------------------------------------------------------------
-# NUMA nodes
-
-
 def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     """NUMA nodes by hwloc's rules (look_sysfsnode): CPUs from each cpumap, memory from meminfo, and for
     a node without CPUs a locality from its initiators or distances."""
@@ -338,10 +328,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     own = {i: _node_cpus(fs, i) for i in ids}
     gpu_memory = _nvidia_gpu_memory_nodes(fs)
     notes: list[str] = []
-    cpus: dict[int, CpuSet] = {}
-    memory: dict[int, int] = {}
-    distances: dict[int, dict[int, int]] = {}
-    initiators: dict[int, CpuSet] = {}
+    cpus, memory, distances, initiators = {}, {}, {}, {}  # by node id: CPUs, bytes, {node: distance}, CPUs
     taken = EMPTY
     for i in ids:
         d = f"{NODE}/node{i}"
