@@ -32,8 +32,17 @@ def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallow
 
     fs = root if isinstance(root, FsRoot) else FsRoot(root)
     live = fs.is_this_system or live_probes
-    status: dict[str, str] = {}
-    cpus, nodes = _probe_sysfs(fs, live, status)
+    cpus = sysfs.probe_cpus(fs)
+    nodes = sysfs.probe_nodes(fs, cpus.online)
+    state = "ok" if nodes.from_sysfs else "ok (no NUMA information: one node assumed)"
+    if not cpus.has_topology:
+        state += "; no CPU sibling masks: PUs without cores or packages"
+    status = {"sysfs": state + "".join(f"; {note}" for note in cpus.notes + nodes.notes)}
+    if not (nodes.from_sysfs and cpus.has_topology):
+        # lscpu fallback: containers that hide /sys/devices/system/node or the CPU topology.
+        from topo.probes import lscpu as lscpu_probe
+        cpus, nodes, status["lscpu"] = lscpu_probe.fill_gaps(fs, cpus, nodes, live=live)
+    nodes = replace(nodes, nodes=fit_localities(nodes.nodes, _cpu_side(cpus), cpus.online))
     topology = _restricted(fs, cpus, nodes, include_disallowed, status)
     topology = replace(topology, cpukinds=probe_cpukinds(fs, topology.pus))
     return device_probes.attach_devices(topology, fs, probes, live=live)
@@ -43,33 +52,12 @@ def _cpu_side(cpus: sysfs.RawCpus) -> list[CpuSet]:
     return [o.cpuset for o in (*cpus.packages, *cpus.dies, *cpus.clusters, *cpus.caches, *cpus.cores)]
 
 
-def _probe_sysfs(fs: FsRoot, live: bool, status: dict[str, str]) -> tuple[sysfs.RawCpus, sysfs.RawNodes]:
-    """CPUs and NUMA nodes from sysfs, with lscpu's answer where sysfs has none of either."""
-    cpus = sysfs.probe_cpus(fs)
-    nodes = sysfs.probe_nodes(fs, cpus.online)
-    state = "ok" if nodes.from_sysfs else "ok (no NUMA information: one node assumed)"
-    if not cpus.has_topology:
-        state += "; no CPU sibling masks: PUs without cores or packages"
-    status["sysfs"] = state + "".join(f"; {note}" for note in cpus.notes + nodes.notes)
-    if not (nodes.from_sysfs and cpus.has_topology):
-        # lscpu fallback: containers that hide /sys/devices/system/node or the CPU topology.
-        from topo.probes import lscpu as lscpu_probe
-
-        cpus, nodes, lscpu_status = lscpu_probe.fill_gaps(fs, cpus, nodes, live=live)
-        if lscpu_status:
-            status["lscpu"] = lscpu_status
-    return cpus, replace(nodes, nodes=fit_localities(nodes.nodes, _cpu_side(cpus), cpus.online))
-
-
 def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, include_disallowed: bool,
                 status: dict[str, str]) -> Topology:
-    """The Topology of what the process may use (everything online with `include_disallowed`).
-
-    What is allowed: the cgroup's cpuset (cpus and mems) and, on this machine only, the affinity mask
-    (a captured root's is unknown). As in hwloc, an object keeps its allowed PUs; one left with none
-    stays (CPU-less) when it still holds an allowed NUMA node's attachment point (its CPUs, or its
-    locality if memory-only), and is dropped otherwise. Cores have no memory and are simply dropped.
-    """
+    """The Topology of what the cgroup's cpuset and, on this machine, the affinity mask allow (everything
+    online with `include_disallowed`). As in hwloc, an object keeps its allowed PUs; one left with none
+    stays while it holds an allowed NUMA node's attachment point (its CPUs, or a memory-only node's
+    locality). Cores have no memory and are simply dropped."""
     allowed_pus = cpus.online
     allowed_nodes = CpuSet(n.os_index for n in raw_nodes.nodes)
     cg = probe_cgroup(fs)
@@ -105,6 +93,13 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, incl
     cpu_side = set(_cpu_side(cpus))
     pci = _pci(fs, machine, cpu_side, raw_nodes.nodes)
     kept_ids = {n.os_index for n in kept_nodes}
+    # What lstopo prints on the Machine line that a user wants: CPU model, cgroup, this machine's kernel.
+    info = {"cpu_model": next(iter(cpus.models.values()))} if cpus.models else {}
+    if cg is not None:
+        info["linux_cgroup"] = cg.path
+    if fs.is_this_system:
+        uname = os.uname()
+        info.update(architecture=uname.machine, os_release=uname.release, hostname=uname.nodename)
     return Topology(
         root=fs.root, pus=pus, allowed_pus=allowed_pus, complete_pus=cpus.complete, online_pus=cpus.online,
         allowed_numa_nodes=allowed_nodes, packages=keep(cpus.packages), dies=keep(cpus.dies),
@@ -112,7 +107,7 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, incl
         caches=keep(cpus.caches), groups=node_groups(kept_nodes, cpu_side, machine, pus),
         memory_side_caches=restrict(m for m in raw_nodes.memory_side_caches if set(m.numa_nodes) & kept_ids),
         pci_devices=restrict(pci.devices, "local_cpus"), pci_bridges=restrict(pci.bridges, "local_cpus"),
-        os_devices=restrict(pci.os_devices, "local_cpus"), probes=status, info=_info(fs, cg, cpus.models),
+        os_devices=restrict(pci.os_devices, "local_cpus"), probes=status, info=info,
         include_disallowed=include_disallowed,
     )
 
@@ -134,17 +129,3 @@ def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> pci_probe
     raw = pci_probe.RawPci(fit(raw.devices), fit(raw.bridges), [])
     localities = {n.os_index: n.locality & machine for n in nodes}
     return replace(raw, os_devices=pci_probe.probe_os_devices(fs, raw, localities, machine))
-
-
-def _info(fs: FsRoot, cg, models: dict) -> dict[str, str]:
-    """lstopo's Machine line facts a user wants: the CPU model, the cgroup and, on this machine, the
-    architecture and kernel."""
-    info = {}
-    if models:
-        info["cpu_model"] = next(iter(models.values()))
-    if cg is not None:
-        info["linux_cgroup"] = cg.path
-    if fs.is_this_system:
-        uname = os.uname()
-        info.update(architecture=uname.machine, os_release=uname.release, hostname=uname.nodename)
-    return info

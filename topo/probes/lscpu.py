@@ -160,12 +160,9 @@ class LscpuCpus:
 
 
 def build_cpus(rows: list[CpuRow], summary: LscpuSummary | None = None) -> LscpuCpus:
-    """Packages, cores, caches and NUMA nodes from lscpu rows (online CPUs only).
-
-    A cache's size is the summary's per instance, else its total over the instances the rows show;
-    without one the cache is left out, as hwloc drops zero-sized caches. CPU-less nodes are not
-    built: lscpu says neither their memory nor their distances.
-    """
+    """Packages, cores, caches and NUMA nodes of the online rows. A cache's size is the summary's per
+    instance, else its total over the rows' instances; without one the cache is left out, as hwloc
+    drops zero-sized caches. No CPU-less node: lscpu says neither its memory nor its distances."""
     rows = [r for r in rows if r.online]
     online = CpuSet(r.cpu for r in rows)
 
@@ -216,13 +213,11 @@ def probe_lscpu(runner=None) -> LscpuCpus:
 
 
 def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, *,
-              live: bool = False) -> tuple[RawCpus, RawNodes, str | None]:
-    """The CPU side and NUMA nodes with lscpu's where sysfs had none, and the `probes["lscpu"]` status
-    (None when sysfs had everything). lscpu runs only when `live`; on a captured root it would describe
-    the wrong machine, so there the outputs a `topo capture` stored are read instead."""
+              live: bool = False) -> tuple[RawCpus, RawNodes, str]:
+    """The CPU side and NUMA nodes with lscpu's where sysfs had none, and the `probes["lscpu"]` status.
+    lscpu runs only when `live`; on a captured root it would describe the wrong machine, so there the
+    outputs a `topo capture` stored are read instead."""
     need_nodes, need_cpus = not nodes.from_sysfs, not cpus.has_topology
-    if not (need_nodes or need_cpus):
-        return cpus, nodes, None
     runner = None if live else stored_runner(fs, "lscpu")
     if not live and runner is None:
         return cpus, nodes, "off: not this system"

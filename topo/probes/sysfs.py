@@ -106,12 +106,9 @@ def _amd_compute_units(cpuinfo: str) -> bool:
 
 
 def probe_cpus(fs: FsRoot) -> RawCpus:
-    """PUs, cores, clusters, dies, packages and caches, by hwloc's rules (look_sysfscpu).
-
-    Each object comes from a sibling mask restricted to the online CPUs that have a topology
-    directory, made by the first CPU of its mask; its OS index (core_id, ...) only names it.
-    No mask file, no object.
-    """
+    """PUs, cores, clusters, dies, packages and caches by hwloc's rules (look_sysfscpu): each object from a
+    sibling mask restricted to the online CPUs with a topology directory, made by the first CPU of its
+    mask; its OS index (core_id, ...) only names it. No mask file, no object."""
     dirs = _numbered_dirs(fs, CPU, _CPU_DIR)
     present, possible, online_file = (fs.read_cpulist(f"{CPU}/{name}") for name in ("present", "possible", "online"))
     listed = CpuSet(dirs)
@@ -225,12 +222,9 @@ def _os_index(value: int | None) -> int | None:
 
 
 def _add_package(packages: list[Package], new: Package, notes: list[str]) -> None:
-    """Add a package made from one CPU's mask unless it overlaps one already made.
-
-    A stale, smaller mask (CPU hot-plug, buggy BIOS) is a Package nested in another in hwloc; topo,
-    whose packages are disjoint, keeps the outer one (noted unless the ids agree). A mask straddling
-    another package is rejected (noted). Sockets reusing one physical_package_id stay two packages.
-    """
+    """Add a package made from one CPU's mask unless it overlaps one already made: a stale, smaller mask
+    (hot-plug, buggy BIOS), nested in hwloc, or one straddling another package is noted unless the ids
+    agree. Sockets reusing one physical_package_id have disjoint masks and stay two packages."""
     p = next((p for p in packages if new.cpuset.intersects(p.cpuset)), None)
     if p is None:
         packages.append(new)
@@ -389,11 +383,8 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
 
 
 def _node_cpus(fs: FsRoot, i: int) -> CpuSet:
-    """A node's CPUs from its cpumap (what hwloc reads), else its cpulist.
-
-    The kernel writes a mask even for a node without CPUs, so an empty file, a dangling link or
-    neither file is a damaged capture (read as hwloc does, another machine): an error naming it.
-    """
+    """A node's CPUs from its cpumap (what hwloc reads), else its cpulist. The kernel writes a mask even
+    for a node without CPUs: an empty file, a dangling link or neither file is a damaged capture."""
     for name, parse in (("cpumap", CpuSet.parse_mask), ("cpulist", CpuSet.parse)):
         path = f"{NODE}/node{i}/{name}"
         text = fs.read(path)
