@@ -117,10 +117,7 @@ def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> pci_probe
     straddles an object of the tree (CPUs of two packages) hangs from the object covering it."""
     raw = pci_probe.probe_pci(fs, machine)
     tree = Placed([*cpu_side, *(n.locality & machine for n in nodes)])
-    fitted = {}
-    for bridge in raw.bridges:
-        if bridge.is_host and bridge.local_cpus not in fitted:
-            fitted[bridge.local_cpus] = tree.fit(bridge.local_cpus, machine)
+    fitted = {b.local_cpus: tree.fit(b.local_cpus, machine) for b in raw.bridges if b.is_host}
 
     def fit(objs):
         return [o if fitted.get(o.local_cpus, o.local_cpus) == o.local_cpus

@@ -18,26 +18,20 @@ class CgroupCpuset:
     mems: CpuSet | None
 
 
-def _cgroup_paths(fs: FsRoot) -> tuple[str | None, str | None]:
-    """(v1 cpuset path, v2 unified path) of the process."""
-    v1 = v2 = None
+def probe_cgroup(fs: FsRoot) -> CgroupCpuset | None:
+    v1_path = v2_path = None
     for line in (fs.read("/proc/self/cgroup") or "").splitlines():
         hier, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if hier == "0" and controllers == "":
-            v2 = path
+            v2_path = path
         elif "cpuset" in controllers.split(","):
-            v1 = path
+            v1_path = path
     legacy = fs.read("/proc/self/cpuset")
     if legacy:
-        v1, v2 = v1 or legacy, v2 or legacy
-    return v1, v2
-
-
-def probe_cgroup(fs: FsRoot) -> CgroupCpuset | None:
+        v1_path, v2_path = v1_path or legacy, v2_path or legacy
     text = fs.read("/proc/mounts") or fs.read("/proc/self/mounts") or ""
     mounts = [(p[1], p[2], p[3].split(",")) for line in text.splitlines() if len(p := line.split()) >= 4]
-    v1_path, v2_path = _cgroup_paths(fs)
     for mountpoint, fstype, options in mounts:
         if v1_path is not None and ((fstype == "cgroup" and "cpuset" in options) or fstype == "cpuset"):
             base = mountpoint.rstrip("/") + (v1_path if v1_path != "/" else "")

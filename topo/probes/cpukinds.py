@@ -33,10 +33,8 @@ def _adjust_maxfreqs(maxes: dict[int, set[int]], bases: dict[int, set[int]]) -> 
     single-precision floats as hwloc."""
     for base_pus in bases.values():
         values = [value for value, pus in maxes.items() if pus & base_pus]
-        if not values or min(values) == max(values):
-            continue
-        low, high = min(values), max(values)
-        if _f32(_f32(_f32(high - low) / _f32(low)) * 100) >= ADJUST_MAX:
+        low, high = min(values, default=0), max(values, default=0)
+        if low == high or _f32(_f32(_f32(high - low) / _f32(low)) * 100) >= ADJUST_MAX:
             continue
         for value in list(maxes):
             moved = maxes[value] & base_pus
