@@ -183,10 +183,8 @@ def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return sorted(fs.listdir(f"{d}/{sub}"), key=_natural) if sub in children else []
 
     rdma = names("infiniband")
-    net = names("net")
-    for child in sorted(children):
-        if _VIRTIO_DIR.match(child):
-            net += sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)
+    net = names("net") + [n for child in sorted(children) if _VIRTIO_DIR.match(child)
+                          for n in sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)]
     rest = [n for sub in ("nvme", "drm", "dma") for n in names(sub)]
     return tuple(rdma), tuple(rdma + net + rest)
 
@@ -199,6 +197,4 @@ def _natural(name: str) -> tuple:
 def bus_key(busid: str) -> tuple[int, int, int, int]:
     """Sort key of a PCI bus id "dddd:bb:dd.f": (domain, bus, device, function), an unreadable id last."""
     m = _BUS_ID.match(busid)
-    if not m:
-        return (1 << 32, 0, 0, 0)
-    return (int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4), 16))
+    return (int(m[1], 16), int(m[2], 16), int(m[3], 16), int(m[4], 16)) if m else (1 << 32, 0, 0, 0)

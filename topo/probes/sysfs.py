@@ -320,7 +320,11 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     # the overlap then, and ignores initiators, which the emulation does not update.
     fake_numa = "numa=fake=" in (fs.read("/proc/cmdline") or "")
     own = {i: _node_cpus(fs, i) for i in ids}
-    gpu_memory = _nvidia_gpu_memory_nodes(fs)
+    gpu_memory = {}  # node -> bus id of the GPU whose memory the NVIDIA driver onlined as it ("Node: N")
+    for busid in fs.listdir("/proc/driver/nvidia/gpus"):
+        m = re.search(r"Node:[ \t]*(-?[0-9]{1,9})\b", fs.read(f"/proc/driver/nvidia/gpus/{busid}/numa_status") or "")
+        if m and int(m.group(1)) >= 0:
+            gpu_memory[int(m.group(1))] = busid.lower()
     notes: list[str] = []
     cpus, memory, distances, initiators = {}, {}, {}, {}  # by node id: CPUs, bytes, {node: distance}, CPUs
     taken = EMPTY
@@ -401,17 +405,6 @@ def _node_cpus(fs: FsRoot, i: int) -> CpuSet:
             raise ProbeError(f"{fs.shown(path)}: {exc}") from None
     raise ProbeError(f"{fs.shown(f'{NODE}/node{i}')}: neither cpumap nor cpulist, which every kernel writes "
                      "(capture the machine again)")
-
-
-def _nvidia_gpu_memory_nodes(fs: FsRoot) -> dict[int, str]:
-    """{node: GPU bus id} of GPU memory the NVIDIA driver onlined as a node: numa_status says "Node: N"."""
-    base = "/proc/driver/nvidia/gpus"
-    out = {}
-    for busid in fs.listdir(base):
-        m = re.search(r"Node:[ \t]*(-?[0-9]{1,9})\b", fs.read(f"{base}/{busid}/numa_status") or "")
-        if m and int(m.group(1)) >= 0:
-            out[int(m.group(1))] = busid.lower()
-    return out
 
 
 def _nearest_cpus(i: int, nodes: dict, locality: dict[int, CpuSet], distances: dict[int, dict[int, int]]) -> CpuSet:
