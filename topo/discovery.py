@@ -84,11 +84,8 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, incl
         """The objects with allowed PUs, or holding an attachment point, restricted."""
         return restrict(o for o in objs if o.cpuset & pus or any(a <= o.cpuset for a in anchors))
 
-    numa_nodes = tuple(
-        replace(n, cpuset=n.cpuset & pus, locality=n.locality & pus,
-                distances={k: v for k, v in n.distances.items() if include_disallowed or k in allowed_nodes})
-        for n in kept_nodes
-    )
+    numa_nodes = tuple(replace(n, cpuset=n.cpuset & pus, locality=n.locality & pus, distances={
+        k: v for k, v in n.distances.items() if include_disallowed or k in allowed_nodes}) for n in kept_nodes)
     machine = cpus.online
     cpu_side = set(_cpu_side(cpus))
     pci = _pci(fs, machine, cpu_side, raw_nodes.nodes)

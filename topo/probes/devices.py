@@ -193,9 +193,7 @@ def pci_link_level(a: tuple[str, tuple[str, ...]], b: tuple[str, tuple[str, ...]
 
 
 def link_name(device: Device) -> str:
-    if device.kind == "nic":
-        return device.name or f"NIC{device.index}"
-    return f"{device.kind.upper()}{device.index}"
+    return (device.name or f"NIC{device.index}") if device.kind == "nic" else f"{device.kind.upper()}{device.index}"
 
 
 def link_matrix(devices: list[Device], chains: dict[str, tuple], overlay: dict[tuple[str, str], str]) -> dict:

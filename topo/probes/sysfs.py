@@ -54,16 +54,6 @@ _NEW_NAMES = {"core": "core_cpus", "package": "package_cpus"}
 _OLD_NAMES = {"core": "thread_siblings", "package": "core_siblings"}
 
 
-def _size_bytes(fs: FsRoot, path: str) -> int | None:
-    text = fs.read(path)
-    if not text:
-        return None
-    m = _SIZE.match(text)
-    if not m:
-        raise ProbeError(f"{fs.shown(path)}: expected a size like '32K', found {text[:40]!r}")
-    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
-
-
 def _numbered_dirs(fs: FsRoot, base: str, pattern: re.Pattern) -> dict[int, str]:
     """{N: path} of base's cpuN / nodeN entries; an N above CpuSet's limit (no kernel's) is an error."""
     dirs = {}
@@ -255,7 +245,11 @@ def _caches(fs: FsRoot, cpus: dict[int, str], core_cpus: dict[int, CpuSet], onli
             kind = (fs.read(idx + "type") or "").lower()
             if level is None or kind not in ("data", "instruction", "unified") or (level, kind, shared) in seen:
                 continue
-            size = _size_bytes(fs, idx + "size")
+            text = fs.read(idx + "size") or ""
+            m = _SIZE.match(text)
+            if text and not m:
+                raise ProbeError(f"{fs.shown(idx + 'size')}: expected a size like '32K', found {text[:40]!r}")
+            size = int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()] if m else 0
             if not size:
                 continue  # hwloc ignores zero-sized caches (some VMs, PowerPC L1i)
             read_already.add((name, shared))
