@@ -1,8 +1,7 @@
 """How a machine's NUMA nodes cut its packages, and devices whose sysfs locality contradicts itself.
 
-Intel's sub-NUMA clustering (SNC2, SNC3) and AMD's NPS1/2/4 split each package into nodes; `numa_mode`
-names the split as the BIOS does, from the nodes per package and the distance classes (local, same
-package, other package). `locality_conflicts` lists devices whose `numa_node` and `local_cpulist` disagree.
+Intel's SNC2/SNC3 and AMD's NPS1/2/4 split each package into nodes; `numa_mode` names the split as the
+BIOS does, from the nodes per package and the distance classes (local, same package, other package).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """CPU kinds from sysfs, by hwloc 2.9's Linux rules (`look_sysfscpukinds`, `lstopo --cpukinds`).
 
-PUs are grouped by cpufreq's `cpuinfo_max_freq` (max frequencies within 10% among PUs of one
-`base_frequency` merged to the lowest, where every PU has a base: Turbo Boost Max 3.0 favoured cores are
-not another kind), then `base_frequency`, then `cpu_capacity`, each grouping cutting the kinds found so
-far; kinds are ranked by capacity where each has a distinct one, else by base (or max) frequency.
+PUs are grouped by `cpuinfo_max_freq` (where every PU has a base frequency, max frequencies within 10%
+among PUs of one base merged to the lowest: Turbo Boost Max 3.0 cores are no other kind), `base_frequency`,
+then `cpu_capacity`, each cutting the kinds found so far; ranked by distinct capacities, else by base
+(or max) frequency.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Devices the planners care about (accelerators, NICs, NVMe), from sysfs and the runtimes' tools.
 
-As hwloc's PCI and IO phases: sysfs classifies every PCI function and numbers each kind in bus order;
-on the live machine (or from what a capture stored) NVML and npu-smi give the runtime's index, UUIDs,
-names and links, matched to sysfs by bus id (an unmatched one is kept: a container may hide
-/sys/bus/pci; sysfs devices the runtime did not list are dropped). AMD GPUs take ROCm's numbering from
-KFD in sysfs, Gaudis their module ids. Links are `nvidia-smi topo -m`'s, from the PCI tree and runtimes.
+As hwloc's PCI and IO phases: sysfs classifies PCI functions and numbers each kind in bus order; NVML and
+npu-smi (live, or as a capture stored them) give the runtime's index, UUIDs, names and links, matched by
+bus id. AMD GPUs take ROCm's numbering from KFD, Gaudis their module ids; links are `nvidia-smi topo -m`'s.
 """
 
 from __future__ import annotations
@@ -135,7 +133,7 @@ def merge_runtime(devices: list[Device], found: list[Device], kind: str,
         # sysfs numa_node is what torch and msrun read; the runtime's only fills a -1
         out.append(replace(r, vendor=d.vendor, numa_node=d.numa_node if d.numa_node is not None else r.numa_node,
                            local_cpus=r.local_cpus or d.local_cpus))
-    out.extend(r for r in found if r.busid not in matched)
+    out.extend(r for r in found if r.busid not in matched)  # kept: a container may hide /sys/bus/pci
     return out, dropped
 
 

@@ -406,11 +406,9 @@ def _nearest_cpus(i: int, nodes: dict, locality: dict[int, CpuSet], distances: d
     strictly farther than i itself and not all the other nodes (else empty: attached to the machine)."""
     row = distances.get(i, {})
     others = [(row[j], j) for j in nodes if j != i and j in row]
-    if not others:
-        return EMPTY
-    best = min(d for d, _ in others)
+    best = min((d for d, _ in others), default=None)
     nearest = [j for d, j in others if d == best]
-    if best <= row.get(i, 0) or len(nearest) == len(nodes) - 1:
+    if best is None or best <= row.get(i, 0) or len(nearest) == len(nodes) - 1:
         return EMPTY
     return union_all(locality.get(j, EMPTY) for j in nearest)
 
