@@ -34,8 +34,7 @@ def classify(dev: PciDevice) -> str | None:
     """The device kind of a PCI function, or None for what planners ignore."""
     base, sub, vendor = dev.class_id[:2], dev.class_id[2:], dev.vendor_id
     if base == "03":
-        # VGA (0300) of a BMC (ASPEED, Matrox) or an Intel iGPU is no compute device; 3D (0302) and
-        # "other display" (0380: AMD Instinct, Intel Data Center GPU Max) are.
+        # VGA (0300) of a BMC or an Intel iGPU computes nothing; 3D (0302) and 0380 (Instinct, GPU Max) do.
         return "gpu" if vendor == "10de" or (vendor in ("1002", "8086") and sub in ("02", "80")) else None
     if base == "12":  # processing accelerators: Ascend, AMD Instinct MI300 (1200), Habana Gaudi and others
         return {"19e5": "npu", "1002": "gpu"}.get(vendor, "accel")

@@ -23,6 +23,7 @@ PARSABLE_ARGS = ["lscpu", "-p=CPU,CORE,SOCKET,NODE,CACHE"]
 _CACHE_NAME = re.compile(r"\AL([0-9])([di]?)\Z", re.I)
 _SIZE = re.compile(r"\A([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([KMGT]?)(i?B)?\Z", re.I)
 _NODE_KEY = re.compile(r"NUMA node(\S+) CPU\(s\)")  # the id checked by _int
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _LABEL = (1 << 64) - 1  # core, socket and cache ids are labels: the kernel's cache ids can be large
 _MAX_NODES = 1024  # the kernel's MAX_NUMNODES
 
@@ -97,10 +98,7 @@ def _row(row: dict[str, str], line: str) -> CpuRow:
 
 def _bytes(text: str) -> int | None:
     m = _SIZE.match(text.strip())
-    if not m:
-        return None
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2).upper()]
-    return round(float(m.group(1)) * scale)
+    return round(float(m[1]) * _UNITS[m[2].upper()]) if m else None
 
 
 def _instances(value: str) -> tuple[str, str] | None:

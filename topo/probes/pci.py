@@ -164,8 +164,7 @@ def _pci_functions(fs: FsRoot) -> list[_Function]:
         buses = None
         if class_id == "0604":
             config = fs.read_bytes(f"{d}/config", 64)  # the standard header, what a user may read
-            # A PCI-to-PCI bridge by its header type (1); without config space (unreadable) hwloc
-            # sees no header and takes the function for a plain device.
+            # A bridge by header type 1; without readable config space hwloc takes it for a plain device.
             if config is not None and len(config) > 0x1A and config[0x0E] & 0x7F == 1:
                 secondary, subordinate = config[0x19], config[0x1A]
                 if not key[1] < secondary <= subordinate:

@@ -164,8 +164,7 @@ def _mask_objects(fs: FsRoot, cpus: dict[int, str], names: dict[str, str], onlin
         if core_set is not None:
             core_set = core_cpus[i] = core_set & online
             if thread_with_core_id is None and core_set.weight() > 1:
-                # Compute units or hyper-threads? Decided once, on the first core with two PUs:
-                # siblings with different core_ids are distinct cores.
+                # Compute units or hyper-threads? Decided on the first core with two PUs: distinct core_ids.
                 sibling = cpus[next(c for c in core_set if c != i)]
                 thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{sibling}/topology/core_id")
             if core_set.first() == i or thread_with_core_id:
@@ -310,8 +309,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
         node = NumaNode(0, online, _meminfo_total(fs, "/proc/meminfo"), False, online, {0: 10})
         return RawNodes([node], [], False)
 
-    # NUMA emulation (numa=fake=) puts a CPU in every fake node cut from its physical node: hwloc accepts
-    # the overlap then, and ignores initiators, which the emulation does not update.
+    # numa=fake= puts a CPU in every node cut from its own: hwloc accepts the overlap and ignores initiators.
     fake_numa = "numa=fake=" in (fs.read("/proc/cmdline") or "")
     own = {i: _node_cpus(fs, i) for i in ids}
     gpu_memory = {}  # node -> bus id of the GPU whose memory the NVIDIA driver onlined as it ("Node: N")
@@ -353,8 +351,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     locality: dict[int, CpuSet] = {}
     for i in cpus:
         if i in gpu_memory:
-            # A GPU's memory as a node (POWER9, Grace with NVLink-C2C): hwloc gives it the GPU's local
-            # CPUs; without them it is placed below as any CPU-less node.
+            # GPU memory as a node (POWER9, Grace C2C): at the GPU's local CPUs, else as any CPU-less node.
             busid = gpu_memory[i]
             gpu_cpus = (fs.read_set(f"{PCI}/{busid}/local_cpulist", f"{PCI}/{busid}/local_cpus") or EMPTY) & online
             subtype[i] = "GPUMemory"

@@ -77,8 +77,7 @@ def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
                 if sum(map(len, chunks[key.fd])) > TOOL_OUTPUT_LIMIT:
                     raise ProbeError(f"'{shown}' wrote more than {TOOL_OUTPUT_LIMIT >> 20} MiB, more than that "
                                      "tool ever writes; stopped it")
-    out, err = (b"".join(chunks[f.fileno()]).decode("utf-8", "replace") for f in (proc.stdout, proc.stderr))
-    return _newlines(out), _newlines(err)
+    return tuple(_newlines(b"".join(chunks[f.fileno()]).decode("utf-8", "replace")) for f in (proc.stdout, proc.stderr))
 
 
 # Terminal escape sequences (CSI, OSC, ESC ( B ...): driver 580's nvidia-smi underlines `topo -m`'s header
