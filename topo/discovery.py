@@ -42,18 +42,15 @@ def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallow
         # lscpu fallback: containers that hide /sys/devices/system/node or the CPU topology.
         from topo.probes import lscpu as lscpu_probe
         cpus, nodes, status["lscpu"] = lscpu_probe.fill_gaps(fs, cpus, nodes, live=live)
-    nodes = replace(nodes, nodes=fit_localities(nodes.nodes, _cpu_side(cpus), cpus.online))
-    topology = _restricted(fs, cpus, nodes, include_disallowed, status)
+    cpu_side = [o.cpuset for o in (*cpus.packages, *cpus.dies, *cpus.clusters, *cpus.caches, *cpus.cores)]
+    nodes = replace(nodes, nodes=fit_localities(nodes.nodes, cpu_side, cpus.online))
+    topology = _restricted(fs, cpus, nodes, set(cpu_side), include_disallowed, status)
     topology = replace(topology, cpukinds=probe_cpukinds(fs, topology.pus))
     return device_probes.attach_devices(topology, fs, probes, live=live)
 
 
-def _cpu_side(cpus: sysfs.RawCpus) -> list[CpuSet]:
-    return [o.cpuset for o in (*cpus.packages, *cpus.dies, *cpus.clusters, *cpus.caches, *cpus.cores)]
-
-
-def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, include_disallowed: bool,
-                status: dict[str, str]) -> Topology:
+def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, cpu_side: set[CpuSet],
+                include_disallowed: bool, status: dict[str, str]) -> Topology:
     """The Topology of what the cgroup's cpuset and, on this machine, the affinity mask allow (everything
     online with `include_disallowed`). As in hwloc, an object keeps its allowed PUs; one left with none
     stays while it holds an allowed NUMA node's attachment point (its CPUs, or a memory-only node's
@@ -87,7 +84,6 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, incl
     numa_nodes = tuple(replace(n, cpuset=n.cpuset & pus, locality=n.locality & pus, distances={
         k: v for k, v in n.distances.items() if include_disallowed or k in allowed_nodes}) for n in kept_nodes)
     machine = cpus.online
-    cpu_side = set(_cpu_side(cpus))
     pci = _pci(fs, machine, cpu_side, raw_nodes.nodes)
     kept_ids = {n.os_index for n in kept_nodes}
     # What lstopo prints on the Machine line that a user wants: CPU model, cgroup, this machine's kernel.
