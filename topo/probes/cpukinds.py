@@ -81,10 +81,7 @@ def rank_kinds(kinds: list[dict]) -> list[tuple[dict, int | None]]:
 
 def probe_cpukinds(fs: FsRoot, pus: CpuSet) -> tuple[CpuKind, ...]:
     """The CPU kinds of `pus` (none where sysfs has no cpufreq or capacity files)."""
-    # value -> its PUs (hwloc_linux_cpukinds_add)
-    maxes: dict[int, set[int]] = {}
-    bases: dict[int, set[int]] = {}
-    capacities: dict[int, set[int]] = {}
+    maxes, bases, capacities = {}, {}, {}  # value -> its PUs (hwloc_linux_cpukinds_add)
     max_without_base = False
     for pu in pus:
         top = _value(fs, f"{CPU}/cpu{pu}/cpufreq/cpuinfo_max_freq")
