@@ -20,13 +20,10 @@ from topo.probes.cgroup import probe_cgroup
 
 def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallowed: bool = False,
              probes: tuple[str, ...] | None = None, live_probes: bool = False) -> Topology:
-    """The topology of the machine whose /sys and /proc live below `root` (default: this one).
-
-    `root` is a directory holding sys/ and proc/, a `topo capture` archive or an FsRoot (the
-    environment is never asked for one). `probes` limits the optional device probes ("nvml",
-    "npu-smi"); sysfs always runs. The probes that ask this machine's tools (lscpu, NVML, npu-smi)
-    run on this machine, or with `live_probes` (a captured root replayed with stand-in tools).
-    """
+    """The topology of the machine whose /sys and /proc live below `root` (default: this one): a directory
+    holding sys/ and proc/, a `topo capture` archive or an FsRoot (never taken from the environment).
+    `probes` limits the optional device probes ("nvml", "npu-smi"; sysfs always runs). The probes asking
+    this machine's tools (lscpu, NVML, npu-smi) run here, or with `live_probes` (a capture replayed)."""
     from topo.probes import devices as device_probes
     from topo.probes.cpukinds import probe_cpukinds
 

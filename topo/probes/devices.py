@@ -95,8 +95,8 @@ def kfd_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str | No
     amd = [d for d in devices if d.kind == "gpu" and d.vendor == "amd"]
     if not order or any(d.busid not in order for d in amd):
         return devices, f"unused: its {len(order)} GPU nodes do not match the {len(amd)} AMD GPUs in PCI"
-    renumbered = [replace(d, index=order[d.busid], source="kfd") if d in amd else d for d in devices]
-    return renumbered, f"ok: {len(order)} GPUs"
+    return ([replace(d, index=order[d.busid], source="kfd") if d in amd else d for d in devices],
+            f"ok: {len(order)} GPUs")
 
 
 def habana_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str | None]:

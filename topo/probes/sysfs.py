@@ -82,8 +82,6 @@ def _cpuinfo_fields(cpuinfo: str):
 def _amd_compute_units(cpuinfo: str) -> bool:
     """AMD families 15h and 16h list the two cores of a compute unit as thread siblings though each has
     its own core_id; hwloc checks the first processor's vendor and family (x86 kernels only)."""
-    if "AuthenticAMD" not in cpuinfo:
-        return False  # no line can name that vendor
     vendor = family = None
     for key, value in _cpuinfo_fields(cpuinfo):
         if key == "vendor_id" and vendor is None:
@@ -262,9 +260,8 @@ def _caches(fs: FsRoot, cpus: dict[int, str], core_cpus: dict[int, CpuSet], onli
 
 
 def _nesting_caches(placed: list[CpuSet], caches: list[Cache]) -> tuple[list[Cache], list[Cache]]:
-    """(kept, dropped) caches by hwloc's insertion: packages, dies, clusters and cores first, then the
-    caches in order; one straddling an object already in the tree is dropped. The tree is laminar, so
-    a cache is checked against the chains of objects holding its PUs, each object once."""
+    """(kept, dropped) caches by hwloc's insertion: packages, dies, clusters and cores first, then the caches
+    in order; one straddling an object already in the tree (holding part of it, not all) is dropped."""
     chains: dict[int, list[CpuSet]] = {}
 
     def fits(s: CpuSet) -> bool:
