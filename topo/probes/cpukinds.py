@@ -75,8 +75,7 @@ def rank_kinds(kinds: list[dict]) -> list[tuple[dict, int | None]]:
         keys = base if all(base) else top if all(top) else None
         if keys is None or len(set(keys)) < len(keys):
             return [(k, None) for k in kinds]
-    ordered = sorted(zip(keys, range(len(kinds))))
-    return [(kinds[i], rank) for rank, (_, i) in enumerate(ordered)]
+    return [(kinds[i], rank) for rank, (_, i) in enumerate(sorted(zip(keys, range(len(kinds)))))]
 
 
 def probe_cpukinds(fs: FsRoot, pus: CpuSet) -> tuple[CpuKind, ...]:

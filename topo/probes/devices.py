@@ -38,13 +38,8 @@ def classify(dev: PciDevice) -> str | None:
         return "gpu" if vendor == "10de" or (vendor in ("1002", "8086") and sub in ("02", "80")) else None
     if base == "12":  # processing accelerators: Ascend, AMD Instinct MI300 (1200), Habana Gaudi and others
         return {"19e5": "npu", "1002": "gpu"}.get(vendor, "accel")
-    if base == "0b" and sub == "40":  # co-processor (old Xeon Phi, some FPGAs)
-        return "accel"
-    if base == "02" or dev.class_id == "0c06":  # network controllers, InfiniBand (QLogic)
-        return "nic"
-    if dev.class_id == "0108":
-        return "nvme"
-    return None
+    # co-processors (old Xeon Phi, some FPGAs), InfiniBand (QLogic), NVMe; base 02: network controllers
+    return {"0b40": "accel", "0c06": "nic", "0108": "nvme"}.get(dev.class_id, "nic" if base == "02" else None)
 
 
 def _os_name(dev: PciDevice) -> str | None:

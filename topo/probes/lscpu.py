@@ -120,15 +120,12 @@ def parse_summary(text: str) -> LscpuSummary:
             continue
         key, value = key.strip(), value.strip()
         out.fields.setdefault(key, value)
-        m = _NODE_KEY.fullmatch(key)
-        if m:
+        if m := _NODE_KEY.fullmatch(key):
             try:
                 out.numa_nodes[_int(m.group(1))] = CpuSet.parse(value)
             except ParseError as exc:
                 raise ParseError(f"lscpu: {key}: {exc}") from None
-            continue
-        m = re.fullmatch(r"(L[0-9][di]?) cache", key)
-        if m:
+        elif m := re.fullmatch(r"(L[0-9][di]?) cache", key):
             name, inst, size = m.group(1), _instances(value), _bytes(value)
             if inst:
                 total, count = _bytes(inst[0]), ascii_number(inst[1])

@@ -198,9 +198,7 @@ def _group_mask(fs: FsRoot, i: int, cpu: str, name: str, online: CpuSet) -> tupl
     found = _mask_file(fs, cpu, name)
     if found is None or (found := found & online).weight() == 1:
         return True, None
-    if found.first() != i:
-        return False, None
-    return True, found
+    return (True, found) if found.first() == i else (False, None)
 
 
 def _os_index(value: int | None) -> int | None:
@@ -303,8 +301,7 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
     a node without CPUs a locality from its initiators or distances."""
     ids = sorted(_numbered_dirs(fs, NODE, _NODE_DIR))
     if not ids:
-        node = NumaNode(0, online, _meminfo_total(fs, "/proc/meminfo"), False, online, {0: 10})
-        return RawNodes([node], [], False)
+        return RawNodes([NumaNode(0, online, _meminfo_total(fs, "/proc/meminfo"), False, online, {0: 10})], [], False)
 
     # numa=fake= puts a CPU in every node cut from its own: hwloc accepts the overlap and ignores initiators.
     fake_numa = "numa=fake=" in (fs.read("/proc/cmdline") or "")
