@@ -13,8 +13,7 @@ from topo.cpuset import CpuSet
 from topo.fsroot import FsRoot
 from topo.groups import Placed, fit_localities, node_groups
 from topo.model import Topology
-from topo.probes import pci as pci_probe
-from topo.probes import sysfs
+from topo.probes import pci as pci_probe, sysfs
 from topo.probes.cgroup import probe_cgroup
 
 
@@ -80,8 +79,7 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, cpu_
 
     numa_nodes = tuple(replace(n, cpuset=n.cpuset & pus, locality=n.locality & pus, distances={
         k: v for k, v in n.distances.items() if include_disallowed or k in allowed_nodes}) for n in kept_nodes)
-    machine = cpus.online
-    pci = _pci(fs, machine, cpu_side, raw_nodes.nodes)
+    pci = _pci(fs, cpus.online, cpu_side, raw_nodes.nodes)
     kept_ids = {n.os_index for n in kept_nodes}
     # What lstopo prints on the Machine line that a user wants: CPU model, cgroup, this machine's kernel.
     info = {"cpu_model": next(iter(cpus.models.values()))} if cpus.models else {}
@@ -94,7 +92,7 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, cpu_
         root=fs.root, pus=pus, allowed_pus=allowed_pus, complete_pus=cpus.complete, online_pus=cpus.online,
         allowed_numa_nodes=allowed_nodes, packages=keep(cpus.packages), dies=keep(cpus.dies),
         clusters=keep(cpus.clusters), numa_nodes=numa_nodes, cores=restrict(c for c in cpus.cores if c.cpuset & pus),
-        caches=keep(cpus.caches), groups=node_groups(kept_nodes, cpu_side, machine, pus),
+        caches=keep(cpus.caches), groups=node_groups(kept_nodes, cpu_side, cpus.online, pus),
         memory_side_caches=restrict(m for m in raw_nodes.memory_side_caches if set(m.numa_nodes) & kept_ids),
         pci_devices=restrict(pci.devices, "local_cpus"), pci_bridges=restrict(pci.bridges, "local_cpus"),
         os_devices=restrict(pci.os_devices, "local_cpus"), probes=status, info=info,

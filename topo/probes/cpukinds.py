@@ -29,8 +29,7 @@ def _f32(x: float) -> float:
 
 
 def _adjust_maxfreqs(maxes: dict[int, set[int]], bases: dict[int, set[int]]) -> None:
-    """Merge max frequencies within ADJUST_MAX% among PUs of one base frequency into the lowest, in
-    single-precision floats as hwloc."""
+    """Merge max frequencies within ADJUST_MAX% among PUs of one base into the lowest, in float32 as hwloc."""
     for base_pus in bases.values():
         values = [value for value, pus in maxes.items() if pus & base_pus]
         low, high = min(values, default=0), max(values, default=0)

@@ -107,8 +107,7 @@ def habana_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str |
         f"ok: {len(gaudis)} Gaudis by module id"
 
 
-def merge_runtime(devices: list[Device], found: list[Device], kind: str,
-                  vendor: str) -> tuple[list[Device], list[str]]:
+def merge_runtime(devices: list[Device], found: list[Device], kind: str, vendor: str) -> tuple[list[Device], list[str]]:
     """The devices with those of `kind` from `vendor` replaced by a runtime's, matched by PCI bus id,
     and the bus ids of the sysfs devices the runtime did not list."""
     if not found:

@@ -64,8 +64,7 @@ def _int(text: str, most: int = MAX_ID, optional: bool = False) -> int | None:
 
 def parse_parsable(text: str) -> list[CpuRow]:
     """`lscpu -p=CPU,CORE,SOCKET,NODE,CACHE` (either cache layout)."""
-    columns = None
-    rows = []
+    columns, rows = None, []
     for line in text.splitlines():
         if line.startswith("#"):
             header = line[1:].strip()
@@ -81,8 +80,7 @@ def parse_parsable(text: str) -> list[CpuRow]:
 
 
 def _row(row: dict[str, str], line: str) -> CpuRow:
-    """One CPU's row: its columns by header name (`Core` or `CORE`; caches as `L1d` columns or one
-    `L1d:L1i:L2:L3` field)."""
+    """One CPU's row by header name (`Core` or `CORE`; caches as `L1d` columns or one `L1d:L1i:L2:L3` field)."""
     get = {name.upper(): value for name, value in row.items()}.get
     try:
         caches = []
@@ -135,8 +133,7 @@ def parse_summary(text: str) -> LscpuSummary:
             elif size is not None:
                 # util-linux < 2.34: per instance ("32768K"); 2.34-2.36: the total, count unknown here
                 (out.cache_sizes if re.fullmatch(r"[0-9]+K", value) else out.cache_totals)[name] = size
-    count = out.fields.get("NUMA node(s)")
-    if count:
+    if count := out.fields.get("NUMA node(s)"):
         nodes = ascii_number(count, _MAX_NODES)
         if nodes is None:
             raise ParseError(f"lscpu: NUMA node(s): expected a count up to {_MAX_NODES}, found {count[:40]!r}")
@@ -207,8 +204,7 @@ def probe_lscpu(runner=None) -> LscpuCpus:
     return build_cpus(rows, summary)
 
 
-def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, *,
-              live: bool = False) -> tuple[RawCpus, RawNodes, str]:
+def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, *, live: bool = False) -> tuple[RawCpus, RawNodes, str]:
     """The CPU side and NUMA nodes with lscpu's where sysfs had none, and the `probes["lscpu"]` status.
     lscpu runs only when `live`; on a captured root it would describe the wrong machine, so there the
     outputs a `topo capture` stored are read instead."""

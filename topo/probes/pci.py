@@ -184,8 +184,7 @@ def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     rdma = names("infiniband")
     net = names("net") + [n for child in sorted(children) if _VIRTIO_DIR.match(child)
                           for n in sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)]
-    rest = [n for sub in ("nvme", "drm", "dma") for n in names(sub)]
-    return tuple(rdma), tuple(rdma + net + rest)
+    return tuple(rdma), tuple(rdma + net + [n for sub in ("nvme", "drm", "dma") for n in names(sub)])
 
 
 def _natural(name: str) -> tuple:

@@ -311,9 +311,8 @@ def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
         m = re.search(r"Node:[ \t]*(-?[0-9]{1,9})\b", fs.read(f"/proc/driver/nvidia/gpus/{busid}/numa_status") or "")
         if m and int(m.group(1)) >= 0:
             gpu_memory[int(m.group(1))] = busid.lower()
-    notes: list[str] = []
+    notes, taken = [], EMPTY
     cpus, memory, distances, initiators = {}, {}, {}, {}  # by node id: CPUs, bytes, {node: distance}, CPUs
-    taken = EMPTY
     for i in ids:
         d = f"{NODE}/node{i}"
         if own[i] & taken and not fake_numa:

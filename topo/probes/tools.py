@@ -56,8 +56,7 @@ def run_tool(argv: list[str], timeout: float | None = None) -> str:
 
 
 def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
-    """stdout and stderr as text, each at most TOOL_OUTPUT_LIMIT bytes, read by the deadline (else
-    subprocess.TimeoutExpired, as proc.wait)."""
+    """stdout and stderr as text, each at most TOOL_OUTPUT_LIMIT bytes, by the deadline (else TimeoutExpired)."""
     import selectors  # as subprocess, imported only when a tool runs
     import subprocess
     chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
