@@ -1,108 +1,72 @@
 """discover(): run the probes below one root and assemble the Topology.
 
-The sysfs probe yields complete objects (every online CPU, every node). This module decides what
-the process may use (cgroup cpuset, and on this machine the affinity mask), restricts the objects
-to it the way hwloc does (drop what is disallowed, keep CPU-less objects that still hold an
-allowed NUMA node), adds Groups (`topo.groups`) and attaches devices.
+The sysfs probe yields complete objects; this module restricts them to what the process may use (cgroup
+cpuset and, on this machine, the affinity mask) as hwloc does, adds Groups and attaches devices.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from topo.cpuset import CpuSet
 from topo.fsroot import FsRoot
 from topo.groups import Placed, fit_localities, node_groups
 from topo.model import Topology
-from topo.probes import cgroup as cgroup_probe
-from topo.probes import pci as pci_probe
-from topo.probes import sysfs
-from topo.probes.cgroup import CgroupCpuset
+from topo.probes import pci as pci_probe, sysfs
+from topo.probes.cgroup import probe_cgroup
 
 
 def discover(root: str | os.PathLike | FsRoot | None = None, *, include_disallowed: bool = False,
              probes: tuple[str, ...] | None = None, live_probes: bool = False) -> Topology:
-    """The topology of the machine whose /sys and /proc live below `root` (default: this one).
-
-    `root` is a directory holding sys/ and proc/, a `topo capture` archive or an FsRoot (the
-    environment is never asked for one). `probes` limits the optional device probes ("nvml",
-    "npu-smi"); sysfs always runs. The probes that ask this machine's tools (lscpu, NVML, npu-smi)
-    run on this machine, or with `live_probes` (a captured root replayed with stand-in tools).
-    """
-    fs = root if isinstance(root, FsRoot) else FsRoot(root)
-    live = fs.is_this_system or live_probes
-    status: dict[str, str] = {}
-    cpus, nodes = _probe_sysfs(fs, live, status)
-    allowed = _allowed(fs, cpus, nodes, status)
-    topology = _restricted(fs, cpus, nodes, allowed, include_disallowed, status)
+    """The topology of the machine whose /sys and /proc live below `root` (default: this one): a directory
+    holding sys/ and proc/, a `topo capture` archive or an FsRoot (never taken from the environment).
+    `probes` limits the optional device probes ("nvml", "npu-smi"; sysfs always runs). The probes asking
+    this machine's tools (lscpu, NVML, npu-smi) run here, or with `live_probes` (a capture replayed)."""
     from topo.probes import devices as device_probes
     from topo.probes.cpukinds import probe_cpukinds
 
-    topology = replace(topology, cpukinds=probe_cpukinds(fs, topology.pus))
-
-    return device_probes.attach_devices(topology, fs, probes, live=live)
-
-
-def _probe_sysfs(fs: FsRoot, live: bool, status: dict[str, str]) -> tuple[sysfs.RawCpus, sysfs.RawNodes]:
-    """CPUs and NUMA nodes from sysfs, with lscpu's answer where sysfs has none of either."""
+    fs = root if isinstance(root, FsRoot) else FsRoot(root)
+    live = fs.is_this_system or live_probes
     cpus = sysfs.probe_cpus(fs)
     nodes = sysfs.probe_nodes(fs, cpus.online)
     state = "ok" if nodes.from_sysfs else "ok (no NUMA information: one node assumed)"
     if not cpus.has_topology:
         state += "; no CPU sibling masks: PUs without cores or packages"
-    notes = cpus.notes + nodes.notes
-    status["sysfs"] = state + "".join(f"; {note}" for note in notes)
+    status = {"sysfs": state + "".join(f"; {note}" for note in cpus.notes + nodes.notes)}
     if not (nodes.from_sysfs and cpus.has_topology):
         # lscpu fallback: containers that hide /sys/devices/system/node or the CPU topology.
         from topo.probes import lscpu as lscpu_probe
-
-        cpus, nodes, lscpu_status = lscpu_probe.fill_gaps(fs, cpus, nodes, live=live)
-        if lscpu_status:
-            status["lscpu"] = lscpu_status
+        cpus, nodes, status["lscpu"] = lscpu_probe.fill_gaps(fs, cpus, nodes, live=live)
     cpu_side = [o.cpuset for o in (*cpus.packages, *cpus.dies, *cpus.clusters, *cpus.caches, *cpus.cores)]
-    return cpus, replace(nodes, nodes=fit_localities(nodes.nodes, cpu_side, cpus.online))
+    nodes = replace(nodes, nodes=fit_localities(nodes.nodes, cpu_side, cpus.online))
+    topology = _restricted(fs, cpus, nodes, set(cpu_side), include_disallowed, status)
+    topology = replace(topology, cpukinds=probe_cpukinds(fs, topology.pus))
+    return device_probes.attach_devices(topology, fs, probes, live=live)
 
 
-@dataclass(frozen=True)
-class _Allowed:
-    pus: CpuSet
-    numa_nodes: CpuSet
-    cgroup: CgroupCpuset | None
-
-
-def _allowed(fs: FsRoot, cpus: sysfs.RawCpus, nodes: sysfs.RawNodes, status: dict[str, str]) -> _Allowed:
-    """What the process may use: the cgroup's cpuset (cpus and mems) and, on this machine only,
-    its affinity mask. A captured root's affinity is unknown, so it restricts nothing."""
-    pus = cpus.online
-    numa_nodes = CpuSet(n.os_index for n in nodes.nodes)
-    cg = cgroup_probe.probe_cgroup(fs)
-    if cg is None:
-        status["cgroup"] = "none"
-    else:
-        status["cgroup"] = f"{cg.version} {cg.path}"
-        if cg.cpus is not None:
-            pus &= cg.cpus
-        if cg.mems is not None:
-            numa_nodes &= cg.mems
+def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, cpu_side: set[CpuSet],
+                include_disallowed: bool, status: dict[str, str]) -> Topology:
+    """The Topology of what the cgroup's cpuset and, on this machine, the affinity mask allow (everything
+    online with `include_disallowed`). As in hwloc, an object keeps its allowed PUs; one left with none
+    stays while it holds an allowed NUMA node's attachment point (its CPUs, or a memory-only node's
+    locality). Cores have no memory and are simply dropped."""
+    allowed_pus = cpus.online
+    allowed_nodes = CpuSet(n.os_index for n in raw_nodes.nodes)
+    cg = probe_cgroup(fs)
+    status["cgroup"] = "none" if cg is None else f"{cg.version} {cg.path}"
+    if cg is not None and cg.cpus is not None:
+        allowed_pus &= cg.cpus
+    if cg is not None and cg.mems is not None:
+        allowed_nodes &= cg.mems
     if fs.is_this_system and hasattr(os, "sched_getaffinity"):
-        pus &= CpuSet(os.sched_getaffinity(0))
+        allowed_pus &= CpuSet(os.sched_getaffinity(0))
         status["affinity"] = "ok"
     else:
         status["affinity"] = "off: not this system"
-    return _Allowed(pus, numa_nodes, cg)
 
-
-def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allowed: _Allowed,
-                include_disallowed: bool, status: dict[str, str]) -> Topology:
-    """The Topology of what is allowed (everything online with `include_disallowed`).
-
-    As in hwloc, an object keeps its allowed PUs; one left with none stays (CPU-less) when it
-    still holds an allowed NUMA node's attachment point (its own CPUs, or its locality if the node
-    is memory-only), and is dropped otherwise. Cores have no memory and are simply dropped.
-    """
-    pus = cpus.online if include_disallowed else allowed.pus
-    kept_nodes = [n for n in raw_nodes.nodes if include_disallowed or n.os_index in allowed.numa_nodes]
+    pus = cpus.online if include_disallowed else allowed_pus
+    kept_nodes = [n for n in raw_nodes.nodes if include_disallowed or n.os_index in allowed_nodes]
     anchors = [n.locality for n in kept_nodes if n.locality]
 
     def restrict(objs, attr="cpuset"):
@@ -113,37 +77,25 @@ def _restricted(fs: FsRoot, cpus: sysfs.RawCpus, raw_nodes: sysfs.RawNodes, allo
         """The objects with allowed PUs, or holding an attachment point, restricted."""
         return restrict(o for o in objs if o.cpuset & pus or any(a <= o.cpuset for a in anchors))
 
-    numa_nodes = tuple(
-        replace(n, cpuset=n.cpuset & pus, locality=n.locality & pus,
-                distances={k: v for k, v in n.distances.items()
-                           if include_disallowed or k in allowed.numa_nodes})
-        for n in kept_nodes
-    )
-    machine = cpus.online
-    cpu_side = {o.cpuset for o in (*cpus.packages, *cpus.dies, *cpus.clusters, *cpus.caches, *cpus.cores)}
-    pci = _pci(fs, machine, cpu_side, raw_nodes.nodes)
+    numa_nodes = tuple(replace(n, cpuset=n.cpuset & pus, locality=n.locality & pus, distances={
+        k: v for k, v in n.distances.items() if include_disallowed or k in allowed_nodes}) for n in kept_nodes)
+    pci = _pci(fs, cpus.online, cpu_side, raw_nodes.nodes)
+    kept_ids = {n.os_index for n in kept_nodes}
+    # What lstopo prints on the Machine line that a user wants: CPU model, cgroup, this machine's kernel.
+    info = {"cpu_model": next(iter(cpus.models.values()))} if cpus.models else {}
+    if cg is not None:
+        info["linux_cgroup"] = cg.path
+    if fs.is_this_system:
+        uname = os.uname()
+        info.update(architecture=uname.machine, os_release=uname.release, hostname=uname.nodename)
     return Topology(
-        root=fs.root,
-        pus=pus,
-        allowed_pus=allowed.pus,
-        complete_pus=cpus.complete,
-        online_pus=cpus.online,
-        allowed_numa_nodes=allowed.numa_nodes,
-        packages=keep(cpus.packages),
-        dies=keep(cpus.dies),
-        clusters=keep(cpus.clusters),
-        numa_nodes=numa_nodes,
-        cores=restrict(c for c in cpus.cores if c.cpuset & pus),
-        caches=keep(cpus.caches),
-        groups=node_groups(kept_nodes, cpu_side, machine, pus),
-        memory_side_caches=restrict(
-            m for m in raw_nodes.memory_side_caches if set(m.numa_nodes) & {n.os_index for n in kept_nodes}
-        ),
-        pci_devices=restrict(pci.devices, "local_cpus"),
-        pci_bridges=restrict(pci.bridges, "local_cpus"),
-        os_devices=restrict(pci.os_devices, "local_cpus"),
-        probes=status,
-        info=_info(fs, allowed.cgroup, cpus.models),
+        root=fs.root, pus=pus, allowed_pus=allowed_pus, complete_pus=cpus.complete, online_pus=cpus.online,
+        allowed_numa_nodes=allowed_nodes, packages=keep(cpus.packages), dies=keep(cpus.dies),
+        clusters=keep(cpus.clusters), numa_nodes=numa_nodes, cores=restrict(c for c in cpus.cores if c.cpuset & pus),
+        caches=keep(cpus.caches), groups=node_groups(kept_nodes, cpu_side, cpus.online, pus),
+        memory_side_caches=restrict(m for m in raw_nodes.memory_side_caches if set(m.numa_nodes) & kept_ids),
+        pci_devices=restrict(pci.devices, "local_cpus"), pci_bridges=restrict(pci.bridges, "local_cpus"),
+        os_devices=restrict(pci.os_devices, "local_cpus"), probes=status, info=info,
         include_disallowed=include_disallowed,
     )
 
@@ -153,10 +105,7 @@ def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> pci_probe
     straddles an object of the tree (CPUs of two packages) hangs from the object covering it."""
     raw = pci_probe.probe_pci(fs, machine)
     tree = Placed([*cpu_side, *(n.locality & machine for n in nodes)])
-    fitted = {}
-    for bridge in raw.bridges:
-        if bridge.is_host and bridge.local_cpus not in fitted:
-            fitted[bridge.local_cpus] = tree.fit(bridge.local_cpus, machine)
+    fitted = {b.local_cpus: tree.fit(b.local_cpus, machine) for b in raw.bridges if b.is_host}
 
     def fit(objs):
         return [o if fitted.get(o.local_cpus, o.local_cpus) == o.local_cpus
@@ -165,17 +114,3 @@ def _pci(fs: FsRoot, machine: CpuSet, cpu_side: set[CpuSet], nodes) -> pci_probe
     raw = pci_probe.RawPci(fit(raw.devices), fit(raw.bridges), [])
     localities = {n.os_index: n.locality & machine for n in nodes}
     return replace(raw, os_devices=pci_probe.probe_os_devices(fs, raw, localities, machine))
-
-
-def _info(fs: FsRoot, cg, models: dict) -> dict[str, str]:
-    """What lstopo prints on the Machine line that a user wants to see: the CPU model, the cgroup
-    and, on this machine, the architecture and kernel."""
-    info = {}
-    if models:
-        info["cpu_model"] = next(iter(models.values()))
-    if cg is not None:
-        info["linux_cgroup"] = cg.path
-    if fs.is_this_system:
-        uname = os.uname()
-        info.update(architecture=uname.machine, os_release=uname.release, hostname=uname.nodename)
-    return info

@@ -1,10 +1,7 @@
 """How a machine's NUMA nodes cut its packages, and devices whose sysfs locality contradicts itself.
 
-Intel's sub-NUMA clustering (SNC2, SNC3 on Granite Rapids) and AMD's NPS1/2/4 split each package
-into nodes: a "node" is then a fraction of a socket, and the socket the union of its package's
-nodes. `numa_mode` names the split as the BIOS settings do, from the nodes per package and the
-distance classes (local, same package, other package); `locality_conflicts` lists devices whose
-`numa_node` and `local_cpulist` disagree (a BIOS that reports one sub-node for every device).
+Intel's SNC2/SNC3 and AMD's NPS1/2/4 split each package into nodes; `numa_mode` names the split as the
+BIOS does, from the nodes per package and the distance classes (local, same package, other package).
 """
 
 from __future__ import annotations
@@ -12,19 +9,12 @@ from __future__ import annotations
 from topo.model import Topology
 
 
-def _package_of(t: Topology) -> dict[int, int | None]:
-    """CPU node -> the package holding all its CPUs (None when it spans several)."""
-    out: dict[int, int | None] = {}
-    for node in t.numa_nodes:
-        if node.cpuset:
-            out[node.os_index] = next((i for i, p in enumerate(t.packages) if node.cpuset <= p.cpuset), None)
-    return out
-
-
 def numa_mode(t: Topology) -> str | None:
-    """One line: nodes per package, the BIOS mode it is (SNCn on Intel, NPSn on AMD) and the
-    distance classes; None on a machine with one package and one node."""
-    package_of = _package_of(t)
+    """One line: nodes per package, the BIOS mode (SNCn on Intel, NPSn on AMD) and the distance classes;
+    None on a machine with one package and one node."""
+    # CPU node -> the package holding all its CPUs (None when it spans several)
+    package_of = {n.os_index: next((i for i, p in enumerate(t.packages) if n.cpuset <= p.cpuset), None)
+                  for n in t.numa_nodes if n.cpuset}
     if len(t.packages) < 2 and len(package_of) < 2:
         return None
     model = " ".join(p.model or "" for p in t.packages)
@@ -40,10 +30,8 @@ def numa_mode(t: Topology) -> str | None:
         per, label = "uneven nodes per package (" + ", ".join(str(c) for c in counts.values()) + ")", None
     classes = {"local": set(), "same package": set(), "other package": set()}
     for node in t.numa_nodes:
-        if node.os_index not in package_of:
-            continue
         for other, d in node.distances.items():
-            if other not in package_of:
+            if node.os_index not in package_of or other not in package_of:
                 continue
             kind = "local" if other == node.os_index else (
                 "same package" if package_of[other] == package_of[node.os_index] is not None else "other package")

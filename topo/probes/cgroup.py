@@ -1,8 +1,6 @@
-"""The CPUs and memory nodes the process's cgroup cpuset allows (cgroup v1 and v2).
-
-The cgroup path comes from /proc/self/cgroup (v1 "cpuset" line, v2 "0::" line) or the older
-/proc/self/cpuset; the mount point from /proc/mounts. All read below one FsRoot.
-"""
+"""The CPUs and memory nodes the process's cgroup cpuset allows (v1 and v2), below one FsRoot: the path
+from /proc/self/cgroup (v1 "cpuset" line, v2 "0::" line) or the older /proc/self/cpuset, the mount from
+/proc/mounts."""
 
 from __future__ import annotations
 
@@ -20,40 +18,22 @@ class CgroupCpuset:
     mems: CpuSet | None
 
 
-def _mounts(fs: FsRoot) -> list[tuple[str, str, list[str]]]:
-    text = fs.read("/proc/mounts") or fs.read("/proc/self/mounts") or ""
-    out = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 4:
-            out.append((parts[1], parts[2], parts[3].split(",")))
-    return out
-
-
-def _cgroup_paths(fs: FsRoot) -> tuple[str | None, str | None]:
-    """(v1 cpuset path, v2 unified path) of the process."""
-    v1 = v2 = None
+def probe_cgroup(fs: FsRoot) -> CgroupCpuset | None:
+    v1_path = v2_path = None
     for line in (fs.read("/proc/self/cgroup") or "").splitlines():
         hier, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if hier == "0" and controllers == "":
-            v2 = path
+            v2_path = path
         elif "cpuset" in controllers.split(","):
-            v1 = path
+            v1_path = path
     legacy = fs.read("/proc/self/cpuset")
     if legacy:
-        v1 = v1 or legacy
-        v2 = v2 or legacy
-    return v1, v2
-
-
-def probe_cgroup(fs: FsRoot) -> CgroupCpuset | None:
-    mounts = _mounts(fs)
-    v1_path, v2_path = _cgroup_paths(fs)
+        v1_path, v2_path = v1_path or legacy, v2_path or legacy
+    text = fs.read("/proc/mounts") or fs.read("/proc/self/mounts") or ""
+    mounts = [(p[1], p[2], p[3].split(",")) for line in text.splitlines() if len(p := line.split()) >= 4]
     for mountpoint, fstype, options in mounts:
-        if (fstype == "cgroup" and "cpuset" in options) or fstype == "cpuset":
-            if v1_path is None:
-                continue
+        if v1_path is not None and ((fstype == "cgroup" and "cpuset" in options) or fstype == "cpuset"):
             base = mountpoint.rstrip("/") + (v1_path if v1_path != "/" else "")
             # "noprefix" mounts and the old cpuset filesystem name the files without "cpuset."
             cpus = fs.read_cpulist(f"{base}/cpuset.cpus") or fs.read_cpulist(f"{base}/cpus")

@@ -1,12 +1,8 @@
 """Devices the planners care about (accelerators, NICs, NVMe), from sysfs and the runtimes' tools.
 
-As hwloc's PCI and IO phases: sysfs classifies every PCI function and numbers each kind in bus
-order (what runtimes fall back to); then, on the live machine, NVML and npu-smi give the index the
-runtime really uses, UUIDs, names and links (on a capture, what they said when it was taken). A runtime's device is matched to sysfs by bus id (one
-with no match is kept: a container may hide /sys/bus/pci), and the sysfs devices of a kind a
-runtime answered for that it did not list are dropped. AMD GPUs take ROCm's numbering from the
-driver's KFD topology in sysfs, on captured roots too; Intel Gaudis their module ids (habanalabs). The link matrix (`nvidia-smi topo -m`'s)
-comes from the sysfs PCI tree, overlaid with what the runtimes say (NV#, HCCS).
+As hwloc's PCI and IO phases: sysfs classifies PCI functions and numbers each kind in bus order; NVML and
+npu-smi (live, or as a capture stored them) give the runtime's index, UUIDs, names and links, matched by
+bus id. AMD GPUs take ROCm's numbering from KFD, Gaudis their module ids; links are `nvidia-smi topo -m`'s.
 """
 
 from __future__ import annotations
@@ -21,68 +17,38 @@ from topo.numbers import ascii_number
 from topo.probes.pci import PCI
 
 VENDORS = {
-    "10de": "nvidia",
-    "1002": "amd",
-    "8086": "intel",
-    "19e5": "huawei",
-    "1da3": "habana",
-    "15b3": "mellanox",
-    "14e4": "broadcom",
-    "1077": "qlogic",
-    "1fc1": "qlogic",  # QLogic/Intel TrueScale InfiniPath (qib)
-    "177d": "cavium",
-    "1924": "solarflare",
-    "1d0f": "amazon",
-    "144d": "samsung",
-    "1af4": "virtio",
+    "10de": "nvidia", "1002": "amd", "8086": "intel", "19e5": "huawei", "1da3": "habana", "15b3": "mellanox",
+    "14e4": "broadcom", "1077": "qlogic", "1fc1": "qlogic",  # 1fc1: QLogic/Intel TrueScale InfiniPath (qib)
+    "177d": "cavium", "1924": "solarflare", "1d0f": "amazon", "144d": "samsung", "1af4": "virtio",
 }
 
 ACCELERATOR_KINDS = ("gpu", "npu", "accel")
 _KIND_ORDER = {k: i for i, k in enumerate(("gpu", "npu", "accel", "mig", "nic", "nvme"))}
 _BDF = re.compile(r"\A[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 _HOST_BRIDGE = re.compile(r"\Apci[0-9a-f]{4,8}:[0-9a-f]{2}\Z")
-
-def classify(dev: PciDevice) -> str | None:
-    """The device kind of a PCI function, or None for what planners ignore."""
-    base, sub = dev.class_id[:2], dev.class_id[2:]
-    vendor = dev.vendor_id
-    if base == "03":
-        # VGA (0300) of a server's BMC (ASPEED, Matrox) or an Intel iGPU is no compute device; 3D
-        # (0302) and "other display" (0380: AMD Instinct, Intel Data Center GPU Max) are.
-        if vendor == "10de" or (vendor in ("1002", "8086") and sub in ("02", "80")):
-            return "gpu"
-        return None
-    if base == "12":  # processing accelerators
-        if vendor == "19e5":
-            return "npu"  # Ascend
-        if vendor == "1002":
-            return "gpu"  # AMD Instinct MI300 reports 1200
-        return "accel"  # Habana Gaudi (1da3), and others
-    if base == "0b" and sub == "40":  # co-processor (old Xeon Phi, some FPGAs)
-        return "accel"
-    if base == "02" or dev.class_id == "0c06":  # network controllers, InfiniBand (QLogic)
-        return "nic"
-    if dev.class_id == "0108":
-        return "nvme"
-    return None
-
-
 # what RDMA device names look like, for topologies read from a file (sysfs says it outright)
 _RDMA_NAME = re.compile(r"(mlx\d|hfi\d|qib|bnxt_re|irdma|erdma|efa|rxe)")
 
 
-def _os_names(dev: PciDevice) -> tuple[list[str], list[str], list[str]]:
-    """(RDMA names, netdev names, block names) of a PCI function.
+def classify(dev: PciDevice) -> str | None:
+    """The device kind of a PCI function, or None for what planners ignore."""
+    base, sub, vendor = dev.class_id[:2], dev.class_id[2:], dev.vendor_id
+    if base == "03":
+        # VGA (0300) of a BMC or an Intel iGPU computes nothing; 3D (0302) and 0380 (Instinct, GPU Max) do.
+        return "gpu" if vendor == "10de" or (vendor in ("1002", "8086") and sub in ("02", "80")) else None
+    if base == "12":  # processing accelerators: Ascend, AMD Instinct MI300 (1200), Habana Gaudi and others
+        return {"19e5": "npu", "1002": "gpu"}.get(vendor, "accel")
+    # co-processors (old Xeon Phi, some FPGAs), InfiniBand (QLogic), NVMe; base 02: network controllers
+    return {"0b40": "accel", "0c06": "nic", "0108": "nvme"}.get(dev.class_id, "nic" if base == "02" else None)
 
-    The sysfs probe says which names are RDMA devices; a topology read from a file has only the
-    flat `names`, where a name that looks like an RDMA device (mlx5_0, hfi1_0, qib0, bnxt_re0,
-    irdma0, erdma_0) counts as one.
-    """
-    rdma = list(dev.rdma_names) or [
-        n for n in dev.names if _RDMA_NAME.match(n)]
+
+def _os_name(dev: PciDevice) -> str | None:
+    """A NIC's or NVMe's name: its first RDMA name, else netdev, else block device. A topology read from a
+    file has only the flat `names`, where one that looks like an RDMA device counts as one."""
+    rdma = list(dev.rdma_names) or [n for n in dev.names if _RDMA_NAME.match(n)]
     nvme = [n for n in dev.names if re.fullmatch(r"nvme\d+", n)]
     net = [n for n in dev.names if n not in rdma and n not in nvme and not n.startswith(("card", "render", "dma"))]
-    return rdma, net, nvme
+    return (rdma or net or nvme or [None])[0]
 
 
 def sysfs_devices(topology: Topology) -> list[Device]:
@@ -96,12 +62,8 @@ def sysfs_devices(topology: Topology) -> list[Device]:
             continue
         vendor = VENDORS.get(dev.vendor_id, dev.vendor_id)
         key = (kind, vendor if kind in ACCELERATOR_KINDS else "")
-        index = counters.get(key, 0)
-        counters[key] = index + 1
-        name = None
-        if kind in ("nic", "nvme"):  # an accelerator's model name comes from its runtime
-            rdma, net, nvme = _os_names(dev)
-            name = (rdma or net or nvme or [None])[0]
+        index = counters[key] = counters.get(key, -1) + 1
+        name = _os_name(dev) if kind in ("nic", "nvme") else None  # an accelerator's name comes from its runtime
         out.append(Device(kind, vendor, index, dev.busid, dev.numa_node, dev.local_cpus, name, None, "sysfs"))
     return out
 
@@ -110,10 +72,9 @@ KFD = "/sys/class/kfd/kfd/topology/nodes"
 
 
 def kfd_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str | None]:
-    """AMD GPUs numbered as ROCm numbers them, without any library: in the order of the amdgpu
-    driver's KFD topology nodes that have SIMDs (CPU nodes have none), each naming its PCI
-    function by `domain` and `location_id` (bus << 8 | device << 3 | function). The status line;
-    None where the driver shows no KFD topology."""
+    """AMD GPUs numbered as ROCm does: in the order of the KFD topology nodes with SIMDs (CPU nodes have
+    none), each naming its function by `domain` and `location_id` (bus << 8 | device << 3 | function).
+    The status line is None where the driver shows no KFD topology."""
     names = fs.listdir(KFD)
     if not names:
         return devices, None
@@ -129,14 +90,13 @@ def kfd_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str | No
     amd = [d for d in devices if d.kind == "gpu" and d.vendor == "amd"]
     if not order or any(d.busid not in order for d in amd):
         return devices, f"unused: its {len(order)} GPU nodes do not match the {len(amd)} AMD GPUs in PCI"
-    renumbered = [replace(d, index=order[d.busid], source="kfd") if d in amd else d for d in devices]
-    return renumbered, f"ok: {len(order)} GPUs"
+    return ([replace(d, index=order[d.busid], source="kfd") if d in amd else d for d in devices],
+            f"ok: {len(order)} GPUs")
 
 
 def habana_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str | None]:
-    """Intel Gaudis numbered by module id (the OAM slot HABANA_VISIBLE_MODULES names), which the
-    habanalabs driver writes in each function's `module_id` (/sys/class/accel/accelN/device); bus
-    order where a Gaudi lacks one or two share one. The status line; None without Gaudis."""
+    """Intel Gaudis numbered by the `module_id` habanalabs writes per function (the OAM slot
+    HABANA_VISIBLE_MODULES names); bus order where one lacks it or two share one. Status None without Gaudis."""
     gaudis = [d for d in devices if d.vendor == "habana" and d.kind == "accel"]
     if not gaudis:
         return devices, None
@@ -147,17 +107,13 @@ def habana_order(fs: FsRoot, devices: list[Device]) -> tuple[list[Device], str |
         f"ok: {len(gaudis)} Gaudis by module id"
 
 
-def merge_runtime(devices: list[Device], found: list[Device], kind: str,
-                  vendor: str) -> tuple[list[Device], list[str]]:
-    """Replace the sysfs devices of `kind` from `vendor` with a runtime's, matched by PCI bus id.
-
-    Returns the devices and the bus ids of sysfs devices the runtime did not list.
-    """
+def merge_runtime(devices: list[Device], found: list[Device], kind: str, vendor: str) -> tuple[list[Device], list[str]]:
+    """The devices with those of `kind` from `vendor` replaced by a runtime's, matched by PCI bus id,
+    and the bus ids of the sysfs devices the runtime did not list."""
     if not found:
         return devices, []
     by_bus = {d.busid: d for d in found if d.busid}
-    matched = set()
-    out, dropped = [], []
+    matched, out, dropped = set(), [], []
     for d in devices:
         if d.kind != kind or d.vendor != vendor:
             out.append(d)
@@ -167,14 +123,10 @@ def merge_runtime(devices: list[Device], found: list[Device], kind: str,
             dropped.append(d.busid)
             continue
         matched.add(d.busid)
-        out.append(replace(
-            r,
-            vendor=d.vendor,
-            # sysfs numa_node is what torch and msrun read; the runtime's only fills a -1
-            numa_node=d.numa_node if d.numa_node is not None else r.numa_node,
-            local_cpus=r.local_cpus or d.local_cpus,
-        ))
-    out.extend(r for r in found if r.busid not in matched)
+        # sysfs numa_node is what torch and msrun read; the runtime's only fills a -1
+        out.append(replace(r, vendor=d.vendor, numa_node=d.numa_node if d.numa_node is not None else r.numa_node,
+                           local_cpus=r.local_cpus or d.local_cpus))
+    out.extend(r for r in found if r.busid not in matched)  # kept: a container may hide /sys/bus/pci
     return out, dropped
 
 
@@ -192,29 +144,17 @@ def numa_from_cpus(device: Device, topology: Topology) -> Device:
     return replace(device, numa_node=nodes[0]) if len(nodes) == 1 else device
 
 
-# ---- PCI link levels ---------------------------------------------------------------------------
-
-
 def pci_chain(fs: FsRoot, busid: str) -> tuple[str, tuple[str, ...]] | None:
-    """(host bridge, bridges from the root port down) of a PCI function, from where its
-    /sys/bus/pci/devices link points: ../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0."""
-    target = fs.readlink(f"{PCI}/{busid}")
-    if target is None:
-        return None
-    parts = target.split("/")
+    """(host bridge, bridges from the root port down) of a PCI function, from its /sys/bus/pci/devices
+    link: ../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0."""
+    parts = (fs.readlink(f"{PCI}/{busid}") or "").split("/")
     hosts = [i for i, p in enumerate(parts) if _HOST_BRIDGE.match(p)]
-    if not hosts:
-        return None
-    start = hosts[-1]
-    chain = tuple(p for p in parts[start + 1:] if _BDF.match(p))
-    if not chain or chain[-1] != busid:
-        return None
-    return parts[start], chain[:-1]
+    chain = tuple(p for p in parts[hosts[-1] + 1:] if _BDF.match(p)) if hosts else ()
+    return (parts[hosts[-1]], chain[:-1]) if chain and chain[-1] == busid else None
 
 
 def tree_chains(topology: Topology) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """What pci_chain gives for every PCI function, from the model's bridges (a topology read from
-    a file has no sysfs links): host bridge id and the bus ids of the bridges from the root port down."""
+    """What pci_chain gives for every PCI function, from the model's bridges (a file has no sysfs links)."""
     parent = {b.id: b.parent for b in topology.pci_bridges}
     chains = {}
     for d in topology.pci_devices:
@@ -229,19 +169,14 @@ def tree_chains(topology: Topology) -> dict[str, tuple[str, tuple[str, ...]]]:
 
 def pci_link_level(a: tuple[str, tuple[str, ...]], b: tuple[str, tuple[str, ...]],
                    numa_a: int | None, numa_b: int | None) -> str:
-    """nvidia-smi's PCIe levels between two functions, from their bridge chains.
-
-    PIX: within one switch (at most one bridge below the closest common bridge on either side);
-    PXB: several bridges, no host bridge; PHB: through the host bridge; NODE: between host bridges
-    of one NUMA node; SYS: across the inter-socket link.
-    """
+    """nvidia-smi's PCIe level between two functions from their bridge chains. PIX: at most one bridge
+    below the closest common one on either side; PXB: several bridges; PHB: through the host bridge;
+    NODE: between host bridges of one NUMA node; SYS: across the inter-socket link."""
     (host_a, bridges_a), (host_b, bridges_b) = a, b
     if host_a != host_b:
         return "NODE" if numa_a is not None and numa_a == numa_b else "SYS"
     common = 0
-    for x, y in zip(bridges_a, bridges_b):
-        if x != y:
-            break
+    while common < min(len(bridges_a), len(bridges_b)) and bridges_a[common] == bridges_b[common]:
         common += 1
     if common == 0:
         return "PHB"
@@ -249,9 +184,7 @@ def pci_link_level(a: tuple[str, tuple[str, ...]], b: tuple[str, tuple[str, ...]
 
 
 def link_name(device: Device) -> str:
-    if device.kind == "nic":
-        return device.name or f"NIC{device.index}"
-    return f"{device.kind.upper()}{device.index}"
+    return (device.name or f"NIC{device.index}") if device.kind == "nic" else f"{device.kind.upper()}{device.index}"
 
 
 def link_matrix(devices: list[Device], chains: dict[str, tuple], overlay: dict[tuple[str, str], str]) -> dict:
@@ -260,48 +193,29 @@ def link_matrix(devices: list[Device], chains: dict[str, tuple], overlay: dict[t
     if not accels:
         return {}
     # nvidia-smi lists the NICs NCCL can use: RDMA devices, not the management Ethernet ports.
-    nics = [d for d in devices if d.kind == "nic" and _is_rdma(d)]
-    members = accels + nics
+    members = accels + [d for d in devices if d.kind == "nic" and d.name and _RDMA_NAME.match(d.name)]
     matrix: dict[str, dict[str, str]] = {}
     for a in members:
-        row = {}
+        row = matrix[link_name(a)] = {}
         for b in members:
-            na, nb = link_name(a), link_name(b)
-            if a is b:
-                row[nb] = "X"
-                continue
-            level = overlay.get((na, nb))
+            level = "X" if a is b else overlay.get((link_name(a), link_name(b)))
             if level is None and a.busid in chains and b.busid in chains:
                 level = pci_link_level(chains[a.busid], chains[b.busid], a.numa_node, b.numa_node)
             if level is None:
                 level = "NODE" if a.numa_node is not None and a.numa_node == b.numa_node else "SYS"
-            row[nb] = level
-        matrix[link_name(a)] = row
+            row[link_name(b)] = level
     return matrix
-
-
-def _is_rdma(device: Device) -> bool:
-    return bool(device.name and _RDMA_NAME.match(device.name))
-
-
-# ---- runtime probes ----------------------------------------------------------------------------
 
 
 def _nvml(topology: Topology, stored: FsRoot | None):
     from topo.probes import nvml
-
     report = nvml.probe_for(topology) if stored is None else nvml.stored_report(stored)
     if report is None:
         return "off: not this system", [], {}, {}
     pus = topology.pus
-    gpus = []
-    for g in report.gpus:
-        gpus.append(Device(
-            "gpu", "nvidia", g.index, g.busid, g.numa_node,
-            g.node_cpus & pus if g.node_cpus is not None else EMPTY,
-            g.name, g.uuid, "nvml", g.memory,
-            g.socket_cpus & pus if g.socket_cpus is not None else None,
-        ))
+    gpus = [Device("gpu", "nvidia", g.index, g.busid, g.numa_node,
+                   g.node_cpus & pus if g.node_cpus is not None else EMPTY, g.name, g.uuid, "nvml", g.memory,
+                   g.socket_cpus & pus if g.socket_cpus is not None else None) for g in report.gpus]
     overlay = {}
     busids = {g.busid for g in report.gpus}
     for a in report.gpus:
@@ -317,17 +231,12 @@ def _nvml(topology: Topology, stored: FsRoot | None):
 def _npusmi(topology: Topology, stored: FsRoot | None):
     from topo.probes import npusmi
     from topo.probes.tools import stored_runner
-
     runner = None if stored is None else stored_runner(stored, "npu-smi")
     if stored is not None and runner is None:
         return "off: not this system", [], {}, {}
     report = npusmi.probe_npusmi(runner=runner or npusmi.run)
-    pus = topology.pus
-    npus = [
-        Device("npu", "huawei", c.logical_id, c.busid, None, c.cpus & pus if c.cpus else EMPTY,
-               c.name, None, "npu-smi")
-        for c in report.chips
-    ]
+    npus = [Device("npu", "huawei", c.logical_id, c.busid, None, c.cpus & topology.pus if c.cpus else EMPTY,
+                   c.name, None, "npu-smi") for c in report.chips]
     overlay = {(f"NPU{a}", f"NPU{b}"): label for (a, b), label in report.links.items()}
     return report.status, npus, overlay, {}
 
@@ -345,12 +254,11 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
                    live: bool = False) -> Topology:
     """Classify sysfs devices, run the runtime probes that apply, and add devices and links."""
     status = dict(topology.probes)
-    devices, kfd = kfd_order(fs, sysfs_devices(topology))
-    if kfd is not None:
-        status["kfd"] = kfd
-    devices, habana = habana_order(fs, devices)
-    if habana is not None:
-        status["habanalabs"] = habana
+    devices = sysfs_devices(topology)
+    for name, renumber in (("kfd", kfd_order), ("habanalabs", habana_order)):
+        devices, state = renumber(fs, devices)
+        if state is not None:
+            status[name] = state
     overlay: dict[tuple[str, str], str] = {}
     migs: dict[int, tuple[str, ...]] = {}
     for name, (kind, vendor, run) in RUNTIME_PROBES.items():
@@ -377,11 +285,6 @@ def attach_devices(topology: Topology, fs: FsRoot, probes: tuple[str, ...] | Non
         devices.extend(replace(gpu, kind="mig", name=f"MIG on GPU{gpu.index}", uuid=uuid, memory=None)
                        for uuid in migs[gpu.index])
     devices = sort_devices(devices)
-    chains = {}
-    for d in devices:
-        if d.busid and d.busid not in chains and (d.kind in ACCELERATOR_KINDS or d.kind == "nic"):
-            chain = pci_chain(fs, d.busid)
-            if chain:
-                chains[d.busid] = chain
-    links = link_matrix(devices, chains, overlay)
-    return replace(topology, devices=tuple(devices), probes=status, links=links)
+    linked = dict.fromkeys(d.busid for d in devices if d.busid and (d.kind in ACCELERATOR_KINDS or d.kind == "nic"))
+    chains = {busid: chain for busid in linked if (chain := pci_chain(fs, busid))}
+    return replace(topology, devices=tuple(devices), probes=status, links=link_matrix(devices, chains, overlay))

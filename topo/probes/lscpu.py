@@ -1,10 +1,8 @@
-"""`lscpu`: the CPU side of the topology when sysfs does not give it (containers that hide
-/sys/devices/system/node or the CPU topology; msrun reads NUMA nodes from lscpu alone).
-
-Two formats, two pure parsers: `lscpu -p=CPU,CORE,SOCKET,NODE,CACHE` (named columns; caches as
-columns since util-linux 2.38, before as one `L1d:L1i:L2:L3` field; empty or `-` = unknown) and
-plain `lscpu` (`Key: value`; a cache's size is its total with `(N instances)` since 2.37, the total
-alone in 2.34-2.36, per instance as `32768K` before).
+"""`lscpu`: the CPU side where sysfs does not give it (containers hiding /sys/devices/system/node or the CPU
+topology; msrun reads NUMA nodes from lscpu alone). Two pure parsers: `lscpu -p=CPU,CORE,SOCKET,NODE,CACHE`
+(caches as columns since util-linux 2.38, before as one `L1d:L1i:L2:L3` field; empty or `-` = unknown)
+and plain `lscpu` (a cache's total with `(N instances)` since 2.37, the total alone in 2.34-2.36, per
+instance as `32768K` before).
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ PARSABLE_ARGS = ["lscpu", "-p=CPU,CORE,SOCKET,NODE,CACHE"]
 _CACHE_NAME = re.compile(r"\AL([0-9])([di]?)\Z", re.I)
 _SIZE = re.compile(r"\A([0-9]{1,15}(?:\.[0-9]{1,9})?)\s*([KMGT]?)(i?B)?\Z", re.I)
 _NODE_KEY = re.compile(r"NUMA node(\S+) CPU\(s\)")  # the id checked by _int
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _LABEL = (1 << 64) - 1  # core, socket and cache ids are labels: the kernel's cache ids can be large
 _MAX_NODES = 1024  # the kernel's MAX_NUMNODES
 
@@ -51,25 +50,21 @@ class LscpuSummary:
         return {n: c for n, c in self.numa_nodes.items() if c}
 
 
-def _opt_int(text: str, most: int = MAX_ID) -> int | None:
+def _int(text: str, most: int = MAX_ID, optional: bool = False) -> int | None:
+    """A number lscpu printed: ASCII digits, at most `most` (MAX_ID for CPU and node ids); None for an
+    `optional` one left empty or `-`."""
     text = text.strip()
-    if text in ("", "-"):
+    if optional and text in ("", "-"):
         return None
-    return _int(text, most)
-
-
-def _int(text: str, most: int = MAX_ID) -> int:
-    """A number lscpu printed: ASCII digits, at most `most` (MAX_ID for CPU and node ids)."""
-    number = ascii_number(text.strip(), most)
+    number = ascii_number(text, most)
     if number is None:
-        raise ParseError(f"expected a number up to {most} or '-', found {excerpt(text.strip(), 40)!r}")
+        raise ParseError(f"expected a number up to {most} or '-', found {excerpt(text, 40)!r}")
     return number
 
 
 def parse_parsable(text: str) -> list[CpuRow]:
     """`lscpu -p=CPU,CORE,SOCKET,NODE,CACHE` (either cache layout)."""
-    columns = None
-    rows = []
+    columns, rows = None, []
     for line in text.splitlines():
         if line.startswith("#"):
             header = line[1:].strip()
@@ -85,27 +80,23 @@ def parse_parsable(text: str) -> list[CpuRow]:
 
 
 def _row(row: dict[str, str], line: str) -> CpuRow:
-    """One CPU's row: its columns by header name (`Core` or `CORE`; caches as `L1d` columns or one
-    `L1d:L1i:L2:L3` field)."""
+    """One CPU's row by header name (`Core` or `CORE`; caches as `L1d` columns or one `L1d:L1i:L2:L3` field)."""
     get = {name.upper(): value for name, value in row.items()}.get
     try:
         caches = []
         for name, value in row.items():
             if ":" in name or _CACHE_NAME.match(name):
                 caches += [(sub, cache) for sub, v in zip(name.split(":"), value.split(":"))
-                           if (cache := _opt_int(v, _LABEL)) is not None]
-        return CpuRow(_int(get("CPU", "")), _opt_int(get("CORE", ""), _LABEL), _opt_int(get("SOCKET", ""), _LABEL),
-                      _opt_int(get("NODE", "")), tuple(caches), get("ONLINE", "yes") != "no")
+                           if (cache := _int(v, _LABEL, True)) is not None]
+        return CpuRow(_int(get("CPU", "")), _int(get("CORE", ""), _LABEL, True), _int(get("SOCKET", ""), _LABEL, True),
+                      _int(get("NODE", ""), MAX_ID, True), tuple(caches), get("ONLINE", "yes") != "no")
     except ParseError as exc:
         raise ParseError(f"lscpu -p: cannot read line {excerpt(line.strip())!r}: {exc}") from None
 
 
 def _bytes(text: str) -> int | None:
     m = _SIZE.match(text.strip())
-    if not m:
-        return None
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2).upper()]
-    return round(float(m.group(1)) * scale)
+    return round(float(m[1]) * _UNITS[m[2].upper()]) if m else None
 
 
 def _instances(value: str) -> tuple[str, str] | None:
@@ -127,37 +118,28 @@ def parse_summary(text: str) -> LscpuSummary:
             continue
         key, value = key.strip(), value.strip()
         out.fields.setdefault(key, value)
-        m = _NODE_KEY.fullmatch(key)
-        if m:
+        if m := _NODE_KEY.fullmatch(key):
             try:
                 out.numa_nodes[_int(m.group(1))] = CpuSet.parse(value)
             except ParseError as exc:
                 raise ParseError(f"lscpu: {key}: {exc}") from None
-            continue
-        m = re.fullmatch(r"(L[0-9][di]?) cache", key)
-        if m:
-            name = m.group(1)
-            inst = _instances(value)
+        elif m := re.fullmatch(r"(L[0-9][di]?) cache", key):
+            name, inst, size = m.group(1), _instances(value), _bytes(value)
             if inst:
                 total, count = _bytes(inst[0]), ascii_number(inst[1])
                 if total is not None and count:  # an unreadable size or count is skipped, as sizes are
                     out.cache_totals[name] = total
                     out.cache_sizes[name] = total // count
-            elif re.fullmatch(r"[0-9]+K", value) and _bytes(value) is not None:
-                out.cache_sizes[name] = _bytes(value)  # util-linux < 2.34: per instance
-            elif _bytes(value) is not None:
-                out.cache_totals[name] = _bytes(value)  # 2.34-2.36: total, count unknown here
-    count = out.fields.get("NUMA node(s)")
-    if count:
+            elif size is not None:
+                # util-linux < 2.34: per instance ("32768K"); 2.34-2.36: the total, count unknown here
+                (out.cache_sizes if re.fullmatch(r"[0-9]+K", value) else out.cache_totals)[name] = size
+    if count := out.fields.get("NUMA node(s)"):
         nodes = ascii_number(count, _MAX_NODES)
         if nodes is None:
             raise ParseError(f"lscpu: NUMA node(s): expected a count up to {_MAX_NODES}, found {count[:40]!r}")
         for n in range(nodes):
             out.numa_nodes.setdefault(n, CpuSet())
     return out
-
-
-# ---- building the CPU side -------------------------------------------------------------------
 
 
 @dataclass
@@ -170,13 +152,9 @@ class LscpuCpus:
 
 
 def build_cpus(rows: list[CpuRow], summary: LscpuSummary | None = None) -> LscpuCpus:
-    """Packages, cores, caches and NUMA nodes from lscpu rows (online CPUs only).
-
-    Cache sizes come from the summary: per instance when it says so, else its total divided by the
-    number of instances the rows show. Without a size a cache is left out, as hwloc drops
-    zero-sized caches. NUMA nodes are the rows' NODE ids; CPU-less nodes are not built: lscpu says
-    neither their memory nor their distances.
-    """
+    """Packages, cores, caches and NUMA nodes of the online rows. A cache's size is the summary's per
+    instance, else its total over the rows' instances; without one the cache is left out, as hwloc
+    drops zero-sized caches. No CPU-less node: lscpu says neither its memory nor its distances."""
     rows = [r for r in rows if r.online]
     online = CpuSet(r.cpu for r in rows)
 
@@ -195,21 +173,17 @@ def build_cpus(rows: list[CpuRow], summary: LscpuSummary | None = None) -> Lscpu
     cores.sort(key=lambda c: c.cpuset.first())
 
     caches = []
-    names = sorted({name for r in rows for name, _ in r.caches})
-    for name in names:
+    for name in sorted({name for r in rows for name, _ in r.caches}):
         m = _CACHE_NAME.match(name)
-        if not m:
+        if not m or summary is None:
             continue
-        level, suffix = int(m.group(1)), m.group(2).lower()
-        kind = {"d": "data", "i": "instruction", "": "unified"}[suffix]
         sets = grouped(lambda r, name=name: dict(r.caches).get(name))
-        size = None
-        if summary is not None:
-            size = summary.cache_sizes.get(name)
-            if size is None and name in summary.cache_totals and sets:
-                size = summary.cache_totals[name] // len(sets)
+        size = summary.cache_sizes.get(name)
+        if size is None and name in summary.cache_totals and sets:
+            size = summary.cache_totals[name] // len(sets)
         if size:
-            caches.extend(Cache(level, kind, size, c) for c in sets.values())
+            kind = {"d": "data", "i": "instruction", "": "unified"}[m.group(2).lower()]
+            caches.extend(Cache(int(m.group(1)), kind, size, c) for c in sets.values())
     caches.sort(key=lambda c: (c.level, c.type != "data", c.cpuset.first()))
 
     node_sets = grouped(lambda r: r.node)
@@ -219,12 +193,8 @@ def build_cpus(rows: list[CpuRow], summary: LscpuSummary | None = None) -> Lscpu
     return LscpuCpus(online, packages, cores, caches, nodes)
 
 
-# ---- the probe ---------------------------------------------------------------------------------
-
-
 def probe_lscpu(runner=None) -> LscpuCpus:
-    """Run lscpu (parsable, then the summary for cache sizes) and build the CPU side.
-    `runner(argv)` returns a command's output (default: run it here)."""
+    """The CPU side from lscpu -p and, for cache sizes, plain lscpu; `runner(argv)` gives a command's output."""
     runner = runner or run_tool
     rows = parse_parsable(runner(PARSABLE_ARGS))
     try:
@@ -234,23 +204,14 @@ def probe_lscpu(runner=None) -> LscpuCpus:
     return build_cpus(rows, summary)
 
 
-def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
-              live: bool = False) -> tuple[RawCpus, RawNodes, str | None]:
-    """Discovery's hook: where sysfs had no NUMA nodes or no CPU topology, take lscpu's.
-
-    Returns the (possibly replaced) CPU side and NUMA nodes, and a status for
-    `Topology.probes["lscpu"]` (None when sysfs had everything and lscpu was not asked).
-    lscpu runs only when `live` (this machine, or a replay): on a captured root it would describe
-    the wrong machine, so there the outputs a `topo capture` stored are read instead.
-    """
-    need_nodes = not nodes.from_sysfs
-    need_cpus = not cpus.has_topology
-    if not (need_nodes or need_cpus):
-        return cpus, nodes, None
-    if not live:
-        runner = stored_runner(fs, "lscpu")
-        if runner is None:
-            return cpus, nodes, "off: not this system"
+def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, *, live: bool = False) -> tuple[RawCpus, RawNodes, str]:
+    """The CPU side and NUMA nodes with lscpu's where sysfs had none, and the `probes["lscpu"]` status.
+    lscpu runs only when `live`; on a captured root it would describe the wrong machine, so there the
+    outputs a `topo capture` stored are read instead."""
+    need_nodes, need_cpus = not nodes.from_sysfs, not cpus.has_topology
+    runner = None if live else stored_runner(fs, "lscpu")
+    if not live and runner is None:
+        return cpus, nodes, "off: not this system"
     try:
         found = probe_lscpu(runner)
     except (ProbeError, ParseError) as exc:
@@ -268,9 +229,8 @@ def fill_gaps(fs: FsRoot, cpus: RawCpus, nodes: RawNodes, runner=None, *,
         kept = [replace(n, cpuset=n.cpuset & online, locality=n.locality & online)
                 for n in found.nodes if n.cpuset & online]
         covered = union_all(n.cpuset for n in kept)
-        if covered == online:
-            nodes = RawNodes(kept, [], False)
-            used.append(f"{len(kept)} NUMA node{'' if len(kept) == 1 else 's'}")
-        else:
+        if covered != online:
             return cpus, nodes, f"ignored: lscpu's NUMA nodes miss CPUs {online - covered}"
+        nodes = RawNodes(kept, [], False)
+        used.append(f"{len(kept)} NUMA node{'' if len(kept) == 1 else 's'}")
     return cpus, nodes, "ok (" + ", ".join(used) + ")" if used else "ok (nothing new)"

@@ -1,5 +1,4 @@
-"""Linux sysfs: PCI functions, the bridges between them and the OS devices below them (block,
-network, RDMA, DRM, DMA), read below one FsRoot as hwloc's Linux backend reads them."""
+"""Linux sysfs: PCI functions, their bridges and the OS devices below them, as hwloc's Linux backend reads them."""
 
 from __future__ import annotations
 
@@ -38,29 +37,21 @@ class _Function:
 
 
 def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
-    """PCI functions and the bridges between them, each with the locality hwloc gives it (OS
-    devices come from probe_os_devices).
-
-    As hwloc: every function goes under the innermost bridge whose bus range (from config space)
-    holds its bus; what no bridge holds, under one host bridge per (domain, bus); and each host
-    bridge's whole tree is attached where the local_cpus of its first function point, or at the
-    whole machine when that file is missing or empty.
-    """
+    """PCI functions and bridges with hwloc's localities: each function under the innermost bridge whose
+    bus range holds its bus, else under one host bridge per (domain, bus), whose tree sits at the
+    local_cpus of its first function (the whole machine without them). OS devices: probe_os_devices."""
     functions = _pci_functions(fs)
     below: dict[tuple[int, int], _Function] = {}  # (domain, bus) -> innermost bridge holding it
+    hosts: dict[tuple[int, int], list[_Function]] = {}  # (domain, bus) -> the functions no bridge holds
     for f in functions:  # bus order: a bridge's own bus comes before the buses below it
         above = below.get((f.key[0], f.key[1]))
         f.parent = above.busid if above is not None else None
+        if above is None:
+            hosts.setdefault((f.key[0], f.key[1]), []).append(f)
         if f.buses is not None:
             for bus in range(f.buses[0], f.buses[1] + 1):
                 below[(f.key[0], bus)] = f
-
-    # One host bridge per (domain, bus) of the functions no bridge holds; its range reaches the
-    # highest bus below its bridges.
-    hosts: dict[tuple[int, int], list[_Function]] = {}
-    for f in functions:
-        if f.parent is None:
-            hosts.setdefault((f.key[0], f.key[1]), []).append(f)
+    # A host bridge's range reaches the highest bus below its bridges.
     bridges = []
     for (domain, bus), tops in hosts.items():
         host_id = f"pci{domain:04x}:{bus:02x}"
@@ -70,13 +61,14 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
         bridges.append(PciBridge(host_id, None, domain, bus, subordinate, locality))
         for t in tops:
             t.parent = host_id
-    locality_of = {host.id: host.local_cpus for host in bridges}  # any function's or bridge's id -> its locality
-    for f in functions:  # a parent always comes before its children in bus order
-        locality_of[f.busid] = locality_of.get(f.parent, machine)
-
+    locality_of = {host.id: host.local_cpus for host in bridges}
     devices = []
     for f in functions:
-        vendor, device, subvendor, subdevice = (_hex_id(fs, f"{f.dir}/{name}") for name in _ID_FILES)
+        locality_of[f.busid] = locality_of.get(f.parent, machine)  # a parent comes before its children
+        # 16-bit ids ("0x10de") as four hex digits; "0000" where missing, as hwloc reads them
+        vendor, device, subvendor, subdevice = (
+            (fs.read(f"{f.dir}/{name}") or "0x0000").lower().removeprefix("0x")
+            for name in ("vendor", "device", "subsystem_vendor", "subsystem_device"))
         if f.buses is not None:
             bridges.append(PciBridge(f.busid, f.parent, f.key[0], f.buses[0], f.buses[1], locality_of[f.busid],
                                      f.class_id, vendor, device))
@@ -86,19 +78,9 @@ def probe_pci(fs: FsRoot, machine: CpuSet) -> RawPci:
         node = fs.read_int(f"{f.dir}/numa_node")
         rdma, names = _os_devices(fs, f.dir)
         driver = fs.link_name(f"{f.dir}/driver")
-        devices.append(
-            PciDevice(f.busid, f.class_id, vendor, device, node if node is not None and node >= 0 else None,
-                      locality_of[f.busid], driver, names, rdma, f.parent, f"{subvendor}:{subdevice}")
-        )
+        devices.append(PciDevice(f.busid, f.class_id, vendor, device, node if node is not None and node >= 0 else None,
+                                 locality_of[f.busid], driver, names, rdma, f.parent, f"{subvendor}:{subdevice}"))
     return RawPci(devices, bridges, [])
-
-
-_ID_FILES = ("vendor", "device", "subsystem_vendor", "subsystem_device")
-
-
-def _hex_id(fs: FsRoot, path: str) -> str:
-    """A 16-bit id file ("0x10de") as four hex digits; "0000" where it is missing, as hwloc reads it."""
-    return (fs.read(path) or "0x0000").lower().removeprefix("0x")
 
 
 # The classes lstopo reads OS devices from, in its order, with the type each gives.
@@ -109,25 +91,20 @@ _PATH_BUSID = re.compile(r"/([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-
 
 
 def probe_os_devices(fs: FsRoot, pci: RawPci, node_localities: dict[int, CpuSet], machine: CpuSet) -> list[OsDevice]:
-    """Block devices, network interfaces, RDMA devices, DRM cards and DMA channels, as hwloc's
-    Linux backend finds them (hwloc_linuxfs_lookup_*_class): each class entry's link names the
-    device's path, whose last PCI bus id is the function it hangs from; without one, the entry's
-    numa_node places it at that node's CPUs, else at the machine. Virtual (loop, ram, lo) and USB
-    devices are skipped, and so are partitions, DRM connectors, scif and kmem DAX devices."""
+    """Block, network, RDMA, DRM and DMA devices as hwloc finds them (hwloc_linuxfs_lookup_*_class): under
+    the last PCI function in the path a class entry links to, else at its numa_node's CPUs, else the
+    machine. Virtual, USB, partitions, DRM connectors, scif and kmem DAX devices are skipped."""
     functions = {d.busid: d.local_cpus for d in pci.devices}
     functions.update((b.id, b.local_cpus) for b in pci.bridges if not b.is_host)
     out = []
     for base, kind in _OS_CLASSES:
         for name in sorted(fs.listdir(base), key=_natural):
             path = f"{base}/{name}"
-            if kind == "block" and base.endswith("block") and fs.exists(f"{path}/partition"):
-                continue
-            if kind == "gpu" and not fs.exists(f"{path}/dev"):
-                continue  # card0-DP-1 and other connectors
-            if kind == "openfabrics" and name.startswith("scif"):
-                continue
-            if base.endswith("dax/devices") and fs.exists(f"/sys/bus/dax/drivers/kmem/{name}"):
-                continue  # onlined as a NUMA node
+            if ((kind == "block" and base.endswith("block") and fs.exists(f"{path}/partition"))
+                    or (kind == "gpu" and not fs.exists(f"{path}/dev"))  # card0-DP-1 and other connectors
+                    or (kind == "openfabrics" and name.startswith("scif"))
+                    or (base.endswith("dax/devices") and fs.exists(f"/sys/bus/dax/drivers/kmem/{name}"))):
+                continue  # a kmem DAX device is onlined as a NUMA node
             target = fs.readlink(path) or fs.readlink(f"{path}/device") or ""
             if "/virtual/" in target or "/usb" in target:
                 continue
@@ -151,8 +128,8 @@ def probe_os_devices(fs: FsRoot, pci: RawPci, node_localities: dict[int, CpuSet]
 
 
 def _os_subtype(fs: FsRoot, kind: str, path: str, name: str, target: str) -> str | None:
-    """lstopo's subtype of a block device: NVM for persistent memory (an nd_* device type, or a DAX
-    device on an NVDIMM bus), SPM for soft-reserved memory, else from udev's ID_TYPE, Disk for NVMe."""
+    """lstopo's subtype of a block device: NVM for persistent memory (nd_* devtype, DAX on an NVDIMM bus),
+    SPM for soft-reserved memory, else from udev's ID_TYPE, Disk for NVMe."""
     if kind != "block":
         return None
     if path.startswith("/sys/bus/dax"):
@@ -172,8 +149,7 @@ def _os_subtype(fs: FsRoot, kind: str, path: str, name: str, target: str) -> str
 
 
 def _pci_functions(fs: FsRoot) -> list[_Function]:
-    """Every function below /sys/bus/pci/devices in bus order, PCI-to-PCI bridges with their
-    bus ranges (from config space)."""
+    """Every function below /sys/bus/pci/devices in bus order, PCI-to-PCI bridges with their bus ranges."""
     functions = []
     for busid in sorted(fs.listdir(PCI), key=bus_key):
         key = bus_key(busid)
@@ -188,8 +164,7 @@ def _pci_functions(fs: FsRoot) -> list[_Function]:
         buses = None
         if class_id == "0604":
             config = fs.read_bytes(f"{d}/config", 64)  # the standard header, what a user may read
-            # A PCI-to-PCI bridge by its header type (1); without config space (unreadable) hwloc
-            # sees no header and takes the function for a plain device.
+            # A bridge by header type 1; without readable config space hwloc takes it for a plain device.
             if config is not None and len(config) > 0x1A and config[0x0E] & 0x7F == 1:
                 secondary, subordinate = config[0x19], config[0x1A]
                 if not key[1] < secondary <= subordinate:
@@ -200,31 +175,24 @@ def _pci_functions(fs: FsRoot) -> list[_Function]:
 
 
 def _os_devices(fs: FsRoot, d: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(RDMA names, all OS device names with RDMA first, then netdevs, block, drm, dma) of one PCI
-    function. virtio-net keeps its netdev one level down, in virtioN/net."""
+    """(RDMA names, all OS device names: RDMA, netdevs (virtio-net's in virtioN/net), nvme, drm, dma)."""
     children = set(fs.listdir(d))  # one listing; only the class directories present are listed
 
     def names(sub: str) -> list[str]:
         return sorted(fs.listdir(f"{d}/{sub}"), key=_natural) if sub in children else []
 
     rdma = names("infiniband")
-    net = names("net")
-    for child in sorted(children):
-        if _VIRTIO_DIR.match(child):
-            net += sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)
-    rest = [n for sub in ("nvme", "drm", "dma") for n in names(sub)]
-    return tuple(rdma), tuple(rdma + net + rest)
+    net = names("net") + [n for child in sorted(children) if _VIRTIO_DIR.match(child)
+                          for n in sorted(fs.listdir(f"{d}/{child}/net"), key=_natural)]
+    return tuple(rdma), tuple(rdma + net + [n for sub in ("nvme", "drm", "dma") for n in names(sub)])
 
 
 def _natural(name: str) -> tuple:
-    """mlx5_2 before mlx5_10: the name's ASCII digit runs compare as numbers ("²" stays text).
-    The split alternates text and digit runs, so equal positions always hold the same type."""
+    """mlx5_2 before mlx5_10: ASCII digit runs compare as numbers; the split alternates text and digits."""
     return tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGIT_RUNS.split(name)))
 
 
 def bus_key(busid: str) -> tuple[int, int, int, int]:
     """Sort key of a PCI bus id "dddd:bb:dd.f": (domain, bus, device, function), an unreadable id last."""
     m = _BUS_ID.match(busid)
-    if not m:
-        return (1 << 32, 0, 0, 0)
-    return (int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4), 16))
+    return (int(m[1], 16), int(m[2], 16), int(m[3], 16), int(m[4], 16)) if m else (1 << 32, 0, 0, 0)

@@ -1,8 +1,7 @@
-"""Linux sysfs/procfs: CPUs, caches and NUMA nodes, read below one FsRoot (PCI: topo.probes.pci).
+"""Linux sysfs/procfs: CPUs, caches and NUMA nodes below one FsRoot, by hwloc's rules (PCI: topo.probes.pci).
 
-The result is "raw": every object with its complete cpuset, before cgroup restriction. Old kernels
-(no die_id, cluster_id or cache directories), offline CPUs, sparse numbering and CPU-less nodes are
-normal input here, not errors; a file with garbage in it is an error naming that file.
+Every object comes with its complete cpuset, before cgroup restriction. Old kernels, offline CPUs, sparse
+numbering and CPU-less nodes are normal input; a file with garbage in it is an error naming that file.
 """
 
 from __future__ import annotations
@@ -20,14 +19,11 @@ from topo.probes.pci import PCI
 CPU = "/sys/devices/system/cpu"
 NODE = "/sys/devices/system/node"
 
-# Only the kernel's own names ("cpu%u": no leading zero, no sign): hwloc formats cpu%lu / node%lu
-# back from the number it read and reads that directory, so "cpu01" is never CPU 1 (nor an alias of it).
+# The kernel's own names only ("cpu%u"): hwloc reads back the directory it formats, so "cpu01" is no CPU.
 _CPU_DIR = re.compile(r"cpu(0|[1-9][0-9]*)\Z")
 _NODE_DIR = re.compile(r"node(0|[1-9][0-9]*)\Z")
-# ASCII digits, bounded: `\d` would also match "١", and int() of thousands of digits raises.
-_INDEX_DIR = re.compile(r"index([0-9]{1,9})\Z")
-# A cache size, "32K": up to 20 digits (a u64). re.ASCII: ignoring case, "K" would also match the
-# Kelvin sign U+212A.
+_INDEX_DIR = re.compile(r"index([0-9]{1,9})\Z")  # ASCII and bounded: `\d` takes "١"
+# "32K", a u64 at most; re.ASCII, or ignoring case "K" would match the Kelvin sign U+212A.
 _SIZE = re.compile(r"\A([0-9]{1,20})[ \t]*([KMG]?)B?\Z", re.I | re.ASCII)
 
 
@@ -53,34 +49,13 @@ class RawNodes:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Cpu:
-    """One online CPU that has a topology directory, and what sysfs says of it."""
-
-    os_index: int
-    dir: str
-    core_cpus: CpuSet | None = None  # its core's PUs as the core mask file lists them
-
-
-# The sibling-mask files, new names (Linux 5.4+) then old. hwloc picks one naming for the whole
-# machine from the first CPU that has either (cpu0, or the first online CPU).
+# The sibling-mask files, new names (Linux 5.4+) then old; hwloc picks one naming from the first CPU.
 _NEW_NAMES = {"core": "core_cpus", "package": "package_cpus"}
 _OLD_NAMES = {"core": "thread_siblings", "package": "core_siblings"}
 
 
-def _size_bytes(fs: FsRoot, path: str) -> int | None:
-    text = fs.read(path)
-    if not text:
-        return None
-    m = _SIZE.match(text)
-    if not m:
-        raise ProbeError(f"{fs.shown(path)}: expected a size like '32K', found {text[:40]!r}")
-    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
-
-
 def _numbered_dirs(fs: FsRoot, base: str, pattern: re.Pattern) -> dict[int, str]:
-    """{N: path} of base's entries named like cpuN / nodeN. An N above CpuSet's limit is no kernel's
-    (NR_CPUS and MAX_NUMNODES are far below it): an error naming the entry, not a huge bitmap."""
+    """{N: path} of base's cpuN / nodeN entries; an N above CpuSet's limit (no kernel's) is an error."""
     dirs = {}
     for name in fs.listdir(base):
         m = pattern.match(name)
@@ -93,82 +68,62 @@ def _numbered_dirs(fs: FsRoot, base: str, pattern: re.Pattern) -> dict[int, str]
     return dirs
 
 
-def _mask_file(fs: FsRoot, cpu: _Cpu, name: str) -> CpuSet | None:
-    """A topology/ sibling mask of one CPU (`name` or its `name_list` twin), None when absent."""
-    return fs.read_set(f"{cpu.dir}/topology/{name}_list", f"{cpu.dir}/topology/{name}")
+def _mask_file(fs: FsRoot, cpu_dir: str, name: str) -> CpuSet | None:
+    return fs.read_set(f"{cpu_dir}/topology/{name}_list", f"{cpu_dir}/topology/{name}")
 
 
-def _file_names(fs: FsRoot, cpus: list[_Cpu]) -> dict[str, str] | None:
-    """The sibling-mask naming this kernel uses, decided on the first CPU as hwloc does; None when
-    that CPU has neither naming (no sibling masks at all)."""
-    if not cpus:
-        return None
-    first = f"{cpus[0].dir}/topology"
-    for names in (_NEW_NAMES, _OLD_NAMES):
-        if any(fs.exists(f"{first}/{stem}") or fs.exists(f"{first}/{stem}_list") for stem in names.values()):
-            return names
-    return None
+def _cpuinfo_fields(cpuinfo: str):
+    """(key, value) of each /proc/cpuinfo line; ("", "") for the blank line ending a processor's block."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        yield key.strip(), value.strip()
 
 
 def _amd_compute_units(cpuinfo: str) -> bool:
-    """AMD families 15h (Bulldozer to Excavator) and 16h: the kernel lists the two cores of a
-    compute unit as thread siblings though each has its own core_id. hwloc checks the vendor and
-    family of the first processor in /proc/cpuinfo (fields only x86 kernels write)."""
-    if "AuthenticAMD" not in cpuinfo:
-        return False  # no line can name that vendor
+    """AMD families 15h and 16h list the two cores of a compute unit as thread siblings though each has
+    its own core_id; hwloc checks the first processor's vendor and family (x86 kernels only)."""
     vendor = family = None
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
+    for key, value in _cpuinfo_fields(cpuinfo):
         if key == "vendor_id" and vendor is None:
             vendor = value
         elif key == "cpu family" and family is None:
             family = value
-        elif not line.strip() and vendor is not None:
+        elif not key and not value and vendor is not None:
             break  # the first processor's block is enough
     return vendor == "AuthenticAMD" and family in ("21", "22")
 
 
 def probe_cpus(fs: FsRoot) -> RawCpus:
-    """PUs, cores, clusters, dies, packages and caches, by hwloc's rules (look_sysfscpu).
-
-    Every object comes from a sibling mask restricted to the online CPUs that have a topology
-    directory, and is created by the first CPU of its mask; its OS index (core_id,
-    physical_package_id, ...) only names it. No mask file, no object: a PU without a core mask has
-    no core, one without a package mask no package.
-    """
+    """PUs, cores, clusters, dies, packages and caches by hwloc's rules (look_sysfscpu): each object from a
+    sibling mask restricted to the online CPUs with a topology directory, made by the first CPU of its
+    mask; its OS index (core_id, ...) only names it. No mask file, no object."""
     dirs = _numbered_dirs(fs, CPU, _CPU_DIR)
-    present = fs.read_cpulist(f"{CPU}/present")
-    possible = fs.read_cpulist(f"{CPU}/possible")
-    online_file = fs.read_cpulist(f"{CPU}/online")
+    present, possible, online_file = (fs.read_cpulist(f"{CPU}/{name}") for name in ("present", "possible", "online"))
     listed = CpuSet(dirs)
-    complete = present if present else (possible or listed)
-    complete |= listed
+    complete = (present if present else (possible or listed)) | listed
     if online_file is None:
         # Old kernels: no global "online" file; a cpuN/online of 0 marks an offline CPU.
         online_file = CpuSet(i for i, d in dirs.items() if fs.read_int(f"{d}/online", 1) != 0)
-
-    # An online CPU without a topology directory is ignored, as hwloc ignores it: the kernel
-    # creates topology/ for every CPU it can place.
-    cpus = [_Cpu(i, dirs[i]) for i in sorted(dirs) if i in online_file and fs.exists(f"{dirs[i]}/topology")]
-    names = _file_names(fs, cpus)
+    # An online CPU without a topology directory is ignored, as hwloc does.
+    cpus = {i: dirs[i] for i in sorted(dirs) if i in online_file and fs.exists(f"{dirs[i]}/topology")}
+    first = f"{next(iter(cpus.values()))}/topology" if cpus else None
+    names = next((names for names in (_NEW_NAMES, _OLD_NAMES) if first and any(
+        fs.exists(f"{first}/{stem}") or fs.exists(f"{first}/{stem}_list") for stem in names.values())), None)
     if names is None:
-        # No sibling masks (some containers, very old kernels): PUs only. No core or package is
-        # invented; lscpu may fill them in on the live machine.
-        online = CpuSet(c.os_index for c in cpus) or (online_file & complete if complete else online_file)
+        # No sibling masks (some containers, very old kernels): PUs only; lscpu may add the rest live.
+        online = CpuSet(cpus) or (online_file & complete if complete else online_file)
         if not online:
-            raise ProbeError(
-                f"no CPU found under {fs.shown(CPU)} (is the root a captured machine with sys/ and proc/?)"
-            )
+            raise ProbeError(f"no CPU found under {fs.shown(CPU)} "
+                             "(is the root a captured machine with sys/ and proc/?)")
         return RawCpus(complete | online, online, [], [], [], [], [], {}, False)
 
-    online = CpuSet(c.os_index for c in cpus)
-    cpuinfo = fs.read("/proc/cpuinfo") or ""  # read once: compute units and model names
-    core_sets, clusters, dies, packages, notes = _mask_objects(fs, cpus, names, online, _amd_compute_units(cpuinfo))
+    online = CpuSet(cpus)
+    cpuinfo = fs.read("/proc/cpuinfo") or ""
+    core_cpus: dict[int, CpuSet] = {}  # each CPU's core as its mask lists it
+    compute_units = _amd_compute_units(cpuinfo)
+    core_sets, clusters, dies, packages, notes = _mask_objects(fs, cpus, names, online, compute_units, core_cpus)
     packages.sort(key=lambda p: p.cpuset.first())
-
-    # Packages are disjoint (_add_package): the one holding a set's first CPU is the only one
-    # that can hold the set.
+    # Packages are disjoint: the one holding a set's first CPU is the only one that can hold the set.
     package_at = {cpu: p for p in packages for cpu in p.cpuset}
 
     def package_of(s: CpuSet) -> int | None:
@@ -182,53 +137,43 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     die_objs = [Die(i, p, s) for i, s in dies if (p := package_of(s)) is not None]
     if all(d.cpuset in {p.cpuset for p in packages} for d in die_objs):
         die_objs = []  # one die per package: sysfs says nothing the package does not
-    caches = _caches(fs, cpus, online)
-    caches, dropped = _nesting_caches([p.cpuset for p in packages] + [d.cpuset for d in die_objs]
-                                      + [s for _, s in clusters] + [c.cpuset for c in cores], caches)
+    placed = [*(p.cpuset for p in packages), *(d.cpuset for d in die_objs), *(s for _, s in clusters),
+              *(c.cpuset for c in cores)]
+    caches, dropped = _nesting_caches(placed, _caches(fs, cpus, core_cpus, online))
     notes += [f"L{c.level} {c.type} cache with CPUs {c.cpuset} ignored: it straddles another object, "
               "as in hwloc" for c in dropped]
-    models = _cpu_models(cpuinfo, packages)
-    if models:
-        packages = [replace(p, model=models.get(p.os_index)) for p in packages]
+    models = _cpu_models(cpuinfo, package_at)
+    packages = [replace(p, model=models.get(p.os_index)) for p in packages] if models else packages
     # A cluster is a Group in hwloc: merged away where it repeats a core, a cache, a die or a package.
     redundant = {o.cpuset for o in (*packages, *die_objs, *cores, *caches)}
     cluster_objs = [Cluster(i, package_of(s), s) for i, s in clusters if s not in redundant]
     return RawCpus(complete | online, online, packages, die_objs, cluster_objs, cores, caches, models, True, notes)
 
 
-def _mask_objects(fs: FsRoot, cpus: list[_Cpu], names: dict[str, str], online: CpuSet, compute_units: bool):
-    """(core id, set)s, (cluster id, set)s, (die id, set)s, packages and notes, CPU by CPU as hwloc goes.
-
-    Only the first CPU of a core looks at its cluster, only the first of a cluster at its die,
-    only the first of a die at its package; an object is made by the first CPU of its set.
-    """
-    cores: list[tuple[int | None, CpuSet]] = []
-    clusters: list[tuple[int | None, CpuSet]] = []
-    dies: list[tuple[int | None, CpuSet]] = []
-    packages: list[Package] = []
-    notes: list[str] = []
-    by_index = {c.os_index: c for c in cpus}
+def _mask_objects(fs: FsRoot, cpus: dict[int, str], names: dict[str, str], online: CpuSet, compute_units: bool,
+                  core_cpus: dict[int, CpuSet]):
+    """(core id, set)s, (cluster id, set)s, (die id, set)s, packages and notes, CPU by CPU as hwloc goes: only
+    the first CPU of a core looks at its cluster, of a cluster at its die, of a die at its package."""
+    cores, clusters, dies, packages, notes = [], [], [], [], []
     thread_with_core_id: bool | None = None if compute_units else False
-    for cpu in cpus:
-        i = cpu.os_index
-        d = f"{cpu.dir}/topology"
+    for i, cpu in cpus.items():
+        d = f"{cpu}/topology"
         core_set = _mask_file(fs, cpu, names["core"])
         if core_set is not None:
-            core_set = cpu.core_cpus = core_set & online
+            core_set = core_cpus[i] = core_set & online
             if thread_with_core_id is None and core_set.weight() > 1:
-                # Compute units or hyper-threads? Decided once for the machine, on the first
-                # core with two PUs: siblings with different core_ids are distinct cores.
-                sibling = by_index[next(c for c in core_set if c != i)]
-                thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{sibling.dir}/topology/core_id")
+                # Compute units or hyper-threads? Decided on the first core with two PUs: distinct core_ids.
+                sibling = cpus[next(c for c in core_set if c != i)]
+                thread_with_core_id = fs.read_int(f"{d}/core_id") != fs.read_int(f"{sibling}/topology/core_id")
             if core_set.first() == i or thread_with_core_id:
                 core_id = _os_index(fs.read_int(f"{d}/core_id"))
                 cores.append((core_id, CpuSet.from_mask(1 << i) if thread_with_core_id else core_set))
             if core_set.first() != i:
-                continue  # the core's first CPU looks at its cluster, die and package
-        first_of_cluster, cluster_set = _group_mask(fs, cpu, "cluster_cpus", online)
+                continue
+        first_of_cluster, cluster_set = _group_mask(fs, i, cpu, "cluster_cpus", online)
         if not first_of_cluster:
             continue
-        first_of_die, die_set = _group_mask(fs, cpu, "die_cpus", online)
+        first_of_die, die_set = _group_mask(fs, i, cpu, "die_cpus", online)
         if cluster_set is not None and cluster_set == die_set:
             cluster_set = None
         if first_of_die:
@@ -247,19 +192,13 @@ def _mask_objects(fs: FsRoot, cpus: list[_Cpu], names: dict[str, str], online: C
     return cores, clusters, dies, packages, notes
 
 
-def _group_mask(fs: FsRoot, cpu: _Cpu, name: str, online: CpuSet) -> tuple[bool, CpuSet | None]:
-    """(whether `cpu` goes on to look at the next level up, the set when it makes an object) for
-    a cluster_cpus or die_cpus mask. A one-PU set is the kernel's default on machines without
-    that level (every CPU its own cluster or die): no object, and no CPU is the worse for it."""
+def _group_mask(fs: FsRoot, i: int, cpu: str, name: str, online: CpuSet) -> tuple[bool, CpuSet | None]:
+    """(whether CPU i goes on to the next level up, the set when it makes an object) of a cluster_cpus
+    or die_cpus mask. A one-PU set is the kernel's default on machines without that level: no object."""
     found = _mask_file(fs, cpu, name)
-    if found is None:
+    if found is None or (found := found & online).weight() == 1:
         return True, None
-    found &= online
-    if found.weight() == 1:
-        return True, None
-    if found.first() != cpu.os_index:
-        return False, None
-    return True, found
+    return (True, found) if found.first() == i else (False, None)
 
 
 def _os_index(value: int | None) -> int | None:
@@ -268,35 +207,26 @@ def _os_index(value: int | None) -> int | None:
 
 
 def _add_package(packages: list[Package], new: Package, notes: list[str]) -> None:
-    """Add a package made from one CPU's mask unless it overlaps one already made.
-
-    Masks are normally identical for all CPUs of a package. After CPU hot-plug or with a buggy
-    BIOS a CPU may report a stale, smaller mask: hwloc then nests a second Package inside the
-    first, and topo, whose packages are disjoint, keeps the outer one (said in the notes unless
-    the ids agree). A mask that straddles another package hwloc rejects, and so does topo (noted).
-    Distinct sockets that reuse one physical_package_id (ia64 dumps) have disjoint masks and stay
-    two packages.
-    """
-    for p in packages:
-        if not new.cpuset.intersects(p.cpuset):
-            continue
-        if not (new.cpuset <= p.cpuset and new.os_index == p.os_index):
-            notes.append(f"package P#{new.os_index} with CPUs {new.cpuset} ignored: "
-                         f"it overlaps package P#{p.os_index} with CPUs {p.cpuset}")
-        return
-    packages.append(new)
+    """Add a package made from one CPU's mask unless it overlaps one already made: a stale, smaller mask
+    (hot-plug, buggy BIOS), nested in hwloc, or one straddling another package is noted unless the ids
+    agree. Sockets reusing one physical_package_id have disjoint masks and stay two packages."""
+    p = next((p for p in packages if new.cpuset.intersects(p.cpuset)), None)
+    if p is None:
+        packages.append(new)
+    elif not (new.cpuset <= p.cpuset and new.os_index == p.os_index):
+        notes.append(f"package P#{new.os_index} with CPUs {new.cpuset} ignored: "
+                     f"it overlaps package P#{p.os_index} with CPUs {p.cpuset}")
 
 
-def _caches(fs: FsRoot, cpus: list[_Cpu], online: CpuSet) -> list[Cache]:
+def _caches(fs: FsRoot, cpus: dict[int, str], core_cpus: dict[int, CpuSet], online: CpuSet) -> list[Cache]:
+    """Caches in hwloc's insertion order: CPU by CPU, index by index."""
     seen: dict[tuple[int, str, CpuSet], Cache] = {}
-    # (indexN, sharing set) already read: the other CPUs of a shared cache need read only
-    # their sharing map, not level/type/size again (a quarter of the reads on big machines).
+    # (indexN, sharing set) already read: the other CPUs of a shared cache read only their sharing map.
     read_already: set[tuple[str, CpuSet]] = set()
-    for cpu in cpus:
-        base = f"{cpu.dir}/cache"
-        own = CpuSet.from_mask(1 << cpu.os_index)
-        # Empty sharing map (ia64, some VMs): the cache is private to the core.
-        private = cpu.core_cpus or own
+    for i, cpu in cpus.items():
+        base = f"{cpu}/cache"
+        own = CpuSet.from_mask(1 << i)
+        private = core_cpus.get(i) or own  # an empty sharing map (ia64, some VMs): private to the core
         for name in fs.listdir(base):
             if not _INDEX_DIR.match(name):
                 continue
@@ -308,42 +238,37 @@ def _caches(fs: FsRoot, cpus: list[_Cpu], online: CpuSet) -> list[Cache]:
                 continue
             level = fs.read_int(idx + "level")
             kind = (fs.read(idx + "type") or "").lower()
-            if level is None or kind not in ("data", "instruction", "unified"):
+            if level is None or kind not in ("data", "instruction", "unified") or (level, kind, shared) in seen:
                 continue
-            key = (level, kind, shared)
-            if key in seen:
-                continue
-            size = _size_bytes(fs, idx + "size")
+            text = fs.read(idx + "size") or ""
+            m = _SIZE.match(text)
+            if text and not m:
+                raise ProbeError(f"{fs.shown(idx + 'size')}: expected a size like '32K', found {text[:40]!r}")
+            size = int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()] if m else 0
             if not size:
                 continue  # hwloc ignores zero-sized caches (some VMs, PowerPC L1i)
             read_already.add((name, shared))
             line = fs.read_int(idx + "coherency_line_size") or None
-            seen[key] = Cache(level, kind, size, shared, line, _ways(fs, idx, size, line))
-    return list(seen.values())  # in hwloc's insertion order: CPU by CPU, index by index
+            # Associativity as hwloc computes it (ways_of_associativity is 0 or -1 when fully associative).
+            sets = fs.read_int(idx + "number_of_sets") or 0
+            per_tag = fs.read_int(idx + "physical_line_partition", 1) or 0
+            ways = (size // line // per_tag // sets or None) if line and per_tag and sets > 1 else None
+            seen[level, kind, shared] = Cache(level, kind, size, shared, line, ways)
+    return list(seen.values())
 
 
 def _nesting_caches(placed: list[CpuSet], caches: list[Cache]) -> tuple[list[Cache], list[Cache]]:
-    """(kept, dropped) caches by hwloc's insertion (hwloc__insert_object_by_cpuset): packages, dies,
-    clusters and cores first, then caches in the order found; one whose CPUs straddle an object
-    already in the tree (part inside, part outside, not holding it whole) is dropped.
-
-    The tree is laminar, so the objects holding a PU form a chain: a cache is checked against the
-    chains of its own PUs, each object once, which is linear in the PUs times the depth."""
+    """(kept, dropped) caches by hwloc's insertion: packages, dies, clusters and cores first, then the caches
+    in order; one straddling an object already in the tree (holding part of it, not all) is dropped."""
     chains: dict[int, list[CpuSet]] = {}
+
+    def fits(s: CpuSet) -> bool:
+        around = {id(o): o for pu in s for o in chains.get(pu, ())}
+        return all(o <= s or s <= o for o in around.values())
 
     def add(s: CpuSet) -> None:
         for pu in s:
             chains.setdefault(pu, []).append(s)
-
-    def fits(s: CpuSet) -> bool:
-        seen = set()
-        for pu in s:
-            for o in chains.get(pu, ()):
-                if id(o) not in seen:
-                    seen.add(id(o))
-                    if not (o <= s or s <= o):
-                        return False
-        return True
 
     for s in dict.fromkeys(placed):
         if fits(s):
@@ -359,129 +284,95 @@ def _nesting_caches(placed: list[CpuSet], caches: list[Cache]) -> tuple[list[Cac
     return kept, dropped
 
 
-def _ways(fs: FsRoot, idx: str, size: int, line: int | None) -> int | None:
-    """Associativity as hwloc computes it: size / line size / lines per tag / sets, unknown (None)
-    without those or with one set; ways_of_associativity itself is 0 or -1 for fully associative
-    caches depending on the architecture."""
-    sets = fs.read_int(idx + "number_of_sets") or 0
-    per_tag = fs.read_int(idx + "physical_line_partition", 1) or 0
-    if not line or not per_tag or sets <= 1:
-        return None
-    return size // line // per_tag // sets or None
-
-
-def _cpu_models(cpuinfo: str, packages: list[Package]) -> dict[int, str]:
-    """Package model names from /proc/cpuinfo ("model name", or "cpu" on POWER), by the package
-    holding each processor."""
-    if not cpuinfo:
-        return {}
-    package_of = {cpu: p.os_index for p in packages for cpu in p.cpuset}
+def _cpu_models(cpuinfo: str, package_at: dict[int, Package]) -> dict[int, str]:
+    """Package model names from /proc/cpuinfo ("model name", or "cpu" on POWER), by each processor's package."""
     models: dict[int, str] = {}
     proc = None
-    for line in cpuinfo.splitlines():
-        if "processor" not in line and "model name" not in line and "cpu" not in line:
-            continue  # a line whose key is none of these (the key is part of the line)
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
+    for key, value in _cpuinfo_fields(cpuinfo):
         if key == "processor":
             proc = ascii_number(value)
-        elif key in ("model name", "cpu") and proc in package_of and value:
-            models.setdefault(package_of[proc], value)
+        elif key in ("model name", "cpu") and proc in package_at and value:
+            models.setdefault(package_at[proc].os_index, value)
     return models
 
 
-# ---------------------------------------------------------------------------------------------
-# NUMA nodes
-
-
 def probe_nodes(fs: FsRoot, online: CpuSet) -> RawNodes:
-    """NUMA nodes by hwloc's rules (look_sysfsnode): each node's CPUs from its cpumap, memory from
-    its meminfo, and for a node without CPUs a locality from its initiators or distances."""
+    """NUMA nodes by hwloc's rules (look_sysfsnode): CPUs from each cpumap, memory from meminfo, and for
+    a node without CPUs a locality from its initiators or distances."""
     ids = sorted(_numbered_dirs(fs, NODE, _NODE_DIR))
     if not ids:
-        total = _meminfo_total(fs, "/proc/meminfo") or 0
-        node = NumaNode(0, online, total, False, online, {0: 10})
-        return RawNodes([node], [], False)
+        return RawNodes([NumaNode(0, online, _meminfo_total(fs, "/proc/meminfo"), False, online, {0: 10})], [], False)
 
-    # NUMA emulation (numa=fake= on the kernel command line) puts a CPU in every fake node cut
-    # from its physical node, so node CPU sets overlap; hwloc accepts them then, and ignores
-    # initiators, which the emulation does not update.
+    # numa=fake= puts a CPU in every node cut from its own: hwloc accepts the overlap and ignores initiators.
     fake_numa = "numa=fake=" in (fs.read("/proc/cmdline") or "")
     own = {i: _node_cpus(fs, i) for i in ids}
-    gpu_memory = _nvidia_gpu_memory_nodes(fs)
-    notes: list[str] = []
-    cpus: dict[int, CpuSet] = {}
-    memory: dict[int, int] = {}
-    distances: dict[int, dict[int, int]] = {}
-    initiators: dict[int, CpuSet] = {}
-    shared: dict[int, CpuSet] = {}  # each kept node's cpumap, CPUs claimed by an earlier node included
-    taken = EMPTY
+    gpu_memory = {}  # node -> bus id of the GPU whose memory the NVIDIA driver onlined as it ("Node: N")
+    for busid in fs.listdir("/proc/driver/nvidia/gpus"):
+        m = re.search(r"Node:[ \t]*(-?[0-9]{1,9})\b", fs.read(f"/proc/driver/nvidia/gpus/{busid}/numa_status") or "")
+        if m and int(m.group(1)) >= 0:
+            gpu_memory[int(m.group(1))] = busid.lower()
+    notes, taken = [], EMPTY
+    cpus, memory, distances, initiators = {}, {}, {}, {}  # by node id: CPUs, bytes, {node: distance}, CPUs
     for i in ids:
         d = f"{NODE}/node{i}"
-        c = own[i]
-        if c & taken and not fake_numa:
-            # A CPU belongs to one node on Linux; overlapping cpumaps come from a buggy BIOS,
-            # and hwloc keeps the first node that claims the CPUs.
-            notes.append(f"NUMA node P#{i} ignored: its CPUs {c & taken} belong to an earlier node "
+        if own[i] & taken and not fake_numa:
+            # Overlapping cpumaps come from a buggy BIOS; hwloc keeps the first node that claims the CPUs.
+            notes.append(f"NUMA node P#{i} ignored: its CPUs {own[i] & taken} belong to an earlier node "
                          f"({fs.shown(d + '/cpumap')})")
             continue
-        # Under numa=fake a CPU is listed by several nodes; it belongs to the first (a CPU has one
-        # node in topo's model) and the others are attached at their CPUs like CPU-less nodes.
-        shared[i] = c
-        cpus[i] = c - taken
-        taken |= c
-        memory[i] = _meminfo_total(fs, f"{d}/meminfo") or 0
+        # Under numa=fake a CPU belongs to the first node listing it; the others are attached at their CPUs.
+        cpus[i] = own[i] - taken
+        taken |= own[i]
+        memory[i] = _meminfo_total(fs, f"{d}/meminfo")
         dist = fs.read(f"{d}/distance")
         if dist:
             values = [ascii_number(v) for v in dist.split()]
             if None in values:
                 raise ProbeError(f"{fs.shown(d + '/distance')}: expected integers, found {dist[:40]!r}")
             distances[i] = dict(zip(ids, values))
-        if fake_numa:
-            continue
-        # access1 lists the nearest CPU initiators, access0 the nearest of any kind (Generic
-        # Initiators included, Linux 5.10+): hwloc prefers access1.
-        for access in ("access1", "access0"):
+        # access1: the nearest CPU initiators, access0: of any kind (Linux 5.10+); hwloc prefers access1.
+        for access in () if fake_numa else ("access1", "access0"):
             names = fs.listdir(f"{d}/{access}/initiators")
             init = [int(m.group(1)) for n in names if (m := _NODE_DIR.match(n)) and int(m.group(1)) != i]
             if init:
                 initiators[i] = union_all(own.get(j, EMPTY) for j in init)
                 break
 
-    nvm = _dax_target_nodes(fs)
+    base = "/sys/bus/dax/devices"  # nodes backed by DAX persistent memory (kmem) are NVM
+    nvm = {n for dev in fs.listdir(base) if (n := fs.read_int(f"{base}/{dev}/target_node")) is not None}
     subtype = {i: "NVM" for i in cpus if i in nvm}
     locality: dict[int, CpuSet] = {}
     for i in cpus:
         if i in gpu_memory:
-            # A GPU's memory exposed as a node (POWER9 and Grace with NVLink-C2C): hwloc gives it
-            # the GPU's local CPUs; without them it is placed below as any CPU-less node.
+            # GPU memory as a node (POWER9, Grace C2C): at the GPU's local CPUs, else as any CPU-less node.
             busid = gpu_memory[i]
             gpu_cpus = (fs.read_set(f"{PCI}/{busid}/local_cpulist", f"{PCI}/{busid}/local_cpus") or EMPTY) & online
             subtype[i] = "GPUMemory"
             if gpu_cpus:
                 locality[i] = gpu_cpus
-        elif shared[i]:
-            # hwloc adds the initiators' CPUs to a node's own (a node some other node's CPUs
-            # reach as fast as their own).
-            locality[i] = shared[i] | initiators.get(i, EMPTY)
-    # Then CPU-less nodes in order, as hwloc fixes them: a node near an earlier CPU-less node
-    # inherits the locality found for it.
+        elif own[i]:
+            # hwloc adds the initiators' CPUs to a node's own (CPUs reaching it as fast as their own).
+            locality[i] = own[i] | initiators.get(i, EMPTY)
+    # Then CPU-less nodes in order: a node near an earlier CPU-less node inherits the locality found for it.
     for i in cpus:
         if i not in locality:
             locality[i] = initiators[i] if i in initiators else _nearest_cpus(i, cpus, locality, distances)
     nodes = [NumaNode(i, c, memory[i], not c, locality[i],
                       {j: v for j, v in distances.get(i, {}).items() if j in cpus}, subtype.get(i), gpu_memory.get(i))
              for i, c in cpus.items()]
-    return RawNodes(nodes, _memory_side_caches(fs, nodes), True, notes)
+    side_caches = []
+    for n in nodes:
+        base = f"{NODE}/node{n.os_index}/memory_side_cache"
+        for name in sorted(fs.listdir(base)):
+            size = fs.read_int(f"{base}/{name}/size") if name.startswith("index") else None
+            if size:
+                side_caches.append(MemorySideCache(size, (n.os_index,), n.locality))
+    return RawNodes(nodes, side_caches, True, notes)
 
 
 def _node_cpus(fs: FsRoot, i: int) -> CpuSet:
-    """A node's CPUs from its cpumap (what hwloc reads), else its cpulist.
-
-    The kernel writes a mask of zeros for a node without CPUs, so an empty file, a dangling link
-    or a node directory with neither file is a damaged capture: read as hwloc does (a CPU-less
-    node, or no node), it would silently make another machine. Each is an error naming the file.
-    """
+    """A node's CPUs from its cpumap (what hwloc reads), else its cpulist. The kernel writes a mask even
+    for a node without CPUs: an empty file, a dangling link or neither file is a damaged capture."""
     for name, parse in (("cpumap", CpuSet.parse_mask), ("cpulist", CpuSet.parse)):
         path = f"{NODE}/node{i}/{name}"
         text = fs.read(path)
@@ -500,45 +391,20 @@ def _node_cpus(fs: FsRoot, i: int) -> CpuSet:
                      "(capture the machine again)")
 
 
-def _nvidia_gpu_memory_nodes(fs: FsRoot) -> dict[int, str]:
-    """{node: GPU bus id} for GPUs whose memory the NVIDIA driver onlined as a NUMA node: the
-    driver's /proc/driver/nvidia/gpus/<bus id>/numa_status says "Node: N" (-1 when none)."""
-    base = "/proc/driver/nvidia/gpus"
-    out = {}
-    for busid in fs.listdir(base):
-        m = re.search(r"Node:[ \t]*(-?[0-9]{1,9})\b", fs.read(f"{base}/{busid}/numa_status") or "")
-        if m and int(m.group(1)) >= 0:
-            out[int(m.group(1))] = busid.lower()
-    return out
-
-
 def _nearest_cpus(i: int, nodes: dict, locality: dict[int, CpuSet], distances: dict[int, dict[int, int]]) -> CpuSet:
-    """CPUs of the node(s) closest to CPU-less node i, by hwloc's rule: the nearest other nodes
-    must be strictly farther than i itself and must not be *all* the other nodes (a node
-    equidistant from everything has no locality: empty, attached to the machine). A nearest node
-    contributes the locality known for it so far (none yet for a later CPU-less node)."""
+    """The locality known so far of the nodes nearest to CPU-less node i, by hwloc's rule: they must be
+    strictly farther than i itself and not all the other nodes (else empty: attached to the machine)."""
     row = distances.get(i, {})
     others = [(row[j], j) for j in nodes if j != i and j in row]
-    if not others:
-        return EMPTY
-    best = min(d for d, _ in others)
+    best = min((d for d, _ in others), default=None)
     nearest = [j for d, j in others if d == best]
-    if best <= row.get(i, 0) or len(nearest) == len(nodes) - 1:
+    if best is None or best <= row.get(i, 0) or len(nearest) == len(nodes) - 1:
         return EMPTY
     return union_all(locality.get(j, EMPTY) for j in nearest)
 
 
-def _dax_target_nodes(fs: FsRoot) -> set[int]:
-    """Nodes backed by DAX persistent memory (kmem): /sys/bus/dax names their target node."""
-    base = "/sys/bus/dax/devices"
-    return {n for dev in fs.listdir(base) if (n := fs.read_int(f"{base}/{dev}/target_node")) is not None}
-
-
-def _meminfo_total(fs: FsRoot, path: str) -> int | None:
-    text = fs.read(path)
-    if not text:
-        return None
-    for line in text.splitlines():
+def _meminfo_total(fs: FsRoot, path: str) -> int:
+    for line in (fs.read(path) or "").splitlines():
         if "MemTotal:" in line:
             parts = line.split("MemTotal:")[1].split()
             value = ascii_number(parts[0], SYSFS_INT_MAX) if parts else None
@@ -546,17 +412,4 @@ def _meminfo_total(fs: FsRoot, path: str) -> int | None:
                 raise ProbeError(f"{fs.shown(path)}: malformed MemTotal line {line.strip()[:60]!r}")
             unit = parts[1].lower() if len(parts) > 1 else "kb"
             return value * (1024 if unit == "kb" else 1)
-    return None
-
-
-def _memory_side_caches(fs: FsRoot, nodes: list[NumaNode]) -> list[MemorySideCache]:
-    out = []
-    for node in nodes:
-        base = f"{NODE}/node{node.os_index}/memory_side_cache"
-        for name in sorted(fs.listdir(base)):
-            if not name.startswith("index"):
-                continue
-            size = fs.read_int(f"{base}/{name}/size")
-            if size:
-                out.append(MemorySideCache(size, (node.os_index,), node.locality))
-    return out
+    return 0

@@ -1,6 +1,5 @@
-"""Running the command-line tools some probes read (`lscpu`, `npu-smi`, `nvidia-smi`): one wrapper,
-so each gets the same timeout, locale, output bound and one-line failure; and the same answers
-from the outputs a `topo capture` stored."""
+"""Running the tools some probes read (`lscpu`, `npu-smi`, `nvidia-smi`) with one timeout, locale, output
+bound and one-line failure; or answering from the outputs a `topo capture` stored."""
 
 from __future__ import annotations
 
@@ -18,20 +17,18 @@ TIMEOUT = 10.0  # seconds, as msrun's execute_command gives npu-smi
 
 
 class ToolNotFound(ProbeError):
-    """The tool is not installed (not on PATH)."""
+    """The tool is not on PATH."""
 
 
 def run_tool(argv: list[str], timeout: float | None = None) -> str:
-    """The tool's stdout (run with LC_ALL=C: the parsers read English keys and '.' decimals).
-    ProbeError naming the command when it is missing, cannot be executed, times out, writes more
-    than TOOL_OUTPUT_LIMIT bytes to stdout or stderr (it is stopped then) or exits non-zero (with
-    the first line it wrote to stderr, else stdout)."""
+    """The tool's stdout, run with LC_ALL=C (the parsers read English keys and '.' decimals). ProbeError
+    naming the command when it is missing, cannot run, times out, writes more than TOOL_OUTPUT_LIMIT
+    bytes to stdout or stderr (stopped then) or exits non-zero (with its first stderr, else stdout, line)."""
     shown = " ".join(argv)
     timeout = TIMEOUT if timeout is None else timeout
     if shutil.which(argv[0]) is None:  # before importing subprocess, which most runs never need
         raise ToolNotFound(f"{argv[0]} not found on PATH")
     import subprocess
-
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=dict(os.environ, LC_ALL="C"))
@@ -59,13 +56,10 @@ def run_tool(argv: list[str], timeout: float | None = None) -> str:
 
 
 def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
-    """stdout and stderr as text (universal newlines), each read until its end and at most
-    TOOL_OUTPUT_LIMIT bytes, by the deadline (else subprocess.TimeoutExpired, as proc.wait)."""
+    """stdout and stderr as text, each at most TOOL_OUTPUT_LIMIT bytes, by the deadline (else TimeoutExpired)."""
     import selectors  # as subprocess, imported only when a tool runs
     import subprocess
-
     chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
-    sizes = dict.fromkeys(chunks, 0)
     with selectors.DefaultSelector() as selector:
         for fd in chunks:
             selector.register(fd, selectors.EVENT_READ)
@@ -78,17 +72,15 @@ def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
                 if not data:
                     selector.unregister(key.fd)
                     continue
-                sizes[key.fd] += len(data)
-                if sizes[key.fd] > TOOL_OUTPUT_LIMIT:
+                chunks[key.fd].append(data)
+                if sum(map(len, chunks[key.fd])) > TOOL_OUTPUT_LIMIT:
                     raise ProbeError(f"'{shown}' wrote more than {TOOL_OUTPUT_LIMIT >> 20} MiB, more than that "
                                      "tool ever writes; stopped it")
-                chunks[key.fd].append(data)
-    out, err = (b"".join(chunks[f.fileno()]).decode("utf-8", "replace") for f in (proc.stdout, proc.stderr))
-    return _newlines(out), _newlines(err)
+    return tuple(_newlines(b"".join(chunks[f.fileno()]).decode("utf-8", "replace")) for f in (proc.stdout, proc.stderr))
 
 
-# Terminal escape sequences (CSI such as ESC[4m, OSC, ESC ( B and the like): driver 580's nvidia-smi
-# underlines the header of `topo -m` with them even when stdout is not a terminal.
+# Terminal escape sequences (CSI, OSC, ESC ( B ...): driver 580's nvidia-smi underlines `topo -m`'s header
+# with them even when stdout is not a terminal.
 _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 
 
@@ -98,9 +90,8 @@ def _newlines(text: str) -> str:
 
 
 def stored_runner(fs: FsRoot, tool: str) -> Callable[[list[str]], str] | None:
-    """A stand-in for run_tool answering `tool`'s commands from the outputs a capture stored below
-    `fs` (topo.archive.TOOLS); None when it stored none of them. A command it did not store fails
-    as a missing tool would."""
+    """A stand-in for run_tool answering `tool`'s commands from the outputs a capture stored below `fs`
+    (None when it stored none); a command it did not store fails as a missing tool would."""
     stored = {tuple(argv): f"/{TOOLS_DIR}/{name}" for name, argv in TOOLS.items() if argv[0] == tool}
     if not any(fs.exists(path) for path in stored.values()):
         return None
