@@ -332,7 +332,7 @@ def inspect(pids: list[int], *, root: str = "/", labels: dict[int, str] | None =
 
 
 def as_json(views: list[ProcessView], notes: list[str]) -> dict:
-    """The `topo.ps/1` object: each view's fields (CPU and node sets as lists), and what they imply."""
+    """The `topo.ps/1` object: each view's fields (CPU and node sets as cpulist text), and what they imply."""
     processes = []
     for v in views:
         if v.error is not None:

@@ -24,8 +24,9 @@ def wait_for_exec(pid: int, prefixes: Sequence[tuple[str, ...]], timeout: float)
             if got and not any(got[:len(want)] == want for want in wants):
                 return True
             # empty: a zombie, or a process in the middle of exec, whose new mm has no arguments yet
-            if not got and process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) \
-                    or time.monotonic() >= deadline:
+            if not got and process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                return False
+            if time.monotonic() >= deadline:
                 return False
             time.sleep(delay)
             delay = min(delay * 2, 0.01)

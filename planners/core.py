@@ -178,7 +178,7 @@ class AllowedResources:
     def _cores(self) -> tuple[list[int], list[int], list[int] | None]:
         """(lowest PU, mask, highest PU) of every core with allowed PUs, by lowest PU; the highest PUs
         are None unless every core has one or two PUs (then a mask's bit_length gives both ends).
-        plan_bench.py, exclusive at 16k PUs: 14 ms so, 36 ms (18x the 2k machine, over the 10x
+        benchmarks/plan_bench.py, exclusive at 16k PUs: 14 ms so, 36 ms (18x the 2k machine, over the 10x
         target) with each core's allowed part as a CpuSet and its lowest PU from CpuSet.first()."""
         masks = [c.cpuset.mask for c in self.topology.cores]
         if self.allowed != self.topology.pus:

@@ -121,7 +121,8 @@ class FsRoot:
         single read), taken as it is, as hwloc reads it; anything else is checked to be a regular file
         (an fstat) and read to its end. benchmarks/discovery_bench.py, in-process discovery of
         128arm-2pa2n8cluster4co: 28 ms so, 36 ms checking every file (lstopo: 27 ms)."""
-        limit = prefix if prefix is not None else _LIMITS.get(path.split("/", 2)[1], TOOL_OUTPUT_LIMIT)
+        top = path.partition("/")[2].partition("/")[0]  # "sys" of "/sys/...", "" of a relative path
+        limit = prefix if prefix is not None else _LIMITS.get(top, TOOL_OUTPUT_LIMIT)
         try:
             fd = os.open(self._prefix + path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError):

@@ -25,6 +25,7 @@ _NODE_DIR = re.compile(r"node(0|[1-9][0-9]*)\Z")
 _INDEX_DIR = re.compile(r"index([0-9]{1,9})\Z")  # ASCII and bounded: `\d` takes "١"
 # "32K", a u64 at most; re.ASCII, or ignoring case "K" would match the Kelvin sign U+212A.
 _SIZE = re.compile(r"\A([0-9]{1,20})[ \t]*([KMG]?)B?\Z", re.I | re.ASCII)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 @dataclass
@@ -107,8 +108,11 @@ def probe_cpus(fs: FsRoot) -> RawCpus:
     # An online CPU without a topology directory is ignored, as hwloc does.
     cpus = {i: dirs[i] for i in sorted(dirs) if i in online_file and fs.exists(f"{dirs[i]}/topology")}
     first = f"{next(iter(cpus.values()))}/topology" if cpus else None
-    names = next((names for names in (_NEW_NAMES, _OLD_NAMES) if first and any(
-        fs.exists(f"{first}/{stem}") or fs.exists(f"{first}/{stem}_list") for stem in names.values())), None)
+    names = None  # the kernel's sibling-mask file names, new or old
+    for table in (_NEW_NAMES, _OLD_NAMES) if first else ():
+        if any(fs.exists(f"{first}/{stem}") or fs.exists(f"{first}/{stem}_list") for stem in table.values()):
+            names = table
+            break
     if names is None:
         # No sibling masks (some containers, very old kernels): PUs only; lscpu may add the rest live.
         online = CpuSet(cpus) or (online_file & complete if complete else online_file)
@@ -244,7 +248,7 @@ def _caches(fs: FsRoot, cpus: dict[int, str], core_cpus: dict[int, CpuSet], onli
             m = _SIZE.match(text)
             if text and not m:
                 raise ProbeError(f"{fs.shown(idx + 'size')}: expected a size like '32K', found {text[:40]!r}")
-            size = int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()] if m else 0
+            size = int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()] if m else 0
             if not size:
                 continue  # hwloc ignores zero-sized caches (some VMs, PowerPC L1i)
             read_already.add((name, shared))

@@ -60,6 +60,7 @@ def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
     import selectors  # as subprocess, imported only when a tool runs
     import subprocess
     chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    sizes = dict.fromkeys(chunks, 0)  # a running total: a tool writing a byte at a time costs linear time
     with selectors.DefaultSelector() as selector:
         for fd in chunks:
             selector.register(fd, selectors.EVENT_READ)
@@ -73,7 +74,8 @@ def _read_bounded(proc, deadline: float, shown: str) -> tuple[str, str]:
                     selector.unregister(key.fd)
                     continue
                 chunks[key.fd].append(data)
-                if sum(map(len, chunks[key.fd])) > TOOL_OUTPUT_LIMIT:
+                sizes[key.fd] += len(data)
+                if sizes[key.fd] > TOOL_OUTPUT_LIMIT:
                     raise ProbeError(f"'{shown}' wrote more than {TOOL_OUTPUT_LIMIT >> 20} MiB, more than that "
                                      "tool ever writes; stopped it")
     return tuple(_newlines(b"".join(chunks[f.fileno()]).decode("utf-8", "replace")) for f in (proc.stdout, proc.stderr))
