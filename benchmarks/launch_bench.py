@@ -50,11 +50,13 @@ def commands(n: int, work: Path, bin_dir: Path, torchrun: bool) -> dict[str, lis
     py = str(bin_dir / "python")
     trivial = str(work / "trivial.py")
     topo = [str(bin_dir / "topo"), "launch", f"--worker_num={n}", f"--local_worker_num={n}", "--join=True",
-            f"--log_dir={work / 'logs'}", "--master_port=29631"]
+            "--master_port=29631"]
     out = {
         "floor": ["bash", "-c", f"for i in $(seq {n}); do {py} {trivial} & done; wait"],
-        "topo launch": [*topo, "--no-scheduler", trivial],
-        "topo launch +sched": [*topo, trivial],
+        # a log directory per command and N: topo writes only the logs its previous launch.json
+        # there lists, and a job of fewer workers or without the scheduler lists fewer
+        "topo launch": [*topo, f"--log_dir={work / f'logs-{n}'}", "--no-scheduler", trivial],
+        "topo launch +sched": [*topo, f"--log_dir={work / f'logs-sched-{n}'}", trivial],
         "topo run": [str(bin_dir / "topo"), "run", "--standalone", f"--nproc-per-node={n}", trivial],
     }
     if torchrun:
