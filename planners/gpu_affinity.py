@@ -105,13 +105,15 @@ def ungroup(groups: tuple[CoreGroup, ...], scope: str) -> list[int]:
     return [g[col] for col in range(width) for g in groups if col < len(g)]
 
 
-def _per_scope(topology: Topology, job: Job, options: Options, cores_of) -> BindPlan:
-    """Ranks with the same home and scope share the CPUs of the cores ``cores_of(aff, rank)`` lists."""
+def _per_scope(topology: Topology, job: Job, options: Options, cores_of, by_home: bool) -> BindPlan:
+    """Ranks with the same scope (and home, if ``by_home``) share the CPUs of the cores
+    ``cores_of(aff, rank)`` lists. A socket is keyed by its number: hashing its set costs O(PUs)."""
     aff = _Affinity(topology, job)
-    of_scope: dict[tuple, CpuSet] = {}
+    of_scope: dict[object, CpuSet] = {}
     cpus = []
     for r, h in enumerate(aff.homes):
-        key = (h, aff.socket_of[r] if options.scope == "socket" else None)
+        scope = aff.socket_of[r] if options.scope == "socket" else h
+        key = (h, scope) if by_home else scope
         if key not in of_scope:
             of_scope[key] = aff.cpus(r, cores_of(aff, r), options)
         cpus.append(of_scope[key])
@@ -123,13 +125,13 @@ def plan_all(topology: Topology, job: Job, options: Options) -> BindPlan:
         idx = aff.resources.core_indexes(aff.scope_cpus(r, options.scope))
         cores = [i for i in idx if i in aff.node_union] + [i for i in idx if i not in aff.node_union]
         return aff.check_and_cap(cores, r, options.min_physical_cores, options.max_physical_cores)
-    return _per_scope(topology, job, options, cores_of)
+    return _per_scope(topology, job, options, cores_of, by_home=False)
 
 
 def plan_single(topology: Topology, job: Job, options: Options) -> BindPlan:
     def cores_of(aff, r):  # the first core of the scope order: the first group's head
         return aff.check_and_cap(ungroup(aff.grouped[aff.homes[r]][:1], options.scope)[:1], r, 1, 1)
-    return _per_scope(topology, job, options, cores_of)
+    return _per_scope(topology, job, options, cores_of, by_home=True)
 
 
 def plan_single_unique(topology: Topology, job: Job, options: Options) -> BindPlan:
