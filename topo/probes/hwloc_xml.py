@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from xml.parsers import expat
 
 from topo.cpuset import EMPTY, MAX_ID, CpuSet, excerpt
@@ -95,25 +94,42 @@ def _real(text: str | None, what: str) -> float:
     return value
 
 
-def _walk(el, w: defaultdict, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
+@dataclass
+class _Walk:
+    """What the walk of an export found, by kind (a typo in a kind is an AttributeError, not an empty list)."""
+    packages: list = field(default_factory=list)
+    dies: list = field(default_factory=list)
+    clusters: list = field(default_factory=list)
+    cores: list = field(default_factory=list)
+    caches: list = field(default_factory=list)
+    nodes: list = field(default_factory=list)  # (element, locality, parent cpuset)
+    memcaches: list = field(default_factory=list)
+    groups: list = field(default_factory=list)
+    pci: list = field(default_factory=list)  # (PCIDev element, locality, parent bridge id)
+    bridges: list = field(default_factory=list)  # PciBridge
+    osdevs: list = field(default_factory=list)  # (OSDev element, locality, parent bus id)
+    pus: list = field(default_factory=list)
+
+
+def _walk(el, w: _Walk, package: int | None, parent_set: CpuSet, io_parent: str | None = None) -> None:
     """`el` and the objects below it into `w`, a list per kind: model objects; (element, cpuset) for Groups; (element,
     cpuset, parent's cpuset) for NUMA nodes; (element, parent's cpuset, bridge or bus id above) for I/O devices."""
     t = el.get("type")
     cpuset = parse_bitmap(el.get("cpuset")) & parent_set  # within its parent's, as hwloc's fixup_sets makes it
     if t in ("Package", "Socket"):
-        package = _int(el, "os_index", len(w["packages"]))
+        package = _int(el, "os_index", len(w.packages))
         model = next((i.get("value") for i in el.findall("info") if i.get("name") == "CPUModel"), None)
-        w["packages"].append(Package(package, cpuset, model))
+        w.packages.append(Package(package, cpuset, model))
     elif t == "Die":
-        w["dies"].append(Die(_int(el, "os_index", len(w["dies"])), package or 0, cpuset))
+        w.dies.append(Die(_int(el, "os_index", len(w.dies)), package or 0, cpuset))
     elif t == "Group" and (el.get("subtype") or "").lower() == "cluster":
-        w["clusters"].append(Cluster(_int(el, "os_index", len(w["clusters"])), package or 0, cpuset))
+        w.clusters.append(Cluster(_int(el, "os_index", len(w.clusters)), package or 0, cpuset))
     elif t == "Group" and el.get("kind") != str(GROUP_KINDS["io"][0]):  # I/O locality groups are no level
-        w["groups"].append((el, cpuset))
+        w.groups.append((el, cpuset))
     elif t == "Core":
-        w["cores"].append(Core(_int(el, "os_index"), package, cpuset))
+        w.cores.append(Core(_int(el, "os_index"), package, cpuset))
     elif t == "PU":
-        w["pus"].append(_int(el, "os_index"))
+        w.pus.append(_int(el, "os_index"))
     elif t in _V2_CACHES or t == "Cache":
         level = _V2_CACHES.get(t) or _int(el, "depth", 0)
         kind = "instruction" if "i" in t[2:] else _CACHE_TYPES.get(el.get("cache_type", "0"), "unified")
@@ -121,23 +137,23 @@ def _walk(el, w: defaultdict, package: int | None, parent_set: CpuSet, io_parent
             raise ParseError(f"hwloc XML: a cache of level {level}; hwloc knows levels 1-5")
         size = _int(el, "cache_size", 0)
         if size:  # hwloc keeps zero-sized caches out of lstopo's view; so do we
-            w["caches"].append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
+            w.caches.append(Cache(level, kind, size, cpuset, _int(el, "cache_linesize") or None,
                                   _int(el, "cache_associativity") or None))
     elif t == "MemCache":
         nodes = tuple(parse_bitmap(el.get("nodeset")))
-        w["memcaches"].append(MemorySideCache(_int(el, "cache_size", 0), nodes, cpuset))
+        w.memcaches.append(MemorySideCache(_int(el, "cache_size", 0), nodes, cpuset))
     elif t == "NUMANode":
-        w["nodes"].append((el, cpuset, parent_set))
+        w.nodes.append((el, cpuset, parent_set))
     elif t == "Bridge":
         bridge = _bridge(el, io_parent, parent_set)
         if bridge is not None:
-            w["bridges"].append(bridge)
+            w.bridges.append(bridge)
             io_parent = bridge.id
     elif t == "PCIDev":
-        w["pci"].append((el, parent_set, io_parent))
+        w.pci.append((el, parent_set, io_parent))
         io_parent = el.get("pci_busid", "").lower() or io_parent
     elif t == "OSDev":
-        w["osdevs"].append((el, parent_set, io_parent))
+        w.osdevs.append((el, parent_set, io_parent))
     if t not in ("Bridge", "PCIDev", "OSDev", "Misc") and cpuset:
         parent_set = cpuset
     for child in el.findall("object"):
@@ -336,15 +352,15 @@ def _element_tree(text: str) -> ET.Element:
 
 
 def _build(root, machine, version: int, source: str) -> Topology:
-    w: defaultdict[str, list] = defaultdict(list)
+    w = _Walk()
     machine_set = parse_bitmap(machine.get("cpuset"))
     _walk(machine, w, None, machine_set)
-    pus = CpuSet(p for p in w["pus"] if p is not None) if w["pus"] else machine_set
+    pus = CpuSet(p for p in w.pus if p is not None) if w.pus else machine_set
     complete = parse_bitmap(machine.get("complete_cpuset")) | pus
     allowed = (parse_bitmap(machine.get("allowed_cpuset")) & pus) if machine.get("allowed_cpuset") else pus
     machine_info = _infos(machine)
     online = CpuSet.parse(machine_info["topoOnlineCPUs"]) if "topoOnlineCPUs" in machine_info else pus
-    node_ids = [_int(el, "os_index", i) for i, (el, _, _) in enumerate(w["nodes"])]
+    node_ids = [_int(el, "os_index", i) for i, (el, _, _) in enumerate(w.nodes)]
     all_nodes = CpuSet(node_ids)
     allowed_nodes = (parse_bitmap(machine.get("allowed_nodeset")) & all_nodes
                      if machine.get("allowed_nodeset") else all_nodes)
@@ -354,12 +370,12 @@ def _build(root, machine, version: int, source: str) -> Topology:
     complete_own: dict[int, CpuSet] = {}
     localities: dict[int, CpuSet] = {}
     if version == 1:
-        for i, (el, cpuset, parent_set) in zip(node_ids, w["nodes"]):
+        for i, (el, cpuset, parent_set) in zip(node_ids, w.nodes):
             complete_own[i] = parse_bitmap(el.get("complete_cpuset")) | cpuset
             localities[i] = cpuset if complete_own[i] else parent_set
     else:
         complete_localities = []  # (node, locality, memory-only: a subtype or topo's flag)
-        for i, (el, cpuset, _) in zip(node_ids, w["nodes"]):
+        for i, (el, cpuset, _) in zip(node_ids, w.nodes):
             # a v2 memory child's cpuset is its locality, unless topo wrote another one
             written = _infos(el).get("topoLocality")
             localities[i] = cpuset if written is None else EMPTY if written == "none" else CpuSet.parse(written)
@@ -372,7 +388,7 @@ def _build(root, machine, version: int, source: str) -> Topology:
         for i, held, memory_only in sorted(complete_localities, key=lambda n: (bool(n[2]), n[1].weight(), n[0])):
             complete_own[i] = EMPTY if memory_only else held - owned
             owned |= complete_own[i]
-    gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w["nodes"])}
+    gp = {_int(el, "gp_index", -1): i for i, (el, _, _) in zip(node_ids, w.nodes)}
     distances = _distances_v2(root, gp) if version == 2 else _distances_v1(root, node_ids)
     if len(node_ids) == 1 and "topoNodeDistances" in machine_info:  # the 1x1 matrix hwloc keeps none of
         pairs = [x.partition(":") for x in machine_info["topoNodeDistances"].split()]
@@ -382,41 +398,41 @@ def _build(root, machine, version: int, source: str) -> Topology:
                                    _infos(el).get("topoMemoryOnly", "1" if not complete_own[i] else "0") == "1",
                                    localities[i], {j: v for j, v in distances.get(i, {}).items() if j in all_nodes},
                                    el.get("subtype"), _infos(el).get("PCIBusID"))
-                          for i, (el, _, _) in zip(node_ids, w["nodes"])), key=lambda n: n.os_index))
+                          for i, (el, _, _) in zip(node_ids, w.nodes)), key=lambda n: n.os_index))
     if not nodes:  # hwloc always has a node; a hand-written file may not
         nodes = (NumaNode(0, pus, 0, False, pus, {0: 10}),)
         allowed_nodes = CpuSet([0])
 
     groups = []
-    for el, written in w["groups"]:
+    for el, written in w.groups:
         cpuset = written & pus  # a CPU without a PU element is none
         if written and not cpuset:
             continue
         # the nodes local to its CPUs; topo's Group of CPU-less nodes: those without locality
         members = tuple(n.os_index for n in nodes if bool(n.locality) == bool(cpuset) and n.locality <= cpuset)
         groups.append(Group(cpuset, members, _group_reason(el, cpuset)))
-    groups = merge_groups(groups, [o.cpuset for o in (*w["packages"], *w["dies"], *w["cores"], *w["caches"])], pus)
+    groups = merge_groups(groups, [o.cpuset for o in (*w.packages, *w.dies, *w.cores, *w.caches)], pus)
     nodes_at: dict[CpuSet, list[int]] = {}  # locality -> nodes: one lookup per PCI device
     for n in nodes:
         nodes_at.setdefault(n.locality, []).append(n.os_index)
-    pci = (_pci_device(el, loc, parent, nodes_at) for el, loc, parent in w["pci"])
+    pci = (_pci_device(el, loc, parent, nodes_at) for el, loc, parent in w.pci)
     pci = tuple(sorted((d for d in pci if not d.class_id.startswith("06")), key=lambda d: bus_key(d.busid)))
-    bridges = tuple(sorted(w["bridges"], key=lambda b: (b.parent is not None, bus_key(b.id) if b.parent else
+    bridges = tuple(sorted(w.bridges, key=lambda b: (b.parent is not None, bus_key(b.id) if b.parent else
                                                      (b.domain, b.secondary_bus, 0, 0))))
     version3 = (root.get("version") or "").startswith("3")
-    osdevs = tuple(_os_device(el, loc, parent, version3) for el, loc, parent in w["osdevs"])
+    osdevs = tuple(_os_device(el, loc, parent, version3) for el, loc, parent in w.osdevs)
     info = {k: v for k, v in machine_info.items() if not k.startswith("topo")}
     topology = Topology(
         root=source, pus=pus, allowed_pus=allowed, complete_pus=complete, online_pus=online | pus,
         allowed_numa_nodes=allowed_nodes, numa_nodes=nodes,
-        packages=tuple(sorted(w["packages"], key=lambda p: p.cpuset.first())),
-        cores=tuple(sorted(w["cores"], key=lambda c: c.cpuset.first())),
-        caches=tuple(sorted(w["caches"], key=lambda c: (c.level, c.type != "data", c.cpuset.first()))),
-        dies=tuple(w["dies"]), clusters=tuple(w["clusters"]), groups=tuple(groups),
-        memory_side_caches=tuple(w["memcaches"]), pci_devices=pci, pci_bridges=bridges, os_devices=osdevs,
+        packages=tuple(sorted(w.packages, key=lambda p: p.cpuset.first())),
+        cores=tuple(sorted(w.cores, key=lambda c: c.cpuset.first())),
+        caches=tuple(sorted(w.caches, key=lambda c: (c.level, c.type != "data", c.cpuset.first()))),
+        dies=tuple(w.dies), clusters=tuple(w.clusters), groups=tuple(groups),
+        memory_side_caches=tuple(w.memcaches), pci_devices=pci, pci_bridges=bridges, os_devices=osdevs,
         include_disallowed=machine_info.get("topoIncludeDisallowed") == "1", cpukinds=_cpukinds(root, pus),
         probes={"hwloc-xml": f"ok (hwloc v{version} format)"}, info=info)
-    devices = [numa_from_cpus(d, topology) for d in _with_nvml_identity(sysfs_devices(topology), w["pci"])]
+    devices = [numa_from_cpus(d, topology) for d in _with_nvml_identity(sysfs_devices(topology), w.pci)]
     devices = sort_devices(devices)
     return topology.with_devices(devices, links=link_matrix(devices, tree_chains(topology), {}))
 
